@@ -1,0 +1,34 @@
+// Command zmesh is the single zmesh binary: it runs routers and controllers, checks their
+// configuration files and administers a network. Each role is a subcommand.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at link time by the Makefile (-X main.version=...).
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCommand(os.Stdout, os.Stderr, os.LookupEnv).ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		var reported reportedError
+		if !errors.As(err, &reported) {
+			fmt.Fprintln(os.Stderr, "zmesh:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// reportedError is a failure whose details the command has already printed; main only sets
+// the exit code.
+type reportedError struct{ msg string }
+
+func (e reportedError) Error() string { return e.msg }
