@@ -37,8 +37,8 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParseRouter$$' -fuzztime $(FUZZTIME) ./config
-	$(GO) test -run '^$$' -fuzz '^FuzzParseController$$' -fuzztime $(FUZZTIME) ./config
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRouter$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./config
+	$(GO) test -run '^$$' -fuzz '^FuzzParseController$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./config
 
 clean:
 	rm -rf bin

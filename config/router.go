@@ -339,16 +339,13 @@ const (
 	maxMTU     = 65535
 )
 
-// DefaultDNSSvcIPRange is the range the tproxy resolver allocates addresses from.
-var DefaultDNSSvcIPRange = netip.MustParsePrefix("100.64.0.1/10")
+// DefaultDNSSvcIPRange returns the range the tproxy resolver allocates addresses from when
+// the file does not say: 100.64.0.1/10.
+func DefaultDNSSvcIPRange() netip.Prefix { return netip.MustParsePrefix("100.64.0.1/10") }
 
-// DefaultResolver is where the tproxy resolver listens when the file does not say.
-var DefaultResolver = Resolver{Host: "127.0.0.1", Port: 53}
-
-// Result is what a loader returns besides the configuration: the warnings of the file.
-type Result struct {
-	Warnings []Diagnostic
-}
+// DefaultResolver returns where the tproxy resolver listens when the file does not say:
+// udp://127.0.0.1:53.
+func DefaultResolver() Resolver { return Resolver{Host: "127.0.0.1", Port: 53} }
 
 // LoadRouter reads the router configuration at path. lookupEnv resolves ${VAR} references
 // (os.LookupEnv in production). The error, when not nil, is of type Errors and holds every

@@ -313,14 +313,14 @@ func (r *reader) tunnelOptions(m *mapping) *TunnelOptions {
 	onlyIn("services", TunnelProxy)
 	switch t.Mode {
 	case TunnelTProxy:
-		res := DefaultResolver
+		res := DefaultResolver()
 		if n := m.get("resolver"); n != nil {
 			if v, ok := r.resolver(n, m.keyPath("resolver")); ok {
 				res = v
 			}
 		}
 		t.Resolver = &res
-		p := DefaultDNSSvcIPRange
+		p := DefaultDNSSvcIPRange()
 		if n := m.get("dnsSvcIpRange"); n != nil {
 			if s, ok := r.scalar(n, m.keyPath("dnsSvcIpRange")); ok {
 				if v, err := netip.ParsePrefix(s); err != nil {

@@ -92,7 +92,7 @@ func parseHostPort(s string) (string, int, error) {
 		if strings.Count(s, ":") > 1 && !strings.HasPrefix(s, "[") {
 			return "", 0, errors.New("an IPv6 host must be written in brackets, e.g. [::1]:6262")
 		}
-		return "", 0, fmt.Errorf("%q is not <host>:<port>", s)
+		return "", 0, errors.New("not <host>:<port>, e.g. 127.0.0.1:1280")
 	}
 	if err := checkHost(host); err != nil {
 		return "", 0, err
@@ -193,7 +193,7 @@ func (r *reader) localBind(n *yaml.Node, path string) (string, bool) {
 	if _, err := netip.ParseAddr(s); err == nil {
 		return s, true
 	}
-	if isInterfaceName(s) {
+	if isInterfaceName(s) && !looksNumeric(s) {
 		return s, true
 	}
 	if transport, rest, ok := strings.Cut(s, ":"); ok && transport != "" {
@@ -207,6 +207,12 @@ func (r *reader) localBind(n *yaml.Node, path string) (string, bool) {
 	}
 	r.errorf(n.Line, path, "%q is neither a local IP address, an interface name, nor <transport>:<ip>:<port>", s)
 	return "", false
+}
+
+// looksNumeric reports whether s is made of digits and dots only: a mistyped IPv4 address
+// rather than an interface name.
+func looksNumeric(s string) bool {
+	return strings.Trim(s, "0123456789.") == ""
 }
 
 // isInterfaceName accepts what Linux accepts as a network interface name.

@@ -1,0 +1,126 @@
+package config
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+const minimalController = "v: 1\ndataDir: data\nadmin:\n  password: secret1\n"
+
+func parseController(t *testing.T, doc string) (*Controller, []string) {
+	t.Helper()
+	cfg, _, err := ParseController("/etc/zmesh/controller.yml", []byte(doc), testEnv)
+	if err != nil {
+		return nil, strs(err.(Errors))
+	}
+	return cfg, nil
+}
+
+func TestControllerDefaults(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ snippet, path, want string }{
+		{"", "v", `1`},
+		{"", "dataDir", `"/etc/zmesh/data"`},
+		{"", "api.listen", `"127.0.0.1:1280"`},
+		{"", "api.advertise", `"127.0.0.1:1280"`},
+		{"api: {listen: '10.0.0.1:443'}", "api.advertise", `"10.0.0.1:443"`},
+		{"", "ctrl.listen", `"tls:127.0.0.1:6262"`},
+		{"", "admin.username", `"admin"`},
+		{"", "admin.password", `"(hidden)"`},
+		{"", "sessionTimeout", `"30m"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path+tt.snippet, func(t *testing.T) {
+			t.Parallel()
+			cfg, errs := parseController(t, withSnippet(t, minimalController, tt.snippet))
+			if errs != nil {
+				t.Fatal(errs)
+			}
+			if got := lookup(t, cfg, tt.path); got != tt.want {
+				t.Errorf("%s = %s, want %s", tt.path, got, tt.want)
+			}
+		})
+	}
+	cfg, errs := parseController(t, minimalController)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	if cfg.Admin.Password != "secret1" {
+		t.Errorf("password = %q, want the file's value", cfg.Admin.Password)
+	}
+}
+
+func TestControllerBounds(t *testing.T) {
+	t.Parallel()
+	parse := func(doc string) (any, []string) {
+		cfg, errs := parseController(t, withSnippet(t, minimalController, doc))
+		if errs != nil {
+			return nil, errs
+		}
+		return cfg, nil
+	}
+	checkBound(t, durationBound("sessionTimeout: %s", "sessionTimeout", time.Minute, 24*time.Hour), parse)
+
+	// Credentials are bounded by their length in characters; the effective password is hidden,
+	// so acceptance is what is checked for it.
+	for _, tt := range []struct {
+		key      string
+		min, max int
+	}{{"username", MinUsernameLen, MaxUsernameLen}, {"password", MinPasswordLen, MaxPasswordLen}} {
+		for _, c := range []struct {
+			n  int
+			ok bool
+		}{{tt.min - 1, false}, {tt.min, true}, {tt.max, true}, {tt.max + 1, false}} {
+			value := strings.Repeat("é", c.n)
+			_, errs := parse("admin: {" + tt.key + ": " + quote(value) + "}")
+			if c.ok && errs != nil {
+				t.Errorf("admin.%s of %d characters rejected: %v", tt.key, c.n, errs)
+			}
+			if !c.ok && (len(errs) != 1 || !strings.HasPrefix(errs[0], "/etc/zmesh/controller.yml:") ||
+				!strings.Contains(errs[0], ": admin."+tt.key+": has ")) {
+				t.Errorf("admin.%s of %d characters: errors %v, want one naming admin.%s", tt.key, c.n, errs, tt.key)
+			}
+		}
+	}
+}
+
+func TestControllerErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		doc  string
+		want []string
+	}{
+		{"version", "v: 3\n", []string{"c.yml:1: v: version 3 is not supported; supported: 1"}},
+		{"required", "v: 1\n", []string{
+			"c.yml:1: dataDir: is required: the directory that holds the store and the PKI",
+			"c.yml:1: admin.password: is required: the administrator's password, usually ${ZMESH_ADMIN_PASSWORD}",
+		}},
+		{"unset password variable", "v: 1\ndataDir: d\nadmin: {password: '${ZMESH_ADMIN_PASSWORD}'}\n", []string{
+			"c.yml:3: admin.password: environment variable ZMESH_ADMIN_PASSWORD is not set",
+			"c.yml:3: admin.password: has 0 characters; allowed: 5 to 100",
+		}},
+		{"addresses", "v: 1\ndataDir: d\napi: {listen: '0.0.0.0:1280'}\nctrl: {listen: 'quic:0.0.0.0:6262'}\nadmin: {username: bob, password: secret}\n", []string{
+			"c.yml:3: api.advertise: is required when api.listen (0.0.0.0:1280) listens on every address: the <host>:<port> clients use",
+			`c.yml:4: ctrl.listen: "quic:0.0.0.0:6262": transport "quic" is not allowed here; allowed: tls`,
+			"c.yml:5: admin.username: has 3 characters; allowed: 4 to 100",
+		}},
+		{"bad listen", "v: 1\ndataDir: d\napi: {listen: 'localhost'}\nadmin: {password: secret}\n", []string{
+			`c.yml:3: api.listen: "localhost": not <host>:<port>, e.g. 127.0.0.1:1280`,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, _, err := ParseController("c.yml", []byte(tt.doc), testEnv)
+			if err == nil {
+				t.Fatalf("no error; want %v", tt.want)
+			}
+			if got := strs(err.(Errors)); !slices.Equal(got, tt.want) {
+				t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
