@@ -1,0 +1,262 @@
+package model
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/controlplane/store"
+)
+
+// Login is what a client presents to authenticate, besides its credentials.
+type Login struct {
+	Source      string // the client's IP address, for rate limiting and the session record
+	ConfigTypes []string
+}
+
+// RateLimitedError says when an account may try again from this source.
+type RateLimitedError struct{ RetryAfter time.Duration }
+
+func (e *RateLimitedError) Error() string {
+	return fmt.Sprintf("too many failed attempts; retry in %s", e.RetryAfter.Round(time.Second))
+}
+
+func rateLimited(wait time.Duration) error {
+	return &Error{Code: CodeRateLimited, Message: (&RateLimitedError{wait}).Error(), Cause: &RateLimitedError{wait}}
+}
+
+var errInvalidAuth = &Error{Code: CodeInvalidAuth, Message: "the authentication request failed"}
+
+// AuthenticatePassword checks a username and password and opens an API session. Failures
+// say nothing about which part was wrong.
+func (m *Model) AuthenticatePassword(username, password string, login Login) (*APISession, *Identity, error) {
+	if ok, wait := m.limiter.allow("updb:"+username, login.Source); !ok {
+		return nil, nil, rateLimited(wait)
+	}
+	var auth *Authenticator
+	err := m.st.View(func(tx *store.Tx) (err error) {
+		auth, err = m.c.authenticators.Lookup(tx, "username", username)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		// Spend the time a real check takes, so that timing does not reveal usernames.
+		checkPassword(dummyHash, password)
+		m.limiter.failed("updb:"+username, login.Source)
+		return nil, nil, errInvalidAuth
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if !checkPassword(auth.PasswordHash, password) {
+		m.limiter.failed("updb:"+username, login.Source)
+		return nil, nil, errInvalidAuth
+	}
+	m.limiter.succeeded("updb:"+username, login.Source)
+	return m.openSession(auth, MethodPassword, "", login)
+}
+
+// dummyHash is checked against when a username does not exist.
+const dummyHash = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHRzYWx0c2FsdA$YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWE"
+
+// Authentication methods as clients name them.
+const (
+	MethodPassword = "password"
+	MethodCertAuth = "cert"
+)
+
+// AuthenticateCert checks a client certificate chain (leaf first) and opens an API session.
+// The leaf must be the certificate of a cert authenticator and chain to the controller's CA
+// or to a verified third-party CA that allows authentication.
+func (m *Model) AuthenticateCert(chain []*x509.Certificate, login Login) (*APISession, *Identity, error) {
+	if len(chain) == 0 {
+		return nil, nil, errInvalidAuth
+	}
+	fp := pki.Fingerprint(chain[0])
+	if ok, wait := m.limiter.allow("cert:"+fp, login.Source); !ok {
+		return nil, nil, rateLimited(wait)
+	}
+	auth, err := m.certAuthenticator(chain)
+	if err != nil {
+		m.limiter.failed("cert:"+fp, login.Source)
+		return nil, nil, err
+	}
+	m.limiter.succeeded("cert:"+fp, login.Source)
+	return m.openSession(auth, MethodCertAuth, fp, login)
+}
+
+// certAuthenticator finds the authenticator of a certificate chain and checks the chain.
+func (m *Model) certAuthenticator(chain []*x509.Certificate) (*Authenticator, error) {
+	fp := pki.Fingerprint(chain[0])
+	var auth *Authenticator
+	var cas []*CA
+	err := m.st.View(func(tx *store.Tx) (err error) {
+		if auth, err = m.c.authenticators.Lookup(tx, "fingerprint", fp); err != nil {
+			return err
+		}
+		cas, err = m.c.cas.All(tx)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errInvalidAuth
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := m.verifyChain(chain, cas); err != nil {
+		return nil, &Error{Code: CodeInvalidAuth, Message: "the client certificate is not valid", Cause: err}
+	}
+	return auth, nil
+}
+
+// verifyChain accepts a chain issued by the controller's CA or by a verified third-party CA
+// that allows authentication.
+func (m *Model) verifyChain(chain []*x509.Certificate, cas []*CA) error {
+	if err := m.ca.VerifyClient(chain[0], chain[1:]); err == nil {
+		return nil
+	}
+	roots := x509.NewCertPool()
+	n := 0
+	for _, ca := range cas {
+		if !ca.IsVerified || !ca.IsAuthEnabled {
+			continue
+		}
+		if cert, err := pki.ParsePEMCert([]byte(ca.CertPEM)); err == nil {
+			roots.AddCert(cert)
+			n++
+		}
+	}
+	if n == 0 {
+		return errors.New("the certificate is not issued by the network's CA or a verified certificate authority")
+	}
+	return pki.VerifyChain(chain[0], chain[1:], roots, m.opts.Now())
+}
+
+// openSession stores a new API session for the authenticator's identity.
+func (m *Model) openSession(auth *Authenticator, method, fingerprint string, login Login) (*APISession, *Identity, error) {
+	s := &APISession{
+		Base:            m.newBase(nil),
+		Token:           newToken(),
+		IdentityID:      auth.IdentityID,
+		AuthenticatorID: auth.ID,
+		AuthMethod:      method,
+		IPAddress:       login.Source,
+		ConfigTypes:     login.ConfigTypes,
+		CertFingerprint: fingerprint,
+	}
+	s.LastActivityAt = s.CreatedAt
+	var id *Identity
+	err := m.st.Update(func(tx *store.Tx) (err error) {
+		if id, err = m.c.identities.Get(tx, auth.IdentityID); err != nil {
+			return missing(err, "identity", auth.IdentityID)
+		}
+		return m.c.apiSessions.Create(tx, s)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, id, nil
+}
+
+// ExpiresAt returns when an API session ends if it stays idle.
+func (m *Model) ExpiresAt(s *APISession) time.Time { return s.LastActivityAt.Add(m.opts.SessionTimeout) }
+
+// touchEvery is how stale a session's recorded activity may get before a request records it
+// again: a tenth of the timeout, at most 30 s. A session may thus end up to that much early.
+func (m *Model) touchEvery() time.Duration { return min(m.opts.SessionTimeout/10, 30*time.Second) }
+
+var errNoSession = &Error{Code: CodeUnauthorized, Message: "the API session is missing, expired or deleted"}
+
+// SessionByToken returns the live API session with token and its identity, recording the
+// activity. A missing, expired or orphaned session is UNAUTHORIZED.
+func (m *Model) SessionByToken(token string) (*APISession, *Identity, error) {
+	if token == "" {
+		return nil, nil, errNoSession
+	}
+	var s *APISession
+	var id *Identity
+	err := m.st.View(func(tx *store.Tx) (err error) {
+		if s, err = m.c.apiSessions.Lookup(tx, "token", token); err != nil {
+			return err
+		}
+		id, err = m.c.identities.Get(tx, s.IdentityID)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil, errNoSession
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	now := m.now()
+	if now.After(m.ExpiresAt(s)) {
+		if err := m.DeleteAPISession(s.ID); err != nil && CodeOf(err) != CodeNotFound {
+			return nil, nil, err
+		}
+		return nil, nil, errNoSession
+	}
+	if now.Sub(s.LastActivityAt) > m.touchEvery() {
+		err := m.st.Update(func(tx *store.Tx) error {
+			cur, err := m.c.apiSessions.Get(tx, s.ID)
+			if err != nil {
+				return err
+			}
+			cur.LastActivityAt = now
+			s = cur
+			return m.c.apiSessions.Put(tx, cur)
+		})
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, nil, errNoSession
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return s, id, nil
+}
+
+// DeleteAPISession ends an API session (logout) with its ephemeral certificates.
+func (m *Model) DeleteAPISession(id string) error {
+	return m.st.Update(func(tx *store.Tx) error { return m.deleteAPISessionTx(tx, id) })
+}
+
+func (m *Model) deleteAPISessionTx(tx *store.Tx, id string) error {
+	certs, err := m.c.apiSessionCerts.IDsWith(tx, "apiSessionId", id)
+	if err != nil {
+		return err
+	}
+	for _, c := range certs {
+		if err := m.c.apiSessionCerts.Delete(tx, c); err != nil {
+			return err
+		}
+	}
+	return missing(m.c.apiSessions.Delete(tx, id), "API session", id)
+}
+
+// ExpireSessions deletes every API session idle for longer than the timeout and returns
+// how many it deleted.
+func (m *Model) ExpireSessions() (int, error) {
+	now := m.now()
+	var expired []string
+	err := m.st.View(func(tx *store.Tx) error {
+		return m.c.apiSessions.Each(tx, func(s *APISession) error {
+			if now.After(m.ExpiresAt(s)) {
+				expired = append(expired, s.ID)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range expired {
+		if err := m.DeleteAPISession(id); err == nil {
+			n++
+		} else if CodeOf(err) != CodeNotFound {
+			return n, err
+		}
+	}
+	return n, nil
+}

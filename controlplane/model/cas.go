@@ -1,0 +1,172 @@
+package model
+
+import (
+	"crypto/x509"
+	"errors"
+	"slices"
+
+	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/controlplane/store"
+)
+
+// CACreate is what an administrator gives to add a third-party certificate authority.
+type CACreate struct {
+	Name                      string
+	CertPEM                   string
+	IsAutoCaEnrollmentEnabled bool
+	IsOttCaEnrollmentEnabled  bool
+	IsAuthEnabled             bool
+	IdentityRoles             []string
+	IdentityNameFormat        string
+	Tags                      Tags
+}
+
+// parseCACert checks that certPEM holds one CA certificate.
+func parseCACert(certPEM string) (*x509.Certificate, error) {
+	certs, err := pki.ParseCertificatesPEM([]byte(certPEM))
+	if err != nil {
+		return nil, invalid("certPem", nil, "%v", err)
+	}
+	if len(certs) != 1 {
+		return nil, invalid("certPem", nil, "must hold exactly one certificate, found %d", len(certs))
+	}
+	if !certs[0].IsCA || !certs[0].BasicConstraintsValid {
+		return nil, invalid("certPem", nil, "is not a CA certificate (basic constraints CA:TRUE missing)")
+	}
+	return certs[0], nil
+}
+
+// CreateCA adds a certificate authority; it is unverified until VerifyCA.
+func (m *Model) CreateCA(in CACreate) (*CA, error) {
+	if err := checkName("name", in.Name); err != nil {
+		return nil, err
+	}
+	cert, err := parseCACert(in.CertPEM)
+	if err != nil {
+		return nil, err
+	}
+	if in.IdentityNameFormat == "" {
+		in.IdentityNameFormat = DefaultIdentityNameFormat
+	}
+	ca := &CA{
+		Base:                      m.newBase(in.Tags),
+		Name:                      in.Name,
+		CertPEM:                   certPEM(cert),
+		Fingerprint:               pki.Fingerprint(cert),
+		VerificationToken:         newID(),
+		IsAutoCaEnrollmentEnabled: in.IsAutoCaEnrollmentEnabled,
+		IsOttCaEnrollmentEnabled:  in.IsOttCaEnrollmentEnabled,
+		IsAuthEnabled:             in.IsAuthEnabled,
+		IdentityRoles:             nonNil(in.IdentityRoles),
+		IdentityNameFormat:        in.IdentityNameFormat,
+	}
+	if pki.Fingerprint(m.ca.Certificate()) == ca.Fingerprint {
+		return nil, invalid("certPem", nil, "is the network's own CA, which is always trusted")
+	}
+	err = m.st.Update(func(tx *store.Tx) error { return conflict(m.c.cas.Create(tx, ca)) })
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Field == "fingerprint" {
+			e.Field, e.Message = "certPem", "this certificate is already a certificate authority"
+		}
+		return nil, err
+	}
+	return ca, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// VerifyCA proves possession of a CA's key: certPEM must be a certificate signed by the CA
+// whose common name is the CA's verification token.
+func (m *Model) VerifyCA(id, verificationPEM string) error {
+	return m.st.Update(func(tx *store.Tx) error {
+		ca, err := m.c.cas.Get(tx, id)
+		if err != nil {
+			return missing(err, "certificate authority", id)
+		}
+		if ca.IsVerified {
+			return errorf(CodeCAAlreadyVerified, "certificate authority %q is already verified", ca.Name)
+		}
+		certs, err := pki.ParseCertificatesPEM([]byte(verificationPEM))
+		if err != nil || len(certs) == 0 {
+			return &Error{Code: CodeInvalidCertificate, Message: "the body must be one PEM certificate signed by the certificate authority", Cause: err}
+		}
+		root, err := pki.ParsePEMCert([]byte(ca.CertPEM))
+		if err != nil {
+			return err
+		}
+		if err := certs[0].CheckSignatureFrom(root); err != nil {
+			return &Error{Code: CodeInvalidCertificate, Message: "the verification certificate is not signed by the certificate authority's key", Cause: err}
+		}
+		if certs[0].Subject.CommonName != ca.VerificationToken {
+			return &Error{Code: CodeInvalidCertificate, Message: "the verification certificate's common name must be the verification token"}
+		}
+		ca.IsVerified, ca.UpdatedAt = true, m.now()
+		return m.c.cas.Put(tx, ca)
+	})
+}
+
+// CA returns the certificate authority with id.
+func (m *Model) GetCA(id string) (*CA, error) {
+	var out *CA
+	err := m.st.View(func(tx *store.Tx) (err error) {
+		out, err = m.c.cas.Get(tx, id)
+		return missing(err, "certificate authority", id)
+	})
+	return out, err
+}
+
+// CAs returns every certificate authority in id order.
+func (m *Model) CAs() ([]*CA, error) {
+	var out []*CA
+	err := m.st.View(func(tx *store.Tx) (err error) {
+		out, err = m.c.cas.All(tx)
+		return err
+	})
+	return out, err
+}
+
+// UpdateCA applies change to a certificate authority; its certificate cannot change.
+func (m *Model) UpdateCA(id string, change func(*CA) error) (*CA, error) {
+	var out *CA
+	err := m.st.Update(func(tx *store.Tx) error {
+		cur, err := m.c.cas.Get(tx, id)
+		if err != nil {
+			return missing(err, "certificate authority", id)
+		}
+		next := *cur
+		next.IdentityRoles = slices.Clone(cur.IdentityRoles)
+		if err := change(&next); err != nil {
+			return err
+		}
+		if err := checkName("name", next.Name); err != nil {
+			return err
+		}
+		next.ID, next.CreatedAt, next.CertPEM, next.Fingerprint = cur.ID, cur.CreatedAt, cur.CertPEM, cur.Fingerprint
+		next.IsVerified, next.VerificationToken = cur.IsVerified, cur.VerificationToken
+		next.IdentityRoles = nonNil(next.IdentityRoles)
+		next.UpdatedAt = m.now()
+		out = &next
+		return conflict(m.c.cas.Put(tx, &next))
+	})
+	return out, err
+}
+
+// DeleteCA removes a certificate authority and the pending enrollments that name it. Its
+// certificates no longer authenticate.
+func (m *Model) DeleteCA(id string) error {
+	return m.st.Update(func(tx *store.Tx) error {
+		if _, err := m.c.cas.Get(tx, id); err != nil {
+			return missing(err, "certificate authority", id)
+		}
+		if err := m.deleteAll(m.c.enrollments.IDsWith, "caId", m.c.enrollments.Delete)(tx, id); err != nil {
+			return err
+		}
+		return m.c.cas.Delete(tx, id)
+	})
+}

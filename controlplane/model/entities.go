@@ -1,0 +1,187 @@
+// Package model is the controller's data model and its rules: the entities kept in the store
+// (identities, authenticators, enrollments, API sessions, certificate authorities), the
+// transactions that change them together, and the checks that decide who may authenticate
+// and enroll. The HTTP APIs translate requests into calls of this package.
+package model
+
+import (
+	"time"
+
+	"github.com/zmesh/zmesh/controlplane/store"
+)
+
+// Tags are user-defined fields of an entity; values are nil, strings or booleans.
+type Tags map[string]any
+
+// Base holds the fields every entity has.
+type Base struct {
+	ID        string    `json:"id"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+	Tags      Tags      `json:"tags,omitempty"`
+}
+
+// Identity types.
+const (
+	IdentityTypeDefault = "Default"
+	IdentityTypeRouter  = "Router"
+)
+
+// Identity is a security principal: a person, a device, an application or a router.
+type Identity struct {
+	Base
+	Name           string   `json:"name"`
+	Type           string   `json:"type"`
+	IsAdmin        bool     `json:"isAdmin"`
+	IsDefaultAdmin bool     `json:"isDefaultAdmin"`
+	ExternalID     string   `json:"externalId,omitempty"`
+	RoleAttributes []string `json:"roleAttributes,omitempty"`
+	AuthPolicyID   string   `json:"authPolicyId"`
+	// Attributes are set when the identity was created by CA auto-enrollment.
+	Attributes []string `json:"attributes,omitempty"`
+}
+
+// Authentication methods of authenticators.
+const (
+	MethodCert = "cert"
+	MethodUpdb = "updb"
+)
+
+// Authenticator is one way an identity proves who it is: a certificate or a username and
+// password.
+type Authenticator struct {
+	Base
+	IdentityID string `json:"identityId"`
+	Method     string `json:"method"`
+
+	// updb
+	Username     string `json:"username,omitempty"`
+	PasswordHash string `json:"passwordHash,omitempty"`
+
+	// cert
+	CertPEM     string `json:"certPem,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// IssuedByNetwork: the certificate was signed by the controller's CA; only those can be
+	// extended.
+	IssuedByNetwork bool `json:"isIssuedByNetwork,omitempty"`
+	// An extension issues a new certificate that takes over once the client verifies it.
+	UnverifiedCertPEM     string `json:"unverifiedCertPem,omitempty"`
+	UnverifiedFingerprint string `json:"unverifiedFingerprint,omitempty"`
+}
+
+// Enrollment methods.
+const (
+	EnrollOTT   = "ott"
+	EnrollOTTCA = "ottca"
+	EnrollUpdb  = "updb"
+	EnrollCA    = "ca"
+)
+
+// Enrollment is a pending enrollment of an identity: a one-time token and what it allows.
+type Enrollment struct {
+	Base
+	IdentityID string    `json:"identityId"`
+	Method     string    `json:"method"`
+	Token      string    `json:"token"`
+	ExpiresAt  time.Time `json:"expiresAt"`
+	CAID       string    `json:"caId,omitempty"`
+	Username   string    `json:"username,omitempty"`
+	JWT        string    `json:"jwt"`
+}
+
+// AuthQuery is a further authentication step an API session still has to pass.
+type AuthQuery struct {
+	TypeID     string `json:"typeId"`
+	Provider   string `json:"provider"`
+	Format     string `json:"format,omitempty"`
+	HTTPMethod string `json:"httpMethod,omitempty"`
+	HTTPURL    string `json:"httpUrl,omitempty"`
+	MinLength  int    `json:"minLength,omitempty"`
+	MaxLength  int    `json:"maxLength,omitempty"`
+}
+
+// APISession is an authenticated client's session with the controller.
+type APISession struct {
+	Base
+	Token           string      `json:"token"`
+	IdentityID      string      `json:"identityId"`
+	AuthenticatorID string      `json:"authenticatorId"`
+	AuthMethod      string      `json:"authMethod"`
+	IPAddress       string      `json:"ipAddress"`
+	ConfigTypes     []string    `json:"configTypes,omitempty"`
+	LastActivityAt  time.Time   `json:"lastActivityAt"`
+	AuthQueries     []AuthQuery `json:"authQueries,omitempty"`
+	// CertFingerprint is set when the session was made with a client certificate.
+	CertFingerprint string `json:"certFingerprint,omitempty"`
+}
+
+// APISessionCert is an ephemeral certificate issued to an API session from a CSR.
+type APISessionCert struct {
+	Base
+	APISessionID string    `json:"apiSessionId"`
+	Subject      string    `json:"subject"`
+	Fingerprint  string    `json:"fingerprint"`
+	ValidFrom    time.Time `json:"validFrom"`
+	ValidTo      time.Time `json:"validTo"`
+	CertPEM      string    `json:"certPem"`
+}
+
+// CA is a third-party certificate authority whose certificates may enroll and authenticate.
+type CA struct {
+	Base
+	Name                      string   `json:"name"`
+	CertPEM                   string   `json:"certPem"`
+	Fingerprint               string   `json:"fingerprint"`
+	IsVerified                bool     `json:"isVerified"`
+	VerificationToken         string   `json:"verificationToken"`
+	IsAutoCaEnrollmentEnabled bool     `json:"isAutoCaEnrollmentEnabled"`
+	IsOttCaEnrollmentEnabled  bool     `json:"isOttCaEnrollmentEnabled"`
+	IsAuthEnabled             bool     `json:"isAuthEnabled"`
+	IdentityRoles             []string `json:"identityRoles"`
+	IdentityNameFormat        string   `json:"identityNameFormat"`
+}
+
+// The collections and their indexes.
+type collections struct {
+	identities      *store.Collection[Identity]
+	authenticators  *store.Collection[Authenticator]
+	enrollments     *store.Collection[Enrollment]
+	apiSessions     *store.Collection[APISession]
+	apiSessionCerts *store.Collection[APISessionCert]
+	cas             *store.Collection[CA]
+}
+
+func one(s string) []string { return []string{s} }
+
+func newCollections() collections {
+	return collections{
+		identities: store.NewCollection("identities", func(i *Identity) string { return i.ID },
+			store.Index[Identity]{Name: "name", Unique: true, Keys: func(i *Identity) []string { return one(i.Name) }},
+			store.Index[Identity]{Name: "externalId", Unique: true, Keys: func(i *Identity) []string { return one(i.ExternalID) }},
+		),
+		authenticators: store.NewCollection("authenticators", func(a *Authenticator) string { return a.ID },
+			store.Index[Authenticator]{Name: "identityId", Keys: func(a *Authenticator) []string { return one(a.IdentityID) }},
+			store.Index[Authenticator]{Name: "username", Unique: true, Keys: func(a *Authenticator) []string { return one(a.Username) }},
+			store.Index[Authenticator]{Name: "fingerprint", Unique: true, Keys: func(a *Authenticator) []string {
+				return []string{a.Fingerprint, a.UnverifiedFingerprint}
+			}},
+		),
+		enrollments: store.NewCollection("enrollments", func(e *Enrollment) string { return e.ID },
+			store.Index[Enrollment]{Name: "identityId", Keys: func(e *Enrollment) []string { return one(e.IdentityID) }},
+			store.Index[Enrollment]{Name: "token", Unique: true, Keys: func(e *Enrollment) []string { return one(e.Token) }},
+			store.Index[Enrollment]{Name: "caId", Keys: func(e *Enrollment) []string { return one(e.CAID) }},
+		),
+		apiSessions: store.NewCollection("apiSessions", func(s *APISession) string { return s.ID },
+			store.Index[APISession]{Name: "token", Unique: true, Keys: func(s *APISession) []string { return one(s.Token) }},
+			store.Index[APISession]{Name: "identityId", Keys: func(s *APISession) []string { return one(s.IdentityID) }},
+		),
+		apiSessionCerts: store.NewCollection("apiSessionCerts", func(c *APISessionCert) string { return c.ID },
+			store.Index[APISessionCert]{Name: "apiSessionId", Keys: func(c *APISessionCert) []string { return one(c.APISessionID) }},
+			store.Index[APISessionCert]{Name: "fingerprint", Unique: true, Keys: func(c *APISessionCert) []string { return one(c.Fingerprint) }},
+		),
+		cas: store.NewCollection("cas", func(c *CA) string { return c.ID },
+			store.Index[CA]{Name: "name", Unique: true, Keys: func(c *CA) []string { return one(c.Name) }},
+			store.Index[CA]{Name: "fingerprint", Unique: true, Keys: func(c *CA) []string { return one(c.Fingerprint) }},
+		),
+	}
+}

@@ -1,0 +1,369 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/zmesh/zmesh/controlplane/store"
+)
+
+// Bounds of names and credentials (controller API spec, section 8).
+const (
+	MinPasswordLen = 5
+	MaxPasswordLen = 100
+	MinUsernameLen = 4
+	MaxUsernameLen = 100
+	MaxNameLen     = 255
+)
+
+// DefaultAuthPolicyID is the built-in authentication policy every identity starts with.
+const DefaultAuthPolicyID = "default"
+
+// EnrollmentRequest chooses how a new identity enrolls: at most one field is set.
+type EnrollmentRequest struct {
+	OTT   bool
+	OTTCA string // id of a third-party CA
+	Updb  string // the username
+}
+
+// IdentityCreate is what an administrator gives to create an identity.
+type IdentityCreate struct {
+	Name           string
+	Type           string
+	IsAdmin        bool
+	ExternalID     string
+	RoleAttributes []string
+	AuthPolicyID   string
+	Tags           Tags
+	Enrollment     *EnrollmentRequest
+}
+
+func checkName(field, name string) error {
+	switch {
+	case strings.TrimSpace(name) == "":
+		return invalid(field, name, "must not be empty")
+	case utf8.RuneCountInString(name) > MaxNameLen:
+		return invalid(field, name, "is longer than %d characters", MaxNameLen)
+	case strings.ContainsFunc(name, func(r rune) bool { return r < ' ' || r == 0x7f }):
+		return invalid(field, name, "must not contain control characters")
+	}
+	return nil
+}
+
+func checkLength(field, value string, min, max int) error {
+	if n := utf8.RuneCountInString(value); n < min || n > max {
+		return invalid(field, nil, "must be %d to %d characters long, got %d", min, max, n)
+	}
+	return nil
+}
+
+func checkIdentityType(t string) error {
+	switch t {
+	case IdentityTypeDefault, IdentityTypeRouter:
+		return nil
+	}
+	return invalid("type", t, "is not an identity type; allowed: %s, %s", IdentityTypeDefault, IdentityTypeRouter)
+}
+
+// CreateIdentity creates an identity and, when asked, its enrollment, in one transaction.
+func (m *Model) CreateIdentity(in IdentityCreate) (*Identity, error) {
+	if err := checkName("name", in.Name); err != nil {
+		return nil, err
+	}
+	if in.Type == "" {
+		in.Type = IdentityTypeDefault
+	}
+	if err := checkIdentityType(in.Type); err != nil {
+		return nil, err
+	}
+	if in.AuthPolicyID == "" {
+		in.AuthPolicyID = DefaultAuthPolicyID
+	}
+	if in.AuthPolicyID != DefaultAuthPolicyID {
+		return nil, invalid("authPolicyId", in.AuthPolicyID, "no authentication policy with this id; allowed: %s", DefaultAuthPolicyID)
+	}
+	if e := in.Enrollment; e != nil {
+		set := 0
+		for _, on := range []bool{e.OTT, e.OTTCA != "", e.Updb != ""} {
+			if on {
+				set++
+			}
+		}
+		if set > 1 {
+			return nil, invalid("enrollment", nil, "holds more than one of ott, ottca, updb; choose one")
+		}
+		if e.Updb != "" {
+			if err := checkLength("enrollment.updb", e.Updb, MinUsernameLen, MaxUsernameLen); err != nil {
+				return nil, err
+			}
+		}
+	}
+	id := &Identity{
+		Base:           m.newBase(in.Tags),
+		Name:           in.Name,
+		Type:           in.Type,
+		IsAdmin:        in.IsAdmin,
+		ExternalID:     in.ExternalID,
+		RoleAttributes: in.RoleAttributes,
+		AuthPolicyID:   in.AuthPolicyID,
+	}
+	err := m.st.Update(func(tx *store.Tx) error {
+		if err := m.c.identities.Create(tx, id); err != nil {
+			return conflict(err)
+		}
+		if in.Enrollment != nil {
+			if _, err := m.createEnrollment(tx, id, *in.Enrollment); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return id, nil
+}
+
+// createEnrollment stores a pending enrollment for identity and signs its token.
+func (m *Model) createEnrollment(tx *store.Tx, id *Identity, req EnrollmentRequest) (*Enrollment, error) {
+	e := &Enrollment{
+		Base:       m.newBase(nil),
+		IdentityID: id.ID,
+		Token:      newToken(),
+		ExpiresAt:  m.now().Add(m.opts.EnrollmentDuration),
+	}
+	switch {
+	case req.OTT:
+		e.Method = EnrollOTT
+	case req.OTTCA != "":
+		e.Method = EnrollOTTCA
+		ca, err := m.c.cas.Get(tx, req.OTTCA)
+		if err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return nil, invalid("enrollment.ottca", req.OTTCA, "no certificate authority with this id")
+			}
+			return nil, err
+		}
+		if !ca.IsVerified || !ca.IsOttCaEnrollmentEnabled {
+			return nil, invalid("enrollment.ottca", req.OTTCA, "certificate authority %q must be verified and have isOttCaEnrollmentEnabled", ca.Name)
+		}
+		e.CAID = ca.ID
+	case req.Updb != "":
+		e.Method = EnrollUpdb
+		e.Username = req.Updb
+		if ids, err := m.c.authenticators.IDsWith(tx, "username", req.Updb); err != nil {
+			return nil, err
+		} else if len(ids) > 0 {
+			return nil, invalid("enrollment.updb", req.Updb, "username %q is already in use", req.Updb)
+		}
+	default:
+		return nil, invalid("enrollment", nil, "must hold one of ott, ottca, updb")
+	}
+	for _, old := range mustList(m.c.enrollments.With(tx, "identityId", id.ID)) {
+		if old.Method == e.Method {
+			return nil, invalid("enrollment", e.Method, "identity %q already has a pending %s enrollment", id.Name, e.Method)
+		}
+	}
+	jwt, err := m.signEnrollment(id, e)
+	if err != nil {
+		return nil, err
+	}
+	e.JWT = jwt
+	if err := m.c.enrollments.Create(tx, e); err != nil {
+		return nil, conflict(err)
+	}
+	return e, nil
+}
+
+func mustList[T any](list []*T, err error) []*T {
+	if err != nil {
+		return nil
+	}
+	return list
+}
+
+// EnrollmentClaims are the claims of an enrollment token.
+type EnrollmentClaims struct {
+	jwt.RegisteredClaims
+	Method   string `json:"em"`
+	CA       string `json:"ca,omitempty"`
+	Username string `json:"username,omitempty"`
+}
+
+func (m *Model) signEnrollment(id *Identity, e *Enrollment) (string, error) {
+	claims := EnrollmentClaims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer:    m.opts.Issuer,
+			Subject:   id.ID,
+			ID:        e.Token,
+			ExpiresAt: jwt.NewNumericDate(e.ExpiresAt),
+			IssuedAt:  jwt.NewNumericDate(e.CreatedAt),
+		},
+		Method:   e.Method,
+		CA:       e.CAID,
+		Username: e.Username,
+	}
+	t := jwt.NewWithClaims(jwt.SigningMethodES256, claims)
+	t.Header["kid"] = m.opts.SigningKID
+	s, err := t.SignedString(m.opts.SigningKey)
+	if err != nil {
+		return "", fmt.Errorf("sign enrollment token: %w", err)
+	}
+	return s, nil
+}
+
+// Identity returns the identity with id.
+func (m *Model) Identity(id string) (*Identity, error) {
+	var out *Identity
+	err := m.st.View(func(tx *store.Tx) error {
+		var err error
+		out, err = m.c.identities.Get(tx, id)
+		return missing(err, "identity", id)
+	})
+	return out, err
+}
+
+// Identities returns every identity in id order.
+func (m *Model) Identities() ([]*Identity, error) {
+	var out []*Identity
+	err := m.st.View(func(tx *store.Tx) (err error) {
+		out, err = m.c.identities.All(tx)
+		return err
+	})
+	return out, err
+}
+
+// UpdateIdentity applies change to the identity with id and stores the result after checking
+// it. The default administrator keeps its name, type and admin flag.
+func (m *Model) UpdateIdentity(id string, change func(*Identity) error) (*Identity, error) {
+	var out *Identity
+	err := m.st.Update(func(tx *store.Tx) error {
+		cur, err := m.c.identities.Get(tx, id)
+		if err != nil {
+			return missing(err, "identity", id)
+		}
+		next := *cur
+		next.RoleAttributes = slices.Clone(cur.RoleAttributes)
+		if err := change(&next); err != nil {
+			return err
+		}
+		if err := checkName("name", next.Name); err != nil {
+			return err
+		}
+		if err := checkIdentityType(next.Type); err != nil {
+			return err
+		}
+		if next.AuthPolicyID != DefaultAuthPolicyID {
+			return invalid("authPolicyId", next.AuthPolicyID, "no authentication policy with this id; allowed: %s", DefaultAuthPolicyID)
+		}
+		if cur.IsDefaultAdmin && (next.IsAdmin != cur.IsAdmin || next.Type != cur.Type) {
+			return errorf(CodeCannotUpdateDefaultAdmin, "the default administrator stays an administrator")
+		}
+		next.ID, next.CreatedAt, next.IsDefaultAdmin = cur.ID, cur.CreatedAt, cur.IsDefaultAdmin
+		next.UpdatedAt = m.now()
+		if err := m.c.identities.Put(tx, &next); err != nil {
+			return conflict(err)
+		}
+		out = &next
+		return nil
+	})
+	return out, err
+}
+
+// DeleteIdentity removes the identity and everything that belongs to it alone, in one
+// transaction: its authenticators, enrollments, API sessions and their certificates. Its
+// access ends with the commit: its API sessions no longer exist.
+func (m *Model) DeleteIdentity(id string) error {
+	return m.st.Update(func(tx *store.Tx) error {
+		cur, err := m.c.identities.Get(tx, id)
+		if err != nil {
+			return missing(err, "identity", id)
+		}
+		if cur.IsDefaultAdmin {
+			return errorf(CodeCannotDeleteDefaultAdmin, "the default administrator cannot be deleted")
+		}
+		return m.deleteIdentityTx(tx, id)
+	})
+}
+
+func (m *Model) deleteIdentityTx(tx *store.Tx, id string) error {
+	for _, del := range []func(*store.Tx, string) error{
+		m.deleteAll(m.c.authenticators.IDsWith, "identityId", m.c.authenticators.Delete),
+		m.deleteAll(m.c.enrollments.IDsWith, "identityId", m.c.enrollments.Delete),
+	} {
+		if err := del(tx, id); err != nil {
+			return err
+		}
+	}
+	sessions, err := m.c.apiSessions.IDsWith(tx, "identityId", id)
+	if err != nil {
+		return err
+	}
+	for _, sid := range sessions {
+		if err := m.deleteAPISessionTx(tx, sid); err != nil {
+			return err
+		}
+	}
+	return m.c.identities.Delete(tx, id)
+}
+
+// deleteAll returns a function that deletes every record whose index holds a value.
+func (m *Model) deleteAll(ids func(*store.Tx, string, string) ([]string, error), index string,
+	del func(*store.Tx, string) error) func(*store.Tx, string) error {
+	return func(tx *store.Tx, value string) error {
+		list, err := ids(tx, index, value)
+		if err != nil {
+			return err
+		}
+		for _, id := range list {
+			if err := del(tx, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// EnsureDefaultAdmin creates the default administrator with a username and password
+// authenticator on the controller's first start. Later starts find it and change nothing.
+func (m *Model) EnsureDefaultAdmin(username, password string) (created bool, err error) {
+	if err := checkLength("admin.username", username, MinUsernameLen, MaxUsernameLen); err != nil {
+		return false, err
+	}
+	if err := checkLength("admin.password", password, MinPasswordLen, MaxPasswordLen); err != nil {
+		return false, err
+	}
+	hash, err := hashPassword(password)
+	if err != nil {
+		return false, err
+	}
+	err = m.st.Update(func(tx *store.Tx) error {
+		created = false
+		exists := false
+		if err := m.c.identities.Each(tx, func(i *Identity) error {
+			if i.IsDefaultAdmin {
+				exists = true
+			}
+			return nil
+		}); err != nil || exists {
+			return err
+		}
+		id := &Identity{Base: m.newBase(nil), Name: "Default Admin", Type: IdentityTypeDefault,
+			IsAdmin: true, IsDefaultAdmin: true, AuthPolicyID: DefaultAuthPolicyID}
+		if err := m.c.identities.Create(tx, id); err != nil {
+			return conflict(err)
+		}
+		a := &Authenticator{Base: m.newBase(nil), IdentityID: id.ID, Method: MethodUpdb, Username: username, PasswordHash: hash}
+		if err := m.c.authenticators.Create(tx, a); err != nil {
+			return conflict(err)
+		}
+		created = true
+		return nil
+	})
+	return created, err
+}

@@ -1,0 +1,162 @@
+// Package store keeps the controller's entities in Badger: typed collections of JSON records,
+// unique and non-unique secondary indexes maintained in the same transaction as the records,
+// and a schema version key. Every change that touches several records is one transaction.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// SchemaVersion is the layout of keys and records this code reads and writes.
+const SchemaVersion = 1
+
+var schemaKey = []byte("meta/schema-version")
+
+// Errors callers tell apart.
+var (
+	ErrNotFound = errors.New("not found")
+	// ErrSchema means the store was written by a version of zmesh with another layout.
+	ErrSchema = errors.New("unsupported store schema")
+)
+
+// ConflictError reports a unique index that already holds the value for another record.
+type ConflictError struct {
+	Collection, Index, Value, ExistingID string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%s %s %q is already used by %s", e.Collection, e.Index, e.Value, e.ExistingID)
+}
+
+// Store is an open Badger database.
+type Store struct {
+	db  *badger.DB
+	log *slog.Logger
+}
+
+// Options tune the store.
+type Options struct {
+	// InMemory keeps everything in memory (tests and benchmarks only).
+	InMemory bool
+}
+
+// Open opens or creates the store in dir and checks its schema version.
+func Open(dir string, log *slog.Logger, o Options) (*Store, error) {
+	opts := badger.DefaultOptions(dir).
+		WithLogger(badgerLogger{log}).
+		WithSyncWrites(true).
+		WithMemTableSize(16 << 20).
+		WithNumMemtables(2).
+		WithBlockCacheSize(32 << 20).
+		WithIndexCacheSize(16 << 20).
+		WithValueLogFileSize(64 << 20).
+		WithNumCompactors(2)
+	if o.InMemory {
+		opts = opts.WithDir("").WithValueDir("").WithInMemory(true)
+	}
+	db, err := badger.Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("open store in %s: %w", dir, err)
+	}
+	s := &Store{db: db, log: log}
+	if err := s.checkSchema(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) checkSchema() error {
+	return s.db.Update(func(txn *badger.Txn) error {
+		item, err := txn.Get(schemaKey)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return txn.Set(schemaKey, fmt.Appendf(nil, "%d", SchemaVersion))
+		}
+		if err != nil {
+			return fmt.Errorf("read schema version: %w", err)
+		}
+		var v int
+		if err := item.Value(func(b []byte) error { return json.Unmarshal(b, &v) }); err != nil {
+			return fmt.Errorf("read schema version: %w", err)
+		}
+		if v != SchemaVersion {
+			return fmt.Errorf("%w: the store has schema %d, this zmesh reads schema %d", ErrSchema, v, SchemaVersion)
+		}
+		return nil
+	})
+}
+
+// Close flushes and closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// RunGC reclaims value-log space every interval until ctx ends.
+func (s *Store) RunGC(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for s.db.RunValueLogGC(0.5) == nil {
+			}
+		}
+	}
+}
+
+// Tx is a transaction: reads see one snapshot, writes commit together or not at all.
+type Tx struct {
+	txn *badger.Txn
+	// after runs once the transaction has committed.
+	after []func()
+}
+
+// OnCommit registers f to run after the transaction commits (never if it fails).
+func (tx *Tx) OnCommit(f func()) { tx.after = append(tx.after, f) }
+
+// maxAttempts bounds the retries of a transaction that lost a conflict with a concurrent one.
+const maxAttempts = 8
+
+// Update runs f in a read-write transaction and commits it. A transaction that conflicts with
+// a concurrent one is run again from the start; f must therefore have no effects outside tx
+// (use OnCommit for those).
+func (s *Store) Update(f func(tx *Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		tx := &Tx{txn: s.db.NewTransaction(true)}
+		err := f(tx)
+		if err == nil {
+			err = tx.txn.Commit()
+		}
+		tx.txn.Discard()
+		if errors.Is(err, badger.ErrConflict) && attempt < maxAttempts {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, g := range tx.after {
+			g()
+		}
+		return nil
+	}
+}
+
+// View runs f in a read-only transaction.
+func (s *Store) View(f func(tx *Tx) error) error {
+	return s.db.View(func(txn *badger.Txn) error { return f(&Tx{txn: txn}) })
+}
+
+// badgerLogger sends Badger's messages to slog; its chatty info level becomes debug.
+type badgerLogger struct{ log *slog.Logger }
+
+func (l badgerLogger) Errorf(f string, a ...any)   { l.log.Error(fmt.Sprintf(f, a...), "component", "badger") }
+func (l badgerLogger) Warningf(f string, a ...any) { l.log.Warn(fmt.Sprintf(f, a...), "component", "badger") }
+func (l badgerLogger) Infof(f string, a ...any)    { l.log.Debug(fmt.Sprintf(f, a...), "component", "badger") }
+func (l badgerLogger) Debugf(f string, a ...any)   { l.log.Debug(fmt.Sprintf(f, a...), "component", "badger") }
