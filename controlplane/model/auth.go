@@ -160,7 +160,9 @@ func (m *Model) openSession(auth *Authenticator, method, fingerprint string, log
 }
 
 // ExpiresAt returns when an API session ends if it stays idle.
-func (m *Model) ExpiresAt(s *APISession) time.Time { return s.LastActivityAt.Add(m.opts.SessionTimeout) }
+func (m *Model) ExpiresAt(s *APISession) time.Time {
+	return s.LastActivityAt.Add(m.opts.SessionTimeout)
+}
 
 // touchEvery is how stale a session's recorded activity may get before a request records it
 // again: a tenth of the timeout, at most 30 s. A session may thus end up to that much early.

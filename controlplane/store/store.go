@@ -156,7 +156,15 @@ func (s *Store) View(f func(tx *Tx) error) error {
 // badgerLogger sends Badger's messages to slog; its chatty info level becomes debug.
 type badgerLogger struct{ log *slog.Logger }
 
-func (l badgerLogger) Errorf(f string, a ...any)   { l.log.Error(fmt.Sprintf(f, a...), "component", "badger") }
-func (l badgerLogger) Warningf(f string, a ...any) { l.log.Warn(fmt.Sprintf(f, a...), "component", "badger") }
-func (l badgerLogger) Infof(f string, a ...any)    { l.log.Debug(fmt.Sprintf(f, a...), "component", "badger") }
-func (l badgerLogger) Debugf(f string, a ...any)   { l.log.Debug(fmt.Sprintf(f, a...), "component", "badger") }
+func (l badgerLogger) Errorf(f string, a ...any) {
+	l.log.Error(fmt.Sprintf(f, a...), "component", "badger")
+}
+func (l badgerLogger) Warningf(f string, a ...any) {
+	l.log.Warn(fmt.Sprintf(f, a...), "component", "badger")
+}
+func (l badgerLogger) Infof(f string, a ...any) {
+	l.log.Debug(fmt.Sprintf(f, a...), "component", "badger")
+}
+func (l badgerLogger) Debugf(f string, a ...any) {
+	l.log.Debug(fmt.Sprintf(f, a...), "component", "badger")
+}
