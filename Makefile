@@ -15,15 +15,21 @@ help:
 	@echo "make test    unit and integration tests with the race detector"
 	@echo "make bench   benchmarks"
 	@echo "make lint    gofmt, go vet, staticcheck"
-	@echo "make fuzz    fuzz the configuration loaders ($(FUZZTIME) each)"
+	@echo "make fuzz    fuzz the parsers: configuration, list filters, API bodies ($(FUZZTIME) each)"
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/zmesh
 
-# At this stage zmesh checks configuration: run validates the complete example router
-# configuration and prints its effective form.
+# The quickstart: a standalone controller in ./zmesh-quickstart on https://127.0.0.1:1280, with
+# a generated admin password kept in zmesh-quickstart/admin-password (mode 0600). Running it
+# again reuses the directory. Ctrl-C stops it.
+QS := zmesh-quickstart
 run: build
-	ZITI_DATA=/var/lib/zmesh ./$(BIN) router validate config/testdata/router-complete.yml
+	@mkdir -p $(QS) && chmod 700 $(QS)
+	@test -s $(QS)/admin-password || (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' > $(QS)/admin-password)
+	@test -f $(QS)/controller.yml || printf 'v: 1\ndataDir: data\napi:\n  listen: 127.0.0.1:1280\nadmin:\n  username: admin\n  password: $${ZMESH_ADMIN_PASSWORD}\n' > $(QS)/controller.yml
+	@echo "log in with: ./$(BIN) edge login https://127.0.0.1:1280 -u admin -p \$$(cat $(QS)/admin-password)"
+	ZMESH_ADMIN_PASSWORD=$$(cat $(QS)/admin-password) ./$(BIN) controller run --config $(QS)/controller.yml
 
 test:
 	$(GO) test -race -timeout 14m ./...
@@ -39,6 +45,8 @@ lint:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRouter$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./config
 	$(GO) test -run '^$$' -fuzz '^FuzzParseController$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./config
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./controlplane/query
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBodies$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./controlplane/api
 
 clean:
 	rm -rf bin

@@ -24,6 +24,8 @@ func newRootCommand(stdout, stderr io.Writer, lookupEnv env) *cobra.Command {
 		newRouterCommand(lookupEnv),
 		newControllerCommand(lookupEnv),
 		newVersionCommand(),
+		newEnrollCommand(),
+		newEdgeCommand(),
 	)
 	return root
 }
@@ -36,7 +38,7 @@ func newRouterCommand(lookupEnv env) *cobra.Command {
 
 func newControllerCommand(lookupEnv env) *cobra.Command {
 	cmd := &cobra.Command{Use: "controller", Short: "Run and check controllers"}
-	cmd.AddCommand(newValidateCommand("controller", lookupEnv, loadController))
+	cmd.AddCommand(newValidateCommand("controller", lookupEnv, loadController), newControllerRunCommand(lookupEnv))
 	return cmd
 }
 

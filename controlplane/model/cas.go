@@ -53,7 +53,7 @@ func (m *Model) CreateCA(in CACreate) (*CA, error) {
 		Name:                      in.Name,
 		CertPEM:                   certPEM(cert),
 		Fingerprint:               pki.Fingerprint(cert),
-		VerificationToken:         newID(),
+		VerificationToken:         newToken(),
 		IsAutoCaEnrollmentEnabled: in.IsAutoCaEnrollmentEnabled,
 		IsOttCaEnrollmentEnabled:  in.IsOttCaEnrollmentEnabled,
 		IsAuthEnabled:             in.IsAuthEnabled,

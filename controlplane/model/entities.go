@@ -24,8 +24,45 @@ type Base struct {
 // Identity types.
 const (
 	IdentityTypeDefault = "Default"
+	IdentityTypeUser    = "User"
+	IdentityTypeDevice  = "Device"
+	IdentityTypeService = "Service"
 	IdentityTypeRouter  = "Router"
 )
+
+// IdentityTypes are the allowed identity types, in the order the API lists them.
+func IdentityTypes() []string {
+	return []string{IdentityTypeUser, IdentityTypeDevice, IdentityTypeService, IdentityTypeRouter, IdentityTypeDefault}
+}
+
+// Hosting holds how an identity's terminators rank against others': cost 0-65535 and
+// precedence default, required or failed, per identity and per service.
+type Hosting struct {
+	DefaultHostingCost        int               `json:"defaultHostingCost"`
+	DefaultHostingPrecedence  string            `json:"defaultHostingPrecedence,omitempty"`
+	ServiceHostingCosts       map[string]int    `json:"serviceHostingCosts,omitempty"`
+	ServiceHostingPrecedences map[string]string `json:"serviceHostingPrecedences,omitempty"`
+}
+
+// EnvInfo and SDKInfo describe a client's platform and SDK as it reported them when it last
+// authenticated.
+type EnvInfo struct {
+	Arch      string `json:"arch,omitempty"`
+	Domain    string `json:"domain,omitempty"`
+	Hostname  string `json:"hostname,omitempty"`
+	OS        string `json:"os,omitempty"`
+	OSRelease string `json:"osRelease,omitempty"`
+	OSVersion string `json:"osVersion,omitempty"`
+}
+
+type SDKInfo struct {
+	AppID      string `json:"appId,omitempty"`
+	AppVersion string `json:"appVersion,omitempty"`
+	Branch     string `json:"branch,omitempty"`
+	Revision   string `json:"revision,omitempty"`
+	Type       string `json:"type,omitempty"`
+	Version    string `json:"version,omitempty"`
+}
 
 // Identity is a security principal: a person, a device, an application or a router.
 type Identity struct {
@@ -37,8 +74,11 @@ type Identity struct {
 	ExternalID     string   `json:"externalId,omitempty"`
 	RoleAttributes []string `json:"roleAttributes,omitempty"`
 	AuthPolicyID   string   `json:"authPolicyId"`
-	// Attributes are set when the identity was created by CA auto-enrollment.
-	Attributes []string `json:"attributes,omitempty"`
+	Hosting
+	AppData     map[string]any `json:"appData,omitempty"`
+	Permissions []string       `json:"permissions,omitempty"`
+	EnvInfo     EnvInfo        `json:"envInfo"`
+	SDKInfo     SDKInfo        `json:"sdkInfo"`
 }
 
 // Authentication methods of authenticators.

@@ -41,6 +41,9 @@ type IdentityCreate struct {
 	AuthPolicyID   string
 	Tags           Tags
 	Enrollment     *EnrollmentRequest
+	Hosting        Hosting
+	AppData        map[string]any
+	Permissions    []string
 }
 
 func checkName(field, name string) error {
@@ -63,11 +66,38 @@ func checkLength(field, value string, min, max int) error {
 }
 
 func checkIdentityType(t string) error {
-	switch t {
-	case IdentityTypeDefault, IdentityTypeRouter:
+	if slices.Contains(IdentityTypes(), t) {
 		return nil
 	}
-	return invalid("type", t, "is not an identity type; allowed: %s, %s", IdentityTypeDefault, IdentityTypeRouter)
+	return invalid("type", t, "is not an identity type; allowed: %s", strings.Join(IdentityTypes(), ", "))
+}
+
+// checkHosting checks hosting costs (0-65535) and precedences.
+func checkHosting(h Hosting) error {
+	precedence := func(field, p string) error {
+		switch p {
+		case "", "default", "required", "failed":
+			return nil
+		}
+		return invalid(field, p, "is not a precedence; allowed: default, required, failed")
+	}
+	if h.DefaultHostingCost < 0 || h.DefaultHostingCost > 65535 {
+		return invalid("defaultHostingCost", h.DefaultHostingCost, "must be 0 to 65535")
+	}
+	if err := precedence("defaultHostingPrecedence", h.DefaultHostingPrecedence); err != nil {
+		return err
+	}
+	for svc, c := range h.ServiceHostingCosts {
+		if c < 0 || c > 65535 {
+			return invalid("serviceHostingCosts."+svc, c, "must be 0 to 65535")
+		}
+	}
+	for svc, p := range h.ServiceHostingPrecedences {
+		if err := precedence("serviceHostingPrecedences."+svc, p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CreateIdentity creates an identity and, when asked, its enrollment, in one transaction.
@@ -79,6 +109,9 @@ func (m *Model) CreateIdentity(in IdentityCreate) (*Identity, error) {
 		in.Type = IdentityTypeDefault
 	}
 	if err := checkIdentityType(in.Type); err != nil {
+		return nil, err
+	}
+	if err := checkHosting(in.Hosting); err != nil {
 		return nil, err
 	}
 	if in.AuthPolicyID == "" {
@@ -111,6 +144,9 @@ func (m *Model) CreateIdentity(in IdentityCreate) (*Identity, error) {
 		ExternalID:     in.ExternalID,
 		RoleAttributes: in.RoleAttributes,
 		AuthPolicyID:   in.AuthPolicyID,
+		Hosting:        in.Hosting,
+		AppData:        in.AppData,
+		Permissions:    in.Permissions,
 	}
 	err := m.st.Update(func(tx *store.Tx) error {
 		if err := m.c.identities.Create(tx, id); err != nil {
@@ -258,6 +294,9 @@ func (m *Model) UpdateIdentity(id string, change func(*Identity) error) (*Identi
 		if err := checkIdentityType(next.Type); err != nil {
 			return err
 		}
+		if err := checkHosting(next.Hosting); err != nil {
+			return err
+		}
 		if next.AuthPolicyID != DefaultAuthPolicyID {
 			return invalid("authPolicyId", next.AuthPolicyID, "no authentication policy with this id; allowed: %s", DefaultAuthPolicyID)
 		}
@@ -366,4 +405,77 @@ func (m *Model) EnsureDefaultAdmin(username, password string) (created bool, err
 		return nil
 	})
 	return created, err
+}
+
+// IdentityView is an identity with what the API shows alongside it.
+type IdentityView struct {
+	*Identity
+	Authenticators []*Authenticator
+	Enrollments    []*Enrollment
+	CAs            map[string]*CA // the CAs of ottca enrollments, by id
+	HasAPISession  bool
+}
+
+func (m *Model) identityView(tx *store.Tx, id *Identity) (*IdentityView, error) {
+	v := &IdentityView{Identity: id, CAs: map[string]*CA{}}
+	var err error
+	if v.Authenticators, err = m.c.authenticators.With(tx, "identityId", id.ID); err != nil {
+		return nil, err
+	}
+	if v.Enrollments, err = m.c.enrollments.With(tx, "identityId", id.ID); err != nil {
+		return nil, err
+	}
+	for _, e := range v.Enrollments {
+		if e.CAID != "" {
+			if ca, err := m.c.cas.Get(tx, e.CAID); err == nil {
+				v.CAs[ca.ID] = ca
+			}
+		}
+	}
+	sessions, err := m.c.apiSessions.IDsWith(tx, "identityId", id.ID)
+	v.HasAPISession = len(sessions) > 0
+	return v, err
+}
+
+// IdentityView returns the identity with id and what is shown with it.
+func (m *Model) IdentityView(id string) (*IdentityView, error) {
+	var out *IdentityView
+	err := m.st.View(func(tx *store.Tx) error {
+		ident, err := m.c.identities.Get(tx, id)
+		if err != nil {
+			return missing(err, "identity", id)
+		}
+		out, err = m.identityView(tx, ident)
+		return err
+	})
+	return out, err
+}
+
+// IdentityViews returns every identity with what is shown with it, in id order, from one
+// snapshot.
+func (m *Model) IdentityViews() ([]*IdentityView, error) {
+	var out []*IdentityView
+	err := m.st.View(func(tx *store.Tx) error {
+		return m.c.identities.Each(tx, func(i *Identity) error {
+			v, err := m.identityView(tx, i)
+			out = append(out, v)
+			return err
+		})
+	})
+	return out, err
+}
+
+// RecordClientInfo stores the platform and SDK a client reported when it authenticated.
+func (m *Model) RecordClientInfo(identityID string, env EnvInfo, sdk SDKInfo) error {
+	return m.st.Update(func(tx *store.Tx) error {
+		id, err := m.c.identities.Get(tx, identityID)
+		if err != nil {
+			return missing(err, "identity", identityID)
+		}
+		if id.EnvInfo == env && id.SDKInfo == sdk {
+			return nil
+		}
+		id.EnvInfo, id.SDKInfo = env, sdk
+		return m.c.identities.Put(tx, id)
+	})
 }

@@ -105,3 +105,6 @@ func missing(err error, kind, id string) error {
 	}
 	return err
 }
+
+// Now returns the model's current time.
+func (m *Model) Now() time.Time { return m.now() }

@@ -1,0 +1,240 @@
+package api
+
+import (
+	"crypto/x509"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/zmesh/zmesh/controlplane/model"
+)
+
+// Base paths of the two APIs.
+const (
+	ClientBase     = "/edge/client/v1"
+	ManagementBase = "/edge/management/v1"
+)
+
+// SessionHeader carries the API session token.
+const SessionHeader = "zt-session"
+
+// Info describes the controller for the informational endpoints.
+type Info struct {
+	Version   string
+	Revision  string
+	BuildDate string
+	// Advertise is the host:port clients use to reach the API.
+	Advertise string
+	// CtrlAddress is where routers connect their control channel.
+	CtrlAddress string
+	// ServerCert is the API's server certificate.
+	ServerCert *x509.Certificate
+	// Started is when the controller started.
+	Started time.Time
+}
+
+// Server is the HTTP handler of both APIs.
+type Server struct {
+	m      *model.Model
+	log    *slog.Logger
+	info   Info
+	mux    *http.ServeMux
+	routes []route
+}
+
+// New builds the API server over the model.
+func New(m *model.Model, log *slog.Logger, info Info) *Server {
+	s := &Server{m: m, log: log, info: info, mux: http.NewServeMux()}
+	s.register()
+	return s
+}
+
+// access says who may call an operation.
+type access int
+
+const (
+	public    access = iota // no session needed
+	session                 // a valid API session
+	adminOnly               // a valid API session of an administrator
+)
+
+// which APIs serve a route.
+type apiSet int
+
+const (
+	client apiSet = 1 << iota
+	management
+	both = client | management
+)
+
+type route struct {
+	apis    apiSet
+	method  string
+	path    string // below the API's base path, with {name} wildcards
+	access  access
+	summary string
+	creates bool // answers 201 with the new entity's id
+	handler func(*call) error
+}
+
+// call is one request being served.
+type call struct {
+	s         *Server
+	w         http.ResponseWriter
+	r         *http.Request
+	requestID string
+	base      string // the API's base path
+	session   *model.APISession
+	identity  *model.Identity
+}
+
+func (c *call) path(name string) string { return c.r.PathValue(name) }
+
+// source is the client's IP address.
+func (c *call) source() string {
+	host, _, err := net.SplitHostPort(c.r.RemoteAddr)
+	if err != nil {
+		return c.r.RemoteAddr
+	}
+	return host
+}
+
+// peerChain is the client certificate chain the TLS handshake received, leaf first.
+func (c *call) peerChain() []*x509.Certificate {
+	if c.r.TLS == nil {
+		return nil
+	}
+	return c.r.TLS.PeerCertificates
+}
+
+func (c *call) data(status int, v any) error {
+	writeData(c.w, status, v)
+	return nil
+}
+
+func (c *call) empty() error { return c.data(http.StatusOK, struct{}{}) }
+
+func (c *call) created(entity, id string) error {
+	return c.data(http.StatusCreated, map[string]any{"id": id, "_links": links(entity, id)})
+}
+
+// handle adds a route.
+func (s *Server) handle(apis apiSet, method, path string, acc access, summary string, h func(*call) error) {
+	s.routes = append(s.routes, route{apis: apis, method: method, path: path, access: acc, summary: summary, handler: h})
+}
+
+// handleCreate adds a route that creates an entity and answers 201.
+func (s *Server) handleCreate(apis apiSet, path string, acc access, summary string, h func(*call) error) {
+	s.routes = append(s.routes, route{apis: apis, method: "POST", path: path, access: acc, summary: summary, creates: true, handler: h})
+}
+
+// mount registers every route on the mux, plus JSON answers for unknown paths and methods.
+func (s *Server) mount() {
+	methods := map[string][]string{} // full path -> allowed methods
+	for _, rt := range s.routes {
+		for _, base := range bases(rt.apis) {
+			full := base + rt.path
+			if rt.path == "/" {
+				full = base + "/{$}"
+			}
+			s.mux.Handle(rt.method+" "+full, s.serve(rt, base))
+			methods[full] = append(methods[full], rt.method)
+		}
+	}
+	for full, allowed := range methods {
+		allowed := allowed
+		s.mux.HandleFunc(full, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			writeError(w, s.log, newRequestID(), newErr(codeMethodNotAllowed, "%s is not allowed here; allowed: %s", r.Method, strings.Join(allowed, ", ")))
+		})
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, s.log, newRequestID(), newErr(codeNotFound, "no API operation at %s", r.URL.Path))
+	})
+}
+
+func bases(a apiSet) []string {
+	var out []string
+	if a&client != 0 {
+		out = append(out, ClientBase)
+	}
+	if a&management != 0 {
+		out = append(out, ManagementBase)
+	}
+	return out
+}
+
+// serve wraps a route's handler: request id, session and access checks, errors, panics.
+func (s *Server) serve(rt route, base string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := &call{s: s, w: w, r: r, requestID: newRequestID(), base: base}
+		defer func() {
+			if p := recover(); p != nil {
+				s.log.Error("handler panic", "requestId", c.requestID, "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
+				writeError(w, s.log, c.requestID, newErr(codeUnhandled, "internal error; see the controller log for request %s", c.requestID))
+			}
+		}()
+		if err := s.authorize(c, rt.access); err != nil {
+			writeError(w, s.log, c.requestID, err)
+			return
+		}
+		if err := rt.handler(c); err != nil {
+			writeError(w, s.log, c.requestID, err)
+		}
+	})
+}
+
+// authorize resolves the API session of the request when the route needs one.
+func (s *Server) authorize(c *call, acc access) error {
+	if acc == public {
+		return nil
+	}
+	sess, ident, err := s.m.SessionByToken(c.r.Header.Get(SessionHeader))
+	if err != nil {
+		return err
+	}
+	c.session, c.identity = sess, ident
+	if acc == adminOnly && !ident.IsAdmin {
+		return errForbidden
+	}
+	return nil
+}
+
+// ServeHTTP serves both APIs.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Routes lists the operations of the API set (for the OpenAPI document).
+func (s *Server) routesOf(a apiSet) []route {
+	var out []route
+	for _, rt := range s.routes {
+		if rt.apis&a != 0 {
+			out = append(out, rt)
+		}
+	}
+	slices.SortFunc(out, func(x, y route) int { return strings.Compare(x.path+" "+x.method, y.path+" "+y.method) })
+	return out
+}
+
+// register declares every operation; see the handler files for each group.
+func (s *Server) register() {
+	s.registerInfo()
+	s.registerAuth()
+	s.registerEnroll()
+	s.registerIdentities()
+	s.registerCAs()
+	s.mount()
+}
+
+// links is the _links object of an entity.
+func links(entity, id string) map[string]any {
+	return map[string]any{"self": map[string]string{"href": "./" + entity + "/" + id}}
+}
+
+// ref is a reference to another entity.
+func ref(entity, id, name string) map[string]any {
+	return map[string]any{"_links": links(entity, id), "entity": entity, "id": id, "name": name}
+}

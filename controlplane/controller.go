@@ -1,0 +1,235 @@
+// Package controlplane is the zmesh controller: it opens the data directory (store, PKI),
+// builds the model, and serves the client and management APIs over HTTPS until its context
+// ends. It runs standalone (zmesh controller run) or inside a router process.
+package controlplane
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/controlplane/api"
+	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/controlplane/store"
+)
+
+// Build describes the binary, for the version endpoint.
+type Build struct {
+	Version, Revision, BuildDate string
+}
+
+// Controller is an open controller: its data directory is locked and loaded.
+type Controller struct {
+	cfg    *config.Controller
+	log    *slog.Logger
+	lock   *os.File
+	store  *store.Store
+	ca     *pki.CA
+	model  *model.Model
+	api    *api.Server
+	cert   tls.Certificate
+	closed bool
+}
+
+// Open locks and loads the data directory, creating the store, the CA, the API's server
+// certificate and the default administrator on the first start.
+func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller, err error) {
+	c := &Controller{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	if c.lock, err = lockDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	if c.ca, err = pki.Open(filepath.Join(cfg.DataDir, "pki"), nil); err != nil {
+		return nil, err
+	}
+	if c.cert, err = c.ca.ServerCert(filepath.Join(cfg.DataDir, "pki"), apiHosts(cfg)); err != nil {
+		return nil, err
+	}
+	key, ok := c.cert.PrivateKey.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("the API server key in %s is %T; enrollment tokens need an ECDSA key", filepath.Join(cfg.DataDir, "pki"), c.cert.PrivateKey)
+	}
+	if c.store, err = store.Open(filepath.Join(cfg.DataDir, "db"), log, store.Options{}); err != nil {
+		return nil, err
+	}
+	c.model = model.New(c.store, c.ca, log, model.Options{
+		SessionTimeout: cfg.SessionTimeout.Std(),
+		Issuer:         "https://" + cfg.API.Advertise,
+		SigningKey:     key,
+		SigningKID:     pki.Fingerprint(c.cert.Leaf),
+	})
+	created, err := c.model.EnsureDefaultAdmin(cfg.Admin.Username, string(cfg.Admin.Password))
+	if err != nil {
+		return nil, fmt.Errorf("default administrator: %w", err)
+	}
+	if created {
+		log.Info("created the default administrator", "username", cfg.Admin.Username)
+	}
+	c.api = api.New(c.model, log, api.Info{
+		Version: build.Version, Revision: build.Revision, BuildDate: build.BuildDate,
+		Advertise: cfg.API.Advertise, CtrlAddress: cfg.Ctrl.Listen.String(),
+		ServerCert: c.cert.Leaf, Started: time.Now(),
+	})
+	return c, nil
+}
+
+// apiHosts are the names the API's server certificate covers: the advertised host and the
+// listen host when it is a specific address.
+func apiHosts(cfg *config.Controller) []string {
+	var hosts []string
+	for _, hp := range []string{cfg.API.Advertise, cfg.API.Listen} {
+		host, _, err := net.SplitHostPort(hp)
+		if err != nil || host == "" {
+			continue
+		}
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			continue
+		}
+		hosts = append(hosts, host)
+	}
+	return hosts
+}
+
+// lockDir takes an exclusive lock on the data directory, so that two controllers never
+// share one store.
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, "controller.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock file: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("data directory %s is in use by another zmesh controller (pid %s); stop it or choose another dataDir",
+				dir, strings.TrimSpace(string(holder)))
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	f.Truncate(0)
+	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return f, nil
+}
+
+// Model returns the controller's model.
+func (c *Controller) Model() *model.Model { return c.model }
+
+// CA returns the controller's certificate authority.
+func (c *Controller) CA() *pki.CA { return c.ca }
+
+// Handler returns the HTTP handler of both APIs.
+func (c *Controller) Handler() http.Handler { return c.api }
+
+// TLSConfig is the API listener's TLS configuration: the server certificate, and client
+// certificates requested (not required) for certificate authentication and enrollment.
+func (c *Controller) TLSConfig() *tls.Config {
+	return &tls.Config{
+		Certificates: []tls.Certificate{c.cert},
+		ClientAuth:   tls.RequestClientCert,
+		MinVersion:   tls.VersionTLS12,
+	}
+}
+
+// Run serves the API on api.listen until ctx ends, then shuts down and closes the store.
+// ready, when not nil, receives the listener's address once it accepts connections.
+func (c *Controller) Run(ctx context.Context, ready func(net.Addr)) error {
+	ln, err := net.Listen("tcp", c.cfg.API.Listen)
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("listen on api.listen %s: %w", c.cfg.API.Listen, err)
+	}
+	return c.Serve(ctx, ln, ready)
+}
+
+// Serve is Run on a listener the caller opened.
+func (c *Controller) Serve(ctx context.Context, ln net.Listener, ready func(net.Addr)) error {
+	defer c.Close()
+	srv := &http.Server{
+		Handler:           c.api,
+		TLSConfig:         c.TLSConfig(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelDebug),
+	}
+	bg, stop := context.WithCancel(ctx)
+	defer stop()
+	go c.store.RunGC(bg, 10*time.Minute)
+	go c.expireSessions(bg)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(tls.NewListener(ln, srv.TLSConfig)) }()
+	c.log.Info("controller API listening", "listen", ln.Addr().String(), "advertise", c.cfg.API.Advertise)
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("API server: %w", err)
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		srv.Close()
+	}
+	c.log.Info("controller stopped")
+	return nil
+}
+
+// expireSessions deletes idle API sessions every minute.
+func (c *Controller) expireSessions(ctx context.Context) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n, err := c.model.ExpireSessions(); err != nil {
+				c.log.Error("expire API sessions", "err", err)
+			} else if n > 0 {
+				c.log.Debug("expired API sessions", "count", n)
+			}
+		}
+	}
+}
+
+// Close closes the store and releases the data directory. It is safe to call twice.
+func (c *Controller) Close() error {
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	var err error
+	if c.store != nil {
+		err = c.store.Close()
+	}
+	if c.lock != nil {
+		c.lock.Close()
+	}
+	return err
+}

@@ -1,0 +1,221 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/controlplane/edgeclient"
+)
+
+// running is a controller serving on loopback for a test.
+type running struct {
+	cfg   *config.Controller
+	url   string
+	stop  context.CancelFunc
+	done  chan error
+	roots *x509.CertPool
+	admin *edgeclient.Client
+}
+
+func testConfig(dir, addr string) *config.Controller {
+	return &config.Controller{
+		V: 1, DataDir: dir,
+		API:            config.ControllerAPI{Listen: addr, Advertise: addr},
+		Ctrl:           config.ControllerCtrl{Listen: config.Address{Transport: "tls", Host: "127.0.0.1", Port: 6262}},
+		Admin:          config.Admin{Username: "admin", Password: "admin-pass"},
+		SessionTimeout: config.Duration(30 * time.Minute),
+	}
+}
+
+// start runs a controller on dir; addr "" picks a free loopback port.
+func start(t *testing.T, dir, addr string) *running {
+	t.Helper()
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(dir, ln.Addr().String())
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctrl, err := Open(cfg, log, Build{Version: "test"})
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cfg: cfg, url: "https://" + cfg.API.Advertise, stop: cancel, done: make(chan error, 1), roots: ctrl.CA().Pool()}
+	ready := make(chan struct{})
+	go func() { r.done <- ctrl.Serve(ctx, ln, func(net.Addr) { close(ready) }) }()
+	<-ready
+	r.admin = edgeclient.New(r.url, r.roots, nil)
+	if _, err := r.admin.AuthenticatePassword(ctx, "admin", "admin-pass"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.shutdown(t) })
+	return r
+}
+
+func (r *running) shutdown(t *testing.T) {
+	if r.stop == nil {
+		return
+	}
+	r.stop()
+	r.stop = nil
+	if err := <-r.done; err != nil {
+		t.Errorf("controller stopped with: %v", err)
+	}
+}
+
+type identityDetail struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	Enrollment struct {
+		OTT *struct {
+			JWT string `json:"jwt"`
+		} `json:"ott"`
+		Updb *struct {
+			JWT string `json:"jwt"`
+		} `json:"updb"`
+	} `json:"enrollment"`
+	Authenticators map[string]struct {
+		ID string `json:"id"`
+	} `json:"authenticators"`
+}
+
+func createIdentity(t *testing.T, c *edgeclient.Client, body map[string]any) identityDetail {
+	t.Helper()
+	ctx := context.Background()
+	var created struct {
+		ID string `json:"id"`
+	}
+	if _, err := c.Do(ctx, "POST", edgeclient.ManagementAPI+"/identities", body, &created); err != nil {
+		t.Fatal(err)
+	}
+	var d identityDetail
+	if _, err := c.Do(ctx, "GET", edgeclient.ManagementAPI+"/identities/"+created.ID, nil, &d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func wantCode(t *testing.T, err error, code string) {
+	t.Helper()
+	if got := edgeclient.CodeOf(err); got != code {
+		t.Fatalf("error %v: code %q, want %q", err, got, code)
+	}
+}
+
+// TestControllerWalk is the walk of the controller's first issue: enroll with a one-time
+// token and authenticate with the certificate; enroll with a password, change it; delete an
+// identity and see its session refused; restart and find everything persisted.
+func TestControllerWalk(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "ctrl")
+	r := start(t, dir, "")
+
+	// ott: create, enroll (as zmesh enroll does), authenticate with the certificate.
+	ott := createIdentity(t, r.admin, map[string]any{"name": "laptop", "type": "Device", "isAdmin": false, "enrollment": map[string]any{"ott": true}})
+	if ott.Enrollment.OTT == nil || ott.Enrollment.OTT.JWT == "" {
+		t.Fatalf("identity has no ott enrollment JWT: %+v", ott)
+	}
+	idFile, err := edgeclient.Enroll(ctx, ott.Enrollment.OTT.JWT, edgeclient.EnrollOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certClient, err := idFile.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := certClient.AuthenticateCert(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sess.IdentityID != ott.ID {
+		t.Fatalf("cert session is for %s, want %s", sess.IdentityID, ott.ID)
+	}
+	_, err = edgeclient.Enroll(ctx, ott.Enrollment.OTT.JWT, edgeclient.EnrollOptions{})
+	wantCode(t, err, "INVALID_ENROLLMENT_TOKEN")
+
+	// updb: enroll with a password, authenticate, change the password.
+	updb := createIdentity(t, r.admin, map[string]any{"name": "bob", "type": "User", "isAdmin": false, "enrollment": map[string]any{"updb": "bob1"}})
+	if _, err := edgeclient.Enroll(ctx, updb.Enrollment.Updb.JWT, edgeclient.EnrollOptions{Password: "first-pass"}); err != nil {
+		t.Fatal(err)
+	}
+	bob := edgeclient.New(r.url, r.roots, nil)
+	if _, err := bob.AuthenticatePassword(ctx, "bob1", "first-pass"); err != nil {
+		t.Fatal(err)
+	}
+	var auths []struct {
+		ID     string `json:"id"`
+		Method string `json:"method"`
+	}
+	if _, err := bob.Do(ctx, "GET", edgeclient.ClientAPI+"/current-identity/authenticators", nil, &auths); err != nil || len(auths) != 1 {
+		t.Fatalf("own authenticators: %v %v", auths, err)
+	}
+	change := map[string]any{"password": "second-pass", "currentPassword": "first-pass"}
+	if _, err := bob.Do(ctx, "PATCH", edgeclient.ClientAPI+"/current-identity/authenticators/"+auths[0].ID, change, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = edgeclient.New(r.url, r.roots, nil).AuthenticatePassword(ctx, "bob1", "first-pass")
+	wantCode(t, err, "INVALID_AUTH")
+	if _, err := edgeclient.New(r.url, r.roots, nil).AuthenticatePassword(ctx, "bob1", "second-pass"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Delete bob: his session answers 401 on its next call.
+	if _, err := r.admin.Do(ctx, "DELETE", edgeclient.ManagementAPI+"/identities/"+updb.ID, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = bob.Do(ctx, "GET", edgeclient.ClientAPI+"/current-api-session", nil, nil)
+	var apiErr *edgeclient.Error
+	if !errors.As(err, &apiErr) || apiErr.Status != 401 || apiErr.Code != "UNAUTHORIZED" {
+		t.Fatalf("deleted identity's session: %v", err)
+	}
+
+	// Restart on the same directory and port: the CA, the admin and the laptop persist.
+	addr := r.cfg.API.Advertise
+	caBefore := r.roots
+	r.shutdown(t)
+	r2 := start(t, dir, addr)
+	if !r2.roots.Equal(caBefore) {
+		t.Error("the CA changed across a restart")
+	}
+	if _, err := certClient.AuthenticateCert(ctx); err != nil {
+		t.Fatalf("cert auth after restart: %v", err)
+	}
+	var list []struct {
+		Name string `json:"name"`
+	}
+	page, err := r2.admin.Do(ctx, "GET", edgeclient.ManagementAPI+"/identities?filter="+urlQuery(`name = "laptop"`), nil, &list)
+	if err != nil || len(list) != 1 || page.TotalCount != 1 {
+		t.Fatalf("identities after restart: %v %+v %v", list, page, err)
+	}
+}
+
+func urlQuery(s string) string {
+	return strings.NewReplacer(" ", "%20", `"`, "%22", "=", "%3D").Replace(s)
+}
+
+// TestSecondControllerOnSameDir checks that a data directory serves one controller only.
+func TestSecondControllerOnSameDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	start(t, dir, "")
+	cfg := testConfig(dir, "127.0.0.1:1")
+	_, err := Open(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), Build{})
+	if err == nil || !strings.Contains(err.Error(), "in use by another zmesh controller") {
+		t.Fatalf("second open: %v", err)
+	}
+}
