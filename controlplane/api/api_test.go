@@ -1,15 +1,18 @@
 package api
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -285,5 +288,44 @@ func TestListPaging(t *testing.T) {
 		if rec := f.do("GET", ManagementBase+"/identities?"+bad, f.admin, ""); rec.Code != 400 {
 			t.Errorf("%s: %d", bad, rec.Code)
 		}
+	}
+}
+
+func TestRateLimitedLogin(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var rec *httptest.ResponseRecorder
+	for range 6 {
+		rec = f.do("POST", ClientBase+"/authenticate?method=password", "", `{"username":"admin","password":"guess-guess"}`)
+	}
+	if rec.Code != http.StatusTooManyRequests || errorCode(t, rec) != "RATE_LIMITED" || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("sixth failed login: %d %v %s", rec.Code, rec.Header(), rec.Body)
+	}
+}
+
+// TestESTCACerts checks that the CA store is base64 PKCS#7 that openssl reads.
+func TestESTCACerts(t *testing.T) {
+	t.Parallel()
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Skip("openssl is not installed")
+	}
+	f := newFixture(t)
+	rec := f.do("GET", ClientBase+"/.well-known/est/cacerts", "", "")
+	if rec.Code != 200 || rec.Header().Get("Content-Type") != "application/pkcs7-mime" {
+		t.Fatalf("cacerts: %d %v", rec.Code, rec.Header())
+	}
+	der, err := base64.StdEncoding.DecodeString(strings.Join(strings.Fields(rec.Body.String()), ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(openssl, "pkcs7", "-inform", "DER", "-print_certs")
+	cmd.Stdin = bytes.NewReader(der)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("openssl: %v\n%s", err, out)
+	}
+	if want := f.m.CA().Certificate().Subject.CommonName; !strings.Contains(string(out), want) {
+		t.Errorf("openssl output lacks the CA %q:\n%s", want, out)
 	}
 }
