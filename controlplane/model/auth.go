@@ -233,6 +233,9 @@ func (m *Model) deleteAPISessionTx(tx *store.Tx, id string) error {
 			return err
 		}
 	}
+	if err := m.deleteSessionsWhere(tx, "apiSessionId", id); err != nil {
+		return err
+	}
 	return missing(m.c.apiSessions.Delete(tx, id), "API session", id)
 }
 

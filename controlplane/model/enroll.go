@@ -185,6 +185,7 @@ func (m *Model) EnrollCA(chain []*x509.Certificate) (*Identity, error) {
 		if err := m.c.identities.Create(tx, id); err != nil {
 			return conflict(err)
 		}
+		m.added(tx)
 		a := &Authenticator{Base: m.newBase(nil), IdentityID: id.ID, Method: MethodCert,
 			CertPEM: certPEM(chain[0]), Fingerprint: pki.Fingerprint(chain[0])}
 		if err := m.c.authenticators.Create(tx, a); err != nil {

@@ -189,6 +189,13 @@ type collections struct {
 	apiSessions     *store.Collection[APISession]
 	apiSessionCerts *store.Collection[APISessionCert]
 	cas             *store.Collection[CA]
+
+	services                  *store.Collection[Service]
+	servicePolicies           *store.Collection[ServicePolicy]
+	edgeRouters               *store.Collection[EdgeRouter]
+	edgeRouterPolicies        *store.Collection[EdgeRouterPolicy]
+	serviceEdgeRouterPolicies *store.Collection[ServiceEdgeRouterPolicy]
+	sessions                  *store.Collection[Session]
 }
 
 func one(s string) []string { return []string{s} }
@@ -222,6 +229,27 @@ func newCollections() collections {
 		cas: store.NewCollection("cas", func(c *CA) string { return c.ID },
 			store.Index[CA]{Name: "name", Unique: true, Keys: func(c *CA) []string { return one(c.Name) }},
 			store.Index[CA]{Name: "fingerprint", Unique: true, Keys: func(c *CA) []string { return one(c.Fingerprint) }},
+		),
+		services: store.NewCollection("services", func(s *Service) string { return s.ID },
+			store.Index[Service]{Name: "name", Unique: true, Keys: func(s *Service) []string { return one(s.Name) }},
+		),
+		servicePolicies: store.NewCollection("servicePolicies", func(p *ServicePolicy) string { return p.ID },
+			store.Index[ServicePolicy]{Name: "name", Unique: true, Keys: func(p *ServicePolicy) []string { return one(p.Name) }},
+		),
+		edgeRouters: store.NewCollection("edgeRouters", func(r *EdgeRouter) string { return r.ID },
+			store.Index[EdgeRouter]{Name: "name", Unique: true, Keys: func(r *EdgeRouter) []string { return one(r.Name) }},
+		),
+		edgeRouterPolicies: store.NewCollection("edgeRouterPolicies", func(p *EdgeRouterPolicy) string { return p.ID },
+			store.Index[EdgeRouterPolicy]{Name: "name", Unique: true, Keys: func(p *EdgeRouterPolicy) []string { return one(p.Name) }},
+		),
+		serviceEdgeRouterPolicies: store.NewCollection("serviceEdgeRouterPolicies", func(p *ServiceEdgeRouterPolicy) string { return p.ID },
+			store.Index[ServiceEdgeRouterPolicy]{Name: "name", Unique: true, Keys: func(p *ServiceEdgeRouterPolicy) []string { return one(p.Name) }},
+		),
+		sessions: store.NewCollection("sessions", func(s *Session) string { return s.ID },
+			store.Index[Session]{Name: "token", Unique: true, Keys: func(s *Session) []string { return one(s.Token) }},
+			store.Index[Session]{Name: "apiSessionId", Keys: func(s *Session) []string { return one(s.APISessionID) }},
+			store.Index[Session]{Name: "identityId", Keys: func(s *Session) []string { return one(s.IdentityID) }},
+			store.Index[Session]{Name: "serviceId", Keys: func(s *Session) []string { return one(s.ServiceID) }},
 		),
 	}
 }

@@ -152,6 +152,7 @@ func (m *Model) CreateIdentity(in IdentityCreate) (*Identity, error) {
 		if err := m.c.identities.Create(tx, id); err != nil {
 			return conflict(err)
 		}
+		m.added(tx)
 		if in.Enrollment != nil {
 			if _, err := m.createEnrollment(tx, id, *in.Enrollment); err != nil {
 				return err
@@ -308,6 +309,7 @@ func (m *Model) UpdateIdentity(id string, change func(*Identity) error) (*Identi
 		if err := m.c.identities.Put(tx, &next); err != nil {
 			return conflict(err)
 		}
+		m.changed(tx)
 		out = &next
 		return nil
 	})
@@ -348,6 +350,10 @@ func (m *Model) deleteIdentityTx(tx *store.Tx, id string) error {
 			return err
 		}
 	}
+	if err := m.deleteSessionsWhere(tx, "identityId", id); err != nil {
+		return err
+	}
+	m.changed(tx)
 	return m.c.identities.Delete(tx, id)
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/pki"
@@ -40,6 +41,9 @@ type Model struct {
 	log     *slog.Logger
 	c       collections
 	limiter *limiter
+
+	cache      indexCache
+	lastChange atomic.Int64 // unix nanoseconds of the last policy-relevant change
 }
 
 // New returns the model over an open store and the controller's CA.
@@ -50,7 +54,9 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, opts Options) *Model {
 	if opts.EnrollmentDuration == 0 {
 		opts.EnrollmentDuration = DefaultEnrollmentDuration
 	}
-	return &Model{st: st, ca: ca, opts: opts, log: log, c: newCollections(), limiter: newLimiter(opts.Now)}
+	m := &Model{st: st, ca: ca, opts: opts, log: log, c: newCollections(), limiter: newLimiter(opts.Now)}
+	m.lastChange.Store(opts.Now().UnixNano())
+	return m
 }
 
 func (m *Model) now() time.Time { return m.opts.Now().UTC() }

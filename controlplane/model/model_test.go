@@ -35,11 +35,13 @@ type fixture struct {
 	key   *ecdsa.PrivateKey
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture { return newFixtureWith(t, store.Options{}) }
+
+func newFixtureWith(t testing.TB, so store.Options) *fixture {
 	t.Helper()
 	clk := &clock{t: time.Now().UTC()}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := store.Open(t.TempDir(), log, store.Options{})
+	st, err := store.Open(t.TempDir(), log, so)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +56,7 @@ func newFixture(t *testing.T) *fixture {
 	return &fixture{m: m, clock: clk, key: key}
 }
 
-func csrFor(t *testing.T, key *ecdsa.PrivateKey) []byte {
+func csrFor(t testing.TB, key *ecdsa.PrivateKey) []byte {
 	t.Helper()
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "client"}}, key)
 	if err != nil {
