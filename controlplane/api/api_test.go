@@ -72,6 +72,20 @@ func (f *fixture) login(t *testing.T, user, pass string) string {
 	return token
 }
 
+func newReq(method, path, token string) *http.Request {
+	req := httptest.NewRequest(method, path, nil)
+	if token != "" {
+		req.Header.Set(SessionHeader, token)
+	}
+	return req
+}
+
+func (f *fixture) serve(req *http.Request) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	f.s.ServeHTTP(rec, req)
+	return rec
+}
+
 func (f *fixture) do(method, path, token, body string) *httptest.ResponseRecorder {
 	var rd io.Reader
 	if body != "" {

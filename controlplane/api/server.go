@@ -226,6 +226,7 @@ func (s *Server) register() {
 	s.registerEnroll()
 	s.registerIdentities()
 	s.registerCAs()
+	s.registerServices()
 	s.mount()
 }
 

@@ -140,3 +140,16 @@ func (m *Model) RevokeUnauthorized() (int, error) {
 
 // LastChange returns when policy-relevant data last changed (service-updates).
 func (m *Model) LastChange() int64 { return m.lastChange.Load() }
+
+// SessionByTokenOf returns the session with token if it belongs to the API session.
+func (m *Model) SessionByTokenOf(apiSessionID, token string) (*Session, error) {
+	var out *Session
+	err := m.st.View(func(tx *store.Tx) (err error) {
+		out, err = m.c.sessions.Lookup(tx, "token", token)
+		if err == nil && out.APISessionID != apiSessionID {
+			return notFound("session", "")
+		}
+		return missing(err, "session", "")
+	})
+	return out, err
+}
