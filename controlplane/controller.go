@@ -78,6 +78,9 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 		SigningKey:     key,
 		SigningKID:     pki.Fingerprint(c.cert.Leaf),
 	})
+	if err := c.model.EnsureBuiltinConfigTypes(); err != nil {
+		return nil, fmt.Errorf("built-in config types: %w", err)
+	}
 	created, err := c.model.EnsureDefaultAdmin(cfg.Admin.Username, string(cfg.Admin.Password))
 	if err != nil {
 		return nil, fmt.Errorf("default administrator: %w", err)

@@ -42,6 +42,9 @@ func newFixture(t *testing.T) *fixture {
 	}
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	m := model.New(st, ca, log, model.Options{SessionTimeout: time.Hour, Issuer: "https://ctrl.test", SigningKey: key, SigningKID: "k"})
+	if err := m.EnsureBuiltinConfigTypes(); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := m.EnsureDefaultAdmin("admin", "admin-pass"); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 )
 
 func (s *Server) registerServices() {
+	registerCRUD(s, management, adminOnly, s.configTypeResource())
+	registerCRUD(s, management, adminOnly, s.configResource())
 	registerCRUD(s, management, adminOnly, s.serviceResource())
 	registerCRUD(s, management, adminOnly, s.servicePolicyResource())
 	registerCRUD(s, management, adminOnly, s.edgeRouterResource())
@@ -56,9 +58,6 @@ func (b *serviceBody) apply(s *model.Service) error {
 		if err := checkTags("tags", *b.Tags); err != nil {
 			return err
 		}
-	}
-	if b.Configs != nil && len(*b.Configs) > 0 {
-		return fieldErr("configs", *b.Configs, "no config with these ids")
 	}
 	set(&s.Name, b.Name)
 	set(&s.RoleAttributes, b.RoleAttributes)
@@ -156,7 +155,15 @@ func (s *Server) clientServices(c *call) error {
 		fields = append(fields, field[model.ServiceAccess]{f.name, f.kind, func(a model.ServiceAccess) query.Value { return f.get(a.Service) }})
 	}
 	fields = append(fields, strs("permissions", permissions))
-	return listOf(c, list, fields, func(a model.ServiceAccess) any { return renderService(a.Service, permissions(a)) })
+	want, err := s.wantedConfigTypes(c)
+	if err != nil {
+		return err
+	}
+	return listOf(c, list, fields, func(a model.ServiceAccess) any {
+		out := renderService(a.Service, permissions(a))
+		s.embedConfigs(out, a.Service, want)
+		return out
+	})
 }
 
 func (s *Server) accessTo(c *call, id string) (model.ServiceAccess, error) {
@@ -176,7 +183,13 @@ func (s *Server) clientService(c *call) error {
 	if err != nil {
 		return err
 	}
-	return c.data(http.StatusOK, renderService(a.Service, permissions(a)))
+	want, err := s.wantedConfigTypes(c)
+	if err != nil {
+		return err
+	}
+	out := renderService(a.Service, permissions(a))
+	s.embedConfigs(out, a.Service, want)
+	return c.data(http.StatusOK, out)
 }
 
 func renderEdgeRouter(r *model.EdgeRouter, withURLs bool, info Info) map[string]any {

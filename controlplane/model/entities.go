@@ -196,6 +196,8 @@ type collections struct {
 	edgeRouterPolicies        *store.Collection[EdgeRouterPolicy]
 	serviceEdgeRouterPolicies *store.Collection[ServiceEdgeRouterPolicy]
 	sessions                  *store.Collection[Session]
+	configTypes               *store.Collection[ConfigType]
+	configs                   *store.Collection[Config]
 }
 
 func one(s string) []string { return []string{s} }
@@ -244,6 +246,13 @@ func newCollections() collections {
 		),
 		serviceEdgeRouterPolicies: store.NewCollection("serviceEdgeRouterPolicies", func(p *ServiceEdgeRouterPolicy) string { return p.ID },
 			store.Index[ServiceEdgeRouterPolicy]{Name: "name", Unique: true, Keys: func(p *ServiceEdgeRouterPolicy) []string { return one(p.Name) }},
+		),
+		configTypes: store.NewCollection("configTypes", func(c *ConfigType) string { return c.ID },
+			store.Index[ConfigType]{Name: "name", Unique: true, Keys: func(c *ConfigType) []string { return one(c.Name) }},
+		),
+		configs: store.NewCollection("configs", func(c *Config) string { return c.ID },
+			store.Index[Config]{Name: "name", Unique: true, Keys: func(c *Config) []string { return one(c.Name) }},
+			store.Index[Config]{Name: "configTypeId", Keys: func(c *Config) []string { return one(c.ConfigTypeID) }},
 		),
 		sessions: store.NewCollection("sessions", func(s *Session) string { return s.ID },
 			store.Index[Session]{Name: "token", Unique: true, Keys: func(s *Session) []string { return one(s.Token) }},

@@ -43,6 +43,7 @@ type Model struct {
 	limiter *limiter
 
 	cache      indexCache
+	schemas    schemaCache
 	lastChange atomic.Int64 // unix nanoseconds of the last policy-relevant change
 }
 

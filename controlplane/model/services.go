@@ -119,7 +119,10 @@ func (m *Model) serviceKind() kind[Service, *Service] {
 				return invalid("terminatorStrategy", s.TerminatorStrategy, "allowed: smartrouting, weighted, random, ha")
 			}
 			s.RoleAttributes, s.Configs = nonNil(s.RoleAttributes), nonNil(s.Configs)
-			return checkAttributes("roleAttributes", s.RoleAttributes)
+			if err := checkAttributes("roleAttributes", s.RoleAttributes); err != nil {
+				return err
+			}
+			return m.checkServiceConfigs(tx, s)
 		},
 		deleted: func(tx *store.Tx, id string) error { return m.deleteSessionsWhere(tx, "serviceId", id) },
 	}
