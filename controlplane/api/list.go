@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/query"
+	"github.com/zmesh/zmesh/controlplane/filter"
 )
 
 // Paging bounds of list operations.
@@ -18,24 +18,24 @@ const (
 // field is one filterable field of an entity type.
 type field[T any] struct {
 	name string
-	kind query.Kind
-	get  func(T) query.Value
+	kind filter.Kind
+	get  func(T) filter.Value
 }
 
 func str[T any](name string, get func(T) string) field[T] {
-	return field[T]{name, query.KindString, func(v T) query.Value { return query.String(get(v)) }}
+	return field[T]{name, filter.KindString, func(v T) filter.Value { return filter.String(get(v)) }}
 }
 
 func boolean[T any](name string, get func(T) bool) field[T] {
-	return field[T]{name, query.KindBool, func(v T) query.Value { return query.Bool(get(v)) }}
+	return field[T]{name, filter.KindBool, func(v T) filter.Value { return filter.Bool(get(v)) }}
 }
 
 func timeField[T any](name string, get func(T) time.Time) field[T] {
-	return field[T]{name, query.KindTime, func(v T) query.Value { return query.Time(get(v)) }}
+	return field[T]{name, filter.KindTime, func(v T) filter.Value { return filter.Time(get(v)) }}
 }
 
 func strs[T any](name string, get func(T) []string) field[T] {
-	return field[T]{name, query.KindStrings, func(v T) query.Value { return query.Strings(get(v)) }}
+	return field[T]{name, filter.KindStringList, func(v T) filter.Value { return filter.Strings(get(v)) }}
 }
 
 // record adapts an entity to the filter's view of it.
@@ -44,10 +44,10 @@ type record[T any] struct {
 	fields map[string]field[T]
 }
 
-func (r record[T]) Field(name string) (query.Value, bool) {
+func (r record[T]) Field(name string) (filter.Value, bool) {
 	f, ok := r.fields[name]
 	if !ok {
-		return query.Value{}, false
+		return filter.Value{}, false
 	}
 	return f.get(r.v), true
 }
@@ -66,13 +66,13 @@ func (c *call) list(page []any, total int, p listParams) error {
 // writes the page rendered by render.
 func listOf[T any](c *call, items []T, fields []field[T], render func(T) any) error {
 	byName := make(map[string]field[T], len(fields))
-	schema := make(map[string]query.Kind, len(fields))
+	schema := make(map[string]filter.Kind, len(fields))
 	names := make([]string, 0, len(fields))
 	for _, f := range fields {
 		byName[f.name], schema[f.name] = f, f.kind
 		names = append(names, f.name)
 	}
-	q, err := query.Parse(c.r.URL.Query().Get("filter"))
+	q, err := filter.Parse(c.r.URL.Query().Get("filter"))
 	if err != nil {
 		return newErr(codeInvalidFilter, "the filter is not valid: %v", err)
 	}
@@ -104,7 +104,7 @@ func listOf[T any](c *call, items []T, fields []field[T], render func(T) any) er
 
 // pageParams reads limit and offset from the query string, falling back to the filter's
 // limit and skip clauses and then to the defaults.
-func pageParams(c *call, q *query.Query) (listParams, error) {
+func pageParams(c *call, q *filter.Query) (listParams, error) {
 	p := listParams{limit: defaultLimit}
 	if q.Limit != nil {
 		p.limit = *q.Limit

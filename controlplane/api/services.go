@@ -5,8 +5,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/zmesh/zmesh/controlplane/filter"
 	"github.com/zmesh/zmesh/controlplane/model"
-	"github.com/zmesh/zmesh/controlplane/query"
 )
 
 func (s *Server) registerServices() {
@@ -152,7 +152,7 @@ func (s *Server) clientServices(c *call) error {
 	inner := serviceFields()
 	fields := make([]field[model.ServiceAccess], 0, len(inner)+1)
 	for _, f := range inner {
-		fields = append(fields, field[model.ServiceAccess]{f.name, f.kind, func(a model.ServiceAccess) query.Value { return f.get(a.Service) }})
+		fields = append(fields, field[model.ServiceAccess]{f.name, f.kind, func(a model.ServiceAccess) filter.Value { return f.get(a.Service) }})
 	}
 	fields = append(fields, strs("permissions", permissions))
 	want, err := s.wantedConfigTypes(c)
