@@ -74,7 +74,8 @@ type Identity struct {
 	CA             string          `json:"ca" yaml:"ca"`
 	AltServerCerts []AltServerCert `json:"alt_server_certs" yaml:"alt_server_certs"`
 
-	line int // where the section stands, for cross-section errors
+	line          int  // where the section stands, for cross-section errors
+	serverCertBad bool // server_cert is given but its value was wrong, and that is reported
 }
 
 // AltServerCert is a further server certificate, chosen by SNI.

@@ -15,6 +15,7 @@ type bound struct {
 	below, min         string
 	max, above         string
 	belowMsg, aboveMsg string // the errors for below and above, after "<path>: "
+	prefix             string // for a port: the text before it, with which the value reads back
 }
 
 // intBound is a bound on a whole number.
@@ -83,6 +84,22 @@ func routerBounds() []bound {
 		intBound(placeholder(ww3, "tx_portal_max_sz: %s"), "transport.westworld3.tx_portal_max_sz", 0, maxInt32),
 		intBound(instrum, "transport.westworld3.instrument.snapshot_ms", 0, maxMs),
 	}
+	// Ports of addresses, of the tunnel's resolver and of proxy services are 1 to 65535.
+	portMsg := func(p string) string { return `port "` + p + `" is not a number from 1 to 65535` }
+	for _, pb := range []struct{ snippet, path, prefix string }{
+		{"ctrl: {endpoint: 'tls:h:%s'}", "ctrl.endpoint", "tls:h:"},
+		{"ctrl: {endpoint: null, endpoints: ['tls:h:%s']}", "ctrl.endpoints[0]", "tls:h:"},
+		{"edge: {}\nlisteners: [{binding: tunnel, options: {mode: tproxy, resolver: 'udp://127.0.0.1:%s'}}]", "listeners[0].options.resolver", "udp://127.0.0.1:"},
+		{"edge: {}\nlisteners: [{binding: tunnel, options: {mode: proxy, services: ['svc:%s']}}]", "listeners[0].options.services[0]", "svc:"},
+	} {
+		b = append(b, bound{
+			snippet: pb.snippet, path: pb.path,
+			below: "0", min: "1", max: "65535", above: "65536",
+			prefix:   pb.prefix,
+			belowMsg: `"` + pb.prefix + `0": ` + portMsg("0"),
+			aboveMsg: `"` + pb.prefix + `65536": ` + portMsg("65536"),
+		})
+	}
 	// Both backoffs of a link dialer: the other end of the range is set so that min <= max holds.
 	for _, which := range []string{"healthyDialBackoff", "unhealthyDialBackoff"} {
 		p := "link.dialers[0]." + which
@@ -124,6 +141,12 @@ func checkBound(t *testing.T, b bound, parse func(doc string) (cfg any, errs []s
 		cfg, errs := parse(placeholder(b.snippet, v))
 		if errs != nil {
 			t.Errorf("%s = %s rejected: %v", b.path, v, errs)
+			continue
+		}
+		if b.prefix != "" {
+			if got, want := lookup(t, cfg, b.path), strconv.Quote(b.prefix+v); got != want {
+				t.Errorf("%s = %s read back as %s, want %s", b.path, v, got, want)
+			}
 			continue
 		}
 		if got := lookup(t, cfg, b.path); !sameValue(got, v) {

@@ -61,6 +61,13 @@ func TestRouterErrors(t *testing.T) {
 			"r.yml:6: identity.key: environment variable ALSO_NOT is not set",
 			`r.yml:8: identity.server_cert: unterminated ${ in "${BAD"`,
 		}},
+		{"server_cert with unset variable", "v: 3\nctrl:\n  endpoint: tls:a:6262\nidentity:\n  cert: a\n  key: b\n  ca: c\n  server_cert: ${NOPE}/s\n" +
+			"link:\n  listeners:\n    - {binding: transport, bind: 'tls:0.0.0.0:6000', advertise: 'h:6000'}\n", []string{
+			"r.yml:8: identity.server_cert: environment variable NOPE is not set",
+		}},
+		{"empty server_cert", listeningRouter[:len(listeningRouter)-len("server_cert: s}\n")] + "server_cert: ''}\nlink:\n  listeners:\n    - {binding: transport, bind: 'tls:0.0.0.0:6000', advertise: 'h:6000'}\n", []string{
+			"r.yml:3: identity.server_cert: is required because the router listens (link.listeners[0]): path of the server certificate",
+		}},
 		{"duration without unit", "v: 3\nctrl:\n  endpoint: tls:a:6262\n  defaultRequestTimeout: 5\n" + idABC,
 			[]string{`r.yml:4: ctrl.defaultRequestTimeout: "5" has no unit; write a duration with a unit suffix (ms, s, m, h), e.g. 5s`}},
 		{"not a duration", "v: 3\nctrl:\n  endpoint: tls:a:6262\n  defaultRequestTimeout: soon\n" + idABC,

@@ -75,7 +75,9 @@ func (r *reader) identity(top *mapping, dir string) Identity {
 	if m.require("ca", "path of the CA bundle the router trusts") {
 		id.CA = m.filePath("ca", "", dir)
 	}
+	errs := len(r.errs)
 	id.ServerCert = m.filePath("server_cert", "", dir)
+	id.serverCertBad = len(r.errs) > errs
 	id.ServerKey = m.filePath("server_key", "", dir)
 	for i, n := range m.list("alt_server_certs") {
 		path := index(m.keyPath("alt_server_certs"), i)
@@ -642,7 +644,7 @@ func (r *reader) crossChecks(cfg *Router) {
 		listensFor = path
 		acceptors++
 	}
-	if listensFor != "" && cfg.Identity.ServerCert == "" && cfg.Identity.line > 0 {
+	if listensFor != "" && cfg.Identity.ServerCert == "" && !cfg.Identity.serverCertBad && cfg.Identity.line > 0 {
 		r.errorf(cfg.Identity.line, "identity.server_cert", "is required because the router listens (%s): path of the server certificate", listensFor)
 	}
 	if cfg.Edge != nil && cfg.Edge.CSR != nil && cfg.Edge.CSR.SANs.empty() && acceptors > 0 {
