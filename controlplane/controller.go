@@ -203,19 +203,34 @@ func (c *Controller) Serve(ctx context.Context, ln net.Listener, ready func(net.
 	return nil
 }
 
-// expireSessions deletes idle API sessions every minute.
+// Sweeper periods: idle API sessions end within expireEvery of their timeout, sessions
+// whose time-based posture (MFA timeouts) ran out within postureEvery.
+const (
+	expireEvery  = time.Minute
+	postureEvery = 15 * time.Second
+)
+
+// expireSessions deletes idle API sessions every expireEvery and ends the sessions whose
+// posture stopped holding every postureEvery.
 func (c *Controller) expireSessions(ctx context.Context) {
-	t := time.NewTicker(time.Minute)
+	t := time.NewTicker(postureEvery)
 	defer t.Stop()
-	for {
+	for tick := 1; ; tick++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if n, err := c.model.ExpireSessions(); err != nil {
-				c.log.Error("expire API sessions", "err", err)
+			if tick%int(expireEvery/postureEvery) == 0 {
+				if n, err := c.model.ExpireSessions(); err != nil {
+					c.log.Error("expire API sessions", "err", err)
+				} else if n > 0 {
+					c.log.Debug("expired API sessions", "count", n)
+				}
+			}
+			if n, err := c.model.SweepPosture(); err != nil {
+				c.log.Error("end sessions whose posture no longer holds", "err", err)
 			} else if n > 0 {
-				c.log.Debug("expired API sessions", "count", n)
+				c.log.Info("ended sessions whose posture no longer holds", "count", n)
 			}
 		}
 	}

@@ -32,7 +32,7 @@ func newRootCommand(stdout, stderr io.Writer, lookupEnv env) *cobra.Command {
 
 func newRouterCommand(lookupEnv env) *cobra.Command {
 	cmd := &cobra.Command{Use: "router", Short: "Run and check edge routers"}
-	cmd.AddCommand(newValidateCommand("router", lookupEnv, loadRouter))
+	cmd.AddCommand(newValidateCommand("router", lookupEnv, loadRouter), newRouterEnrollCommand(lookupEnv))
 	return cmd
 }
 

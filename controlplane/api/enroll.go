@@ -82,8 +82,14 @@ func (s *Server) enrollGeneric(c *call) error {
 			return err
 		}
 		return c.empty()
+	case model.EnrollErOtt:
+		var body erOttRequest
+		if err := decodeJSON(c.w, c.r, &body); err != nil {
+			return err
+		}
+		return s.erOtt(c, tokenOf(c, body.Token), &body)
 	}
-	return fieldErr("method", method, "is not an enrollment method; allowed: ott, ottca, updb, ca")
+	return fieldErr("method", method, "is not an enrollment method; allowed: ott, ottca, updb, ca, erott")
 }
 
 // certReply answers an enrollment that issued a certificate: PEM, unless the client asked

@@ -308,6 +308,7 @@ func enrollmentFields() []field[*model.Enrollment] {
 		str("method", func(x e) string { return x.Method }),
 		str("identityId", func(x e) string { return x.IdentityID }),
 		str("caId", func(x e) string { return x.CAID }),
+		str("edgeRouterId", func(x e) string { return x.EdgeRouterID }),
 		str("username", func(x e) string { return x.Username }),
 		str("token", func(x e) string { return x.Token }),
 		timeField("expiresAt", func(x e) time.Time { return x.ExpiresAt }),
@@ -327,6 +328,10 @@ func renderEnrollment(e *model.Enrollment, ident *model.Identity) map[string]any
 	}
 	if e.CAID != "" {
 		out["caId"] = e.CAID
+	}
+	if e.EdgeRouterID != "" {
+		out["edgeRouterId"] = e.EdgeRouterID
+		out["edgeRouter"] = ref("edge-routers", e.EdgeRouterID, "")
 	}
 	return out
 }

@@ -138,3 +138,7 @@ func pageParams(c *call, q *filter.Query) (listParams, error) {
 	p.limit = min(max(p.limit, 1), maxLimit)
 	return p, nil
 }
+
+func number[T any](name string, get func(T) float64) field[T] {
+	return field[T]{name, filter.KindNumber, func(v T) filter.Value { return filter.Number(get(v)) }}
+}

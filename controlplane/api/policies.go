@@ -43,9 +43,6 @@ func (b *servicePolicyBody) apply(p *model.ServicePolicy) error {
 			return err
 		}
 	}
-	if b.PostureCheckRoles != nil && len(*b.PostureCheckRoles) > 0 {
-		return fieldErr("postureCheckRoles", *b.PostureCheckRoles, "no posture check matches these roles")
-	}
 	set(&p.Name, b.Name)
 	set(&p.Type, b.Type)
 	set(&p.Semantic, b.Semantic)
@@ -128,10 +125,10 @@ func (s *Server) edgeRouterResource() resource[*model.EdgeRouter] {
 	type v = *model.EdgeRouter
 	return resource[v]{
 		path: "/edge-routers", entity: "edge-routers", what: "edge router", fields: edgeRouterFields(),
-		render:  func(_ *call, r v) any { return renderEdgeRouter(r, false, s.info) },
+		render:  func(_ *call, r v) any { return s.renderEdgeRouterDetail(r) },
 		newBody: func() body[v] { return new(edgeRouterBody) },
 		newRec:  func() v { return new(model.EdgeRouter) },
-		reset:   func(r v) { *r = model.EdgeRouter{Base: r.Base}; r.Tags = nil },
+		reset:   func(r v) { *r = model.EdgeRouter{Base: r.Base}; r.Tags = nil }, // the model keeps the certificates
 		id:      func(r v) string { return r.ID },
 		create:  s.m.CreateEdgeRouter, get: s.m.EdgeRouter, all: s.m.EdgeRouters,
 		update: s.m.UpdateEdgeRouter, remove: s.m.DeleteEdgeRouter,

@@ -85,7 +85,8 @@ func statusOf(code string) int {
 	case model.CodeEnrollmentExpired:
 		return http.StatusGone
 	case model.CodeCertInUse, model.CodeCAAlreadyVerified, model.CodeCannotDeleteDefaultAdmin,
-		model.CodeCannotUpdateDefaultAdmin, model.CodeCanNotDeleteReferenced, model.CodeNoAuthenticatorToVerify:
+		model.CodeCannotUpdateDefaultAdmin, model.CodeCanNotDeleteReferenced, model.CodeNoAuthenticatorToVerify,
+		model.CodeInvalidPosture:
 		return http.StatusConflict
 	case codeMethodNotAllowed:
 		return http.StatusMethodNotAllowed

@@ -227,6 +227,8 @@ func (s *Server) register() {
 	s.registerIdentities()
 	s.registerCAs()
 	s.registerServices()
+	s.registerPosture()
+	s.registerRouters()
 	s.mount()
 }
 

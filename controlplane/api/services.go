@@ -159,8 +159,13 @@ func (s *Server) clientServices(c *call) error {
 	if err != nil {
 		return err
 	}
+	posture, err := s.m.PostureQueriesOf(c.session)
+	if err != nil {
+		return err
+	}
 	return listOf(c, list, fields, func(a model.ServiceAccess) any {
 		out := renderService(a.Service, permissions(a))
+		out["postureQueries"] = renderPostureQueries(posture(a.ID))
 		s.embedConfigs(out, a.Service, want)
 		return out
 	})
@@ -187,7 +192,12 @@ func (s *Server) clientService(c *call) error {
 	if err != nil {
 		return err
 	}
+	posture, err := s.m.PostureQueriesOf(c.session)
+	if err != nil {
+		return err
+	}
 	out := renderService(a.Service, permissions(a))
+	out["postureQueries"] = renderPostureQueries(posture(a.ID))
 	s.embedConfigs(out, a.Service, want)
 	return c.data(http.StatusOK, out)
 }

@@ -63,45 +63,13 @@ func ParseEnrollmentToken(token string) (*EnrollmentClaims, *jwt.Token, error) {
 // verifies against the controller's TLS certificate, then takes the network's CAs from the
 // controller's EST endpoint.
 func Enroll(ctx context.Context, token string, opts EnrollOptions) (*IdentityFile, error) {
-	now := opts.Now
-	if now == nil {
-		now = time.Now
-	}
-	claims, _, err := ParseEnrollmentToken(token)
+	tr, err := trustIssuer(ctx, token, opts.Now, opts.Certificate)
 	if err != nil {
 		return nil, err
 	}
-	if claims.ExpiresAt != nil && now().After(claims.ExpiresAt.Time) {
-		return nil, fmt.Errorf("the enrollment token expired at %s", claims.ExpiresAt.Time.Format(time.RFC3339))
-	}
-	u, err := url.Parse(claims.Issuer)
-	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf("the enrollment token's issuer %q is not an https URL", claims.Issuer)
-	}
-	leaf, err := serverLeaf(ctx, u.Host)
-	if err != nil {
-		return nil, err
-	}
-	if err := verifyToken(token, leaf, now); err != nil {
-		return nil, fmt.Errorf("the enrollment token is not signed by the controller at %s: %w", u.Host, err)
-	}
-	pinned := pinnedClient(claims.Issuer, leaf, opts.Certificate)
-	cas, err := fetchCAs(ctx, pinned)
-	if err != nil {
-		return nil, err
-	}
-	roots := x509.NewCertPool()
-	var caPEM bytes.Buffer
-	for _, c := range cas {
-		roots.AddCert(c)
-		pem.Encode(&caPEM, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
-	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now()}); err != nil {
-		return nil, fmt.Errorf("the controller's certificate does not chain to the CAs it serves: %w", err)
-	}
+	claims, client := tr.claims, tr.client
 	id := &IdentityFile{ZtAPI: claims.Issuer}
-	id.ID.CA = "pem:" + caPEM.String()
-	client := New(claims.Issuer, roots, opts.Certificate)
+	id.ID.CA = "pem:" + string(tr.caPEM)
 
 	switch claims.Method {
 	case "ott":
@@ -157,6 +125,84 @@ func Enroll(ctx context.Context, token string, opts EnrollOptions) (*IdentityFil
 		return nil, fmt.Errorf("enrollment method %q is not one this client completes; allowed: ott, ottca, updb", claims.Method)
 	}
 	return id, nil
+}
+
+// trusted is a controller an enrollment token led to, once trusted.
+type trusted struct {
+	claims *EnrollmentClaims
+	caPEM  []byte  // the network's CAs
+	client *Client // verifies the controller with those CAs
+}
+
+// trustIssuer establishes trust in the controller that issued an enrollment token: the token
+// must be unexpired and signed with the key of the certificate the controller at its issuer
+// URL presents; the network's CAs are then read from the controller's EST endpoint, and the
+// controller's certificate must chain to them. cert, if set, is presented as the client
+// certificate.
+func trustIssuer(ctx context.Context, token string, now func() time.Time, cert *tls.Certificate) (*trusted, error) {
+	if now == nil {
+		now = time.Now
+	}
+	claims, _, err := ParseEnrollmentToken(token)
+	if err != nil {
+		return nil, err
+	}
+	if claims.ExpiresAt != nil && now().After(claims.ExpiresAt.Time) {
+		return nil, fmt.Errorf("the enrollment token expired at %s", claims.ExpiresAt.Time.Format(time.RFC3339))
+	}
+	u, err := url.Parse(claims.Issuer)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("the enrollment token's issuer %q is not an https URL", claims.Issuer)
+	}
+	leaf, err := serverLeaf(ctx, u.Host)
+	if err != nil {
+		return nil, err
+	}
+	if err := verifyToken(token, leaf, now); err != nil {
+		return nil, fmt.Errorf("the enrollment token is not signed by the controller at %s: %w", u.Host, err)
+	}
+	cas, err := fetchCAs(ctx, pinnedClient(claims.Issuer, leaf, cert))
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	var caPEM bytes.Buffer
+	for _, c := range cas {
+		roots.AddCert(c)
+		pem.Encode(&caPEM, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now()}); err != nil {
+		return nil, fmt.Errorf("the controller's certificate does not chain to the CAs it serves: %w", err)
+	}
+	return &trusted{claims: claims, caPEM: caPEM.Bytes(), client: New(claims.Issuer, roots, cert)}, nil
+}
+
+// RouterCerts are what an edge router's enrollment returns, in PEM.
+type RouterCerts struct {
+	Cert       string `json:"cert"`
+	ServerCert string `json:"serverCert"`
+	CA         string `json:"ca"`
+}
+
+// EnrollRouter completes an edge router's erott enrollment token with the router's client and
+// server CSRs, trusting the controller as Enroll does.
+func EnrollRouter(ctx context.Context, token string, clientCSR, serverCSR []byte, now func() time.Time) (*RouterCerts, error) {
+	tr, err := trustIssuer(ctx, token, now, nil)
+	if err != nil {
+		return nil, err
+	}
+	if tr.claims.Method != "erott" {
+		return nil, fmt.Errorf("the enrollment token is for method %s; a router enrolls with an erott token (zmesh edge create edge-router)", tr.claims.Method)
+	}
+	var out RouterCerts
+	body := map[string]string{"token": tr.claims.ID, "certCsr": string(clientCSR), "serverCertCsr": string(serverCSR)}
+	if _, err := tr.client.Do(ctx, "POST", ClientAPI+"/enroll/erott", body, &out); err != nil {
+		return nil, err
+	}
+	if out.CA == "" {
+		out.CA = string(tr.caPEM)
+	}
+	return &out, nil
 }
 
 func makeCSR(key crypto.Signer, cn string) ([]byte, error) {

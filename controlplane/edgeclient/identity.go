@@ -47,16 +47,30 @@ func (id *IdentityFile) Save(path string) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".identity-*")
-	if err != nil {
+	if err := WriteFileAtomic(path, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write identity file: %w", err)
 	}
+	return nil
+}
+
+// WriteFileAtomic writes data to path through a temporary file in the same directory, synced
+// and renamed into place, so that a crash leaves either the old file or the new one. It
+// creates the directory (mode 0700) when missing.
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
 	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
+	if err := tmp.Chmod(mode); err != nil {
 		tmp.Close()
 		return err
 	}
-	if _, err := tmp.Write(append(data, '\n')); err != nil {
+	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		return err
 	}

@@ -266,12 +266,14 @@ func (m *Model) RefreshEnrollment(id string, expiresAt time.Time) (*Enrollment, 
 		if err != nil {
 			return missing(err, "enrollment", id)
 		}
-		ident, err := m.c.identities.Get(tx, e.IdentityID)
-		if err != nil {
+		subject := e.IdentityID
+		if e.EdgeRouterID != "" {
+			subject = e.EdgeRouterID
+		} else if _, err := m.c.identities.Get(tx, e.IdentityID); err != nil {
 			return missing(err, "identity", e.IdentityID)
 		}
 		e.Token, e.ExpiresAt, e.UpdatedAt = newToken(), expiresAt.UTC(), m.now()
-		if e.JWT, err = m.signEnrollment(ident, e); err != nil {
+		if e.JWT, err = m.signEnrollment(subject, e); err != nil {
 			return err
 		}
 		out = e
@@ -305,7 +307,7 @@ func (m *Model) CreateEnrollment(identityID string, req EnrollmentRequest, expir
 				return invalid("expiresAt", expiresAt, "must be in the future")
 			}
 			e.ExpiresAt = expiresAt.UTC()
-			if e.JWT, err = m.signEnrollment(ident, e); err != nil {
+			if e.JWT, err = m.signEnrollment(ident.ID, e); err != nil {
 				return err
 			}
 			if err := m.c.enrollments.Put(tx, e); err != nil {

@@ -120,13 +120,15 @@ const (
 // Enrollment is a pending enrollment of an identity: a one-time token and what it allows.
 type Enrollment struct {
 	Base
-	IdentityID string    `json:"identityId"`
-	Method     string    `json:"method"`
-	Token      string    `json:"token"`
-	ExpiresAt  time.Time `json:"expiresAt"`
-	CAID       string    `json:"caId,omitempty"`
-	Username   string    `json:"username,omitempty"`
-	JWT        string    `json:"jwt"`
+	// IdentityID names the identity that enrolls; EdgeRouterID the edge router, for erott.
+	IdentityID   string    `json:"identityId,omitempty"`
+	EdgeRouterID string    `json:"edgeRouterId,omitempty"`
+	Method       string    `json:"method"`
+	Token        string    `json:"token"`
+	ExpiresAt    time.Time `json:"expiresAt"`
+	CAID         string    `json:"caId,omitempty"`
+	Username     string    `json:"username,omitempty"`
+	JWT          string    `json:"jwt"`
 }
 
 // AuthQuery is a further authentication step an API session still has to pass.
@@ -153,6 +155,9 @@ type APISession struct {
 	AuthQueries     []AuthQuery `json:"authQueries,omitempty"`
 	// CertFingerprint is set when the session was made with a client certificate.
 	CertFingerprint string `json:"certFingerprint,omitempty"`
+	// MFACompletedAt is when the session last passed MFA (set by RecordMFA); MFA posture
+	// checks count from it and never hold while it is nil.
+	MFACompletedAt *time.Time `json:"mfaCompletedAt,omitempty"`
 }
 
 // APISessionCert is an ephemeral certificate issued to an API session from a CSR.
@@ -196,8 +201,11 @@ type collections struct {
 	edgeRouterPolicies        *store.Collection[EdgeRouterPolicy]
 	serviceEdgeRouterPolicies *store.Collection[ServiceEdgeRouterPolicy]
 	sessions                  *store.Collection[Session]
+	postureChecks             *store.Collection[PostureCheck]
+	posture                   *postureStore // reported posture per API session, in memory only
 	configTypes               *store.Collection[ConfigType]
 	configs                   *store.Collection[Config]
+	terminators               *store.Collection[Terminator]
 }
 
 func one(s string) []string { return []string{s} }
@@ -219,6 +227,7 @@ func newCollections() collections {
 			store.Index[Enrollment]{Name: "identityId", Keys: func(e *Enrollment) []string { return one(e.IdentityID) }},
 			store.Index[Enrollment]{Name: "token", Unique: true, Keys: func(e *Enrollment) []string { return one(e.Token) }},
 			store.Index[Enrollment]{Name: "caId", Keys: func(e *Enrollment) []string { return one(e.CAID) }},
+			store.Index[Enrollment]{Name: "edgeRouterId", Keys: func(e *Enrollment) []string { return one(e.EdgeRouterID) }},
 		),
 		apiSessions: store.NewCollection("apiSessions", func(s *APISession) string { return s.ID },
 			store.Index[APISession]{Name: "token", Unique: true, Keys: func(s *APISession) []string { return one(s.Token) }},
@@ -240,6 +249,7 @@ func newCollections() collections {
 		),
 		edgeRouters: store.NewCollection("edgeRouters", func(r *EdgeRouter) string { return r.ID },
 			store.Index[EdgeRouter]{Name: "name", Unique: true, Keys: func(r *EdgeRouter) []string { return one(r.Name) }},
+			store.Index[EdgeRouter]{Name: "fingerprint", Unique: true, Keys: func(r *EdgeRouter) []string { return one(r.Fingerprint) }},
 		),
 		edgeRouterPolicies: store.NewCollection("edgeRouterPolicies", func(p *EdgeRouterPolicy) string { return p.ID },
 			store.Index[EdgeRouterPolicy]{Name: "name", Unique: true, Keys: func(p *EdgeRouterPolicy) []string { return one(p.Name) }},
@@ -254,6 +264,14 @@ func newCollections() collections {
 			store.Index[Config]{Name: "name", Unique: true, Keys: func(c *Config) []string { return one(c.Name) }},
 			store.Index[Config]{Name: "configTypeId", Keys: func(c *Config) []string { return one(c.ConfigTypeID) }},
 		),
+		terminators: store.NewCollection("terminators", func(t *Terminator) string { return t.ID },
+			store.Index[Terminator]{Name: "serviceId", Keys: func(t *Terminator) []string { return one(t.ServiceID) }},
+			store.Index[Terminator]{Name: "routerId", Keys: func(t *Terminator) []string { return one(t.RouterID) }},
+		),
+		postureChecks: store.NewCollection("postureChecks", func(c *PostureCheck) string { return c.ID },
+			store.Index[PostureCheck]{Name: "name", Unique: true, Keys: func(c *PostureCheck) []string { return one(c.Name) }},
+		),
+		posture: newPostureStore(),
 		sessions: store.NewCollection("sessions", func(s *Session) string { return s.ID },
 			store.Index[Session]{Name: "token", Unique: true, Keys: func(s *Session) []string { return one(s.Token) }},
 			store.Index[Session]{Name: "apiSessionId", Keys: func(s *Session) []string { return one(s.APISessionID) }},

@@ -22,6 +22,16 @@ type kind[T any, P entity[T]] struct {
 	referenced func(tx *store.Tx, id string) error
 	// deleted removes what belongs to the entity alone, in the delete's transaction.
 	deleted func(tx *store.Tx, id string) error
+	// policyNeutral: policies neither name nor depend on the entity, so its changes leave
+	// the policy index and the sessions alone.
+	policyNeutral bool
+}
+
+// noteChange tells the policy index of a committed change (revoke: it may take rights away).
+func (k kind[T, P]) noteChange(m *Model, tx *store.Tx, revoke bool) {
+	if !k.policyNeutral {
+		m.changedTx(tx, revoke)
+	}
 }
 
 func createEntity[T any, P entity[T]](m *Model, k kind[T, P], rec P) error {
@@ -40,7 +50,7 @@ func createEntity[T any, P entity[T]](m *Model, k kind[T, P], rec P) error {
 		if err := k.coll.Create(tx, (*T)(rec)); err != nil {
 			return conflict(err)
 		}
-		m.added(tx)
+		k.noteChange(m, tx, false)
 		return nil
 	})
 }
@@ -87,7 +97,7 @@ func updateEntity[T any, P entity[T]](m *Model, k kind[T, P], id string, change 
 		if err := k.coll.Put(tx, (*T)(next)); err != nil {
 			return conflict(err)
 		}
-		m.changed(tx)
+		k.noteChange(m, tx, true)
 		out = next
 		return nil
 	})
@@ -114,7 +124,7 @@ func deleteEntity[T any, P entity[T]](m *Model, k kind[T, P], id string) error {
 		if err := k.coll.Delete(tx, id); err != nil {
 			return err
 		}
-		m.changed(tx)
+		k.noteChange(m, tx, true)
 		return nil
 	})
 }

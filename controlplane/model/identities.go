@@ -206,7 +206,7 @@ func (m *Model) createEnrollment(tx *store.Tx, id *Identity, req EnrollmentReque
 			return nil, invalid("enrollment", e.Method, "identity %q already has a pending %s enrollment", id.Name, e.Method)
 		}
 	}
-	jwt, err := m.signEnrollment(id, e)
+	jwt, err := m.signEnrollment(id.ID, e)
 	if err != nil {
 		return nil, err
 	}
@@ -232,11 +232,13 @@ type EnrollmentClaims struct {
 	Username string `json:"username,omitempty"`
 }
 
-func (m *Model) signEnrollment(id *Identity, e *Enrollment) (string, error) {
+// signEnrollment signs the token of enrollment e for subject, the id of the identity or edge
+// router that enrolls.
+func (m *Model) signEnrollment(subject string, e *Enrollment) (string, error) {
 	claims := EnrollmentClaims{
 		RegisteredClaims: jwt.RegisteredClaims{
 			Issuer:    m.opts.Issuer,
-			Subject:   id.ID,
+			Subject:   subject,
 			ID:        e.Token,
 			ExpiresAt: jwt.NewNumericDate(e.ExpiresAt),
 			IssuedAt:  jwt.NewNumericDate(e.CreatedAt),

@@ -12,8 +12,9 @@ import (
 // The policy index answers "which services may this identity dial or bind, and through which
 // edge routers" without scanning policies per request. It holds every entity that policies
 // name as a bit position, and every policy as two bitsets (the identities it applies to and
-// the services or routers it grants). It is rebuilt from the store after any change to
-// identities, services, routers or policies, the first time it is needed.
+// the services or routers it grants; a service policy also the posture checks it names).
+// It is rebuilt from the store after any change to identities, services, routers, posture
+// checks or policies, the first time it is needed.
 
 // bitset is a set of entity positions.
 type bitset []uint64
@@ -119,10 +120,10 @@ func (p *population) match(roles []string, semantic string) bitset {
 }
 
 type grant struct {
-	id         string
+	id, name   string
 	identities bitset
 	targets    bitset // services or edge routers
-	posture    []string
+	posture    bitset // the posture checks a service policy names; nil when none
 }
 
 type policyIndex struct {
@@ -132,6 +133,9 @@ type policyIndex struct {
 	routers    *population
 	serviceRec []*Service
 	routerRec  []*EdgeRouter
+	checks     *population // posture checks
+	checkRec   []*PostureCheck
+	timed      bool // a service policy names a posture check that time alone can fail
 	dial, bind []grant
 	erp        []grant // identities -> routers
 	serp       []grant // services (in identities' place) -> routers
@@ -202,9 +206,16 @@ func (m *Model) policies() (*policyIndex, error) {
 		for _, r := range idx.routerRec {
 			idx.routers.add(r.ID, r.RoleAttributes, len(idx.routerRec))
 		}
+		if idx.checkRec, err = m.c.postureChecks.All(tx); err != nil {
+			return err
+		}
+		idx.checks = newPopulation(len(idx.checkRec))
+		for _, c := range idx.checkRec {
+			idx.checks.add(c.ID, c.RoleAttributes, len(idx.checkRec))
+		}
 		if err := m.c.servicePolicies.Each(tx, func(p *ServicePolicy) error {
-			g := grant{id: p.ID, identities: idx.identities.match(p.IdentityRoles, p.Semantic),
-				targets: idx.services.match(p.ServiceRoles, p.Semantic), posture: p.PostureCheckRoles}
+			g := grant{id: p.ID, name: p.Name, identities: idx.identities.match(p.IdentityRoles, p.Semantic),
+				targets: idx.services.match(p.ServiceRoles, p.Semantic), posture: idx.postureOf(p)}
 			if p.Type == PolicyDial {
 				idx.dial = append(idx.dial, g)
 			} else {
@@ -230,6 +241,7 @@ func (m *Model) policies() (*policyIndex, error) {
 	if err != nil {
 		return nil, err
 	}
+	idx.timed = idx.hasTimedChecks()
 	m.cache.idx = idx
 	return idx, nil
 }
@@ -284,6 +296,16 @@ func (m *Model) Allowed(identityID, serviceID, typ string) ([]string, error) {
 }
 
 func (idx *policyIndex) allowed(identityID, serviceID, typ string) []string {
+	var out []string
+	for _, g := range idx.grantsFor(identityID, serviceID, typ) {
+		out = append(out, g.id)
+	}
+	return out
+}
+
+// grantsFor returns the service policies of type typ that grant the identity the service,
+// whatever posture they ask for.
+func (idx *policyIndex) grantsFor(identityID, serviceID, typ string) []*grant {
 	i, ok := idx.identities.pos[identityID]
 	s, ok2 := idx.services.pos[serviceID]
 	if !ok || !ok2 {
@@ -293,10 +315,10 @@ func (idx *policyIndex) allowed(identityID, serviceID, typ string) []string {
 	if typ == PolicyBind {
 		grants = idx.bind
 	}
-	var out []string
-	for _, g := range grants {
-		if g.identities.has(i) && g.targets.has(s) {
-			out = append(out, g.id)
+	var out []*grant
+	for gi := range grants {
+		if g := &grants[gi]; g.identities.has(i) && g.targets.has(s) {
+			out = append(out, g)
 		}
 	}
 	return out

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"sort"
 	"testing"
-
-	"github.com/zmesh/zmesh/controlplane/store"
 )
 
 func names(t *testing.T, list []ServiceAccess) string {
@@ -104,68 +102,5 @@ func TestRolesValidated(t *testing.T) {
 	err = f.m.CreateServicePolicy(&ServicePolicy{Name: "p", Type: "Host"})
 	if !errorAs(err, &e) || e.Field != "type" {
 		t.Errorf("type: %v", err)
-	}
-}
-
-// BenchmarkServicesFor lists the services of one identity in a network of 10,000 services,
-// 1,000 service policies and 1,000 identities.
-func BenchmarkServicesFor(b *testing.B) {
-	f := newFixtureWith(b, store.Options{InMemory: true})
-	m := f.m
-	var ids []string
-	for i := range 1000 {
-		id, err := m.CreateIdentity(IdentityCreate{Name: fmt.Sprintf("id%d", i), RoleAttributes: []string{fmt.Sprintf("team%d", i%50), "all-staff"}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ids = append(ids, id.ID)
-	}
-	for i := range 10_000 {
-		if err := m.CreateService(&Service{Name: fmt.Sprintf("svc%d", i), RoleAttributes: []string{fmt.Sprintf("group%d", i%200)}}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for i := range 1000 {
-		p := &ServicePolicy{Name: fmt.Sprintf("p%d", i), Type: PolicyDial, Semantic: SemanticAny,
-			IdentityRoles: []string{fmt.Sprintf("#team%d", i%50)}, ServiceRoles: []string{fmt.Sprintf("#group%d", i%200), fmt.Sprintf("#group%d", (i+1)%200)}}
-		if err := m.CreateServicePolicy(p); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if _, err := m.policies(); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		list, err := m.ServicesFor(ids[i%len(ids)])
-		if err != nil || len(list) == 0 {
-			b.Fatal(err, len(list))
-		}
-		i++
-	}
-}
-
-// BenchmarkPolicyRebuild measures the rebuild of the policy index after a change, in the
-// network of BenchmarkServicesFor.
-func BenchmarkPolicyRebuild(b *testing.B) {
-	f := newFixtureWith(b, store.Options{InMemory: true})
-	m := f.m
-	for i := range 1000 {
-		m.CreateIdentity(IdentityCreate{Name: fmt.Sprintf("id%d", i), RoleAttributes: []string{fmt.Sprintf("team%d", i%50)}})
-	}
-	for i := range 10_000 {
-		m.CreateService(&Service{Name: fmt.Sprintf("svc%d", i), RoleAttributes: []string{fmt.Sprintf("group%d", i%200)}})
-	}
-	for i := range 1000 {
-		m.CreateServicePolicy(&ServicePolicy{Name: fmt.Sprintf("p%d", i), Type: PolicyDial, Semantic: SemanticAny,
-			IdentityRoles: []string{fmt.Sprintf("#team%d", i%50)}, ServiceRoles: []string{fmt.Sprintf("#group%d", i%200)}})
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		m.cache.gen.Add(1)
-		if _, err := m.policies(); err != nil {
-			b.Fatal(err)
-		}
 	}
 }

@@ -50,6 +50,14 @@ type EdgeRouter struct {
 	NoTraversal       bool     `json:"noTraversal"`
 	Disabled          bool     `json:"disabled"`
 	AppData           Tags     `json:"appData,omitempty"`
+
+	// Set by enrollment (erott) and certificate extension: the router's client certificate,
+	// which the control channel accepts, and its server certificate. IsVerified: enrolled.
+	IsVerified        bool   `json:"isVerified"`
+	CertPEM           string `json:"certPem,omitempty"`
+	Fingerprint       string `json:"fingerprint,omitempty"`
+	ServerCertPEM     string `json:"serverCertPem,omitempty"`
+	ServerFingerprint string `json:"serverFingerprint,omitempty"`
 }
 
 // EdgeRouterPolicy lets identities connect to edge routers.
@@ -124,7 +132,12 @@ func (m *Model) serviceKind() kind[Service, *Service] {
 			}
 			return m.checkServiceConfigs(tx, s)
 		},
-		deleted: func(tx *store.Tx, id string) error { return m.deleteSessionsWhere(tx, "serviceId", id) },
+		deleted: func(tx *store.Tx, id string) error {
+			if err := m.deleteAll(m.c.terminators.IDsWith, "serviceId", m.c.terminators.Delete)(tx, id); err != nil {
+				return err
+			}
+			return m.deleteSessionsWhere(tx, "serviceId", id)
+		},
 	}
 }
 
@@ -150,7 +163,7 @@ func (m *Model) servicePolicyKind() kind[ServicePolicy, *ServicePolicy] {
 					return err
 				}
 			}
-			return nil
+			return m.checkPostureRoles(tx, p.PostureCheckRoles)
 		},
 	}
 }
@@ -167,6 +180,12 @@ func (m *Model) edgeRouterKind() kind[EdgeRouter, *EdgeRouter] {
 			}
 			r.RoleAttributes = nonNil(r.RoleAttributes)
 			return checkAttributes("roleAttributes", r.RoleAttributes)
+		},
+		deleted: func(tx *store.Tx, id string) error {
+			if err := m.deleteAll(m.c.enrollments.IDsWith, "edgeRouterId", m.c.enrollments.Delete)(tx, id); err != nil {
+				return err
+			}
+			return m.deleteAll(m.c.terminators.IDsWith, "routerId", m.c.terminators.Delete)(tx, id)
 		},
 	}
 }
@@ -244,14 +263,22 @@ func (m *Model) DeleteServicePolicy(id string) error {
 	return deleteEntity(m, m.servicePolicyKind(), id)
 }
 
-func (m *Model) CreateEdgeRouter(r *EdgeRouter) error { return createEntity(m, m.edgeRouterKind(), r) }
 func (m *Model) EdgeRouter(id string) (*EdgeRouter, error) {
 	return getEntity(m, m.edgeRouterKind(), id)
 }
 func (m *Model) EdgeRouters() ([]*EdgeRouter, error) { return allEntities(m, m.edgeRouterKind()) }
 func (m *Model) DeleteEdgeRouter(id string) error    { return deleteEntity(m, m.edgeRouterKind(), id) }
 func (m *Model) UpdateEdgeRouter(id string, f func(*EdgeRouter) error) (*EdgeRouter, error) {
-	return updateEntity(m, m.edgeRouterKind(), id, f)
+	return updateEntity(m, m.edgeRouterKind(), id, func(r *EdgeRouter) error {
+		enrolled := *r
+		if err := f(r); err != nil {
+			return err
+		}
+		// Enrollment alone sets the certificates.
+		r.IsVerified, r.CertPEM, r.Fingerprint = enrolled.IsVerified, enrolled.CertPEM, enrolled.Fingerprint
+		r.ServerCertPEM, r.ServerFingerprint = enrolled.ServerCertPEM, enrolled.ServerFingerprint
+		return nil
+	})
 }
 
 func (m *Model) CreateEdgeRouterPolicy(p *EdgeRouterPolicy) error {

@@ -2,6 +2,7 @@ package model
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/zmesh/zmesh/controlplane/store"
 )
@@ -33,13 +34,19 @@ func (m *Model) CreateSession(api *APISession, serviceID, typ string, tags Tags)
 		}
 		return nil, nil, err
 	}
-	policies, err := m.Allowed(api.IdentityID, serviceID, typ)
+	idx, err := m.policies()
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(policies) == 0 {
+	grants := idx.grantsFor(api.IdentityID, serviceID, typ)
+	if len(grants) == 0 {
 		// Not revealing whether the service exists beyond the identity's reach.
 		return nil, nil, invalid("serviceId", serviceID, "no service policy allows this identity to %s this service", lower(typ))
+	}
+	// One granting policy whose posture checks all hold is enough.
+	posture := m.c.posture.get(api.ID)
+	if err := idx.postureAllows(grants, api, posture, m.now()); err != nil {
+		return nil, nil, err
 	}
 	routers, err := m.EdgeRoutersFor(api.IdentityID, serviceID)
 	if err != nil {
@@ -57,6 +64,16 @@ func (m *Model) CreateSession(api *APISession, serviceID, typ string, tags Tags)
 	})
 	if err != nil {
 		return nil, nil, err
+	}
+	// Posture reported while the session was being created was not seen by the
+	// re-evaluation that followed it: check the session against it now.
+	if latest := m.c.posture.get(api.ID); latest != posture {
+		if err := idx.postureAllows(grants, api, latest, m.now()); err != nil {
+			if derr := m.DeleteSession(s.ID); derr != nil && CodeOf(derr) != CodeNotFound {
+				return nil, nil, fmt.Errorf("delete session %s created against outdated posture: %w", s.ID, derr)
+			}
+			return nil, nil, err
+		}
 	}
 	return s, routers, nil
 }
@@ -108,24 +125,65 @@ func (m *Model) deleteSessionsWhere(tx *store.Tx, index, value string) error {
 	return m.deleteAll(m.c.sessions.IDsWith, index, m.c.sessions.Delete)(tx, value)
 }
 
-// RevokeUnauthorized deletes every session no policy allows any more (after a policy or an
-// identity's or service's attributes changed) and returns how many it deleted.
-func (m *Model) RevokeUnauthorized() (int, error) {
+// RevokeUnauthorized deletes every session no policy allows any more (after a policy, a
+// posture check or an identity's or service's attributes changed, or when time-based
+// posture ran out) and returns how many it deleted. A session is allowed while one policy
+// grants it whose posture checks all hold for its API session.
+func (m *Model) RevokeUnauthorized() (int, error) { return m.revokeSessions("") }
+
+// revokeSessions is RevokeUnauthorized for the sessions of one API session, or of all with
+// apiSessionID "".
+func (m *Model) revokeSessions(apiSessionID string) (int, error) {
 	idx, err := m.policies()
 	if err != nil {
 		return 0, err
 	}
+	now := m.now()
 	var revoke []string
 	err = m.st.View(func(tx *store.Tx) error {
-		return m.c.sessions.Each(tx, func(s *Session) error {
-			if len(idx.allowed(s.IdentityID, s.ServiceID, s.Type)) == 0 {
+		apis := map[string]*APISession{} // nil: the API session is gone, its sessions with it
+		visit := func(s *Session) error {
+			grants := idx.grantsFor(s.IdentityID, s.ServiceID, s.Type)
+			if len(grants) == 0 {
+				revoke = append(revoke, s.ID)
+				return nil
+			}
+			if ungated(grants) {
+				return nil
+			}
+			api, seen := apis[s.APISessionID]
+			if !seen {
+				rec, err := m.c.apiSessions.Get(tx, s.APISessionID)
+				if err != nil && !errors.Is(err, store.ErrNotFound) {
+					return err
+				}
+				api, apis[s.APISessionID] = rec, rec
+			}
+			if api == nil {
+				return nil
+			}
+			if err := idx.postureAllows(grants, api, m.c.posture.get(api.ID), now); err != nil {
+				m.log.Info("ending a session whose posture no longer holds", "sessionId", s.ID, "apiSessionId", api.ID, "reason", err.Error())
 				revoke = append(revoke, s.ID)
 			}
 			return nil
-		})
+		}
+		if apiSessionID == "" {
+			return m.c.sessions.Each(tx, visit)
+		}
+		list, err := m.c.sessions.With(tx, "apiSessionId", apiSessionID)
+		if err != nil {
+			return err
+		}
+		for _, s := range list {
+			if err := visit(s); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("find sessions to revoke: %w", err)
 	}
 	n := 0
 	for _, id := range revoke {

@@ -1,0 +1,248 @@
+package main
+
+import "strings"
+
+// valueKind says how the text of a flag becomes a value of the request body.
+type valueKind int
+
+const (
+	textValue     valueKind = iota // the text as it is
+	choiceValue                    // one of field.choices, matched without regard to case
+	onOffValue                     // on or off, sent as a boolean
+	boolValue                      // a flag without value (or --flag=false), sent as a boolean
+	intValue                       // a whole number from field.min to field.max
+	durationValue                  // a duration such as 90s or 30m, sent in milliseconds
+	listValue                      // comma-separated texts
+	refValue                       // the name or id of an entity of field.ref, sent as its id
+	refsValue                      // comma-separated names or ids of entities of field.ref, sent as ids
+	rolesValue                     // comma-separated roles #attribute, #all or @name-or-id (of field.ref), sent with ids
+	jsonValue                      // a JSON object
+	jsonFileValue                  // a file holding a JSON object
+	osValue                        // operating systems TYPE[:VERSION...], comma-separated or repeated
+)
+
+// field is one flag of an entity type and the request body field it sets.
+type field struct {
+	flag, short, usage string
+	kind               valueKind
+	body               string // dotted path in the request body; "" for flags the command uses itself
+	choices            []string
+	ref                string   // collection that names resolve in, for refValue, refsValue and rolesValue
+	min, max           int      // bounds of an intValue
+	def                string   // the value create sends when the flag is absent
+	required           bool     // create needs it, or one of the flags exclusive with it
+	createOnly         bool     // the field cannot change after create: update does not offer it
+	needs              []string // flags of which one must be given with this one
+	aliases            []string // older names of the flag, still accepted
+}
+
+// argument is a positional argument of create after NAME; it fills the flag of that name.
+type argument struct{ name, flag string }
+
+// column is one column of the list table: a header and a dotted path in each item.
+type column struct{ header, path string }
+
+// variant is a subtype of an entity type chosen by the first argument of create and update,
+// e.g. the DOMAIN posture check: its flags come on top of the type's own.
+type variant struct {
+	name, value, short string // CLI name, value of the type's discriminator field, description
+	args               []argument
+	fields             []field
+}
+
+// enrollment says how to find the enrollment token of a newly created entity.
+type enrollment struct {
+	jwt      func(detail map[string]any) string
+	toStdout bool // with text output and no --jwt-output-file, print the token on stdout
+}
+
+// entityType describes one entity type of the management API for the edge commands.
+type entityType struct {
+	name, plural  string // CLI names; plural is also the collection below the API
+	what          string // in messages: "service policy"
+	short         string
+	aliases       []string
+	args          []argument
+	fields        []field
+	exclusive     [][]string // flags of which at most one may be given
+	columns       []column
+	discriminator string // body field a variant sets
+	variants      []variant
+	enrollment    *enrollment
+}
+
+// Allowed values shared by several types.
+var (
+	semantics = []string{"AllOf", "AnyOf"}
+	osTypes   = []string{"Windows", "WindowsServer", "Android", "iOS", "Linux", "macOS"}
+)
+
+func roleAttributesField() field {
+	return field{flag: "role-attributes", short: "a", kind: listValue, body: "roleAttributes",
+		usage: "role attributes, comma-separated (policies select them as #attribute)"}
+}
+
+func rolesField(flag, short, body, ref, what string) field {
+	return field{flag: flag, short: short, kind: rolesValue, body: body, ref: ref,
+		usage: what + " roles, comma-separated: #attribute, #all or @name-or-id"}
+}
+
+func semanticField() field {
+	return field{flag: "semantic", kind: choiceValue, body: "semantic", choices: semantics, def: "AllOf",
+		usage: "how #attribute roles combine: AllOf or AnyOf"}
+}
+
+func jwtFileField() field {
+	return field{flag: "jwt-output-file", kind: textValue, createOnly: true,
+		usage: "write the enrollment token to this file (mode 0600)"}
+}
+
+// edgeTypes is the table of entity types the edge commands manage.
+func edgeTypes() []*entityType {
+	return []*entityType{
+		{
+			name: "identity", plural: "identities", what: "identity", short: "an identity: a user, device or service of the network",
+			fields: []field{
+				{flag: "type", kind: choiceValue, body: "type", choices: []string{"User", "Device", "Service", "Router", "Default"}, def: "Default",
+					usage: "identity type: User, Device, Service, Router or Default"},
+				{flag: "admin", kind: boolValue, body: "isAdmin", def: "false", usage: "make the identity an administrator"},
+				{flag: "external-id", kind: textValue, body: "externalId", usage: "the identity's id in an external identity provider"},
+				roleAttributesField(),
+				{flag: "ott", kind: boolValue, body: "enrollment.ott", createOnly: true, usage: "enroll with a one-time token and a certificate of the network"},
+				{flag: "updb", kind: textValue, body: "enrollment.updb", createOnly: true, usage: "enroll with a one-time token that sets a password for this username"},
+				{flag: "ottca", kind: refValue, ref: "cas", body: "enrollment.ottca", createOnly: true, usage: "enroll with a one-time token and a certificate of this CA (name or id)"},
+				func() field {
+					f := jwtFileField()
+					f.needs, f.aliases = []string{"ott", "updb", "ottca"}, []string{"jwt-output"}
+					return f
+				}(),
+			},
+			exclusive:  [][]string{{"ott", "updb", "ottca"}},
+			columns:    []column{{"ID", "id"}, {"NAME", "name"}, {"TYPE", "typeId"}, {"ADMIN", "isAdmin"}, {"ATTRIBUTES", "roleAttributes"}},
+			enrollment: &enrollment{jwt: enrollmentJWT},
+		},
+		{
+			name: "service", plural: "services", what: "service", short: "a service that identities dial and bind",
+			fields: []field{
+				roleAttributesField(),
+				{flag: "configs", short: "c", kind: refsValue, ref: "configs", body: "configs", usage: "configs of the service, names or ids, comma-separated"},
+				{flag: "encryption", short: "e", kind: onOffValue, body: "encryptionRequired", def: "on", createOnly: true,
+					usage: "end-to-end encryption between the ends of each circuit: on or off"},
+				{flag: "terminator-strategy", kind: choiceValue, body: "terminatorStrategy", choices: []string{"smartrouting", "weighted", "random", "ha"},
+					usage: "how a terminator is chosen: smartrouting, weighted, random or ha"},
+				{flag: "max-idle-time", kind: durationValue, body: "maxIdleTimeMillis", usage: "end circuits idle this long, e.g. 30m (0: never)"},
+			},
+			columns: []column{{"ID", "id"}, {"NAME", "name"}, {"ENCRYPTED", "encryptionRequired"}, {"STRATEGY", "terminatorStrategy"},
+				{"ATTRIBUTES", "roleAttributes"}, {"CONFIGS", "configs"}},
+		},
+		{
+			name: "config", plural: "configs", what: "config", short: "a configuration of a config type, attached to services",
+			args: []argument{{"TYPE", "config-type"}, {"JSON", "data"}},
+			fields: []field{
+				{flag: "config-type", kind: refValue, ref: "config-types", body: "configTypeId", required: true, createOnly: true,
+					usage: "config type, name or id (also the argument TYPE)"},
+				{flag: "data", kind: jsonValue, body: "data", required: true, usage: "the configuration, a JSON object (also the argument JSON)"},
+				{flag: "json-file", short: "f", kind: jsonFileValue, body: "data", usage: "read the configuration from this JSON file"},
+			},
+			exclusive: [][]string{{"data", "json-file"}},
+			columns:   []column{{"ID", "id"}, {"NAME", "name"}, {"TYPE", "configType.name"}},
+		},
+		{
+			name: "config-type", plural: "config-types", what: "config type", short: "a kind of service configuration and its JSON schema",
+			fields: []field{
+				{flag: "schema", kind: jsonValue, body: "schema", usage: "JSON schema the configs of this type follow"},
+				{flag: "schema-file", short: "f", kind: jsonFileValue, body: "schema", usage: "read the JSON schema from this file"},
+			},
+			exclusive: [][]string{{"schema", "schema-file"}},
+			columns:   []column{{"ID", "id"}, {"NAME", "name"}},
+		},
+		{
+			name: "service-policy", plural: "service-policies", what: "service policy", aliases: []string{"sp"},
+			short: "a policy that lets identities dial or bind services",
+			args:  []argument{{"Dial|Bind", "type"}},
+			fields: []field{
+				{flag: "type", kind: choiceValue, body: "type", choices: []string{"Dial", "Bind"}, required: true,
+					usage: "what the policy grants: Dial or Bind (also the argument Dial|Bind)"},
+				rolesField("identity-roles", "i", "identityRoles", "identities", "identity"),
+				rolesField("service-roles", "s", "serviceRoles", "services", "service"),
+				rolesField("posture-check-roles", "p", "postureCheckRoles", "posture-checks", "posture check"),
+				semanticField(),
+			},
+			columns: []column{{"ID", "id"}, {"NAME", "name"}, {"TYPE", "type"}, {"SEMANTIC", "semantic"},
+				{"IDENTITY ROLES", "identityRoles"}, {"SERVICE ROLES", "serviceRoles"}, {"POSTURE CHECK ROLES", "postureCheckRoles"}},
+		},
+		{
+			name: "edge-router", plural: "edge-routers", what: "edge router", aliases: []string{"er"},
+			short: "an edge router, the node clients connect to; create prints its enrollment token",
+			fields: []field{
+				roleAttributesField(),
+				{flag: "tunneler-enabled", short: "t", kind: boolValue, body: "isTunnelerEnabled", usage: "let the router act as a tunneler"},
+				{flag: "cost", kind: intValue, body: "cost", min: 0, max: 65535, usage: "cost of routing through the router, 0 to 65535"},
+				{flag: "no-traversal", kind: boolValue, body: "noTraversal", usage: "carry no circuits that only pass through the router"},
+				{flag: "disabled", kind: boolValue, body: "disabled", usage: "disable the router"},
+				{flag: "app-data-json", kind: jsonValue, body: "appData", usage: "application data, a JSON object"},
+				jwtFileField(),
+			},
+			columns: []column{{"ID", "id"}, {"NAME", "name"}, {"ONLINE", "isOnline"}, {"TUNNELER", "isTunnelerEnabled"},
+				{"COST", "cost"}, {"ATTRIBUTES", "roleAttributes"}},
+			enrollment: &enrollment{toStdout: true, jwt: func(d map[string]any) string { s, _ := d["enrollmentJwt"].(string); return s }},
+		},
+		{
+			name: "edge-router-policy", plural: "edge-router-policies", what: "edge router policy", aliases: []string{"erp"},
+			short: "a policy that lets identities connect to edge routers",
+			fields: []field{
+				rolesField("identity-roles", "i", "identityRoles", "identities", "identity"),
+				rolesField("edge-router-roles", "e", "edgeRouterRoles", "edge-routers", "edge router"),
+				semanticField(),
+			},
+			columns: []column{{"ID", "id"}, {"NAME", "name"}, {"SEMANTIC", "semantic"},
+				{"IDENTITY ROLES", "identityRoles"}, {"EDGE ROUTER ROLES", "edgeRouterRoles"}},
+		},
+		{
+			name: "service-edge-router-policy", plural: "service-edge-router-policies", what: "service edge router policy", aliases: []string{"serp"},
+			short: "a policy that lets edge routers carry services",
+			fields: []field{
+				rolesField("service-roles", "s", "serviceRoles", "services", "service"),
+				rolesField("edge-router-roles", "e", "edgeRouterRoles", "edge-routers", "edge router"),
+				semanticField(),
+			},
+			columns: []column{{"ID", "id"}, {"NAME", "name"}, {"SEMANTIC", "semantic"},
+				{"SERVICE ROLES", "serviceRoles"}, {"EDGE ROUTER ROLES", "edgeRouterRoles"}},
+		},
+		{
+			name: "posture-check", plural: "posture-checks", what: "posture check", aliases: []string{"pc"},
+			short:         "a condition on a client's device that service policies can require",
+			fields:        []field{roleAttributesField()},
+			columns:       []column{{"ID", "id"}, {"NAME", "name"}, {"TYPE", "typeId"}, {"ATTRIBUTES", "roleAttributes"}},
+			discriminator: "typeId",
+			variants: []variant{
+				{name: "domain", value: "DOMAIN", short: "the device is in one of these Windows domains", fields: []field{
+					{flag: "domains", short: "d", kind: listValue, body: "domains", required: true, usage: "allowed domains, comma-separated"},
+				}},
+				{name: "mac", value: "MAC", short: "the device has one of these MAC addresses", fields: []field{
+					{flag: "mac-addresses", short: "m", kind: listValue, body: "macAddresses", required: true, usage: "allowed MAC addresses, comma-separated"},
+				}},
+				{name: "mfa", value: "MFA", short: "the identity passed multi-factor authentication", fields: []field{
+					{flag: "seconds", short: "s", kind: intValue, body: "timeoutSeconds", min: -1, max: 1 << 31, def: "-1",
+						usage: "seconds an MFA code holds before another is needed (-1: no limit)"},
+					{flag: "wake", short: "w", kind: boolValue, body: "promptOnWake", usage: "ask for a code when the device wakes"},
+					{flag: "unlock", short: "u", kind: boolValue, body: "promptOnUnlock", usage: "ask for a code when the device is unlocked"},
+					{flag: "ignore-legacy", kind: boolValue, body: "ignoreLegacyEndpoints", usage: "do not apply timeout and prompts to clients that do not support them"},
+				}},
+				{name: "os", value: "OS", short: "the device runs one of these operating systems", fields: []field{
+					{flag: "os", kind: osValue, body: "operatingSystems", required: true,
+						usage: "allowed systems as TYPE[:VERSION...], comma-separated or repeated; TYPE: " + strings.Join(osTypes, ", ")},
+				}},
+				{name: "process", value: "PROCESS", short: "a process runs on the device",
+					args: []argument{{"OS", "os-type"}, {"PATH", "path"}},
+					fields: []field{
+						{flag: "os-type", kind: choiceValue, body: "process.osType", choices: []string{"Windows", "WindowsServer", "Linux", "macOS"}, required: true,
+							usage: "operating system of the process: Windows, WindowsServer, Linux or macOS (also the argument OS)"},
+						{flag: "path", kind: textValue, body: "process.path", required: true, usage: "absolute path of the executable (also the argument PATH)"},
+						{flag: "hash-sigs", kind: listValue, body: "process.hashes", usage: "SHA-512 hashes of allowed executables, comma-separated"},
+						{flag: "signer-fingerprint", kind: textValue, body: "process.signerFingerprint", usage: "SHA-1 fingerprint of the certificate that signs the executable"},
+					}},
+			},
+		},
+	}
+}

@@ -1,0 +1,188 @@
+package model
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/controlplane/store"
+)
+
+// Edge routers join the network by enrollment: creating an edge router stores a pending
+// erott enrollment whose token the operator hands to the router; the router sends a client
+// and a server CSR with it and gets both certificates. The client certificate is what the
+// router presents to the controller from then on; extending it replaces it at once.
+
+// EnrollErOtt is the enrollment method of edge routers.
+const EnrollErOtt = "erott"
+
+// RouterCertValidity is the lifetime of the certificates router enrollment issues.
+const RouterCertValidity = 365 * 24 * time.Hour
+
+// RouterCerts are the certificates an edge router enrollment or extension issues, in PEM.
+type RouterCerts struct {
+	Cert       []byte // client certificate
+	ServerCert []byte // server certificate, with the SANs of the server CSR
+	CA         []byte // the network's CA certificates
+}
+
+// CreateEdgeRouter stores a new edge router with its pending erott enrollment.
+func (m *Model) CreateEdgeRouter(r *EdgeRouter) error {
+	k := m.edgeRouterKind()
+	now := m.now()
+	r.Base = Base{ID: newID(), CreatedAt: now, UpdatedAt: now, Tags: r.Tags}
+	r.IsVerified, r.CertPEM, r.Fingerprint, r.ServerCertPEM, r.ServerFingerprint = false, "", "", "", ""
+	return m.st.Update(func(tx *store.Tx) error {
+		if err := k.check(tx, r); err != nil {
+			return err
+		}
+		if err := m.c.edgeRouters.Create(tx, r); err != nil {
+			return conflict(err)
+		}
+		if _, err := m.createRouterEnrollment(tx, r); err != nil {
+			return err
+		}
+		m.added(tx)
+		return nil
+	})
+}
+
+func (m *Model) createRouterEnrollment(tx *store.Tx, r *EdgeRouter) (*Enrollment, error) {
+	e := &Enrollment{
+		Base:         m.newBase(nil),
+		EdgeRouterID: r.ID,
+		Method:       EnrollErOtt,
+		Token:        newToken(),
+	}
+	e.ExpiresAt = e.CreatedAt.Add(m.opts.EnrollmentDuration)
+	jwt, err := m.signEnrollment(r.ID, e)
+	if err != nil {
+		return nil, err
+	}
+	e.JWT = jwt
+	if err := m.c.enrollments.Create(tx, e); err != nil {
+		return nil, conflict(err)
+	}
+	return e, nil
+}
+
+// RouterEnrollment returns the pending enrollment of an edge router, or nil once it has
+// enrolled.
+func (m *Model) RouterEnrollment(routerID string) (*Enrollment, error) {
+	var out *Enrollment
+	err := m.st.View(func(tx *store.Tx) error {
+		list, err := m.c.enrollments.With(tx, "edgeRouterId", routerID)
+		if len(list) > 0 {
+			out = list[0]
+		}
+		return err
+	})
+	return out, err
+}
+
+// EnrollErOtt completes an edge router's enrollment: it signs the client CSR (client usage)
+// and the server CSR (server usage, with the CSR's SANs) and records the client certificate
+// as the router's.
+func (m *Model) EnrollErOtt(token string, clientCSR, serverCSR []byte) (*RouterCerts, error) {
+	var out *RouterCerts
+	err := m.st.Update(func(tx *store.Tx) error {
+		e, err := m.enrollment(tx, token, EnrollErOtt)
+		if err != nil {
+			return err
+		}
+		r, err := m.c.edgeRouters.Get(tx, e.EdgeRouterID)
+		if err != nil {
+			return missing(err, "edge router", e.EdgeRouterID)
+		}
+		if out, err = m.issueRouterCerts(tx, r, clientCSR, serverCSR); err != nil {
+			return err
+		}
+		return m.c.enrollments.Delete(tx, e.ID)
+	})
+	return out, err
+}
+
+// ExtendRouter issues new certificates to the edge router whose current client certificate
+// is chain[0]. The previous client certificate stops being the router's at once, even though
+// it has not expired.
+func (m *Model) ExtendRouter(chain []*x509.Certificate, clientCSR, serverCSR []byte) (*RouterCerts, error) {
+	if len(chain) == 0 {
+		return nil, errorf(CodeInvalidAuth, "extending a router's certificates needs the router's current client certificate")
+	}
+	if err := pki.VerifyChain(chain[0], chain[1:], m.ca.Pool(), m.opts.Now(), x509.ExtKeyUsageClientAuth); err != nil {
+		return nil, &Error{Code: CodeInvalidAuth, Message: fmt.Sprintf("the client certificate is not valid: %v", err), Cause: err}
+	}
+	var out *RouterCerts
+	err := m.st.Update(func(tx *store.Tx) error {
+		r, err := m.c.edgeRouters.Lookup(tx, "fingerprint", pki.Fingerprint(chain[0]))
+		if errors.Is(err, store.ErrNotFound) {
+			return errorf(CodeInvalidAuth, "the client certificate is not the current certificate of any edge router")
+		}
+		if err != nil {
+			return err
+		}
+		out, err = m.issueRouterCerts(tx, r, clientCSR, serverCSR)
+		return err
+	})
+	return out, err
+}
+
+// EdgeRouterByCert returns the enrolled edge router whose current client certificate is cert.
+func (m *Model) EdgeRouterByCert(cert *x509.Certificate) (*EdgeRouter, error) {
+	var out *EdgeRouter
+	err := m.st.View(func(tx *store.Tx) (err error) {
+		out, err = m.c.edgeRouters.Lookup(tx, "fingerprint", pki.Fingerprint(cert))
+		return missing(err, "edge router with certificate", pki.Fingerprint(cert))
+	})
+	return out, err
+}
+
+func (m *Model) issueRouterCerts(tx *store.Tx, r *EdgeRouter, clientCSR, serverCSR []byte) (*RouterCerts, error) {
+	if len(clientCSR) == 0 {
+		return nil, invalid("certCsr", nil, "is required: the CSR of the router's client certificate")
+	}
+	if len(serverCSR) == 0 {
+		return nil, invalid("serverCertCsr", nil, "is required: the CSR of the router's server certificate")
+	}
+	client, clientPEM, err := m.ca.SignCSR(clientCSR, pki.SignRequest{CommonName: r.ID, Usage: pki.Client, Validity: RouterCertValidity})
+	if err != nil {
+		return nil, csrError(err)
+	}
+	server, serverPEM, err := m.ca.SignCSR(serverCSR, pki.SignRequest{CommonName: r.ID, Usage: pki.Server, Validity: RouterCertValidity})
+	if err != nil {
+		return nil, csrError(err)
+	}
+	r.IsVerified = true
+	r.CertPEM, r.Fingerprint = string(clientPEM), pki.Fingerprint(client)
+	r.ServerCertPEM, r.ServerFingerprint = string(serverPEM), pki.Fingerprint(server)
+	r.UpdatedAt = m.now()
+	if err := m.c.edgeRouters.Put(tx, r); err != nil {
+		return nil, conflict(err)
+	}
+	return &RouterCerts{Cert: clientPEM, ServerCert: serverPEM, CA: m.ca.PEM()}, nil
+}
+
+// ReEnrollEdgeRouter drops an edge router's certificates and gives it a new pending
+// enrollment: its current certificate stops working at once.
+func (m *Model) ReEnrollEdgeRouter(id string) (*Enrollment, error) {
+	var out *Enrollment
+	err := m.st.Update(func(tx *store.Tx) error {
+		r, err := m.c.edgeRouters.Get(tx, id)
+		if err != nil {
+			return missing(err, "edge router", id)
+		}
+		if err := m.deleteAll(m.c.enrollments.IDsWith, "edgeRouterId", m.c.enrollments.Delete)(tx, id); err != nil {
+			return err
+		}
+		r.IsVerified, r.CertPEM, r.Fingerprint, r.ServerCertPEM, r.ServerFingerprint = false, "", "", "", ""
+		r.UpdatedAt = m.now()
+		if err := m.c.edgeRouters.Put(tx, r); err != nil {
+			return err
+		}
+		out, err = m.createRouterEnrollment(tx, r)
+		return err
+	})
+	return out, err
+}
