@@ -124,32 +124,11 @@ func newEdgeLoginCommand(f *edgeFlags) *cobra.Command {
 }
 
 func saveSession(path string, s edgeSession) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writePrivateFile(path, data)
-}
-
-// writePrivateFile replaces the file at path with data, readable by its owner only: the file
-// is written beside it and renamed over it.
-func writePrivateFile(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return writeFileInDir(path, data, 0o600)
 }
 
 // client returns a management client with the saved session.

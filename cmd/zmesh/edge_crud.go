@@ -517,7 +517,7 @@ func (e *edgeCall) created(t *entityType, fs *pflag.FlagSet, name, id string, de
 				_, err := fmt.Fprintln(e.cmd.OutOrStdout(), token)
 				return err
 			}
-			if err := writePrivateFile(file, []byte(token)); err != nil {
+			if err := writeFileInDir(file, []byte(token), 0o600); err != nil {
 				return fmt.Errorf("%s, but writing its enrollment token failed: %w", msg, err)
 			}
 			msg += "\nenrollment token written to " + file

@@ -253,6 +253,21 @@ func TestSmallNetwork(t *testing.T) {
 		t.Errorf("web's intercept.v1 config is not embedded: %v", services(t, bob)["web"].Config)
 	}
 
+	// roleFilter and roleSemantic narrow the list by the services' attributes.
+	for _, tc := range []struct {
+		query string
+		want  int
+	}{{"roleFilter=%23internal", 2}, {"roleFilter=%23internal&roleFilter=%23public&roleSemantic=AnyOf", 4},
+		{"roleFilter=%23internal&roleFilter=%23public", 0}, {"roleFilter=%40" + svc["metrics"], 1}, {"roleFilter=%23all", 5}} {
+		var list []serviceView
+		if _, err := alice.Do(ctx, "GET", edgeclient.ClientAPI+"/services?"+tc.query, nil, &list); err != nil || len(list) != tc.want {
+			t.Errorf("services?%s: %d services, %v; want %d", tc.query, len(list), err, tc.want)
+		}
+	}
+	if _, err := alice.Do(ctx, "GET", edgeclient.ClientAPI+"/services?roleFilter=%23x&roleSemantic=Most", nil, nil); edgeclient.CodeOf(err) != "COULD_NOT_VALIDATE" {
+		t.Errorf("roleSemantic Most: %v", err)
+	}
+
 	// Sessions granted and denied.
 	s, err := session(alice, svc["db"], "Dial")
 	if err != nil || s.Token == "" || len(s.EdgeRouters) != 2 {

@@ -14,11 +14,13 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane/edgeclient"
+	"github.com/zmesh/zmesh/controlplane/pki"
 )
 
 func newRouterEnrollCommand(lookupEnv env) *cobra.Command {
@@ -41,6 +43,9 @@ func newRouterEnrollCommand(lookupEnv env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if cfg.Identity.ServerCert == "" {
+				return fmt.Errorf("%s: identity.server_cert is not set: enrollment needs a file for the router's server certificate", args[0])
+			}
 			token, err := os.ReadFile(jwtFile)
 			if err != nil {
 				return fmt.Errorf("read the enrollment token: %w", err)
@@ -49,7 +54,7 @@ func newRouterEnrollCommand(lookupEnv env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return enrollRouter(cmd, args[0], cfg, string(token), claims.Subject)
+			return enrollRouter(cmd, cfg, string(token), claims.Subject)
 		},
 	}
 	cmd.Flags().StringVar(&jwtFile, "jwt", "", "file holding the edge router's enrollment token")
@@ -57,11 +62,8 @@ func newRouterEnrollCommand(lookupEnv env) *cobra.Command {
 	return cmd
 }
 
-func enrollRouter(cmd *cobra.Command, file string, cfg *config.Router, token, routerID string) error {
+func enrollRouter(cmd *cobra.Command, cfg *config.Router, token, routerID string) error {
 	id := cfg.Identity
-	if id.ServerCert == "" {
-		return fmt.Errorf("%s: identity.server_cert is not set: enrollment needs a file for the router's server certificate", file)
-	}
 	key, err := loadOrCreateKey(id.Key)
 	if err != nil {
 		return fmt.Errorf("identity.key: %w", err)
@@ -98,7 +100,7 @@ func enrollRouter(cmd *cobra.Command, file string, cfg *config.Router, token, ro
 		{"identity.server_cert", id.ServerCert, certs.ServerCert},
 		{"identity.ca", id.CA, certs.CA},
 	} {
-		if err := edgeclient.WriteFileAtomic(f.path, []byte(f.data), 0o644); err != nil {
+		if err := writeFileInDir(f.path, []byte(f.data), 0o644); err != nil {
 			return fmt.Errorf("%s: %w", f.key, err)
 		}
 	}
@@ -122,11 +124,11 @@ func loadOrCreateKey(path string) (crypto.Signer, error) {
 		if err != nil {
 			return nil, err
 		}
-		der, err := x509.MarshalPKCS8PrivateKey(key)
+		pemKey, err := pki.MarshalPrivateKeyPEM(key)
 		if err != nil {
 			return nil, err
 		}
-		if err := edgeclient.WriteFileAtomic(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		if err := writeFileInDir(path, pemKey, 0o600); err != nil {
 			return nil, err
 		}
 		return key, nil
@@ -134,29 +136,19 @@ func loadOrCreateKey(path string) (crypto.Signer, error) {
 	if err != nil {
 		return nil, err
 	}
-	block, _ := pem.Decode(data)
-	if block == nil {
-		return nil, fmt.Errorf("%s holds no PEM block", path)
-	}
-	var key any
-	switch block.Type {
-	case "PRIVATE KEY":
-		key, err = x509.ParsePKCS8PrivateKey(block.Bytes)
-	case "EC PRIVATE KEY":
-		key, err = x509.ParseECPrivateKey(block.Bytes)
-	case "RSA PRIVATE KEY":
-		key, err = x509.ParsePKCS1PrivateKey(block.Bytes)
-	default:
-		return nil, fmt.Errorf("%s: PEM block %q is not a private key; allowed: PRIVATE KEY, EC PRIVATE KEY, RSA PRIVATE KEY", path, block.Type)
-	}
+	key, err := pki.ParsePrivateKeyPEM(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	signer, ok := key.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("%s: the key cannot sign", path)
+	return key, nil
+}
+
+// writeFileInDir writes a file atomically, creating its directory (mode 0700) when missing.
+func writeFileInDir(path string, data []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
 	}
-	return signer, nil
+	return pki.WriteFileAtomic(path, data, mode)
 }
 
 func routerCSR(key crypto.Signer, subject pkix.Name, sans config.SANs) ([]byte, error) {

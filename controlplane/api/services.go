@@ -149,6 +149,13 @@ func (s *Server) clientServices(c *call) error {
 	if err != nil {
 		return err
 	}
+	if q := c.r.URL.Query(); q.Has("roleFilter") {
+		selects, err := model.RolesSelect("roleFilter", q["roleFilter"], q.Get("roleSemantic"))
+		if err != nil {
+			return err
+		}
+		list = slices.DeleteFunc(list, func(a model.ServiceAccess) bool { return !selects(a.ID, a.RoleAttributes) })
+	}
 	inner := serviceFields()
 	fields := make([]field[model.ServiceAccess], 0, len(inner)+1)
 	for _, f := range inner {

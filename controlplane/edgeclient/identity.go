@@ -7,8 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/zmesh/zmesh/controlplane/pki"
 )
 
 // IdentityFile is an enrolled identity as stored on disk: the controller's URL and the
@@ -47,41 +48,10 @@ func (id *IdentityFile) Save(path string) error {
 	if err != nil {
 		return err
 	}
-	if err := WriteFileAtomic(path, append(data, '\n'), 0o600); err != nil {
+	if err := pki.WriteFileAtomic(path, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write identity file: %w", err)
 	}
 	return nil
-}
-
-// WriteFileAtomic writes data to path through a temporary file in the same directory, synced
-// and renamed into place, so that a crash leaves either the old file or the new one. It
-// creates the directory (mode 0700) when missing.
-func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // material returns the PEM of a "pem:" value or the contents of a "file://" one.

@@ -314,3 +314,49 @@ func (m *Model) DeleteServiceEdgeRouterPolicy(id string) error {
 }
 
 func hasRole(roles []string, r string) bool { return slices.Contains(roles, r) }
+
+// RolesSelect reports whether roles, under semantic, select the entity with id and
+// attributes, as policies do: #all selects every entity, @id that entity, and the #attribute
+// roles those that carry all of them (AllOf) or any of them (AnyOf). It checks roles and
+// semantic first; the error names field.
+func RolesSelect(field string, roles []string, semantic string) (func(id string, attrs []string) bool, error) {
+	if err := checkRoles(field, roles); err != nil {
+		return nil, err
+	}
+	if semantic == "" {
+		semantic = SemanticAll
+	}
+	if semantic != SemanticAll && semantic != SemanticAny {
+		return nil, invalid("roleSemantic", semantic, "allowed: AllOf, AnyOf")
+	}
+	var ids, attrs []string
+	all := false
+	for _, r := range roles {
+		switch {
+		case r == roleAll:
+			all = true
+		case r[0] == '@':
+			ids = append(ids, r[1:])
+		default:
+			attrs = append(attrs, r[1:])
+		}
+	}
+	return func(id string, have []string) bool {
+		if all || slices.Contains(ids, id) {
+			return true
+		}
+		if len(attrs) == 0 {
+			return false
+		}
+		for _, a := range attrs {
+			held := slices.Contains(have, a)
+			if held && semantic == SemanticAny {
+				return true
+			}
+			if !held && semantic == SemanticAll {
+				return false
+			}
+		}
+		return semantic == SemanticAll
+	}, nil
+}

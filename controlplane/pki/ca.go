@@ -127,7 +127,7 @@ func load(keyPath, certPath string, now func() time.Time) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pki: read CA key: %w", err)
 	}
-	key, err := parsePrivateKeyPEM(keyPEM)
+	key, err := ParsePrivateKeyPEM(keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("pki: %s: %w", keyPath, err)
 	}
@@ -180,16 +180,16 @@ func create(dir, keyPath, certPath string, now func() time.Time) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pki: parse new CA certificate: %w", err)
 	}
-	keyPEM, err := marshalPrivateKeyPEM(key)
+	keyPEM, err := MarshalPrivateKeyPEM(key)
 	if err != nil {
 		return nil, err
 	}
 	// The key goes first: a crash between the two renames leaves only ca.key, which
 	// Open reports instead of silently creating a second CA.
-	if err := writeFileAtomic(keyPath, keyPEM, 0o600); err != nil {
+	if err := WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(certPath, encodeCertPEM(der), 0o644); err != nil {
+	if err := WriteFileAtomic(certPath, encodeCertPEM(der), 0o644); err != nil {
 		return nil, err
 	}
 	return newCA(cert, key, now), nil

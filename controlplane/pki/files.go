@@ -10,10 +10,10 @@ import (
 	"path/filepath"
 )
 
-// writeFileAtomic writes data to path through a temporary file in the same directory,
+// WriteFileAtomic writes data to path through a temporary file in the same directory,
 // fsyncs it, renames it into place and fsyncs the directory, so readers see either the
 // old content or the new, never a partial file.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -55,8 +55,8 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// marshalPrivateKeyPEM encodes key as a PKCS#8 "PRIVATE KEY" PEM block.
-func marshalPrivateKeyPEM(key crypto.Signer) ([]byte, error) {
+// MarshalPrivateKeyPEM encodes key as a PKCS#8 "PRIVATE KEY" PEM block.
+func MarshalPrivateKeyPEM(key crypto.Signer) ([]byte, error) {
 	der, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		return nil, fmt.Errorf("pki: encode private key: %w", err)
@@ -64,9 +64,9 @@ func marshalPrivateKeyPEM(key crypto.Signer) ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
 
-// parsePrivateKeyPEM reads the first PEM block of data as a PKCS#8, SEC 1 (EC) or
+// ParsePrivateKeyPEM reads the first PEM block of data as a PKCS#8, SEC 1 (EC) or
 // PKCS#1 (RSA) private key.
-func parsePrivateKeyPEM(data []byte) (crypto.Signer, error) {
+func ParsePrivateKeyPEM(data []byte) (crypto.Signer, error) {
 	block, _ := pem.Decode(data)
 	if block == nil {
 		return nil, errors.New("no PEM block found; want a private key")

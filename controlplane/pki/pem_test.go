@@ -21,7 +21,7 @@ func TestParseCertificatesPEM(t *testing.T) {
 		t.Fatal(err)
 	}
 	leafPEM := encodeCertPEM(tc.Leaf.Raw)
-	keyPEM, err := marshalPrivateKeyPEM(newKey(t, "p256"))
+	keyPEM, err := MarshalPrivateKeyPEM(newKey(t, "p256"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func (ca *CA) checkServerCert(certPEM, keyPEM []byte, dnsNames []string, ips []n
 		return tls.Certificate{}, err
 	}
 	leaf := certs[0]
-	key, err := parsePrivateKeyPEM(keyPEM)
+	key, err := ParsePrivateKeyPEM(keyPEM)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
@@ -120,17 +120,17 @@ func (ca *CA) issueServerCert(dir, certPath, keyPath string, dnsNames []string, 
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("pki: issue server certificate: %w", err)
 	}
-	keyPEM, err := marshalPrivateKeyPEM(key)
+	keyPEM, err := MarshalPrivateKeyPEM(key)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
 	// Key first: after a crash between the renames the old certificate no longer
 	// matches the key, so the next call reissues.
-	if err := writeFileAtomic(keyPath, keyPEM, 0o600); err != nil {
+	if err := WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
 		return tls.Certificate{}, err
 	}
 	chainPEM := append(encodeCertPEM(leaf.Raw), ca.pem...)
-	if err := writeFileAtomic(certPath, chainPEM, 0o644); err != nil {
+	if err := WriteFileAtomic(certPath, chainPEM, 0o644); err != nil {
 		return tls.Certificate{}, err
 	}
 	return tls.Certificate{
