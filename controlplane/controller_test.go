@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -118,7 +119,9 @@ func wantCode(t *testing.T, err error, code string) {
 
 // TestControllerWalk is the walk of the controller's first issue: enroll with a one-time
 // token and authenticate with the certificate; enroll with a password, change it; delete an
-// identity and see its session refused; restart and find everything persisted.
+// identity and see its session refused; restart and find everything persisted: the CA, the
+// certificate, the identities, a changed password (the old one still refused) and the deletion
+// (404, its old session 401, its password refused).
 func TestControllerWalk(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -174,17 +177,36 @@ func TestControllerWalk(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// carol changes her password too, and keeps her identity across the restart.
+	carolID := createIdentity(t, r.admin, map[string]any{"name": "carol", "type": "User", "isAdmin": false, "enrollment": map[string]any{"updb": "carol1"}})
+	if _, err := edgeclient.Enroll(ctx, carolID.Enrollment.Updb.JWT, edgeclient.EnrollOptions{Password: "carol-first"}); err != nil {
+		t.Fatal(err)
+	}
+	carol := edgeclient.New(r.url, r.roots, nil)
+	if _, err := carol.AuthenticatePassword(ctx, "carol1", "carol-first"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := carol.Do(ctx, "GET", edgeclient.ClientAPI+"/current-identity/authenticators", nil, &auths); err != nil || len(auths) != 1 {
+		t.Fatalf("carol's authenticators: %v %v", auths, err)
+	}
+	change = map[string]any{"password": "carol-second", "currentPassword": "carol-first"}
+	if _, err := carol.Do(ctx, "PATCH", edgeclient.ClientAPI+"/current-identity/authenticators/"+auths[0].ID, change, nil); err != nil {
+		t.Fatal(err)
+	}
+
 	// Delete bob: his session answers 401 on its next call.
 	if _, err := r.admin.Do(ctx, "DELETE", edgeclient.ManagementAPI+"/identities/"+updb.ID, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, err = bob.Do(ctx, "GET", edgeclient.ClientAPI+"/current-api-session", nil, nil)
-	var apiErr *edgeclient.Error
-	if !errors.As(err, &apiErr) || apiErr.Status != 401 || apiErr.Code != "UNAUTHORIZED" {
-		t.Fatalf("deleted identity's session: %v", err)
+	wantStatus(t, err, 401, "UNAUTHORIZED")
+	namesBefore := identityNames(t, r.admin)
+	if want := []string{"Default Admin", "carol", "laptop"}; !slices.Equal(namesBefore, want) {
+		t.Fatalf("identities before the restart: %v, want %v", namesBefore, want)
 	}
 
-	// Restart on the same directory and port: the CA, the admin and the laptop persist.
+	// Restart on the same directory and port: the CA, the admin, the laptop and carol's new
+	// password persist; bob stays deleted.
 	addr := r.cfg.API.Advertise
 	caBefore := r.roots
 	r.shutdown(t)
@@ -201,6 +223,47 @@ func TestControllerWalk(t *testing.T) {
 	page, err := r2.admin.Do(ctx, "GET", edgeclient.ManagementAPI+"/identities?filter="+urlQuery(`name = "laptop"`), nil, &list)
 	if err != nil || len(list) != 1 || page.TotalCount != 1 {
 		t.Fatalf("identities after restart: %v %+v %v", list, page, err)
+	}
+	if namesAfter := identityNames(t, r2.admin); !slices.Equal(namesAfter, namesBefore) {
+		t.Errorf("identities after the restart: %v, want %v", namesAfter, namesBefore)
+	}
+	_, err = r2.admin.Do(ctx, "GET", edgeclient.ManagementAPI+"/identities/"+updb.ID, nil, nil)
+	wantStatus(t, err, 404, "NOT_FOUND")
+	_, err = bob.Do(ctx, "GET", edgeclient.ClientAPI+"/current-api-session", nil, nil)
+	wantStatus(t, err, 401, "UNAUTHORIZED")
+	_, err = edgeclient.New(r2.url, r2.roots, nil).AuthenticatePassword(ctx, "bob1", "second-pass")
+	wantStatus(t, err, 401, "INVALID_AUTH")
+	_, err = edgeclient.New(r2.url, r2.roots, nil).AuthenticatePassword(ctx, "carol1", "carol-first")
+	wantStatus(t, err, 401, "INVALID_AUTH")
+	if s, err := edgeclient.New(r2.url, r2.roots, nil).AuthenticatePassword(ctx, "carol1", "carol-second"); err != nil || s.IdentityID != carolID.ID {
+		t.Fatalf("carol's new password after restart: %+v %v", s, err)
+	}
+}
+
+// identityNames lists the names of all identities, sorted, and checks the list's total count.
+func identityNames(t *testing.T, admin *edgeclient.Client) []string {
+	t.Helper()
+	var list []struct {
+		Name string `json:"name"`
+	}
+	page, err := admin.Do(context.Background(), "GET", edgeclient.ManagementAPI+"/identities?limit=500", nil, &list)
+	if err != nil || page == nil || page.TotalCount != len(list) {
+		t.Fatalf("list identities: %+v %v %v", page, list, err)
+	}
+	var names []string
+	for _, i := range list {
+		names = append(names, i.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// wantStatus checks that err is an API error with status and code.
+func wantStatus(t *testing.T, err error, status int, code string) {
+	t.Helper()
+	var apiErr *edgeclient.Error
+	if !errors.As(err, &apiErr) || apiErr.Status != status || apiErr.Code != code {
+		t.Fatalf("error %v, want %d %s", err, status, code)
 	}
 }
 

@@ -3,6 +3,9 @@ package api
 import (
 	"errors"
 	"testing"
+
+	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/controlplane/pki"
 )
 
 // FuzzDecodeBodies feeds arbitrary bytes to the strict JSON decoding of every request body
@@ -15,6 +18,11 @@ func FuzzDecodeBodies(f *testing.F) {
 		`{"password":"p","currentPassword":"q","tags":{}}`, `{"name":1}`, `[1,2]`, `{"a":`, `{} {}`, `null`, ``,
 		`{"certPem":"-----BEGIN CERTIFICATE-----","identityRoles":[],"externalIdClaim":{"index":1}}`,
 		`{"defaultHostingCost":1e400}`, `{"serviceHostingCosts":{"s":-1}}`, "\xff\xfe",
+		// extend, extend-verify, ephemeral session certificates, updb enrollment.
+		`{"clientCertCsr":"-----BEGIN CERTIFICATE REQUEST-----\nMIIB\n-----END CERTIFICATE REQUEST-----\n"}`,
+		`{"clientCert":"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}`,
+		`{"csr":"-----BEGIN CERTIFICATE REQUEST-----\n"}`, `{"csr":null}`, `{"clientCert":7}`, `{"clientCertCsr":["x"]}`,
+		`{"password":"secret1","username":"u"}`, `{"token":"00000000-0000-4000-8000-000000000000","clientCsr":"x"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -26,6 +34,11 @@ func FuzzDecodeBodies(f *testing.F) {
 			func() any { return new(caBody) },
 			func() any { return new(genericEnroll) },
 			func() any { return new(ottRequest) },
+			// The handlers of these decode into anonymous structs of the same shape.
+			func() any { return new(extendBody) },
+			func() any { return new(extendVerifyBody) },
+			func() any { return new(sessionCertBody) },
+			func() any { return new(updbBody) },
 		}
 		for _, newTarget := range targets {
 			v := newTarget()
@@ -42,6 +55,24 @@ func FuzzDecodeBodies(f *testing.F) {
 	})
 }
 
+// Shapes of the bodies that handlers decode into anonymous structs: extend (auth.go), extend-verify
+// (auth.go), POST /current-api-session/certificates (auth.go), and updb enrollment (enroll.go).
+type (
+	extendBody struct {
+		ClientCertCsr *string `json:"clientCertCsr"`
+	}
+	extendVerifyBody struct {
+		ClientCert *string `json:"clientCert"`
+	}
+	sessionCertBody struct {
+		CSR *string `json:"csr"`
+	}
+	updbBody struct {
+		Password *string `json:"password"`
+		Username *string `json:"username"`
+	}
+)
+
 // checkDecoded runs the checks the handlers run after decoding; they must not panic.
 func checkDecoded(t *testing.T, v any) {
 	switch b := v.(type) {
@@ -57,5 +88,17 @@ func checkDecoded(t *testing.T, v any) {
 		b.check(false)
 	case *caBody:
 		b.check()
+	case *extendBody:
+		required(req("clientCertCsr", b.ClientCertCsr != nil))
+	case *extendVerifyBody:
+		required(req("clientCert", b.ClientCert != nil))
+	case *sessionCertBody:
+		if required(req("csr", b.CSR != nil)) == nil {
+			pki.ParseCSR([]byte(*b.CSR))
+		}
+	case *updbBody:
+		if required(req("password", b.Password != nil)) == nil {
+			checkLen("password", *b.Password, model.MinPasswordLen, model.MaxPasswordLen)
+		}
 	}
 }
