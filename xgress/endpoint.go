@@ -1,0 +1,320 @@
+package xgress
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// An Endpoint is one end of a circuit on this router: it joins a local connection (a client
+// socket the router accepted, or the service connection it dialed) to the circuit's frames.
+// Data read from the connection leaves as Payload frames through the Forwarder; Payload
+// frames from the other end are written to the connection in order and acknowledged. The
+// file reads in the order data flows: first outbound (connection → circuit), then inbound
+// (circuit → connection), then closing.
+
+// Forwarder takes the frames an endpoint sends toward the other end of its circuit. It owns
+// the frame from then on and must not block for long: it hands the frame to a link or to the
+// other local endpoint.
+type Forwarder interface {
+	Forward(f *Frame)
+}
+
+// closeWriter is a connection that can be closed for writing alone (half-close). Connections
+// without it are closed when both directions are done.
+type closeWriter interface{ CloseWrite() error }
+
+// Why an endpoint ended, as passed to its done function.
+var (
+	// ErrClosedByPeer: the other end sent Close.
+	ErrClosedByPeer = errors.New("circuit closed by the other end")
+	// errOutOfOrder: a payload did not start where the previous one ended.
+	errOutOfOrder = errors.New("payload out of order")
+)
+
+// Endpoint is one end of a circuit. Create it with NewEndpoint and Start it.
+type Endpoint struct {
+	circuit uint64
+	origin  Origin
+	conn    net.Conn
+	fwd     Forwarder
+	pool    *Pool
+	done    func(error) // called once, when the endpoint has finished
+
+	win *window
+	// raw and readable wait until the connection is readable without holding a frame; raw is
+	// nil for connections that are not sockets.
+	raw      syscall.RawConn
+	readable func(fd uintptr) bool
+	peek     [1]byte
+
+	mu        sync.Mutex
+	queue     []*Frame // payloads from the other end, not yet written
+	spare     []*Frame // the writer's previous batch, reused as the next queue
+	writing   bool     // a writer goroutine is draining queue
+	expect    uint64   // Seq the next payload must carry
+	delivered uint64   // bytes written to conn
+	eofIn     bool     // the other end sent EOF, and every byte before it was written
+	eofOut    bool     // this end's connection reached EOF and the EOF frame was sent
+	closed    bool
+
+	finished atomic.Bool
+}
+
+// NewEndpoint returns the end origin of circuit for conn; frames leave through fwd. done is
+// called once when the endpoint has finished: nil after a clean close in both directions,
+// the reason otherwise.
+func NewEndpoint(circuit uint64, origin Origin, conn net.Conn, fwd Forwarder, pool *Pool, done func(error)) *Endpoint {
+	e := &Endpoint{circuit: circuit, origin: origin, conn: conn, fwd: fwd, pool: pool, done: done, win: newWindow()}
+	if sc, ok := conn.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			e.raw = raw
+			e.readable = func(fd uintptr) bool {
+				n, _, err := syscall.Recvfrom(int(fd), e.peek[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+				return n > 0 || !errors.Is(err, syscall.EAGAIN)
+			}
+		}
+	}
+	return e
+}
+
+// Circuit returns the endpoint's circuit id.
+func (e *Endpoint) Circuit() uint64 { return e.circuit }
+
+// Origin returns which end of the circuit the endpoint is.
+func (e *Endpoint) Origin() Origin { return e.origin }
+
+// Start starts reading the connection.
+func (e *Endpoint) Start() { go e.readLoop() }
+
+// readLoop carries data from the connection into the circuit, as much at a time as the window
+// allows. While the connection is idle it holds no frame.
+func (e *Endpoint) readLoop() {
+	for {
+		room := e.win.acquire(MaxData)
+		if room == 0 {
+			return // closed
+		}
+		if err := e.waitReadable(); err != nil {
+			e.fail(fmt.Errorf("read: %w", err))
+			return
+		}
+		f := e.pool.Get(room)
+		n, err := e.conn.Read(f.Room()[:room])
+		if n > 0 {
+			f.Type, f.Origin, f.Circuit = Payload, e.origin, e.circuit
+			f.Grow(n)
+			f.Seq = e.win.sentBytes(n)
+			e.fwd.Forward(f)
+		} else {
+			f.Release()
+		}
+		if errors.Is(err, io.EOF) {
+			e.sendEOF()
+			return
+		}
+		if err != nil {
+			e.fail(fmt.Errorf("read: %w", err))
+			return
+		}
+	}
+}
+
+// waitReadable returns once the connection has data, EOF or an error to read, without a
+// buffer, so that an idle circuit holds no frame. Connections that are not sockets return at
+// once.
+func (e *Endpoint) waitReadable() error {
+	if e.raw == nil {
+		return nil
+	}
+	return e.raw.Read(e.readable)
+}
+
+// sendEOF tells the other end that this end will send no more data.
+func (e *Endpoint) sendEOF() {
+	f := e.pool.Get(0)
+	f.Type, f.Flags, f.Origin, f.Circuit = Payload, FlagEOF, e.origin, e.circuit
+	f.Seq = e.win.sentBytes(0)
+	e.fwd.Forward(f)
+	e.mu.Lock()
+	e.eofOut = true
+	e.mu.Unlock()
+	e.finishIfDone()
+}
+
+// Receive takes a frame from the other end (Payload, Ack or Close) and owns it. It never
+// blocks: payloads are queued for a writer goroutine that runs only while there is data.
+func (e *Endpoint) Receive(f *Frame) {
+	switch f.Type {
+	case Ack:
+		e.win.ack(f.Seq)
+		f.Release()
+		e.finishIfDone()
+	case Payload:
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			f.Release()
+			return
+		}
+		e.queue = append(e.queue, f)
+		start := !e.writing
+		e.writing = true
+		e.mu.Unlock()
+		if start {
+			go e.writeLoop()
+		}
+	case Close:
+		reason := string(f.Data)
+		f.Release()
+		err := ErrClosedByPeer
+		if reason != "" {
+			err = fmt.Errorf("%w: %s", ErrClosedByPeer, reason)
+		}
+		e.shutdown(err, false)
+	default:
+		f.Release()
+	}
+}
+
+// writeLoop writes queued payloads to the connection in order and acknowledges them, one ack
+// per batch, until the queue is empty.
+func (e *Endpoint) writeLoop() {
+	for {
+		e.mu.Lock()
+		batch := e.queue
+		e.queue, e.spare = e.spare[:0], nil
+		if len(batch) == 0 || e.closed {
+			e.writing = false
+			e.mu.Unlock()
+			for _, f := range batch {
+				f.Release()
+			}
+			return
+		}
+		expect := e.expect
+		e.mu.Unlock()
+
+		var written uint64
+		eof := false
+		var err error
+		for i, f := range batch {
+			switch {
+			case err != nil:
+			case f.Seq != expect+written:
+				err = fmt.Errorf("%w: seq %d, expected %d", errOutOfOrder, f.Seq, expect+written)
+			case len(f.Data) > 0:
+				_, err = e.conn.Write(f.Data)
+				written += uint64(len(f.Data))
+			}
+			if err == nil && f.Flags&FlagEOF != 0 {
+				eof = true
+			}
+			f.Release()
+			batch[i] = nil
+		}
+		if err != nil {
+			e.fail(fmt.Errorf("write: %w", err))
+			return
+		}
+		e.mu.Lock()
+		e.spare = batch[:0]
+		e.expect += written
+		e.delivered += written
+		delivered := e.delivered
+		if eof {
+			e.eofIn = true
+		}
+		e.mu.Unlock()
+		e.sendAck(delivered)
+		if eof {
+			if cw, ok := e.conn.(closeWriter); ok {
+				cw.CloseWrite()
+			}
+			e.finishIfDone()
+		}
+	}
+}
+
+func (e *Endpoint) sendAck(seq uint64) {
+	f := e.pool.Get(0)
+	f.Type, f.Origin, f.Circuit, f.Seq = Ack, e.origin, e.circuit, seq
+	e.fwd.Forward(f)
+}
+
+// finishIfDone ends the endpoint cleanly once both directions are done: this end sent EOF and
+// every byte it sent was acknowledged, and the other end's EOF was written.
+func (e *Endpoint) finishIfDone() {
+	e.mu.Lock()
+	in, out := e.eofIn, e.eofOut
+	e.mu.Unlock()
+	if !in || !out {
+		return
+	}
+	if _, sent, acked := e.win.state(); acked < sent {
+		return
+	}
+	e.shutdown(nil, false)
+}
+
+// fail ends the endpoint after a local error and tells the other end.
+func (e *Endpoint) fail(err error) { e.shutdown(err, true) }
+
+// Close ends the endpoint: the connection is closed and, when reason is not empty, the other
+// end is told with a Close frame.
+func (e *Endpoint) Close(reason string) {
+	var err error
+	if reason != "" {
+		err = errors.New(reason)
+	}
+	e.shutdown(err, reason != "")
+}
+
+func (e *Endpoint) shutdown(err error, tellPeer bool) {
+	if !e.finished.CompareAndSwap(false, true) {
+		return
+	}
+	e.mu.Lock()
+	e.closed = true
+	queued := e.queue
+	e.queue = nil
+	e.mu.Unlock()
+	for _, f := range queued {
+		f.Release()
+	}
+	e.win.close()
+	if tellPeer {
+		f := e.pool.Get(len(err.Error()))
+		f.Type, f.Origin, f.Circuit = Close, e.origin, e.circuit
+		f.SetData([]byte(truncate(err.Error(), SmallData)))
+		e.fwd.Forward(f)
+	}
+	e.conn.Close()
+	if e.done != nil {
+		e.done(err)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// Stats are an endpoint's counters, for tests and metrics.
+type Stats struct {
+	Window, Sent, Acked, Delivered uint64
+}
+
+// Stats returns the endpoint's counters.
+func (e *Endpoint) Stats() Stats {
+	size, sent, acked := e.win.state()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Stats{Window: size, Sent: sent, Acked: acked, Delivered: e.delivered}
+}

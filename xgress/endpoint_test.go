@@ -1,0 +1,249 @@
+package xgress
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// direct is a Forwarder that hands frames straight to the other endpoint, as a forwarder does
+// for a circuit whose two ends are on one router.
+type direct struct {
+	mu sync.Mutex
+	to *Endpoint
+}
+
+func (d *direct) Forward(f *Frame) {
+	d.mu.Lock()
+	to := d.to
+	d.mu.Unlock()
+	to.Receive(f)
+}
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t testing.TB) (net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	a, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := <-accepted
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// circuit is a client connection and a server connection joined by two endpoints.
+type circuit struct {
+	client, server net.Conn // the test's ends
+	ingress, egress *Endpoint
+	ingressDone     chan error
+	egressDone      chan error
+}
+
+func newCircuit(t testing.TB) *circuit {
+	t.Helper()
+	pool := NewPool()
+	client, ingressConn := tcpPair(t)
+	egressConn, server := tcpPair(t)
+	c := &circuit{client: client, server: server, ingressDone: make(chan error, 1), egressDone: make(chan error, 1)}
+	toEgress, toIngress := &direct{}, &direct{}
+	c.ingress = NewEndpoint(7, Initiator, ingressConn, toEgress, pool, func(err error) { c.ingressDone <- err })
+	c.egress = NewEndpoint(7, Terminator, egressConn, toIngress, pool, func(err error) { c.egressDone <- err })
+	toEgress.to, toIngress.to = c.egress, c.ingress
+	c.ingress.Start()
+	c.egress.Start()
+	return c
+}
+
+func waitDone(t *testing.T, name string, ch chan error) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not finish", name)
+		return nil
+	}
+}
+
+// TestEndpointsCarryBothWays sends 32 MiB each way at once, with half-close, and checks the
+// bytes and a clean end of both endpoints.
+func TestEndpointsCarryBothWays(t *testing.T) {
+	t.Parallel()
+	c := newCircuit(t)
+	const size = 32 << 20
+	up, down := make([]byte, size), make([]byte, size)
+	rand.Read(up)
+	rand.Read(down)
+
+	var wg sync.WaitGroup
+	var gotUp, gotDown []byte
+	var errUp, errDown error
+	wg.Add(4)
+	go func() { defer wg.Done(); c.client.Write(up); c.client.(*net.TCPConn).CloseWrite() }()
+	go func() { defer wg.Done(); c.server.Write(down); c.server.(*net.TCPConn).CloseWrite() }()
+	go func() { defer wg.Done(); gotUp, errUp = io.ReadAll(c.server) }()
+	go func() { defer wg.Done(); gotDown, errDown = io.ReadAll(c.client) }()
+	wg.Wait()
+	if errUp != nil || errDown != nil {
+		t.Fatalf("read: %v %v", errUp, errDown)
+	}
+	if sha256.Sum256(gotUp) != sha256.Sum256(up) || sha256.Sum256(gotDown) != sha256.Sum256(down) {
+		t.Fatalf("data differs: %d and %d bytes arrived", len(gotUp), len(gotDown))
+	}
+	if err := waitDone(t, "ingress", c.ingressDone); err != nil {
+		t.Errorf("ingress ended with %v", err)
+	}
+	if err := waitDone(t, "egress", c.egressDone); err != nil {
+		t.Errorf("egress ended with %v", err)
+	}
+}
+
+// TestHalfClose: the client closes its sending side; the server still answers, and the
+// circuit ends only after the answer.
+func TestHalfClose(t *testing.T) {
+	t.Parallel()
+	c := newCircuit(t)
+	c.client.Write([]byte("question"))
+	c.client.(*net.TCPConn).CloseWrite()
+	q, err := io.ReadAll(c.server)
+	if err != nil || string(q) != "question" {
+		t.Fatalf("server read %q, %v", q, err)
+	}
+	select {
+	case err := <-c.egressDone:
+		t.Fatalf("the circuit ended after one direction closed: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	c.server.Write([]byte("answer"))
+	c.server.(*net.TCPConn).CloseWrite()
+	a, err := io.ReadAll(c.client)
+	if err != nil || string(a) != "answer" {
+		t.Fatalf("client read %q, %v", a, err)
+	}
+	if err := waitDone(t, "egress", c.egressDone); err != nil {
+		t.Errorf("egress: %v", err)
+	}
+}
+
+// TestWindowBoundsSlowConsumer: a server that does not read holds the sender to its window,
+// and the egress endpoint never queues more than a window.
+func TestWindowBoundsSlowConsumer(t *testing.T) {
+	t.Parallel()
+	c := newCircuit(t)
+	go c.client.Write(make([]byte, 64<<20))
+	time.Sleep(300 * time.Millisecond)
+	st := c.ingress.Stats()
+	if st.Sent-st.Acked > st.Window || st.Window > MaxWindow {
+		t.Fatalf("in flight %d beyond the window %d", st.Sent-st.Acked, st.Window)
+	}
+	if st.Sent >= 64<<20 {
+		t.Fatalf("everything was sent to a consumer that reads nothing: %+v", st)
+	}
+	// The data in flight is parked at the egress end: its queue plus the socket buffers.
+	c.egress.mu.Lock()
+	queued := 0
+	for _, f := range c.egress.queue {
+		queued += len(f.Data)
+	}
+	c.egress.mu.Unlock()
+	if uint64(queued) > st.Window {
+		t.Fatalf("egress queued %d bytes, beyond the window %d", queued, st.Window)
+	}
+	// Reading resumes the flow.
+	go io.Copy(io.Discard, c.server)
+	deadline := time.Now().Add(10 * time.Second)
+	for c.ingress.Stats().Acked < 64<<20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("flow did not resume: %+v", c.ingress.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCloseReachesTheOtherEnd: an endpoint closed with a reason closes the other end's
+// connection and reports the reason there.
+func TestCloseReachesTheOtherEnd(t *testing.T) {
+	t.Parallel()
+	c := newCircuit(t)
+	c.egress.Close("service went away")
+	err := waitDone(t, "ingress", c.ingressDone)
+	if !errors.Is(err, ErrClosedByPeer) || !bytes.Contains([]byte(err.Error()), []byte("service went away")) {
+		t.Fatalf("ingress ended with %v", err)
+	}
+	c.client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.client.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the client's connection is still open")
+	}
+}
+
+// TestOutOfOrderPayloadFails: a payload that does not continue the stream ends the circuit.
+func TestOutOfOrderPayloadFails(t *testing.T) {
+	t.Parallel()
+	c := newCircuit(t)
+	f := NewPool().Get(3)
+	f.Type, f.Origin, f.Circuit, f.Seq = Payload, Initiator, 7, 100
+	f.SetData([]byte("abc"))
+	c.egress.Receive(f)
+	if err := waitDone(t, "egress", c.egressDone); !errors.Is(err, errOutOfOrder) {
+		t.Fatalf("egress ended with %v", err)
+	}
+}
+
+// BenchmarkRelay compares one circuit through two endpoints (the forwarding of a single
+// router) with a plain io.Copy relay between the same kind of sockets. Each op moves 16 MiB
+// one way.
+func BenchmarkRelay(b *testing.B) {
+	const size = 16 << 20
+	data := make([]byte, size)
+	run := func(b *testing.B, client, server net.Conn) {
+		b.SetBytes(size)
+		b.ReportAllocs()
+		done := make(chan struct{})
+		go func() {
+			buf := make([]byte, 256<<10)
+			for {
+				got := 0
+				for got < size {
+					n, err := server.Read(buf)
+					if err != nil {
+						close(done)
+						return
+					}
+					got += n
+				}
+				done <- struct{}{}
+			}
+		}()
+		for b.Loop() {
+			client.Write(data)
+			<-done
+		}
+	}
+	b.Run("zmesh", func(b *testing.B) {
+		c := newCircuit(b)
+		run(b, c.client, c.server)
+	})
+	b.Run("io.Copy", func(b *testing.B) {
+		client, in := tcpPair(b)
+		out, server := tcpPair(b)
+		go io.Copy(out, in)
+		run(b, client, server)
+	})
+}
