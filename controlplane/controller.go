@@ -77,6 +77,7 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 		Issuer:         "https://" + cfg.API.Advertise,
 		SigningKey:     key,
 		SigningKID:     pki.Fingerprint(c.cert.Leaf),
+		ReservedHosts:  apiHosts(cfg),
 	})
 	if err := c.model.EnsureBuiltinConfigTypes(); err != nil {
 		return nil, fmt.Errorf("built-in config types: %w", err)

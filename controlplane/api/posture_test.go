@@ -133,7 +133,7 @@ func TestPostureGatedDial(t *testing.T) {
 	}
 	web := f.create(t, "/services", `{"name":"web","encryptionRequired":true}`)
 	vault := f.create(t, "/services", `{"name":"vault","encryptionRequired":true}`)
-	f.create(t, "/edge-routers", `{"name":"er1"}`)
+	f.enrolledRouter(t, `{"name":"er1"}`)
 	f.create(t, "/edge-router-policies", `{"name":"all","semantic":"AnyOf","identityRoles":["#all"],"edgeRouterRoles":["#all"]}`)
 	f.create(t, "/service-edge-router-policies", `{"name":"all","semantic":"AnyOf","serviceRoles":["#all"],"edgeRouterRoles":["#all"]}`)
 	check := f.create(t, "/posture-checks", `{"name":"corp-domain","typeId":"DOMAIN","domains":["corp.example"],"roleAttributes":["corp"]}`)

@@ -294,3 +294,15 @@ func TestTerminators(t *testing.T) {
 		t.Fatalf("terminators after service delete: %d", len(all))
 	}
 }
+
+// enrolledRouter creates an edge router and enrolls it, so that it may carry sessions.
+func (f *fixture) enrolledRouter(t *testing.T, body string) string {
+	t.Helper()
+	id := f.create(t, "/edge-routers", body)
+	r := f.router(t, id)
+	rec := f.do("POST", ClientBase+"/enroll/erott", "", `{"token":"`+*r.EnrollmentToken+`","certCsr":`+jsonString(testCSR(t))+`,"serverCertCsr":`+jsonString(testCSR(t, "router.test"))+`}`)
+	if rec.Code != 200 {
+		t.Fatalf("enroll router: %d %s", rec.Code, rec.Body)
+	}
+	return id
+}

@@ -63,7 +63,7 @@ func TestServicesAndSessions(t *testing.T) {
 	if rec.Code != 400 || errorCode(t, rec) != "NO_EDGE_ROUTERS_AVAILABLE" {
 		t.Fatalf("session without routers: %d %s", rec.Code, rec.Body)
 	}
-	f.create(t, "/edge-routers", `{"name":"er1","roleAttributes":["edge"]}`)
+	f.enrolledRouter(t, `{"name":"er1","roleAttributes":["edge"]}`)
 	f.create(t, "/edge-router-policies", `{"name":"all","semantic":"AnyOf","identityRoles":["#all"],"edgeRouterRoles":["#edge"]}`)
 	f.create(t, "/service-edge-router-policies", `{"name":"all","semantic":"AnyOf","serviceRoles":["#all"],"edgeRouterRoles":["#all"]}`)
 

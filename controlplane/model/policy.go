@@ -214,6 +214,11 @@ func (m *Model) policies() (*policyIndex, error) {
 			idx.checks.add(c.ID, c.RoleAttributes, len(idx.checkRec))
 		}
 		if err := m.c.servicePolicies.Each(tx, func(p *ServicePolicy) error {
+			if idx.namesMissingCheck(p) {
+				// A posture check the policy names by id is gone (deleted while the policy
+				// was written): the policy grants nothing rather than nothing gated.
+				return nil
+			}
 			g := grant{id: p.ID, name: p.Name, identities: idx.identities.match(p.IdentityRoles, p.Semantic),
 				targets: idx.services.match(p.ServiceRoles, p.Semantic), posture: idx.postureOf(p)}
 			if p.Type == PolicyDial {
@@ -324,8 +329,9 @@ func (idx *policyIndex) grantsFor(identityID, serviceID, typ string) []*grant {
 	return out
 }
 
-// EdgeRoutersFor returns the edge routers the identity may connect to that may carry the
-// service, in id order; with serviceID "" every router the identity may connect to.
+// EdgeRoutersFor returns the enrolled, enabled edge routers the identity may connect to that
+// may carry the service, in id order; with serviceID "" every router the identity may
+// connect to.
 func (m *Model) EdgeRoutersFor(identityID, serviceID string) ([]*EdgeRouter, error) {
 	idx, err := m.policies()
 	if err != nil {
@@ -346,7 +352,7 @@ func (m *Model) EdgeRoutersFor(identityID, serviceID string) ([]*EdgeRouter, err
 	}
 	var out []*EdgeRouter
 	routers.each(func(r int) {
-		if !idx.routerRec[r].Disabled {
+		if rec := idx.routerRec[r]; !rec.Disabled && rec.IsVerified {
 			out = append(out, idx.routerRec[r])
 		}
 	})

@@ -83,7 +83,7 @@ func newBenchNet(b *testing.B) *benchNet {
 
 	routers := make([]*EdgeRouter, 10)
 	for i := range routers {
-		routers[i] = &EdgeRouter{Base: base(fmt.Sprintf("er%02d", i)), Name: fmt.Sprintf("router-%02d", i), RoleAttributes: []string{"edge"}}
+		routers[i] = &EdgeRouter{Base: base(fmt.Sprintf("er%02d", i)), Name: fmt.Sprintf("router-%02d", i), RoleAttributes: []string{"edge"}, IsVerified: true}
 	}
 	bulk(b, m, m.c.edgeRouters, routers)
 	bulk(b, m, m.c.edgeRouterPolicies, []*EdgeRouterPolicy{{Base: base("erp"), Name: "all", Semantic: SemanticAny,

@@ -1,6 +1,9 @@
 package model
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"fmt"
 	"sort"
 	"testing"
@@ -60,6 +63,14 @@ func TestPolicies(t *testing.T) {
 	must(m.CreateEdgeRouter(er))
 	must(m.CreateEdgeRouterPolicy(&EdgeRouterPolicy{Name: "all-edge", IdentityRoles: []string{"#all"}, EdgeRouterRoles: []string{"#edge"}}))
 	must(m.CreateServiceEdgeRouterPolicy(&ServiceEdgeRouterPolicy{Name: "all-svc", ServiceRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}))
+	// A router that has not enrolled carries nothing.
+	_, _, err = m.CreateSession(api, db.ID, PolicyDial, nil)
+	wantCode(t, err, CodeNoEdgeRoutersAvailable)
+	e, err := m.RouterEnrollment(er.ID)
+	must(err)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	_, err = m.EnrollErOtt(e.Token, csrFor(t, key), serverCSR(t))
+	must(err)
 	s, routers, err := m.CreateSession(api, db.ID, PolicyDial, nil)
 	must(err)
 	if len(routers) != 1 || routers[0].ID != er.ID {

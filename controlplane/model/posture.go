@@ -39,11 +39,16 @@ const CodeInvalidPosture = "INVALID_POSTURE"
 // when an MFA check prompts on wake or unlock.
 const MFAPromptGrace = 5 * time.Minute
 
+// maxMFATimeoutSeconds bounds an MFA check's timeout: 10 years.
+const maxMFATimeoutSeconds = 10 * 365 * 24 * 3600
+
 // Bounds of posture data, so that one client cannot make the controller hold much memory.
 const (
 	maxPostureString    = 1024
 	maxPostureList      = 64
 	maxPostureProcesses = 256
+	// maxPostureBytes bounds all the posture data of one API session.
+	maxPostureBytes = 64 << 10
 )
 
 // OSTypes are the operating system types posture checks and responses name.
@@ -306,8 +311,8 @@ func (c *PostureCheck) validate() error {
 			}
 		}
 	case PostureMFA:
-		if c.TimeoutSeconds < -1 {
-			return invalid("timeoutSeconds", c.TimeoutSeconds, "must be -1 (no timeout) or more")
+		if c.TimeoutSeconds < -1 || c.TimeoutSeconds > maxMFATimeoutSeconds {
+			return invalid("timeoutSeconds", c.TimeoutSeconds, "must be -1 (no timeout) to %d (10 years)", maxMFATimeoutSeconds)
 		}
 	}
 	return nil
@@ -629,6 +634,21 @@ type processState struct {
 	at                 time.Time
 }
 
+// size approximates the memory the data holds, in bytes.
+func (d *postureData) size() int {
+	n := len(d.domain) + len(d.osType) + len(d.osVersion) + len(d.osBuild)
+	for _, m := range d.macs {
+		n += len(m) + 16
+	}
+	for _, p := range d.processes {
+		n += len(p.checkID) + len(p.path) + len(p.hash) + 64
+		for _, f := range p.signerFingerprints {
+			n += len(f) + 16
+		}
+	}
+	return n
+}
+
 func (d *postureData) clone() *postureData {
 	if d == nil {
 		return &postureData{}
@@ -721,6 +741,9 @@ func (s *postureStore) update(apiSessionID string, f func(*postureData) error) e
 	next := s.data[apiSessionID].clone()
 	if err := f(next); err != nil {
 		return err
+	}
+	if n := next.size(); n > maxPostureBytes {
+		return invalid("posture", nil, "this API session's posture data would take %d bytes, more than %d", n, maxPostureBytes)
 	}
 	s.data[apiSessionID] = next
 	return nil
@@ -886,6 +909,19 @@ func (idx *policyIndex) postureOf(p *ServicePolicy) bitset {
 		return nil
 	}
 	return b
+}
+
+// namesMissingCheck reports whether the policy names, by @id, a posture check that does not
+// exist.
+func (idx *policyIndex) namesMissingCheck(p *ServicePolicy) bool {
+	for _, r := range p.PostureCheckRoles {
+		if strings.HasPrefix(r, "@") {
+			if _, ok := idx.checks.pos[r[1:]]; !ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // hasTimedChecks reports whether a policy names a check that time alone can fail.

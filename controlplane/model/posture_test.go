@@ -28,7 +28,7 @@ func newPostureNet(t *testing.T) *postureNet {
 		t.Fatal(err)
 	}
 	n.must(t, m.CreateService(n.svc))
-	n.must(t, m.CreateEdgeRouter(&EdgeRouter{Name: "er1"}))
+	enrolledRouter(t, m, &EdgeRouter{Name: "er1"})
 	n.must(t, m.CreateEdgeRouterPolicy(&EdgeRouterPolicy{Name: "erp", IdentityRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}))
 	n.must(t, m.CreateServiceEdgeRouterPolicy(&ServiceEdgeRouterPolicy{Name: "serp", ServiceRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}))
 	if n.api, _, err = m.openSession(&Authenticator{IdentityID: n.id.ID}, MethodPassword, "", Login{}); err != nil {

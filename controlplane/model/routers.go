@@ -2,8 +2,11 @@ package model
 
 import (
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/pki"
@@ -99,6 +102,7 @@ func (m *Model) EnrollErOtt(token string, clientCSR, serverCSR []byte) (*RouterC
 		if out, err = m.issueRouterCerts(tx, r, clientCSR, serverCSR); err != nil {
 			return err
 		}
+		m.added(tx) // the router may now carry sessions
 		return m.c.enrollments.Delete(tx, e.ID)
 	})
 	return out, err
@@ -146,6 +150,9 @@ func (m *Model) issueRouterCerts(tx *store.Tx, r *EdgeRouter, clientCSR, serverC
 	if len(serverCSR) == 0 {
 		return nil, invalid("serverCertCsr", nil, "is required: the CSR of the router's server certificate")
 	}
+	if err := m.checkRouterSANs(serverCSR); err != nil {
+		return nil, err
+	}
 	client, clientPEM, err := m.ca.SignCSR(clientCSR, pki.SignRequest{CommonName: r.ID, Usage: pki.Client, Validity: RouterCertValidity})
 	if err != nil {
 		return nil, csrError(err)
@@ -181,8 +188,42 @@ func (m *Model) ReEnrollEdgeRouter(id string) (*Enrollment, error) {
 		if err := m.c.edgeRouters.Put(tx, r); err != nil {
 			return err
 		}
+		m.added(tx) // the router no longer carries new sessions; existing ones are not tied to it
 		out, err = m.createRouterEnrollment(tx, r)
 		return err
 	})
 	return out, err
+}
+
+// checkRouterSANs refuses a router server CSR that names one of the controller's own hosts.
+func (m *Model) checkRouterSANs(csrPEM []byte) error {
+	block, _ := pem.Decode(csrPEM)
+	if block == nil {
+		return nil // SignCSR reports it
+	}
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return nil // SignCSR reports it
+	}
+	names := append([]string(nil), csr.DNSNames...)
+	for _, ip := range csr.IPAddresses {
+		names = append(names, ip.String())
+	}
+	for _, name := range names {
+		for _, reserved := range m.opts.ReservedHosts {
+			if !strings.EqualFold(name, reserved) && !sameIP(name, reserved) {
+				continue
+			}
+			if ip := net.ParseIP(name); name == "localhost" || (ip != nil && ip.IsLoopback()) {
+				continue
+			}
+			return invalid("serverCertCsr", name, "names %s, a host of the controller's own certificate; a router may not claim it", name)
+		}
+	}
+	return nil
+}
+
+func sameIP(a, b string) bool {
+	x, y := net.ParseIP(a), net.ParseIP(b)
+	return x != nil && y != nil && x.Equal(y)
 }

@@ -65,17 +65,31 @@ func (m *Model) CreateSession(api *APISession, serviceID, typ string, tags Tags)
 	if err != nil {
 		return nil, nil, err
 	}
-	// Posture reported while the session was being created was not seen by the
-	// re-evaluation that followed it: check the session against it now.
-	if latest := m.c.posture.get(api.ID); latest != posture {
-		if err := idx.postureAllows(grants, api, latest, m.now()); err != nil {
+	// A policy, posture check or posture report that changed while the session was being
+	// created was not seen by the revocation that followed the change: check the session
+	// against the current state now.
+	if latest := m.c.posture.get(api.ID); latest != posture || m.cache.gen.Load() != idx.gen {
+		if err := m.recheckSession(api, serviceID, typ, latest); err != nil {
 			if derr := m.DeleteSession(s.ID); derr != nil && CodeOf(derr) != CodeNotFound {
-				return nil, nil, fmt.Errorf("delete session %s created against outdated posture: %w", s.ID, derr)
+				return nil, nil, fmt.Errorf("delete session %s created against outdated policies: %w", s.ID, derr)
 			}
 			return nil, nil, err
 		}
 	}
 	return s, routers, nil
+}
+
+// recheckSession evaluates a new session against a fresh policy index and posture.
+func (m *Model) recheckSession(api *APISession, serviceID, typ string, posture *postureData) error {
+	idx, err := m.policies()
+	if err != nil {
+		return err
+	}
+	grants := idx.grantsFor(api.IdentityID, serviceID, typ)
+	if len(grants) == 0 {
+		return invalid("serviceId", serviceID, "no service policy allows this identity to %s this service", lower(typ))
+	}
+	return idx.postureAllows(grants, api, posture, m.now())
 }
 
 func lower(s string) string {

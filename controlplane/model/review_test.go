@@ -1,0 +1,109 @@
+package model
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"net"
+	"testing"
+
+	"github.com/zmesh/zmesh/controlplane/store"
+)
+
+// TestMissingPostureCheckDenies: a policy that names by id a posture check that is gone (the
+// check was deleted while the policy was written) grants nothing, instead of nothing gated.
+func TestMissingPostureCheckDenies(t *testing.T) {
+	t.Parallel()
+	n := newPostureNet(t)
+	m := n.m
+	c := &PostureCheck{Name: "corp", TypeID: PostureDomain, Domains: []string{"corp.example"}}
+	n.must(t, m.CreatePostureCheck(c))
+	n.dialPolicy(t, "gated", "@"+c.ID)
+	if err := m.st.Update(func(tx *store.Tx) error { return m.c.postureChecks.Delete(tx, c.ID) }); err != nil {
+		t.Fatal(err)
+	}
+	m.cache.gen.Add(1)
+	if _, err := n.dial(t); err == nil {
+		t.Fatal("a policy naming a deleted posture check granted a session")
+	}
+}
+
+func TestMFATimeoutBounded(t *testing.T) {
+	t.Parallel()
+	n := newPostureNet(t)
+	err := n.m.CreatePostureCheck(&PostureCheck{Name: "mfa", TypeID: PostureMFA, TimeoutSeconds: 10_000_000_000})
+	wantField(t, err, "timeoutSeconds")
+}
+
+// TestRouterMayNotClaimControllerHosts: a router's server CSR naming a host of the
+// controller's certificate is refused; loopback names are allowed.
+func TestRouterMayNotClaimControllerHosts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.m.opts.ReservedHosts = []string{"ctrl.example.com", "192.0.2.10", "127.0.0.1"}
+	csr := func(dns []string, ips ...string) []byte {
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "r"}, DNSNames: dns}
+		for _, ip := range ips {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+		}
+		der, _ := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+	}
+	for _, tc := range []struct {
+		name   string
+		server []byte
+		ok     bool
+	}{
+		{"controller DNS name", csr([]string{"CTRL.example.com"}), false},
+		{"controller IP", csr(nil, "192.0.2.10"), false},
+		{"loopback", csr([]string{"localhost"}, "127.0.0.1"), true},
+		{"own name", csr([]string{"router.example.com"}), true},
+	} {
+		r := &EdgeRouter{Name: "er-" + tc.name}
+		if err := f.m.CreateEdgeRouter(r); err != nil {
+			t.Fatal(err)
+		}
+		e, err := f.m.RouterEnrollment(r.ID)
+		if err != nil || e == nil {
+			t.Fatal(err)
+		}
+		_, err = f.m.EnrollErOtt(e.Token, csr(nil), tc.server)
+		if tc.ok && err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+		if !tc.ok {
+			wantCode(t, err, CodeCouldNotValidate)
+		}
+	}
+}
+
+// enrolledRouter creates an edge router and completes its enrollment.
+func enrolledRouter(t testing.TB, m *Model, r *EdgeRouter) {
+	t.Helper()
+	if err := m.CreateEdgeRouter(r); err != nil {
+		t.Fatal(err)
+	}
+	e, err := m.RouterEnrollment(r.ID)
+	if err != nil || e == nil {
+		t.Fatalf("enrollment of %s: %v", r.Name, err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if _, err := m.EnrollErOtt(e.Token, csrFor(t, key), serverCSR(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serverCSR is a CSR with a DNS SAN, as router server certificates need.
+func serverCSR(t testing.TB) []byte {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "router"}, DNSNames: []string{"router.test"}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+}
