@@ -50,7 +50,7 @@ func tcpPair(t testing.TB) (net.Conn, net.Conn) {
 
 // circuit is a client connection and a server connection joined by two endpoints.
 type circuit struct {
-	client, server net.Conn // the test's ends
+	client, server  net.Conn // the test's ends
 	ingress, egress *Endpoint
 	ingressDone     chan error
 	egressDone      chan error
