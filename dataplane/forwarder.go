@@ -1,0 +1,111 @@
+package dataplane
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zmesh/zmesh/xgress"
+)
+
+// The forwarder moves frames along circuits. A circuit's route on this router names two hops:
+// where frames travelling toward the initiator go, and where frames travelling toward the
+// terminator go. A hop is a link to the next router or an endpoint on this router. A frame's
+// Origin says which end sent it, so it goes to the hop toward the other end. The route table
+// is read without locks on the forwarding path; only routing and unrouting write it.
+
+// Hop takes the frames of a circuit in one direction. It owns each frame it is given and must
+// not block for long.
+type Hop interface {
+	Send(f *xgress.Frame)
+}
+
+// route is one circuit's entry in the table.
+type route struct {
+	toward   [2]Hop       // indexed by the end the frame travels to
+	lastSeen atomic.Int64 // unix nanoseconds of the last payload, for idle detection
+}
+
+// Forwarder holds the circuit table of a router.
+type Forwarder struct {
+	routes sync.Map // circuit id → *route
+	now    func() time.Time
+
+	// Counters, read by metrics.
+	Forwarded atomic.Uint64 // frames forwarded
+	Dropped   atomic.Uint64 // frames of circuits without a route here
+}
+
+// NewForwarder returns an empty forwarder.
+func NewForwarder() *Forwarder { return &Forwarder{now: time.Now} }
+
+// Forward sends a frame to the next hop of its circuit, toward the end it did not come from.
+// Frames of circuits without a route are dropped and counted; the caller learns of the fault
+// through Dropped and the link handler's reply.
+func (fw *Forwarder) Forward(f *xgress.Frame) {
+	v, ok := fw.routes.Load(f.Circuit)
+	if !ok {
+		fw.Dropped.Add(1)
+		f.Release()
+		return
+	}
+	r := v.(*route)
+	if f.Type == xgress.Payload {
+		r.lastSeen.Store(fw.now().UnixNano())
+	}
+	hop := r.toward[f.Origin.Other()]
+	if hop == nil {
+		fw.Dropped.Add(1)
+		f.Release()
+		return
+	}
+	fw.Forwarded.Add(1)
+	hop.Send(f)
+}
+
+// Route installs or replaces the route of a circuit: frames travelling toward the initiator go
+// to toInitiator, those travelling toward the terminator to toTerminator.
+func (fw *Forwarder) Route(circuit uint64, toInitiator, toTerminator Hop) {
+	r := &route{}
+	r.toward[xgress.Initiator], r.toward[xgress.Terminator] = toInitiator, toTerminator
+	r.lastSeen.Store(fw.now().UnixNano())
+	fw.routes.Store(circuit, r)
+}
+
+// Unroute removes a circuit's route; it reports whether there was one.
+func (fw *Forwarder) Unroute(circuit uint64) bool {
+	_, ok := fw.routes.LoadAndDelete(circuit)
+	return ok
+}
+
+// Routed reports whether the circuit has a route here.
+func (fw *Forwarder) Routed(circuit uint64) bool {
+	_, ok := fw.routes.Load(circuit)
+	return ok
+}
+
+// Circuits returns the number of routed circuits.
+func (fw *Forwarder) Circuits() int {
+	n := 0
+	fw.routes.Range(func(any, any) bool { n++; return true })
+	return n
+}
+
+// IdleSince returns the circuits that carried no payload since before.
+func (fw *Forwarder) IdleSince(before time.Time) []uint64 {
+	var idle []uint64
+	limit := before.UnixNano()
+	fw.routes.Range(func(k, v any) bool {
+		if v.(*route).lastSeen.Load() < limit {
+			idle = append(idle, k.(uint64))
+		}
+		return true
+	})
+	return idle
+}
+
+// EndpointHop delivers frames to an endpoint on this router.
+type EndpointHop struct{ E *xgress.Endpoint }
+
+// Send hands the frame to the endpoint.
+func (h EndpointHop) Send(f *xgress.Frame) { h.E.Receive(f) }
