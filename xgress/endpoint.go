@@ -46,6 +46,9 @@ type Endpoint struct {
 	done    func(error) // called once, when the endpoint has finished
 
 	win *window
+	// datagram: every read is one datagram of at most mtu bytes, carried whole in one frame.
+	datagram bool
+	mtu      int
 	// raw and readable wait until the connection is readable without holding a frame; raw is
 	// nil for connections that are not sockets.
 	raw      syscall.RawConn
@@ -82,6 +85,13 @@ func NewEndpoint(circuit uint64, origin Origin, conn net.Conn, fwd Forwarder, po
 	return e
 }
 
+// SetDatagram makes the endpoint carry datagrams: each read of the connection (one datagram
+// of at most mtu bytes) becomes one frame and each frame one write, so that datagram
+// boundaries are kept. Call it before Start.
+func (e *Endpoint) SetDatagram(mtu int) {
+	e.datagram, e.mtu = true, min(max(mtu, 1), MaxData)
+}
+
 // Circuit returns the endpoint's circuit id.
 func (e *Endpoint) Circuit() uint64 { return e.circuit }
 
@@ -95,7 +105,11 @@ func (e *Endpoint) Start() { go e.readLoop() }
 // allows. While the connection is idle it holds no frame.
 func (e *Endpoint) readLoop() {
 	for {
-		room := e.win.acquire(MaxData)
+		least, most := 1, MaxData
+		if e.datagram {
+			least, most = e.mtu, e.mtu
+		}
+		room := e.win.acquire(least, most)
 		if room == 0 {
 			return // closed
 		}

@@ -247,3 +247,57 @@ func BenchmarkRelay(b *testing.B) {
 		run(b, client, server)
 	})
 }
+
+// TestDatagramsKeepBoundaries carries UDP datagrams both ways through two datagram endpoints.
+func TestDatagramsKeepBoundaries(t *testing.T) {
+	t.Parallel()
+	udp := func() *net.UDPConn {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	client, server := udp(), udp()
+	ingressConn, err := net.DialUDP("udp", nil, client.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	egressConn, err := net.DialUDP("udp", nil, server.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := NewPool()
+	toEgress, toIngress := &direct{}, &direct{}
+	ingress := NewEndpoint(9, Initiator, ingressConn, toEgress, pool, nil)
+	egress := NewEndpoint(9, Terminator, egressConn, toIngress, pool, nil)
+	ingress.SetDatagram(1500)
+	egress.SetDatagram(1500)
+	toEgress.to, toIngress.to = egress, ingress
+	ingress.Start()
+	egress.Start()
+	defer ingress.Close("")
+	defer egress.Close("")
+
+	sizes := []int{100, 1000, 1400, 1}
+	for _, n := range sizes {
+		client.WriteTo(bytes.Repeat([]byte{byte(n)}, n), ingressConn.LocalAddr())
+	}
+	buf := make([]byte, 2000)
+	server.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for _, n := range sizes {
+		got, from, err := server.ReadFrom(buf)
+		if err != nil || got != n || buf[0] != byte(n) {
+			t.Fatalf("datagram of %d bytes arrived as %d: %v", n, got, err)
+		}
+		server.WriteTo(buf[:got], from)
+	}
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for _, n := range sizes {
+		got, _, err := client.ReadFrom(buf)
+		if err != nil || got != n {
+			t.Fatalf("reply of %d bytes arrived as %d: %v", n, got, err)
+		}
+	}
+}

@@ -44,12 +44,12 @@ func newWindow() *window {
 	return w
 }
 
-// acquire waits until the window allows sending and returns how many bytes may be sent now
-// (at most max), or 0 when the window was closed.
-func (w *window) acquire(max int) int {
+// acquire waits until the window allows sending at least least bytes and returns how many
+// bytes may be sent now (at most most), or 0 when the window was closed.
+func (w *window) acquire(least, most int) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for !w.closed && w.sent-w.acked >= w.size {
+	for !w.closed && w.sent-w.acked+uint64(least) > w.size {
 		if w.blocked.IsZero() {
 			w.blocked = time.Now()
 		}
@@ -58,7 +58,7 @@ func (w *window) acquire(max int) int {
 	if w.closed {
 		return 0
 	}
-	return int(min(uint64(max), w.size-(w.sent-w.acked)))
+	return int(min(uint64(most), w.size-(w.sent-w.acked)))
 }
 
 // waitStall waits for an ack or a close; it shrinks the window when none comes for
