@@ -330,6 +330,11 @@ func (m *Model) DeleteIdentity(id string) error {
 		if cur.IsDefaultAdmin {
 			return errorf(CodeCannotDeleteDefaultAdmin, "the default administrator cannot be deleted")
 		}
+		if ok, err := m.c.edgeRouters.Has(tx, id); err != nil {
+			return err
+		} else if ok {
+			return errorf(CodeCanNotDeleteReferenced, "identity %q is the identity of edge router %s; turn its tunneler off or delete the router", cur.Name, id)
+		}
 		return m.deleteIdentityTx(tx, id)
 	})
 }

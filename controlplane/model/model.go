@@ -50,6 +50,8 @@ type Model struct {
 	cache      indexCache
 	schemas    schemaCache
 	lastChange atomic.Int64 // unix nanoseconds of the last policy-relevant change
+
+	routerHooks routerHooks
 }
 
 // New returns the model over an open store and the controller's CA.

@@ -107,3 +107,47 @@ func serverCSR(t testing.TB) []byte {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 }
+
+// TestRouterIdentity: a tunneler-enabled edge router has an identity of its id and name, of
+// type Router, kept in step with the router.
+func TestRouterIdentity(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	m := f.m
+	r := &EdgeRouter{Name: "gw1", IsTunnelerEnabled: true}
+	if err := m.CreateEdgeRouter(r); err != nil {
+		t.Fatal(err)
+	}
+	id, err := m.Identity(r.ID)
+	if err != nil || id.Name != "gw1" || id.Type != IdentityTypeRouter {
+		t.Fatalf("router identity: %+v %v", id, err)
+	}
+	wantCode(t, m.DeleteIdentity(r.ID), CodeCanNotDeleteReferenced)
+	if _, err := m.UpdateEdgeRouter(r.ID, func(r *EdgeRouter) error { r.Name = "gw-1"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := m.Identity(r.ID); id == nil || id.Name != "gw-1" {
+		t.Fatalf("identity after rename: %+v", id)
+	}
+	if _, err := m.CreateIdentity(IdentityCreate{Name: "taken"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.UpdateEdgeRouter(r.ID, func(r *EdgeRouter) error { r.Name = "taken"; return nil })
+	wantCode(t, err, CodeCouldNotValidate)
+	if _, err := m.UpdateEdgeRouter(r.ID, func(r *EdgeRouter) error { r.IsTunnelerEnabled = false; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Identity(r.ID); CodeOf(err) != CodeNotFound {
+		t.Fatalf("identity after the tunneler was turned off: %v", err)
+	}
+	r2 := &EdgeRouter{Name: "gw2", IsTunnelerEnabled: true}
+	if err := m.CreateEdgeRouter(r2); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DeleteEdgeRouter(r2.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Identity(r2.ID); CodeOf(err) != CodeNotFound {
+		t.Fatalf("identity after the router was deleted: %v", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/pki"
@@ -168,6 +169,7 @@ func (m *Model) issueRouterCerts(tx *store.Tx, r *EdgeRouter, clientCSR, serverC
 	if err := m.c.edgeRouters.Put(tx, r); err != nil {
 		return nil, conflict(err)
 	}
+	m.routerChanged(tx, r.ID)
 	return &RouterCerts{Cert: clientPEM, ServerCert: serverPEM, CA: m.ca.PEM()}, nil
 }
 
@@ -188,6 +190,7 @@ func (m *Model) ReEnrollEdgeRouter(id string) (*Enrollment, error) {
 		if err := m.c.edgeRouters.Put(tx, r); err != nil {
 			return err
 		}
+		m.routerChanged(tx, id)
 		m.added(tx) // the router no longer carries new sessions; existing ones are not tied to it
 		out, err = m.createRouterEnrollment(tx, r)
 		return err
@@ -226,4 +229,66 @@ func (m *Model) checkRouterSANs(csrPEM []byte) error {
 func sameIP(a, b string) bool {
 	x, y := net.ParseIP(a), net.ParseIP(b)
 	return x != nil && y != nil && x.Equal(y)
+}
+
+// syncRouterIdentity keeps the identity of a tunneler-enabled edge router: an identity of type
+// Router with the router's id and name, which service policies grant Dial and Bind to, as
+// for any identity; the router's tunnel acts as it. It is removed when the tunneler is turned
+// off.
+func (m *Model) syncRouterIdentity(tx *store.Tx, r *EdgeRouter) error {
+	cur, err := m.c.identities.Get(tx, r.ID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	switch {
+	case r.IsTunnelerEnabled && cur == nil:
+		now := m.now()
+		id := &Identity{Base: Base{ID: r.ID, CreatedAt: now, UpdatedAt: now}, Name: r.Name, Type: IdentityTypeRouter, AuthPolicyID: DefaultAuthPolicyID}
+		if err := m.c.identities.Create(tx, id); err != nil {
+			return routerNameConflict(err, r.Name)
+		}
+	case r.IsTunnelerEnabled && cur.Name != r.Name:
+		cur.Name, cur.UpdatedAt = r.Name, m.now()
+		if err := m.c.identities.Put(tx, cur); err != nil {
+			return routerNameConflict(err, r.Name)
+		}
+	case !r.IsTunnelerEnabled && cur != nil:
+		return m.deleteIdentityTx(tx, r.ID)
+	}
+	return nil
+}
+
+func routerNameConflict(err error, name string) error {
+	var c *store.ConflictError
+	if errors.As(err, &c) {
+		return invalid("name", name, "an identity is already named %q; a tunneler-enabled edge router's identity takes the router's name", name)
+	}
+	return err
+}
+
+// routerHooks are the functions OnEdgeRouterChange registered.
+type routerHooks struct {
+	mu  sync.Mutex
+	fns []func(routerID string)
+}
+
+// OnEdgeRouterChange registers f to be called with an edge router's id after a committed
+// change of its credentials: enrollment, extension, re-enrollment or deletion. The control
+// channel uses it to drop a connection whose certificate no longer identifies the router.
+// f runs on the goroutine that made the change and must not block.
+func (m *Model) OnEdgeRouterChange(f func(routerID string)) {
+	m.routerHooks.mu.Lock()
+	m.routerHooks.fns = append(m.routerHooks.fns, f)
+	m.routerHooks.mu.Unlock()
+}
+
+func (m *Model) routerChanged(tx *store.Tx, id string) {
+	tx.OnCommit(func() {
+		m.routerHooks.mu.Lock()
+		fns := m.routerHooks.fns
+		m.routerHooks.mu.Unlock()
+		for _, f := range fns {
+			f(id)
+		}
+	})
 }

@@ -179,11 +179,22 @@ func (m *Model) edgeRouterKind() kind[EdgeRouter, *EdgeRouter] {
 				return invalid("cost", r.Cost, "must be 0 to 65535")
 			}
 			r.RoleAttributes = nonNil(r.RoleAttributes)
-			return checkAttributes("roleAttributes", r.RoleAttributes)
+			if err := checkAttributes("roleAttributes", r.RoleAttributes); err != nil {
+				return err
+			}
+			return m.syncRouterIdentity(tx, r)
 		},
 		deleted: func(tx *store.Tx, id string) error {
+			m.routerChanged(tx, id)
 			if err := m.deleteAll(m.c.enrollments.IDsWith, "edgeRouterId", m.c.enrollments.Delete)(tx, id); err != nil {
 				return err
+			}
+			if ok, err := m.c.identities.Has(tx, id); err != nil {
+				return err
+			} else if ok {
+				if err := m.deleteIdentityTx(tx, id); err != nil {
+					return err
+				}
 			}
 			return m.deleteAll(m.c.terminators.IDsWith, "routerId", m.c.terminators.Delete)(tx, id)
 		},
