@@ -1,6 +1,7 @@
 // Package controlplane is the zmesh controller: it opens the data directory (store, PKI),
-// builds the model, and serves the client and management APIs over HTTPS until its context
-// ends. It runs standalone (zmesh controller run) or inside a router process.
+// builds the model, and serves the client and management APIs over HTTPS and the routers'
+// control channels until its context ends. It runs standalone (zmesh controller run) or
+// inside a router process.
 package controlplane
 
 import (
@@ -23,6 +24,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/api"
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/controlplane/routers"
 	"github.com/zmesh/zmesh/controlplane/store"
 )
 
@@ -33,15 +35,16 @@ type Build struct {
 
 // Controller is an open controller: its data directory is locked and loaded.
 type Controller struct {
-	cfg    *config.Controller
-	log    *slog.Logger
-	lock   *os.File
-	store  *store.Store
-	ca     *pki.CA
-	model  *model.Model
-	api    *api.Server
-	cert   tls.Certificate
-	closed bool
+	cfg     *config.Controller
+	log     *slog.Logger
+	lock    *os.File
+	store   *store.Store
+	ca      *pki.CA
+	model   *model.Model
+	api     *api.Server
+	routers *routers.Server
+	cert    tls.Certificate
+	closed  bool
 }
 
 // Open locks and loads the data directory, creating the store, the CA, the API's server
@@ -89,12 +92,55 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 	if created {
 		log.Info("created the default administrator", "username", cfg.Admin.Username)
 	}
+	pkiDir := filepath.Join(cfg.DataDir, "pki")
+	ctrlCert, err := c.ca.ServerCertAt(filepath.Join(pkiDir, ctrlCertFile), filepath.Join(pkiDir, ctrlKeyFile), ctrlHosts(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("control channel server certificate: %w", err)
+	}
+	c.routers = routers.New(routers.Config{
+		Model: c.model, CA: c.ca, Cert: ctrlCert,
+		ControllerID: controllerID, Endpoints: []string{ctrlEndpoint(cfg)}, Log: log,
+	})
 	c.api = api.New(c.model, log, api.Info{
 		Version: build.Version, Revision: build.Revision, BuildDate: build.BuildDate,
 		Advertise: cfg.API.Advertise, CtrlAddress: cfg.Ctrl.Listen.String(),
-		ServerCert: c.cert.Leaf, Started: time.Now(),
+		ServerCert: c.cert.Leaf, Started: time.Now(), Routers: c.routers,
 	})
 	return c, nil
+}
+
+// The control channel's server certificate and key, in the PKI directory.
+const (
+	ctrlCertFile = "ctrl.cert"
+	ctrlKeyFile  = "ctrl.key"
+)
+
+// controllerID is the controller's id, as the API's controller list shows it.
+const controllerID = "ctrl1"
+
+// ctrlEndpoint is the control channel address routers are told to use: ctrl.listen, or,
+// when it listens on every address, the API's advertised host with ctrl.listen's port.
+func ctrlEndpoint(cfg *config.Controller) string {
+	a := cfg.Ctrl.Listen
+	if ip := net.ParseIP(a.Host); ip != nil && ip.IsUnspecified() {
+		if host, _, err := net.SplitHostPort(cfg.API.Advertise); err == nil && host != "" {
+			a.Host = host
+		}
+	}
+	return a.String()
+}
+
+// ctrlHosts are the names the control channel's certificate covers: ctrl.listen's host
+// when it is a specific address, and the API's advertised host.
+func ctrlHosts(cfg *config.Controller) []string {
+	hosts := []string{}
+	if ip := net.ParseIP(cfg.Ctrl.Listen.Host); ip == nil || !ip.IsUnspecified() {
+		hosts = append(hosts, cfg.Ctrl.Listen.Host)
+	}
+	if host, _, err := net.SplitHostPort(cfg.API.Advertise); err == nil && host != "" {
+		hosts = append(hosts, host)
+	}
+	return hosts
 }
 
 // apiHosts are the names the API's server certificate covers: the advertised host and the
@@ -155,19 +201,32 @@ func (c *Controller) TLSConfig() *tls.Config {
 	}
 }
 
-// Run serves the API on api.listen until ctx ends, then shuts down and closes the store.
-// ready, when not nil, receives the listener's address once it accepts connections.
+// Run serves the API on api.listen and the routers' control channels on ctrl.listen until
+// ctx ends, then shuts down and closes the store. ready, when not nil, receives the API
+// listener's address once it accepts connections.
 func (c *Controller) Run(ctx context.Context, ready func(net.Addr)) error {
 	ln, err := net.Listen("tcp", c.cfg.API.Listen)
 	if err != nil {
 		c.Close()
 		return fmt.Errorf("listen on api.listen %s: %w", c.cfg.API.Listen, err)
 	}
-	return c.Serve(ctx, ln, ready)
+	ctrlLn, err := net.Listen("tcp", c.cfg.Ctrl.Listen.HostPort())
+	if err != nil {
+		ln.Close()
+		c.Close()
+		return fmt.Errorf("listen on ctrl.listen %s: %w", c.cfg.Ctrl.Listen, err)
+	}
+	return c.ServeWithCtrl(ctx, ln, ctrlLn, ready)
 }
 
-// Serve is Run on a listener the caller opened.
+// Serve serves the API on a listener the caller opened, without the control channel.
 func (c *Controller) Serve(ctx context.Context, ln net.Listener, ready func(net.Addr)) error {
+	return c.ServeWithCtrl(ctx, ln, nil, ready)
+}
+
+// ServeWithCtrl is Run on listeners the caller opened: the API on ln and, when ctrl is not
+// nil, the routers' control channels (TLS 1.3 with client certificates) on ctrl.
+func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, ready func(net.Addr)) error {
 	defer c.Close()
 	srv := &http.Server{
 		Handler:           c.api,
@@ -184,6 +243,12 @@ func (c *Controller) Serve(ctx context.Context, ln net.Listener, ready func(net.
 	go c.store.RunGC(bg, 10*time.Minute)
 	go c.expireSessions(bg)
 
+	ctrlErr := make(chan error, 1)
+	if ctrl != nil {
+		go func() { ctrlErr <- c.routers.Serve(bg, ctrl) }()
+		// The control channels end before the store closes.
+		defer func() { stop(); <-ctrlErr }()
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(tls.NewListener(ln, srv.TLSConfig)) }()
 	c.log.Info("controller API listening", "listen", ln.Addr().String(), "advertise", c.cfg.API.Advertise)
@@ -193,6 +258,12 @@ func (c *Controller) Serve(ctx context.Context, ln net.Listener, ready func(net.
 	select {
 	case err := <-errc:
 		return fmt.Errorf("API server: %w", err)
+	case err := <-ctrlErr:
+		ctrlErr <- err // for the deferred wait
+		if ctx.Err() == nil {
+			srv.Close()
+			return err
+		}
 	case <-ctx.Done():
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -35,6 +35,14 @@ type Info struct {
 	ServerCert *x509.Certificate
 	// Started is when the controller started.
 	Started time.Time
+	// Routers tells which edge routers have their control channel connected; nil: none.
+	Routers RouterStatus
+}
+
+// RouterStatus reports an edge router's control channel: whether it is connected, and the
+// hostname and edge protocols (e.g. "tls" → "tls://host:3022") it announced.
+type RouterStatus interface {
+	Online(id string) (online bool, hostname string, protocols map[string]string)
 }
 
 // Server is the HTTP handler of both APIs.

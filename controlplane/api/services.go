@@ -218,6 +218,11 @@ func renderEdgeRouter(r *model.EdgeRouter, withURLs bool, info Info) map[string]
 		"isOnline": false, "isVerified": false, "hostname": "", "supportedProtocols": map[string]string{},
 		"syncStatus": "SYNC_UNKNOWN", "fingerprint": "",
 	}
+	if info.Routers != nil {
+		if online, hostname, protocols := info.Routers.Online(r.ID); online {
+			out["isOnline"], out["hostname"], out["supportedProtocols"] = true, hostname, protocols
+		}
+	}
 	if withURLs {
 		out["urls"] = map[string]string{}
 	}

@@ -371,3 +371,13 @@ func RolesSelect(field string, roles []string, semantic string) (func(id string,
 		return semantic == SemanticAll
 	}, nil
 }
+
+// ServiceByName returns the service named name.
+func (m *Model) ServiceByName(name string) (*Service, error) {
+	var out *Service
+	err := m.st.View(func(tx *store.Tx) (err error) {
+		out, err = m.c.services.Lookup(tx, "name", name)
+		return missing(err, "service", name)
+	})
+	return out, err
+}

@@ -225,3 +225,27 @@ func (m *Model) SessionByTokenOf(apiSessionID, token string) (*Session, error) {
 	})
 	return out, err
 }
+
+// DialSession returns the session with token when it is a session of type typ for the
+// service and its API session still exists: what a router checks before it carries a
+// client's circuit.
+func (m *Model) DialSession(token, serviceID, typ string) (*Session, error) {
+	var out *Session
+	err := m.st.View(func(tx *store.Tx) error {
+		s, err := m.c.sessions.Lookup(tx, "token", token)
+		if err != nil {
+			return missing(err, "session", "")
+		}
+		if s.ServiceID != serviceID || s.Type != typ {
+			return notFound("session", "")
+		}
+		if ok, err := m.c.apiSessions.Has(tx, s.APISessionID); err != nil {
+			return err
+		} else if !ok {
+			return notFound("session", "")
+		}
+		out = s
+		return nil
+	})
+	return out, err
+}

@@ -38,10 +38,13 @@ const (
 // extra SANs from an earlier host list are tolerated. Otherwise it issues a new ECDSA P-256
 // certificate and writes both files atomically.
 func (ca *CA) ServerCert(dir string, hosts []string) (tls.Certificate, error) {
-	dnsNames, ips := splitHosts(hosts)
-	certPath := filepath.Join(dir, ServerCertFile)
-	keyPath := filepath.Join(dir, ServerKeyFile)
+	return ca.ServerCertAt(filepath.Join(dir, ServerCertFile), filepath.Join(dir, ServerKeyFile), hosts)
+}
 
+// ServerCertAt is ServerCert with the certificate and key at the given paths, for the
+// controller's other TLS servers (the control channel's listener).
+func (ca *CA) ServerCertAt(certPath, keyPath string, hosts []string) (tls.Certificate, error) {
+	dnsNames, ips := splitHosts(hosts)
 	certPEM, certErr := os.ReadFile(certPath)
 	keyPEM, keyErr := os.ReadFile(keyPath)
 	for _, err := range []error{certErr, keyErr} {
@@ -54,7 +57,7 @@ func (ca *CA) ServerCert(dir string, hosts []string) (tls.Certificate, error) {
 			return c, nil
 		}
 	}
-	return ca.issueServerCert(dir, certPath, keyPath, dnsNames, ips)
+	return ca.issueServerCert(filepath.Dir(certPath), certPath, keyPath, dnsNames, ips)
 }
 
 // checkServerCert returns the stored certificate if it can be reused, or the reason it cannot.

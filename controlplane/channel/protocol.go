@@ -1,0 +1,274 @@
+package channel
+
+import (
+	"time"
+)
+
+// The protocol between a router and the controller. Requests are sent with Request and
+// answered with the matching reply type; the other messages are sent with Send.
+
+// Error codes carried by replies' Outcome.
+const (
+	ErrCodeInvalidSession  = "INVALID_SESSION"   // the session token is unknown or expired
+	ErrCodeServiceNotFound = "SERVICE_NOT_FOUND" // no such service, or not the session's
+	ErrCodeNoTerminator    = "NO_TERMINATOR"     // the service has no usable terminator
+	ErrCodeNoPath          = "NO_PATH"           // no path of links reaches the terminator's router
+	ErrCodeRouteFailed     = "ROUTE_FAILED"      // a router on the path refused or did not answer its Route
+	ErrCodeDialFailed      = "DIAL_FAILED"       // the egress could not reach the terminator's address
+	ErrCodeBusy            = "BUSY"              // a queue was full; the request may be retried
+	ErrCodeTimeout         = "TIMEOUT"           // the work did not finish in time
+	ErrCodeInvalid         = "INVALID"           // the request's fields are not acceptable
+)
+
+// Outcome is the success-or-failure part of a reply: an empty ErrorCode is success.
+type Outcome struct {
+	ErrorCode    string `json:"errorCode,omitempty"`
+	ErrorMessage string `json:"errorMessage,omitempty"`
+}
+
+// Err returns the failure as an *Error, or nil on success.
+func (o Outcome) Err() error {
+	if o.ErrorCode == "" {
+		return nil
+	}
+	return &Error{Code: o.ErrorCode, Message: o.ErrorMessage}
+}
+
+// Failed returns the Outcome of a failure.
+func Failed(code, message string) Outcome { return Outcome{ErrorCode: code, ErrorMessage: message} }
+
+// --- Session ---
+
+// Hello is the router's first request after connecting (router → controller); the answer
+// is a HelloReply. RouterID must be the id in the router's client certificate.
+type Hello struct {
+	RouterID string `json:"routerId"`
+	Version  string `json:"version"`  // the router binary's version
+	Protocol int    `json:"protocol"` // ProtocolVersion of the router's build
+	// Hostname is where SDK clients reach the router: its edge listener's advertised
+	// host, or the machine's name.
+	Hostname      string         `json:"hostname,omitempty"`
+	LinkListeners []LinkListener `json:"linkListeners,omitempty"`
+	Listeners     []Listener     `json:"listeners,omitempty"`
+}
+
+func (*Hello) MessageType() Type { return TypeHello }
+
+// LinkListener is one of the router's link listeners, as other routers dial it.
+type LinkListener struct {
+	Address   string   `json:"address"`   // advertised <transport>:<host>:<port>
+	Transport string   `json:"transport"` // tls or quic
+	Groups    []string `json:"groups"`
+}
+
+// Listener is one of the router's on-ramps.
+type Listener struct {
+	Binding string `json:"binding"`           // edge, tunnel or transport
+	Address string `json:"address,omitempty"` // advertised <transport>:<host>:<port>, if any
+}
+
+// HelloReply answers Hello (controller → router). When Accepted is false, Reason says
+// why and the controller closes the channel.
+type HelloReply struct {
+	Accepted     bool   `json:"accepted"`
+	Reason       string `json:"reason,omitempty"`
+	ControllerID string `json:"controllerId"`
+	// Endpoints are the control channel addresses of the cluster's controllers,
+	// <transport>:<host>:<port>; the router saves them to its endpointsFile.
+	Endpoints []string `json:"endpoints"`
+}
+
+func (*HelloReply) MessageType() Type { return TypeHelloReply }
+
+// EndpointsUpdate replaces the router's list of controller endpoints
+// (controller → router).
+type EndpointsUpdate struct {
+	Endpoints []string `json:"endpoints"`
+}
+
+func (*EndpointsUpdate) MessageType() Type { return TypeEndpointsUpdate }
+
+// --- Circuits ---
+
+// CircuitRequest asks for a circuit to a service (ingress router → controller); the
+// answer is a CircuitReply.
+type CircuitRequest struct {
+	// RequestID is the ingress's id of the pending connection, echoed in the reply.
+	RequestID string `json:"requestId"`
+	// SessionToken is the dial session of the SDK client. Empty for tunnel-initiated
+	// circuits, which name IngressIdentityID instead.
+	SessionToken string `json:"sessionToken,omitempty"`
+	// ServiceID or ServiceName names the service; ServiceID wins when both are set.
+	ServiceID   string `json:"serviceId,omitempty"`
+	ServiceName string `json:"serviceName,omitempty"`
+	// IngressIdentityID is the identity a router's own tunnel dials as.
+	IngressIdentityID string `json:"ingressIdentityId,omitempty"`
+	// TerminatorIdentity selects the terminator hosted by that identity, if set.
+	TerminatorIdentity string `json:"terminatorIdentity,omitempty"`
+}
+
+func (*CircuitRequest) MessageType() Type { return TypeCircuitRequest }
+
+// CircuitReply answers CircuitRequest (controller → ingress router). On success every
+// router on Path has its route installed.
+type CircuitReply struct {
+	RequestID string `json:"requestId"`
+	CircuitID uint64 `json:"circuitId,omitempty"`
+	// Path lists the router ids from the ingress (first) to the egress (last).
+	Path       []string      `json:"path,omitempty"`
+	Terminator TerminatorRef `json:"terminator"`
+	Outcome
+}
+
+func (*CircuitReply) MessageType() Type { return TypeCircuitReply }
+
+// TerminatorRef is where a circuit leaves the overlay.
+type TerminatorRef struct {
+	ID       string `json:"id,omitempty"`
+	RouterID string `json:"routerId,omitempty"`
+	Binding  string `json:"binding,omitempty"`
+	Address  string `json:"address,omitempty"`
+}
+
+// Route installs a circuit's forwarding entry on one router (controller → router); the
+// answer is a RouteReply. Forward points toward the terminator, Reverse toward the
+// initiator. The egress router gets Forward.Xgress with the address to dial; the ingress
+// gets Reverse.Xgress, its waiting connection.
+type Route struct {
+	CircuitID uint64 `json:"circuitId"`
+	Forward   Hop    `json:"forward"`
+	Reverse   Hop    `json:"reverse"`
+	// Timeout bounds the router's work, a dial at the egress included (nanoseconds).
+	Timeout time.Duration `json:"timeout"`
+}
+
+func (*Route) MessageType() Type { return TypeRoute }
+
+// Hop is where a router sends one direction of a circuit: over its link to a peer router,
+// or to a local xgress when the circuit ends there. Exactly one is set.
+type Hop struct {
+	Router string  `json:"router,omitempty"` // the peer router's id
+	Xgress *Xgress `json:"xgress,omitempty"`
+}
+
+// Xgress is a circuit's end on this router.
+type Xgress struct {
+	Binding string `json:"binding"`           // the dialer (egress) or listener (ingress) binding
+	Address string `json:"address,omitempty"` // the egress's address to dial
+}
+
+// RouteReply answers Route (router → controller).
+type RouteReply struct {
+	CircuitID uint64 `json:"circuitId"`
+	Outcome
+}
+
+func (*RouteReply) MessageType() Type { return TypeRouteReply }
+
+// Unroute removes a circuit from a router (controller → router); the router closes the
+// circuit's local xgress, if any.
+type Unroute struct {
+	CircuitID uint64 `json:"circuitId"`
+	Reason    string `json:"reason"`
+}
+
+func (*Unroute) MessageType() Type { return TypeUnroute }
+
+// Fault reports a circuit the router can no longer forward (router → controller), e.g.
+// because its next hop's link is gone; the controller unroutes it everywhere.
+type Fault struct {
+	CircuitID uint64 `json:"circuitId"`
+	Reason    string `json:"reason"`
+}
+
+func (*Fault) MessageType() Type { return TypeFault }
+
+// IdleCircuitsCheck asks which of the router's idle circuits the controller still knows
+// (router → controller); the answer is an IdleCircuitsReply. The router unroutes the rest.
+type IdleCircuitsCheck struct {
+	CircuitIDs []uint64 `json:"circuitIds"`
+}
+
+func (*IdleCircuitsCheck) MessageType() Type { return TypeIdleCircuitsCheck }
+
+// IdleCircuitsReply answers IdleCircuitsCheck (controller → router) with the ids that
+// are still valid.
+type IdleCircuitsReply struct {
+	Valid []uint64 `json:"valid"`
+}
+
+func (*IdleCircuitsReply) MessageType() Type { return TypeIdleCircuitsReply }
+
+// --- Links ---
+
+// LinkDial tells a router to dial a peer router's link listener (controller → router).
+type LinkDial struct {
+	PeerRouterID string   `json:"peerRouterId"`
+	Address      string   `json:"address"` // <transport>:<host>:<port>
+	Groups       []string `json:"groups"`  // the listener's groups
+}
+
+func (*LinkDial) MessageType() Type { return TypeLinkDial }
+
+// LinkState reports a link coming up, its latency, or its going down
+// (router → controller). The latency is the link's cost in path selection.
+type LinkState struct {
+	LinkID       string        `json:"linkId"`
+	PeerRouterID string        `json:"peerRouterId"`
+	Up           bool          `json:"up"`
+	Latency      time.Duration `json:"latency,omitempty"` // nanoseconds; 0 when not measured yet
+}
+
+func (*LinkState) MessageType() Type { return TypeLinkState }
+
+// --- Terminators ---
+
+// TerminatorCreate creates a terminator on the sending router (router → controller);
+// the answer is a TerminatorCreateReply.
+type TerminatorCreate struct {
+	Service    string `json:"service"` // id or name
+	Binding    string `json:"binding"`
+	Address    string `json:"address"`
+	Identity   string `json:"identity,omitempty"`
+	Cost       int    `json:"cost,omitempty"`
+	Precedence string `json:"precedence,omitempty"` // default, required or failed
+}
+
+func (*TerminatorCreate) MessageType() Type { return TypeTerminatorCreate }
+
+// TerminatorCreateReply answers TerminatorCreate (controller → router).
+type TerminatorCreateReply struct {
+	TerminatorID string `json:"terminatorId,omitempty"`
+	Outcome
+}
+
+func (*TerminatorCreateReply) MessageType() Type { return TypeTerminatorCreateReply }
+
+// TerminatorRemove removes one of the sending router's terminators (router → controller):
+// the one with TerminatorID when set, otherwise the one with Service, Binding and Address.
+// The answer is a TerminatorRemoveReply.
+type TerminatorRemove struct {
+	TerminatorID string `json:"terminatorId,omitempty"`
+	Service      string `json:"service,omitempty"`
+	Binding      string `json:"binding,omitempty"`
+	Address      string `json:"address,omitempty"`
+}
+
+func (*TerminatorRemove) MessageType() Type { return TypeTerminatorRemove }
+
+// TerminatorRemoveReply answers TerminatorRemove (controller → router).
+type TerminatorRemoveReply struct {
+	Outcome
+}
+
+func (*TerminatorRemoveReply) MessageType() Type { return TypeTerminatorRemoveReply }
+
+// --- Metrics ---
+
+// Metrics is one report of the router's metrics (router → controller).
+type Metrics struct {
+	Timestamp time.Time          `json:"timestamp"`
+	Values    map[string]float64 `json:"values"`
+}
+
+func (*Metrics) MessageType() Type { return TypeMetrics }

@@ -1,0 +1,87 @@
+package routers
+
+import (
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/zmesh/zmesh/controlplane/channel"
+)
+
+// Router is a connected router.
+type Router struct {
+	ID, Name string
+	Hello    channel.Hello // what the router announced
+	Since    time.Time     // when its Hello was accepted
+	Channel  *channel.Channel
+
+	fingerprint string            // of the certificate it connected with
+	protocols   map[string]string // its edge listeners, e.g. "tls" → "tls://host:3022"
+}
+
+// registry maps router ids to their current connection.
+type registry struct {
+	mu    sync.Mutex
+	conns map[string]*Router
+}
+
+// add registers rt and returns the connection it replaces, if any.
+func (r *registry) add(rt *Router) *Router {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.conns[rt.ID]
+	r.conns[rt.ID] = rt
+	return old
+}
+
+// remove unregisters rt unless a newer connection replaced it; it reports whether rt
+// was registered.
+func (r *registry) remove(rt *Router) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conns[rt.ID] != rt {
+		return false
+	}
+	delete(r.conns, rt.ID)
+	return true
+}
+
+func (r *registry) get(id string) *Router {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.conns[id]
+}
+
+// Lookup returns the connected router with this id.
+func (s *Server) Lookup(id string) (*Router, bool) {
+	rt := s.reg.get(id)
+	return rt, rt != nil
+}
+
+// Online tells whether the router is connected, with the hostname and edge protocols it
+// announced; the API renders them as isOnline, hostname and supportedProtocols.
+func (s *Server) Online(id string) (online bool, hostname string, protocols map[string]string) {
+	rt := s.reg.get(id)
+	if rt == nil {
+		return false, "", nil
+	}
+	return true, rt.Hello.Hostname, maps.Clone(rt.protocols)
+}
+
+// edgeProtocols maps the transports of the edge listeners to their URLs, as SDK clients
+// use them: "tls:host:3022" becomes "tls" → "tls://host:3022".
+func edgeProtocols(listeners []channel.Listener) map[string]string {
+	out := map[string]string{}
+	for _, l := range listeners {
+		if l.Binding != "edge" {
+			continue
+		}
+		if transport, hostPort, ok := strings.Cut(l.Address, ":"); ok && transport != "" && hostPort != "" {
+			if _, seen := out[transport]; !seen {
+				out[transport] = transport + "://" + hostPort
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,199 @@
+// Package routers is the controller's end of the control channel. It listens on
+// ctrl.listen with TLS 1.3, admits a router only when its client certificate chains to the
+// controller's CA and is the current certificate of an enrolled edge router, takes the
+// router's Hello, and keeps the registry of connected routers that the API (isOnline) and
+// circuit setup consult. A router that connects again replaces its older connection; one
+// deleted or re-enrolled while connected is disconnected. Reconnecting is the router's job.
+package routers
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/controlplane/pki"
+)
+
+// DefaultHandshakeTimeout bounds the TLS handshake and the Hello that must follow it.
+const DefaultHandshakeTimeout = 10 * time.Second
+
+// Config is what the server needs from the controller.
+type Config struct {
+	Model *model.Model
+	CA    *pki.CA
+	// Cert is the listener's server certificate, issued by CA for the ctrl address.
+	Cert tls.Certificate
+	// ControllerID and Endpoints are sent in every HelloReply.
+	ControllerID string
+	Endpoints    []string
+	// Channel tunes each router's channel (request timeout, heartbeats).
+	Channel channel.Options
+	// HandshakeTimeout: DefaultHandshakeTimeout when zero.
+	HandshakeTimeout time.Duration
+	Log              *slog.Logger
+}
+
+// Server accepts routers' control channels and keeps the registry of connected routers.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+	tls *tls.Config
+	reg registry
+	wg  sync.WaitGroup
+}
+
+// New builds the server and subscribes it to the model's edge router changes.
+func New(cfg Config) *Server {
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	s := &Server{
+		cfg: cfg,
+		log: cfg.Log,
+		tls: &tls.Config{
+			Certificates: []tls.Certificate{cfg.Cert},
+			ClientAuth:   tls.RequireAndVerifyClientCert,
+			ClientCAs:    cfg.CA.Pool(),
+			MinVersion:   tls.VersionTLS13,
+		},
+		reg: registry{conns: make(map[string]*Router)},
+	}
+	cfg.Model.OnEdgeRouterChange(s.routerChanged)
+	return s
+}
+
+// Serve accepts control connections on ln until ctx ends, then closes ln and every
+// router's channel and returns once they are all released. It returns an error only
+// when accepting fails for another reason.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	defer s.wg.Wait()
+	s.log.Info("control channel listening", "listen", ln.Addr().String())
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			return fmt.Errorf("control channel: accept on %s: %w", ln.Addr(), err)
+		}
+		s.wg.Go(func() { s.serveConn(ctx, conn) })
+	}
+}
+
+// serveConn authenticates one connection, runs its channel and unregisters it at the end.
+func (s *Server) serveConn(ctx context.Context, raw net.Conn) {
+	log := s.log.With("remote", raw.RemoteAddr().String())
+	conn := tls.Server(raw, s.tls)
+	hctx, cancel := context.WithTimeout(ctx, s.cfg.HandshakeTimeout)
+	err := conn.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
+		log.Info("control channel refused: TLS handshake failed", "err", err)
+		conn.Close()
+		return
+	}
+	leaf := conn.ConnectionState().PeerCertificates[0]
+	r, err := s.cfg.Model.EdgeRouterByCert(leaf)
+	if err != nil {
+		log.Warn("control channel refused: the client certificate is not the current certificate of an enrolled edge router",
+			"subject", leaf.Subject.CommonName, "fingerprint", pki.Fingerprint(leaf), "err", err)
+		conn.Close()
+		return
+	}
+	ch := channel.New(ctx, conn, s.log.With("router", r.ID), s.cfg.Channel)
+	log = log.With("router", r.ID, "name", r.Name)
+	rt := &Router{ID: r.ID, Name: r.Name, Channel: ch, fingerprint: r.Fingerprint}
+	hello := make(chan struct{})
+	greeted := false // the handler runs on the channel's reader only: no lock needed
+	ch.Handle(channel.TypeHello, func(_ context.Context, m channel.Message) (channel.Message, error) {
+		if greeted {
+			return s.refuse(log, "a second Hello on one connection"), nil
+		}
+		greeted = true
+		defer close(hello)
+		return s.hello(rt, m.(*channel.Hello), log), nil
+	})
+	ch.Start()
+	timer := time.NewTimer(s.cfg.HandshakeTimeout)
+	select {
+	case <-hello:
+		timer.Stop()
+	case <-timer.C:
+		log.Warn("control channel closed: no Hello within the handshake timeout", "timeout", s.cfg.HandshakeTimeout)
+		ch.Close()
+	case <-ch.Done():
+		timer.Stop()
+	}
+	<-ch.Done()
+	if s.reg.remove(rt) {
+		log.Info("router disconnected", "reason", ch.Err())
+	}
+}
+
+// hello answers a router's Hello, registering the router when it is accepted.
+func (s *Server) hello(rt *Router, h *channel.Hello, log *slog.Logger) channel.Message {
+	if h.RouterID != rt.ID {
+		return s.refuse(log, "the Hello names router %q but the certificate is router %q's", h.RouterID, rt.ID)
+	}
+	if h.Protocol != channel.ProtocolVersion {
+		return s.refuse(log, "protocol version %d is not supported; this controller speaks %d", h.Protocol, channel.ProtocolVersion)
+	}
+	rt.Hello, rt.Since, rt.protocols = *h, time.Now(), edgeProtocols(h.Listeners)
+	if old := s.reg.add(rt); old != nil {
+		log.Info("closing the router's older control channel: replaced by a newer connection", "older", old.Channel.RemoteAddr().String())
+		go old.Channel.Close()
+	}
+	// The router's record may have changed between authentication and registration,
+	// with no connection registered yet to close: check again.
+	if cur, err := s.cfg.Model.EdgeRouter(rt.ID); err != nil || cur.Fingerprint != rt.fingerprint {
+		s.reg.remove(rt)
+		return s.refuse(log, "the certificate stopped identifying the router while it connected")
+	}
+	log.Info("router connected", "version", h.Version, "hostname", h.Hostname)
+	return &channel.HelloReply{Accepted: true, ControllerID: s.cfg.ControllerID, Endpoints: s.cfg.Endpoints}
+}
+
+// refuse answers a Hello with a refusal and closes the channel once it is sent.
+func (s *Server) refuse(log *slog.Logger, format string, args ...any) channel.Message {
+	reason := fmt.Sprintf(format, args...)
+	log.Warn("control channel refused", "reason", reason)
+	return channel.ReplyAndClose(&channel.HelloReply{Reason: reason, ControllerID: s.cfg.ControllerID})
+}
+
+// routerChanged is called by the model after an edge router's credentials changed; a
+// connection made with a certificate that is no longer the router's is closed.
+func (s *Server) routerChanged(id string) {
+	rt := s.reg.get(id)
+	if rt == nil {
+		return
+	}
+	reason := ""
+	switch r, err := s.cfg.Model.EdgeRouter(id); {
+	case model.CodeOf(err) == model.CodeNotFound:
+		reason = "the edge router was deleted"
+	case err != nil:
+		s.log.Error("check a connected edge router after a change", "router", id, "err", err)
+		return
+	case r.Fingerprint != rt.fingerprint:
+		reason = "the certificate it connected with is no longer the router's"
+	default:
+		return
+	}
+	s.log.Info("closing a router's control channel", "router", id, "reason", reason)
+	s.reg.remove(rt) // offline at once, not once the channel has wound down
+	go rt.Channel.Close()
+}
