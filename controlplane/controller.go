@@ -22,7 +22,10 @@ import (
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane/api"
+	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/controlplane/circuits"
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/controlplane/paths"
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/routers"
 	"github.com/zmesh/zmesh/controlplane/store"
@@ -43,8 +46,11 @@ type Controller struct {
 	model   *model.Model
 	api     *api.Server
 	routers *routers.Server
-	cert    tls.Certificate
-	closed  bool
+	// circuits and mesh serve the routers' circuit and link messages.
+	circuits *circuits.Service
+	mesh     *circuits.Mesh
+	cert     tls.Certificate
+	closed   bool
 }
 
 // Open locks and loads the data directory, creating the store, the CA, the API's server
@@ -100,7 +106,13 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 	c.routers = routers.New(routers.Config{
 		Model: c.model, CA: c.ca, Cert: ctrlCert,
 		ControllerID: controllerID, Endpoints: []string{ctrlEndpoint(cfg)}, Log: log,
+		Handlers:     func(id string, ch *channel.Channel) { c.circuits.Register(id, ch, c.mesh) },
+		OnConnect:    func(rt *routers.Router) { c.mesh.Connected(rt) },
+		OnDisconnect: func(rt *routers.Router) { c.mesh.Disconnected(rt) },
 	})
+	graph := paths.NewGraph()
+	c.circuits = circuits.New(c.model, graph, c.routers, log)
+	c.mesh = circuits.NewMesh(graph, c.routers, log)
 	c.api = api.New(c.model, log, api.Info{
 		Version: build.Version, Revision: build.Revision, BuildDate: build.BuildDate,
 		Advertise: cfg.API.Advertise, CtrlAddress: cfg.Ctrl.Listen.String(),

@@ -53,6 +53,25 @@ func (r *registry) get(id string) *Router {
 	return r.conns[id]
 }
 
+// All returns the connected routers.
+func (s *Server) All() []*Router {
+	s.reg.mu.Lock()
+	defer s.reg.mu.Unlock()
+	out := make([]*Router, 0, len(s.reg.conns))
+	for _, rt := range s.reg.conns {
+		out = append(out, rt)
+	}
+	return out
+}
+
+// Channel returns the control channel of a connected router.
+func (s *Server) Channel(id string) (*channel.Channel, bool) {
+	if rt := s.reg.get(id); rt != nil {
+		return rt.Channel, true
+	}
+	return nil, false
+}
+
 // Lookup returns the connected router with this id.
 func (s *Server) Lookup(id string) (*Router, bool) {
 	rt := s.reg.get(id)

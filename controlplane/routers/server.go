@@ -38,6 +38,12 @@ type Config struct {
 	// HandshakeTimeout: DefaultHandshakeTimeout when zero.
 	HandshakeTimeout time.Duration
 	Log              *slog.Logger
+	// Handlers, when set, registers the handlers of a router's messages on its channel
+	// before the channel starts.
+	Handlers func(routerID string, ch *channel.Channel)
+	// OnConnect and OnDisconnect, when set, are called after a router's Hello was accepted
+	// and after its connection ended (unless a newer connection replaced it).
+	OnConnect, OnDisconnect func(*Router)
 }
 
 // Server accepts routers' control channels and keeps the registry of connected routers.
@@ -127,6 +133,9 @@ func (s *Server) serveConn(ctx context.Context, raw net.Conn) {
 		defer close(hello)
 		return s.hello(rt, m.(*channel.Hello), log), nil
 	})
+	if s.cfg.Handlers != nil {
+		s.cfg.Handlers(r.ID, ch)
+	}
 	ch.Start()
 	timer := time.NewTimer(s.cfg.HandshakeTimeout)
 	select {
@@ -141,6 +150,9 @@ func (s *Server) serveConn(ctx context.Context, raw net.Conn) {
 	<-ch.Done()
 	if s.reg.remove(rt) {
 		log.Info("router disconnected", "reason", ch.Err())
+		if s.cfg.OnDisconnect != nil {
+			s.cfg.OnDisconnect(rt)
+		}
 	}
 }
 
@@ -164,6 +176,9 @@ func (s *Server) hello(rt *Router, h *channel.Hello, log *slog.Logger) channel.M
 		return s.refuse(log, "the certificate stopped identifying the router while it connected")
 	}
 	log.Info("router connected", "version", h.Version, "hostname", h.Hostname)
+	if s.cfg.OnConnect != nil {
+		go s.cfg.OnConnect(rt) // after the reply: it may send the router messages
+	}
 	return &channel.HelloReply{Accepted: true, ControllerID: s.cfg.ControllerID, Endpoints: s.cfg.Endpoints}
 }
 

@@ -1,0 +1,296 @@
+// Package circuits is the controller's side of circuits: it answers a router's request for a
+// circuit (who may dial the service, which terminator, which path), installs the routes on the
+// routers of the path egress first, so that the ingress's first byte finds the whole path
+// ready, and keeps the circuits it made so that faults and idle checks can be answered and
+// circuits removed from every router.
+package circuits
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/controlplane/paths"
+)
+
+// Routers gives the control channels of the connected routers.
+type Routers interface {
+	// Channel returns the channel of a connected router.
+	Channel(routerID string) (*channel.Channel, bool)
+}
+
+// RouteTimeout bounds the work of one router on a Route, a dial at the egress included.
+const RouteTimeout = 10 * time.Second
+
+// Circuit is a circuit the controller made.
+type Circuit struct {
+	ID         uint64
+	ServiceID  string
+	Path       []string // router ids, ingress first
+	Terminator string
+	Created    time.Time
+}
+
+// Service creates and removes circuits.
+type Service struct {
+	m       *model.Model
+	graph   *paths.Graph
+	routers Routers
+	log     *slog.Logger
+
+	mu       sync.Mutex
+	circuits map[uint64]*Circuit
+
+	// Counters, read by metrics.
+	created, failed uint64
+}
+
+// New returns the circuit service.
+func New(m *model.Model, graph *paths.Graph, routers Routers, log *slog.Logger) *Service {
+	return &Service{m: m, graph: graph, routers: routers, log: log, circuits: map[uint64]*Circuit{}}
+}
+
+// Create answers a router's CircuitRequest.
+func (s *Service) Create(ctx context.Context, ingress string, req *channel.CircuitRequest) *channel.CircuitReply {
+	reply := &channel.CircuitReply{RequestID: req.RequestID}
+	c, term, err := s.create(ctx, ingress, req)
+	if err != nil {
+		var ce *channel.Error
+		if !errors.As(err, &ce) {
+			ce = &channel.Error{Code: channel.ErrCodeRouteFailed, Message: err.Error()}
+		}
+		reply.Outcome = channel.Failed(ce.Code, ce.Message)
+		s.mu.Lock()
+		s.failed++
+		s.mu.Unlock()
+		s.log.Debug("circuit refused", "ingress", ingress, "service", req.ServiceID+req.ServiceName, "err", err)
+		return reply
+	}
+	reply.CircuitID, reply.Path = c.ID, c.Path
+	reply.Terminator = channel.TerminatorRef{ID: term.ID, RouterID: term.RouterID, Binding: term.Binding, Address: term.Address}
+	return reply
+}
+
+func fail(code, format string, args ...any) error {
+	return &channel.Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func (s *Service) create(ctx context.Context, ingress string, req *channel.CircuitRequest) (*Circuit, *model.Terminator, error) {
+	svc, err := s.service(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.authorize(ingress, svc, req); err != nil {
+		return nil, nil, err
+	}
+	terms, err := s.m.TerminatorsOf(svc.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	byID := map[string]*model.Terminator{}
+	var candidates []paths.Terminator
+	for _, t := range terms {
+		if _, online := s.routers.Channel(t.RouterID); !online {
+			continue
+		}
+		if req.TerminatorIdentity != "" && t.Identity != req.TerminatorIdentity {
+			continue
+		}
+		byID[t.ID] = t
+		candidates = append(candidates, paths.Terminator{ID: t.ID, Router: t.RouterID, Cost: t.Cost, Precedence: t.Precedence})
+	}
+	if len(candidates) == 0 {
+		return nil, nil, fail(channel.ErrCodeNoTerminator, "service %q has no terminator on a connected router", svc.Name)
+	}
+	choice, err := s.graph.Choose(ingress, svc.TerminatorStrategy, candidates)
+	if err != nil {
+		return nil, nil, fail(channel.ErrCodeNoPath, "service %q: %v", svc.Name, err)
+	}
+	term := byID[choice.Terminator.ID]
+	c := &Circuit{ID: newCircuitID(), ServiceID: svc.ID, Terminator: term.ID, Created: time.Now()}
+	for _, h := range choice.Path {
+		c.Path = append(c.Path, h.Router)
+	}
+	if err := s.install(ctx, c, term); err != nil {
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	s.circuits[c.ID] = c
+	s.created++
+	s.mu.Unlock()
+	return c, term, nil
+}
+
+func (s *Service) service(req *channel.CircuitRequest) (*model.Service, error) {
+	var svc *model.Service
+	var err error
+	switch {
+	case req.ServiceID != "":
+		svc, err = s.m.Service(req.ServiceID)
+	case req.ServiceName != "":
+		svc, err = s.m.ServiceByName(req.ServiceName)
+	default:
+		return nil, fail(channel.ErrCodeInvalid, "the request names no service")
+	}
+	if model.CodeOf(err) == model.CodeNotFound {
+		return nil, fail(channel.ErrCodeServiceNotFound, "service %q not found", req.ServiceID+req.ServiceName)
+	}
+	return svc, err
+}
+
+// authorize checks that the circuit's initiator may dial the service: the SDK client's dial
+// session, or, for the router's own tunnel, the router's identity by policy.
+func (s *Service) authorize(ingress string, svc *model.Service, req *channel.CircuitRequest) error {
+	if req.SessionToken != "" {
+		if _, err := s.m.DialSession(req.SessionToken, svc.ID, model.PolicyDial); err != nil {
+			if model.CodeOf(err) == model.CodeNotFound {
+				return fail(channel.ErrCodeInvalidSession, "no dial session of service %q has this token", svc.Name)
+			}
+			return err
+		}
+		return nil
+	}
+	if req.IngressIdentityID != ingress {
+		return fail(channel.ErrCodeInvalid, "a router's tunnel dials as the router's identity %s, not %q", ingress, req.IngressIdentityID)
+	}
+	allowed, err := s.m.Allowed(ingress, svc.ID, model.PolicyDial)
+	if err != nil {
+		return err
+	}
+	if len(allowed) == 0 {
+		return fail(channel.ErrCodeServiceNotFound, "no service policy lets router identity %s dial service %q", ingress, svc.Name)
+	}
+	return nil
+}
+
+// install routes the circuit on every router of its path, egress first. The ingress gets no
+// Route unless it is also the egress: it installs its entry when the reply arrives. On a
+// failure the routes already installed are removed.
+func (s *Service) install(ctx context.Context, c *Circuit, term *model.Terminator) error {
+	n := len(c.Path)
+	var done []string
+	for i := n - 1; i >= 0; i-- {
+		if i == 0 && n > 1 {
+			break
+		}
+		r := &channel.Route{CircuitID: c.ID, Timeout: RouteTimeout}
+		if i == n-1 {
+			r.Forward.Xgress = &channel.Xgress{Binding: term.Binding, Address: term.Address}
+		} else {
+			r.Forward.Router = c.Path[i+1]
+		}
+		if i == 0 {
+			r.Reverse.Xgress = &channel.Xgress{Binding: "ingress"}
+		} else {
+			r.Reverse.Router = c.Path[i-1]
+		}
+		if err := s.route(ctx, c.Path[i], r); err != nil {
+			s.unroute(c.ID, done, "the circuit could not be set up")
+			return err
+		}
+		done = append(done, c.Path[i])
+	}
+	return nil
+}
+
+func (s *Service) route(ctx context.Context, router string, r *channel.Route) error {
+	ch, ok := s.routers.Channel(router)
+	if !ok {
+		return fail(channel.ErrCodeRouteFailed, "router %s is not connected", router)
+	}
+	ctx, cancel := context.WithTimeout(ctx, RouteTimeout+time.Second)
+	defer cancel()
+	reply, err := channel.Call[*channel.RouteReply](ctx, ch, r)
+	if err != nil {
+		return fail(channel.ErrCodeRouteFailed, "router %s: %v", router, err)
+	}
+	if err := reply.Err(); err != nil {
+		var ce *channel.Error
+		if errors.As(err, &ce) && ce.Code == channel.ErrCodeDialFailed {
+			return err
+		}
+		return fail(channel.ErrCodeRouteFailed, "router %s: %v", router, err)
+	}
+	return nil
+}
+
+// unroute removes a circuit from routers, without waiting.
+func (s *Service) unroute(id uint64, routers []string, reason string) {
+	for _, r := range routers {
+		if ch, ok := s.routers.Channel(r); ok {
+			ctx, cancel := context.WithTimeout(context.Background(), RouteTimeout)
+			if err := ch.Send(ctx, &channel.Unroute{CircuitID: id, Reason: reason}); err != nil {
+				s.log.Debug("unroute", "circuit", id, "router", r, "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// Remove ends a circuit on every router of its path; it reports whether the circuit was
+// known.
+func (s *Service) Remove(id uint64, reason string) bool {
+	s.mu.Lock()
+	c, ok := s.circuits[id]
+	delete(s.circuits, id)
+	s.mu.Unlock()
+	if ok {
+		s.unroute(id, c.Path, reason)
+	}
+	return ok
+}
+
+// Fault handles a router's report that it can no longer forward a circuit.
+func (s *Service) Fault(router string, f *channel.Fault) {
+	if s.Remove(f.CircuitID, "fault at router "+router+": "+f.Reason) {
+		s.log.Info("circuit faulted", "circuit", f.CircuitID, "router", router, "reason", f.Reason)
+	}
+}
+
+// Valid returns the ids among ids of circuits the controller knows.
+func (s *Service) Valid(ids []uint64) []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	valid := []uint64{}
+	for _, id := range ids {
+		if _, ok := s.circuits[id]; ok {
+			valid = append(valid, id)
+		}
+	}
+	return valid
+}
+
+// Circuits returns the circuits the controller knows.
+func (s *Service) Circuits() []Circuit {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Circuit, 0, len(s.circuits))
+	for _, c := range s.circuits {
+		out = append(out, *c)
+	}
+	return out
+}
+
+// Stats returns how many circuits were created and refused.
+func (s *Service) Stats() (created, failed uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.created, s.failed
+}
+
+func newCircuitID() uint64 {
+	var b [8]byte
+	for {
+		rand.Read(b[:])
+		if id := binary.BigEndian.Uint64(b[:]); id != 0 {
+			return id
+		}
+	}
+}
