@@ -1,0 +1,106 @@
+package link
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+)
+
+// ALPN is the application protocol links negotiate, over TLS and over QUIC.
+const ALPN = "zmesh-link/1"
+
+// Identity is who a router is on the mesh. The controller issues both certificates with
+// CommonName = RouterID; routers authenticate each other by these certificates, chained to
+// the network CA.
+type Identity struct {
+	RouterID string
+	Client   tls.Certificate // presented when dialing another router
+	Server   tls.Certificate // presented by link listeners
+	CAs      *x509.CertPool  // the network CA
+}
+
+// check verifies that the identity is complete and that both certificates name RouterID.
+func (id Identity) check() error {
+	if id.RouterID == "" {
+		return errors.New("link identity: the router id is empty")
+	}
+	if id.CAs == nil {
+		return errors.New("link identity: no CA pool")
+	}
+	for _, c := range []struct {
+		name string
+		cert tls.Certificate
+	}{{"client", id.Client}, {"server", id.Server}} {
+		leaf, err := leafOf(c.cert)
+		if err != nil {
+			return fmt.Errorf("link identity: %s certificate: %w", c.name, err)
+		}
+		if leaf.Subject.CommonName != id.RouterID {
+			return fmt.Errorf("link identity: %s certificate names %q, not the router id %q", c.name, leaf.Subject.CommonName, id.RouterID)
+		}
+	}
+	return nil
+}
+
+func leafOf(c tls.Certificate) (*x509.Certificate, error) {
+	if c.Leaf != nil {
+		return c.Leaf, nil
+	}
+	if len(c.Certificate) == 0 {
+		return nil, errors.New("empty")
+	}
+	return x509.ParseCertificate(c.Certificate[0])
+}
+
+// serverTLS is the configuration of link listeners: TLS 1.3, and a client certificate that
+// chains to the CA is required; the peer's router id is its CommonName.
+func (id Identity) serverTLS() *tls.Config {
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{id.Server},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    id.CAs,
+		NextProtos:   []string{ALPN},
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 || cs.PeerCertificates[0].Subject.CommonName == "" {
+				return errors.New("the client certificate names no router")
+			}
+			return nil
+		},
+	}
+}
+
+// clientTLS is the configuration for dialing router peerID. Routers are dialed by address,
+// so the name checked is not a SAN but the router id in the certificate's CommonName: the
+// standard verification is replaced by verifyPeer, which checks the chain and that name.
+func (id Identity) clientTLS(peerID string) *tls.Config {
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS13,
+		Certificates:       []tls.Certificate{id.Client},
+		NextProtos:         []string{ALPN},
+		InsecureSkipVerify: true, // verification is done by VerifyConnection
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return verifyPeer(cs.PeerCertificates, id.CAs, peerID)
+		},
+	}
+}
+
+// verifyPeer checks that the server's chain leads to the CA and that it is router peerID's.
+func verifyPeer(chain []*x509.Certificate, roots *x509.CertPool, peerID string) error {
+	if len(chain) == 0 {
+		return errors.New("the router presented no certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	opts := x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	if _, err := chain[0].Verify(opts); err != nil {
+		return fmt.Errorf("the certificate of router %q does not verify: %w", chain[0].Subject.CommonName, err)
+	}
+	if cn := chain[0].Subject.CommonName; cn != peerID {
+		return fmt.Errorf("%w: dialed router %q but reached router %q", ErrWrongPeer, peerID, cn)
+	}
+	return nil
+}

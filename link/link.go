@@ -1,0 +1,221 @@
+package link
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zmesh/zmesh/xgress"
+)
+
+// Link is an established link to another router: one connection, or with split a payload
+// and an ack connection. Each connection has a bounded queue drained by one writer goroutine
+// and one reader goroutine that hands frames to the Handler (send.go, receive.go); a prober
+// measures the round trip (probe.go). The first error on any connection takes the whole
+// link down at once; Close, or the peer's Close, takes it down gracefully (see closeMode).
+// Either way it goes down once, and the reason is reported to Events.Down.
+type Link struct {
+	id        string
+	peerID    string
+	dialerID  string // the router that dialed the link, which decides between duplicates
+	transport string // tls or quic
+	split     bool
+	created   time.Time // probe ids are nanoseconds since then
+
+	conns   []*conn // [single] or [payload, ack]
+	payload *conn   // carries Payload and Close frames
+	ack     *conn   // carries Ack, Probe and ProbeReply frames; payload itself when not split
+
+	reg     *Registry
+	latency atomic.Int64
+
+	closing   atomic.Bool
+	err       error         // why the link went down; written before stop is closed
+	mode      closeMode     // how; written before stop is closed
+	deadline  time.Time     // for a graceful close; written before stop is closed
+	stop      chan struct{} // closed when the link starts closing: Send refuses, writers drain
+	done      chan struct{} // closed when the link is down and its goroutines have ended
+	up        atomic.Bool   // Up was reported, so Down will be
+	writers   sync.WaitGroup
+	readers   sync.WaitGroup
+	stopAfter func() bool // undoes the close on context end
+}
+
+// conn is one connection of a link with its send queue and counters.
+type conn struct {
+	role     Role
+	s        stream
+	queue    chan *xgress.Frame
+	bw       *bufio.Writer
+	readDone chan struct{} // closed when the reader ends
+
+	framesOut, bytesOut, framesIn, bytesIn atomic.Uint64
+}
+
+// newLink makes a link of streams: one carries everything, two are payload and ack. It
+// starts nothing; Registry.add does.
+func newLink(reg *Registry, id, peerID, dialerID, transport string, streams ...stream) *Link {
+	l := &Link{
+		id: id, peerID: peerID, dialerID: dialerID, transport: transport,
+		split:   len(streams) == 2,
+		created: time.Now(),
+		reg:     reg,
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	roles := []Role{RoleSingle}
+	if l.split {
+		roles = []Role{RolePayload, RoleAck}
+	}
+	for i, s := range streams {
+		l.conns = append(l.conns, &conn{
+			role:     roles[i],
+			s:        s,
+			queue:    make(chan *xgress.Frame, reg.opts.QueueLength),
+			bw:       bufio.NewWriterSize(s, bufferSize),
+			readDone: make(chan struct{}),
+		})
+	}
+	l.payload, l.ack = l.conns[0], l.conns[len(l.conns)-1]
+	l.writers.Add(1) // held until start or abandon, so that finish waits for either
+	return l
+}
+
+// start runs the link's goroutines; ctx ending closes the link.
+func (l *Link) start(ctx context.Context) {
+	l.stopAfter = context.AfterFunc(ctx, l.Close)
+	for _, c := range l.conns {
+		l.writers.Add(1)
+		go l.write(c)
+		l.readers.Add(1)
+		go l.read(c)
+	}
+	l.writers.Add(1)
+	go l.probe(l.reg.opts.probeInterval())
+	l.writers.Done()
+}
+
+// abandon closes a link that is never started.
+func (l *Link) abandon(err error) {
+	l.shutdown(err, abort)
+	l.writers.Done()
+}
+
+// ID is the link id the dialing router chose.
+func (l *Link) ID() string { return l.id }
+
+// PeerID is the id of the router at the other end.
+func (l *Link) PeerID() string { return l.peerID }
+
+// Dialed reports whether this router dialed the link.
+func (l *Link) Dialed() bool { return l.dialerID == l.reg.opts.Identity.RouterID }
+
+// Split reports whether payloads and acks have their own connections.
+func (l *Link) Split() bool { return l.split }
+
+// Transport is tls or quic.
+func (l *Link) Transport() string { return l.transport }
+
+// RemoteAddr is the address of the peer's end of the (payload) connection.
+func (l *Link) RemoteAddr() net.Addr { return l.conns[0].s.RemoteAddr() }
+
+// Latency is the last round trip a probe measured; 0 until one has.
+func (l *Link) Latency() time.Duration { return time.Duration(l.latency.Load()) }
+
+// Done is closed once the link is down: its goroutines have ended and Events.Down has
+// returned.
+func (l *Link) Done() <-chan struct{} { return l.done }
+
+// Err says why the link went down, after Done is closed; nil before.
+func (l *Link) Err() error {
+	select {
+	case <-l.done:
+		return l.err
+	default:
+		return nil
+	}
+}
+
+// ConnStats counts what one connection of a link carried, headers included.
+type ConnStats struct {
+	Role                          Role
+	FramesSent, BytesSent         uint64
+	FramesReceived, BytesReceived uint64
+}
+
+// Stats returns the counters of each connection: one, or payload then ack.
+func (l *Link) Stats() []ConnStats {
+	out := make([]ConnStats, len(l.conns))
+	for i, c := range l.conns {
+		out[i] = ConnStats{
+			Role:       c.role,
+			FramesSent: c.framesOut.Load(), BytesSent: c.bytesOut.Load(),
+			FramesReceived: c.framesIn.Load(), BytesReceived: c.bytesIn.Load(),
+		}
+	}
+	return out
+}
+
+// Close closes the link and returns at once; Done tells when it is down. Close is graceful:
+// the frames already queued are sent, and each connection ends only once the peer has read
+// all of it, for at most two seconds; then the connections are closed.
+func (l *Link) Close() {
+	l.shutdown(fmt.Errorf("%w by router %q", ErrLinkClosed, l.reg.opts.Identity.RouterID), closeLocal)
+}
+
+// closeMode is how a link closes.
+type closeMode int
+
+const (
+	// abort follows an error: the connections are closed at once.
+	abort closeMode = iota
+	// closeLocal is Close: the writers send what is queued and end their streams; the link is
+	// down when the peer has ended its streams too, which it does once it has read ours.
+	closeLocal
+	// closeRemote answers a peer's closeLocal, seen as the end of one of its streams: the
+	// readers read what the peer still sends, and each writer ends its stream once its
+	// reader has read the peer's end of that connection.
+	closeRemote
+)
+
+// shutdown starts closing the link for err, once: Send refuses from now on, and either the
+// writers flush or the connections are closed at once. finish completes it.
+func (l *Link) shutdown(err error, mode closeMode) {
+	if !l.closing.CompareAndSwap(false, true) {
+		return
+	}
+	l.err, l.mode, l.deadline = err, mode, time.Now().Add(closeTimeout)
+	close(l.stop)
+	for _, c := range l.conns {
+		if mode == abort {
+			c.s.Close()
+		} else {
+			c.s.SetDeadline(l.deadline)
+		}
+	}
+	go l.finish()
+}
+
+// finish waits for the link's goroutines, closes the connections, and reports the link down.
+func (l *Link) finish() {
+	l.writers.Wait()
+	l.readers.Wait()
+	for _, c := range l.conns {
+		if l.mode == closeRemote {
+			c.s.linger(l.deadline) // until the peer has the end of our stream
+		}
+		c.s.Close()
+	}
+	if l.stopAfter != nil {
+		l.stopAfter()
+	}
+	l.reg.remove(l)
+	if l.up.Load() {
+		l.reg.down(l, l.err)
+	}
+	close(l.done)
+}

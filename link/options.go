@@ -1,0 +1,100 @@
+package link
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/xgress"
+)
+
+// Handler takes the frames links receive. HandleFrame is called from the link's reader, one
+// frame at a time and in the order of the connection: Payload and Close frames in the order
+// the peer sent them, Ack frames likewise. The handler owns f: it releases it or passes it
+// on (to another link's Send, for instance). A handler that blocks stalls that connection.
+// Probe and ProbeReply frames never reach the handler.
+type Handler interface {
+	HandleFrame(l *Link, f *xgress.Frame)
+}
+
+// Events tell the router runtime about its links; every field is optional. They are called
+// from the links' goroutines and should return quickly.
+type Events struct {
+	// Up is called once a link is established and registered, before it delivers frames.
+	Up func(l *Link)
+	// Down is called once a link that was Up is down, with the reason; the link delivers no
+	// frames afterwards. When a link replaces a duplicate, Down of the old one comes first.
+	Down func(l *Link, err error)
+	// Latency is called with every round trip a latency probe measures.
+	Latency func(l *Link, rtt time.Duration)
+}
+
+// Options are what a router's link listeners and dialers share. Zero values take defaults.
+type Options struct {
+	Identity Identity
+	Handler  Handler
+	Events   Events
+	// Forwarder gives latencyProbeInterval, linkDialQueueLength and linkDialWorkerCount.
+	Forwarder config.Forwarder
+	// Pool gives the frames links read into; the runtime passes the pool it forwards with.
+	Pool *xgress.Pool
+	Log  *slog.Logger
+
+	// QueueLength is the number of frames each connection of a link queues for its writer.
+	QueueLength int
+	// HandshakeTimeout bounds dialing, TLS and the link hello of each connection.
+	HandshakeTimeout time.Duration
+	// PairTimeout is how long a listener keeps one connection of a split link waiting for
+	// the other.
+	PairTimeout time.Duration
+}
+
+// Defaults of the options and of forwarder keys left at zero.
+const (
+	DefaultQueueLength      = 128
+	DefaultHandshakeTimeout = 10 * time.Second
+	DefaultPairTimeout      = 10 * time.Second
+	// DefaultProbeInterval is used when forwarder.latencyProbeInterval is 0; the
+	// configuration's own default is the same 10 s.
+	DefaultProbeInterval = 10 * time.Second
+	DefaultDialQueue     = 1000
+	DefaultDialWorkers   = 32
+)
+
+const (
+	bufferSize        = 64 << 10        // per connection, for reading and for writing
+	closeTimeout      = 2 * time.Second // how long a closing link may flush and wait for its peer
+	probeMaxRoundTrip = time.Minute     // longer round trips are taken as bogus replies
+	acceptRetryPause  = 50 * time.Millisecond
+)
+
+func (o *Options) fill() {
+	if o.Pool == nil {
+		o.Pool = xgress.NewPool()
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.QueueLength <= 0 {
+		o.QueueLength = DefaultQueueLength
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if o.PairTimeout <= 0 {
+		o.PairTimeout = DefaultPairTimeout
+	}
+	if o.Forwarder.LatencyProbeInterval <= 0 {
+		o.Forwarder.LatencyProbeInterval = int(DefaultProbeInterval / time.Millisecond)
+	}
+	if o.Forwarder.LinkDialQueueLength <= 0 {
+		o.Forwarder.LinkDialQueueLength = DefaultDialQueue
+	}
+	if o.Forwarder.LinkDialWorkerCount <= 0 {
+		o.Forwarder.LinkDialWorkerCount = DefaultDialWorkers
+	}
+}
+
+func (o *Options) probeInterval() time.Duration {
+	return time.Duration(o.Forwarder.LatencyProbeInterval) * time.Millisecond
+}

@@ -1,0 +1,233 @@
+package link
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/zmesh/zmesh/config"
+)
+
+// A link connection runs over one of two transports: tls (TLS 1.3 over TCP, Nagle off) or
+// quic (one QUIC connection carrying one bidirectional stream). Either way the link sees a
+// stream: a net.Conn whose peer certificate has been verified.
+
+// stream is one authenticated byte stream of a link.
+type stream interface {
+	net.Conn
+	// CloseWrite ends the sending direction after the data already written.
+	CloseWrite() error
+	// peerCertificate is the verified certificate of the other router.
+	peerCertificate() *x509.Certificate
+	// linger waits, until deadline at most, for what was written to reach the peer before
+	// Close; closing a QUIC connection drops what it has not delivered yet.
+	linger(deadline time.Time)
+}
+
+// QUIC settings: the idle timeout drops a silent peer; keep-alives hold healthy idle links.
+const (
+	quicIdleTimeout = 30 * time.Second
+	quicKeepAlive   = 10 * time.Second
+)
+
+// dialStream opens a stream to addr from local (zero: any) and completes the TLS handshake.
+func dialStream(ctx context.Context, addr config.Address, local netip.AddrPort, tlsConf *tls.Config, timeout time.Duration) (stream, error) {
+	switch addr.Transport {
+	case config.TransportTLS:
+		return dialTLS(ctx, addr, local, tlsConf)
+	case config.TransportQUIC:
+		return dialQUIC(ctx, addr, local, tlsConf, timeout)
+	}
+	return nil, fmt.Errorf("dial %s: transport %q is not one of tls, quic", addr, addr.Transport)
+}
+
+func dialTLS(ctx context.Context, addr config.Address, local netip.AddrPort, tlsConf *tls.Config) (stream, error) {
+	var d net.Dialer
+	if local.IsValid() {
+		d.LocalAddr = net.TCPAddrFromAddrPort(local)
+	}
+	raw, err := d.DialContext(ctx, "tcp", addr.HostPort())
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	if err := raw.(*net.TCPConn).SetNoDelay(true); err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	tc := tls.Client(raw, tlsConf)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
+	}
+	return tlsStream{tc}, nil
+}
+
+func dialQUIC(ctx context.Context, addr config.Address, local netip.AddrPort, tlsConf *tls.Config, timeout time.Duration) (stream, error) {
+	remote, err := net.ResolveUDPAddr("udp", addr.HostPort())
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	var la *net.UDPAddr
+	if local.IsValid() {
+		la = net.UDPAddrFromAddrPort(local)
+	}
+	udp, err := net.ListenUDP("udp", la)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: local UDP socket: %w", addr, err)
+	}
+	qc, err := quic.Dial(ctx, udp, remote, tlsConf, quicConfig(timeout, false))
+	if err != nil {
+		udp.Close()
+		return nil, fmt.Errorf("QUIC handshake with %s: %w", addr, err)
+	}
+	st, err := qc.OpenStreamSync(ctx)
+	if err != nil {
+		qc.CloseWithError(0, "")
+		udp.Close()
+		return nil, fmt.Errorf("open QUIC stream to %s: %w", addr, err)
+	}
+	return &quicStream{Stream: st, conn: qc, udp: udp}, nil
+}
+
+func quicConfig(timeout time.Duration, server bool) *quic.Config {
+	c := &quic.Config{
+		HandshakeIdleTimeout:  timeout,
+		MaxIdleTimeout:        quicIdleTimeout,
+		KeepAlivePeriod:       quicKeepAlive,
+		MaxIncomingStreams:    -1, // the dialer opens the one stream
+		MaxIncomingUniStreams: -1,
+	}
+	if server {
+		c.MaxIncomingStreams = 1
+	}
+	return c
+}
+
+// acceptor yields incoming connections; the returned function completes the handshake of
+// one, off the accept loop, and releases it when it fails.
+type acceptor interface {
+	accept(ctx context.Context) (func(ctx context.Context) (stream, error), error)
+	addr() net.Addr
+	close() error
+}
+
+func listen(bind config.Address, tlsConf *tls.Config, timeout time.Duration) (acceptor, error) {
+	switch bind.Transport {
+	case config.TransportTLS:
+		ln, err := net.Listen("tcp", bind.HostPort())
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", bind, err)
+		}
+		return tlsAcceptor{ln: ln, conf: tlsConf}, nil
+	case config.TransportQUIC:
+		ln, err := quic.ListenAddr(bind.HostPort(), tlsConf, quicConfig(timeout, true))
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", bind, err)
+		}
+		return quicAcceptor{ln: ln}, nil
+	}
+	return nil, fmt.Errorf("listen on %s: transport %q is not one of tls, quic", bind, bind.Transport)
+}
+
+type tlsAcceptor struct {
+	ln   net.Listener
+	conf *tls.Config
+}
+
+func (a tlsAcceptor) accept(context.Context) (func(context.Context) (stream, error), error) {
+	raw, err := a.ln.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) (stream, error) { return a.handshake(ctx, raw) }, nil
+}
+
+func (a tlsAcceptor) handshake(ctx context.Context, raw net.Conn) (stream, error) {
+	if err := raw.(*net.TCPConn).SetNoDelay(true); err != nil {
+		raw.Close()
+		return nil, err
+	}
+	tc := tls.Server(raw, a.conf)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("TLS handshake: %w", err)
+	}
+	return tlsStream{tc}, nil
+}
+
+func (a tlsAcceptor) addr() net.Addr { return a.ln.Addr() }
+func (a tlsAcceptor) close() error   { return a.ln.Close() }
+
+type quicAcceptor struct{ ln *quic.Listener }
+
+func (a quicAcceptor) accept(ctx context.Context) (func(context.Context) (stream, error), error) {
+	qc, err := a.ln.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) (stream, error) {
+		st, err := qc.AcceptStream(ctx)
+		if err != nil {
+			qc.CloseWithError(0, "")
+			return nil, fmt.Errorf("accept QUIC stream: %w", err)
+		}
+		return &quicStream{Stream: st, conn: qc}, nil
+	}, nil
+}
+
+func (a quicAcceptor) addr() net.Addr { return a.ln.Addr() }
+func (a quicAcceptor) close() error   { return a.ln.Close() }
+
+// tlsStream is a TLS connection. Close closes the TCP connection without a close_notify
+// alert, so that it never blocks; the link ends its streams with CloseWrite when it can.
+type tlsStream struct{ *tls.Conn }
+
+func (s tlsStream) Close() error { return s.NetConn().Close() }
+
+// linger returns at once: the kernel delivers what was written after the socket closes.
+func (s tlsStream) linger(time.Time) {}
+
+func (s tlsStream) peerCertificate() *x509.Certificate {
+	return s.ConnectionState().PeerCertificates[0]
+}
+
+// quicStream is the one stream of a QUIC connection; closing it closes the connection, and
+// the UDP socket when the stream was dialed.
+type quicStream struct {
+	*quic.Stream
+	conn *quic.Conn
+	udp  *net.UDPConn // nil on the listening side, where the listener owns the socket
+}
+
+func (s *quicStream) LocalAddr() net.Addr  { return s.conn.LocalAddr() }
+func (s *quicStream) RemoteAddr() net.Addr { return s.conn.RemoteAddr() }
+func (s *quicStream) CloseWrite() error    { return s.Stream.Close() }
+
+func (s *quicStream) Close() error {
+	err := s.conn.CloseWithError(0, "link closed")
+	if s.udp != nil {
+		s.udp.Close()
+	}
+	return err
+}
+
+// linger waits for the peer to close the connection, which it does once it has read the end
+// of the stream.
+func (s *quicStream) linger(deadline time.Time) {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-s.conn.Context().Done():
+	case <-t.C:
+	}
+}
+
+func (s *quicStream) peerCertificate() *x509.Certificate {
+	return s.conn.ConnectionState().TLS.PeerCertificates[0]
+}
