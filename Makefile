@@ -34,8 +34,12 @@ run: build
 test:
 	$(GO) test -race -timeout 14m ./...
 
-bench:
+# Go micro-benchmarks, then a short `zmesh bench` run of every scenario (BENCHFLAGS to change it,
+# e.g. BENCHFLAGS='--duration 5s --streams 16').
+BENCHFLAGS ?= --duration 2s
+bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	./$(BIN) bench $(BENCHFLAGS)
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

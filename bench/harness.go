@@ -1,0 +1,240 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"time"
+)
+
+// teardownTimeout bounds a scenario's Teardown, which runs even when the run was interrupted.
+const teardownTimeout = 30 * time.Second
+
+// Options configure a run. Zero numbers take the defaults.
+type Options struct {
+	// Exec says how to start the worker and scenario processes; Path is required.
+	Exec Exec
+	// Scenarios are all the scenarios known, in the order they run.
+	Scenarios []Scenario
+	// Only restricts the run to the named scenarios and their baselines; empty runs all.
+	Only []string
+	// Duration is the length of the throughput measurement and the most the echo
+	// measurement takes (default 5s).
+	Duration time.Duration
+	// Streams is the number of parallel throughput connections (default 1).
+	Streams int
+	// WriteSize is the size of each throughput write (default 256 KiB).
+	WriteSize int
+	// RTTSamples is the number of timed 64-byte round trips (default 10000).
+	RTTSamples int
+	// RTTConns is the number of echo connections the round trips are spread over (default 1).
+	RTTConns int
+	// Log receives the harness's diagnostics; nil discards them.
+	Log *slog.Logger
+	// Progress, if set, receives a one-line status whenever the run moves on.
+	Progress func(status string)
+	// Started, if set, is told of every process the run starts.
+	Started func(name string, pid int)
+}
+
+// echoSize is the request and response size of the RTT measurement.
+const echoSize = 64
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Exec.Path == "" {
+		return o, errors.New("bench: Exec.Path (the zmesh executable) is required")
+	}
+	for _, v := range []struct {
+		name string
+		val  *int
+		def  int
+	}{{"streams", &o.Streams, 1}, {"write size", &o.WriteSize, 256 << 10}, {"rtt samples", &o.RTTSamples, 10000}, {"rtt connections", &o.RTTConns, 1}} {
+		if *v.val < 0 {
+			return o, fmt.Errorf("bench: %s %d must not be negative", v.name, *v.val)
+		}
+		if *v.val == 0 {
+			*v.val = v.def
+		}
+	}
+	if o.Duration < 0 {
+		return o, fmt.Errorf("bench: duration %s must not be negative", o.Duration)
+	}
+	if o.Duration == 0 {
+		o.Duration = 5 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Progress == nil {
+		o.Progress = func(string) {}
+	}
+	return o, nil
+}
+
+// Run measures the selected scenarios one after the other and returns the report. A scenario
+// that fails is reported with its error and the run goes on; the returned error then joins
+// every scenario's failure. The report is nil only when the run could not start.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	selected, err := selectScenarios(o.Scenarios, o.Only)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "zmesh-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("bench: working directory: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	rep := &Report{
+		DurationSeconds: o.Duration.Seconds(),
+		Streams:         o.Streams,
+		WriteSize:       o.WriteSize,
+		RTTSamples:      o.RTTSamples,
+		RTTConns:        o.RTTConns,
+		CPUs:            runtime.NumCPU(),
+	}
+	var errs []error
+	for i, sc := range selected {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, fmt.Errorf("bench interrupted: %w", err))
+			break
+		}
+		res := Result{Scenario: sc.Name(), Baseline: sc.Baseline()}
+		label := fmt.Sprintf("[%d/%d] %s", i+1, len(selected), sc.Name())
+		if err := o.measure(ctx, dir, sc, label, &res); err != nil {
+			res.Error = err.Error()
+			errs = append(errs, fmt.Errorf("scenario %s: %w", sc.Name(), err))
+			o.Log.Error("scenario failed", "scenario", sc.Name(), "err", err)
+		}
+		rep.Results = append(rep.Results, res)
+	}
+	rep.compare()
+	return rep, errors.Join(errs...)
+}
+
+// measure runs one scenario: sink, setup, throughput, echo, teardown.
+func (o Options) measure(ctx context.Context, root string, sc Scenario, label string, res *Result) (err error) {
+	env := &Env{
+		Dir:     filepath.Join(root, sc.Name()),
+		Log:     o.Log.With("scenario", sc.Name()),
+		exec:    o.Exec,
+		started: o.Started,
+	}
+	if err := os.Mkdir(env.Dir, 0o700); err != nil {
+		return fmt.Errorf("scenario directory: %w", err)
+	}
+	defer func() {
+		o.Progress(label + ": stopping")
+		err = errors.Join(err, env.stopAll(ctx.Err() != nil))
+	}()
+	o.Progress(label + ": setting up")
+	sink, err := env.Start(ctx, Command{Name: "sink", Worker: true, Args: []string{"sink"}})
+	if err != nil {
+		return err
+	}
+	env.Sink = sink.Addr()
+	target, err := sc.Setup(ctx, env)
+	if err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	if target.Teardown != nil {
+		defer func() {
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+			defer cancel()
+			if terr := target.Teardown(tctx); terr != nil {
+				err = errors.Join(err, fmt.Errorf("teardown: %w", terr))
+			}
+		}()
+	}
+	if err := checkLoopback(target.Addr); err != nil {
+		return err
+	}
+	o.Progress(fmt.Sprintf("%s: throughput, %d stream(s) for %s", label, o.Streams, o.Duration))
+	if res.Throughput, res.CPUSecondsPerGiB, err = o.throughput(ctx, env, target.Addr); err != nil {
+		return err
+	}
+	o.Progress(fmt.Sprintf("%s: %d B echo, %d round trips", label, echoSize, o.RTTSamples))
+	res.RTT, err = o.echo(ctx, env, target.Addr)
+	return err
+}
+
+// throughput runs the load generator in throughput mode and returns its figures with the
+// CPU time the relay processes used meanwhile (nil when there are none or it is unknown).
+func (o Options) throughput(ctx context.Context, env *Env, addr string) (*Throughput, *float64, error) {
+	cpuBefore, hasRelays, cpuErr := env.relayCPU()
+	var m message
+	err := o.loadgen(ctx, env, &m, "--mode", "throughput", "--addr", addr,
+		"--streams", strconv.Itoa(o.Streams), "--duration", o.Duration.String(),
+		"--write-size", strconv.Itoa(o.WriteSize))
+	if err != nil {
+		return nil, nil, err
+	}
+	cpuAfter, _, err := env.relayCPU()
+	cpuErr = errors.Join(cpuErr, err)
+	if len(m.Throughput) != o.Streams {
+		return nil, nil, fmt.Errorf("throughput: the load generator reported %d streams of %d", len(m.Throughput), o.Streams)
+	}
+	tp := newThroughput(m.Throughput)
+	if tp.Bytes == 0 {
+		return nil, nil, errors.New("throughput: no byte was delivered")
+	}
+	if !hasRelays {
+		return tp, nil, nil
+	}
+	if cpuErr != nil {
+		env.Log.Warn("relay CPU time unknown", "err", cpuErr)
+		return tp, nil, nil
+	}
+	perGiB := (cpuAfter - cpuBefore).Seconds() / (float64(tp.Bytes) / (1 << 30))
+	return tp, &perGiB, nil
+}
+
+// echo runs the load generator in echo mode.
+func (o Options) echo(ctx context.Context, env *Env, addr string) (*Latency, error) {
+	var m message
+	err := o.loadgen(ctx, env, &m, "--mode", "echo", "--addr", addr,
+		"--conns", strconv.Itoa(o.RTTConns), "--samples", strconv.Itoa(o.RTTSamples),
+		"--duration", o.Duration.String(), "--size", strconv.Itoa(echoSize))
+	if err != nil {
+		return nil, err
+	}
+	if m.Echo == nil || m.Echo.Samples == 0 {
+		return nil, errors.New("echo: the load generator reported no round trip")
+	}
+	return m.Echo, nil
+}
+
+// loadgen runs one load generator process with args and decodes its result into m.
+func (o Options) loadgen(ctx context.Context, env *Env, m *message, args ...string) error {
+	p, err := env.start(ctx, Command{Name: "loadgen", Worker: true, Args: append([]string{"loadgen"}, args...)}, false)
+	if err != nil {
+		return err
+	}
+	err = p.result(ctx, m)
+	if !p.running() {
+		env.forget(p)
+	}
+	return err
+}
+
+// checkLoopback refuses a target outside the loopback interface: bench traffic stays local.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("target address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("target address %q is not a loopback IP address", addr)
+	}
+	return nil
+}

@@ -1,0 +1,189 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// Report is the outcome of a run, as printed by --json.
+type Report struct {
+	DurationSeconds float64  `json:"durationSeconds"`
+	Streams         int      `json:"streams"`
+	WriteSize       int      `json:"writeSize"`
+	RTTSamples      int      `json:"rttSamples"`
+	RTTConns        int      `json:"rttConns"`
+	CPUs            int      `json:"cpus"`
+	Results         []Result `json:"results"`
+}
+
+// Result is one scenario's figures; a failed scenario has Error and whatever it measured.
+type Result struct {
+	Scenario   string      `json:"scenario"`
+	Baseline   string      `json:"baseline,omitempty"`
+	Throughput *Throughput `json:"throughput,omitempty"`
+	RTT        *Latency    `json:"rtt,omitempty"`
+	// CPUSecondsPerGiB is the user+system CPU time of the scenario's relay processes during
+	// the throughput measurement per GiB delivered; absent when it has none (direct) or the
+	// platform has no /proc.
+	CPUSecondsPerGiB *float64 `json:"cpuSecondsPerGiB,omitempty"`
+	// Ratio compares this scenario with its baseline.
+	Ratio *Ratio `json:"ratio,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// Throughput is the throughput measurement: the aggregate over every stream and each stream.
+type Throughput struct {
+	// Gbps is all bytes over the longest stream's time, in Gbit/s.
+	Gbps    float64  `json:"gbps"`
+	Bytes   int64    `json:"bytes"`
+	Seconds float64  `json:"seconds"`
+	Jain    float64  `json:"jain"`
+	Streams []Stream `json:"streams"`
+}
+
+func newThroughput(streams []Stream) *Throughput {
+	t := &Throughput{Streams: streams}
+	rates := make([]float64, len(streams))
+	for i, s := range streams {
+		t.Bytes += s.Bytes
+		t.Seconds = max(t.Seconds, s.Seconds)
+		rates[i] = s.Gbps
+	}
+	t.Gbps = gbps(t.Bytes, t.Seconds)
+	t.Jain = JainIndex(rates)
+	return t
+}
+
+// Ratio is a scenario's figures divided by its baseline's: above 1 is faster for Throughput,
+// slower for the RTTs and costlier for CPU.
+type Ratio struct {
+	Throughput float64  `json:"throughput"`
+	RTTP50     float64  `json:"rttP50"`
+	RTTP99     float64  `json:"rttP99"`
+	CPU        *float64 `json:"cpuPerGiB,omitempty"`
+}
+
+// compare fills the Ratio of every result whose baseline was measured.
+func (r *Report) compare() {
+	byName := make(map[string]*Result, len(r.Results))
+	for i := range r.Results {
+		byName[r.Results[i].Scenario] = &r.Results[i]
+	}
+	for i := range r.Results {
+		res := &r.Results[i]
+		base := byName[res.Baseline]
+		if res.Baseline == "" || base == nil || res.Throughput == nil || base.Throughput == nil || res.RTT == nil || base.RTT == nil {
+			continue
+		}
+		res.Ratio = &Ratio{
+			Throughput: res.Throughput.Gbps / base.Throughput.Gbps,
+			RTTP50:     res.RTT.P50 / base.RTT.P50,
+			RTTP99:     res.RTT.P99 / base.RTT.P99,
+		}
+		if res.CPUSecondsPerGiB != nil && base.CPUSecondsPerGiB != nil && *base.CPUSecondsPerGiB > 0 {
+			cpu := *res.CPUSecondsPerGiB / *base.CPUSecondsPerGiB
+			res.Ratio.CPU = &cpu
+		}
+	}
+}
+
+// WriteTable prints the report as an aligned table, followed by the errors of failed
+// scenarios. Figures of a scenario with a baseline are followed by their ratio to it.
+func (r *Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "%.3gs per measurement, %d stream(s) of %d KiB writes, %d × %d B echo over %d connection(s), %d CPUs\n\n",
+		r.DurationSeconds, r.Streams, r.WriteSize>>10, r.RTTSamples, echoSize, r.RTTConns, r.CPUs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	multi := r.Streams > 1
+	head := []string{"SCENARIO", "BASELINE", "GBIT/S"}
+	if multi {
+		head = append(head, "STREAM MIN-MAX", "JAIN")
+	}
+	head = append(head, "RTT P50", "RTT P99", "CPU S/GIB")
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	var failures []string
+	for _, res := range r.Results {
+		fmt.Fprintln(tw, strings.Join(res.cells(multi), "\t"))
+		if res.Error != "" {
+			failures = append(failures, res.Scenario+": "+res.Error)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	for _, f := range failures {
+		if _, err := fmt.Fprintln(w, "\nFAILED "+f); err != nil {
+			return fmt.Errorf("write table: %w", err)
+		}
+	}
+	return nil
+}
+
+func (res Result) cells(multi bool) []string {
+	var ratio Ratio
+	if res.Ratio != nil {
+		ratio = *res.Ratio
+	}
+	cells := []string{res.Scenario, orDash(res.Baseline)}
+	if res.Throughput == nil {
+		cells = append(cells, "-")
+		if multi {
+			cells = append(cells, "-", "-")
+		}
+	} else {
+		t := res.Throughput
+		cells = append(cells, withRatio(fmt.Sprintf("%.2f", t.Gbps), res.Ratio != nil, ratio.Throughput))
+		if multi {
+			lo, hi := t.Streams[0].Gbps, t.Streams[0].Gbps
+			for _, s := range t.Streams {
+				lo, hi = min(lo, s.Gbps), max(hi, s.Gbps)
+			}
+			cells = append(cells, fmt.Sprintf("%.2f-%.2f", lo, hi), fmt.Sprintf("%.3f", t.Jain))
+		}
+	}
+	if res.RTT == nil {
+		cells = append(cells, "-", "-")
+	} else {
+		cells = append(cells,
+			withRatio(fmtMicros(res.RTT.P50), res.Ratio != nil, ratio.RTTP50),
+			withRatio(fmtMicros(res.RTT.P99), res.Ratio != nil, ratio.RTTP99))
+	}
+	if res.CPUSecondsPerGiB == nil {
+		cells = append(cells, "-")
+	} else {
+		cells = append(cells, withRatio(fmt.Sprintf("%.2f", *res.CPUSecondsPerGiB), ratio.CPU != nil, deref(ratio.CPU)))
+	}
+	if res.Error != "" {
+		cells[len(cells)-1] += "  FAILED"
+	}
+	return cells
+}
+
+func withRatio(s string, ok bool, ratio float64) string {
+	if !ok {
+		return s
+	}
+	return fmt.Sprintf("%s (%.2f×)", s, ratio)
+}
+
+func fmtMicros(us float64) string {
+	if us < 100 {
+		return fmt.Sprintf("%.1fµs", us)
+	}
+	return fmt.Sprintf("%.0fµs", us)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func deref(f *float64) float64 {
+	if f == nil {
+		return 0
+	}
+	return *f
+}

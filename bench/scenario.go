@@ -1,0 +1,180 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+)
+
+// readyTimeout bounds the wait for a worker's ready line.
+const readyTimeout = 30 * time.Second
+
+// Scenario is one forwarding path under test. The harness starts the sink, calls Setup, points
+// the load generator at the returned Target, and afterwards calls Target.Teardown and stops
+// every process the scenario started through Env.
+type Scenario interface {
+	// Name identifies the scenario in --scenarios and the table; unique within a run.
+	Name() string
+	// Baseline names the scenario this one is compared with ("" for a baseline itself). The
+	// baseline is run whenever this one is, and the table shows this one's figures as ratios
+	// to it.
+	Baseline() string
+	// Setup starts the path from a load-generator-facing address to env.Sink and returns that
+	// address. Processes must be started with env.Start.
+	Setup(ctx context.Context, env *Env) (Target, error)
+}
+
+// Target is a scenario ready to be measured.
+type Target struct {
+	// Addr is the 127.0.0.1 host:port the load generator connects to.
+	Addr string
+	// Teardown, if set, runs after the measurements and before the harness stops the
+	// scenario's processes.
+	Teardown func(context.Context) error
+}
+
+// Define returns a Scenario from its name, its baseline's name and its setup function.
+func Define(name, baseline string, setup func(context.Context, *Env) (Target, error)) Scenario {
+	return defined{name: name, baseline: baseline, setup: setup}
+}
+
+type defined struct {
+	name, baseline string
+	setup          func(context.Context, *Env) (Target, error)
+}
+
+func (d defined) Name() string     { return d.name }
+func (d defined) Baseline() string { return d.baseline }
+func (d defined) Setup(ctx context.Context, env *Env) (Target, error) {
+	return d.setup(ctx, env)
+}
+
+// Env is what the harness gives a scenario's Setup.
+type Env struct {
+	// Dir is an empty directory for the scenario's files (configuration, certificates, data),
+	// removed after the run.
+	Dir string
+	// Sink is the address of the sink process where the scenario's path must end: it
+	// discards or echoes, as the first byte of each connection says.
+	Sink string
+	// Log is the harness's logger.
+	Log *slog.Logger
+
+	exec    Exec
+	started func(name string, pid int)
+	mu      sync.Mutex
+	procs   []*Process
+}
+
+// Start starts c and, for a worker, waits until it is ready. The process runs until the
+// harness tears the scenario down (or ctx ends).
+func (e *Env) Start(ctx context.Context, c Command) (*Process, error) {
+	return e.start(ctx, c, c.Worker)
+}
+
+func (e *Env) start(ctx context.Context, c Command, waitReady bool) (*Process, error) {
+	p, err := startProcess(ctx, e.exec, c)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	e.procs = append(e.procs, p)
+	e.mu.Unlock()
+	e.Log.Debug("started", "process", c.Name, "pid", p.PID(), "args", c.Args)
+	if e.started != nil {
+		e.started(c.Name, p.PID())
+	}
+	if waitReady {
+		if err := p.waitReady(ctx, readyTimeout); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// forget drops a process that has exited on its own and whose outcome has been reported.
+func (e *Env) forget(p *Process) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i, q := range e.procs {
+		if q == p {
+			e.procs = append(e.procs[:i], e.procs[i+1:]...)
+			return
+		}
+	}
+}
+
+// relayCPU returns the CPU time used so far by the scenario's relay processes, and false when
+// it has none.
+func (e *Env) relayCPU() (time.Duration, bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var total time.Duration
+	found := false
+	for _, p := range e.procs {
+		if !p.relay {
+			continue
+		}
+		found = true
+		t, err := cpuTime(p.PID())
+		if err != nil {
+			return 0, true, fmt.Errorf("%s: %w", p.name, err)
+		}
+		total += t
+	}
+	return total, found, nil
+}
+
+// stopAll stops the processes, the latest started first, and returns an error for each one
+// that had exited with a failure while it should have been running, unless the run was
+// interrupted, which ends them all.
+func (e *Env) stopAll(interrupted bool) error {
+	e.mu.Lock()
+	procs := e.procs
+	e.procs = nil
+	e.mu.Unlock()
+	var errs []error
+	for i := len(procs) - 1; i >= 0; i-- {
+		if err := procs[i].stop(); err != nil && !interrupted {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// FreeAddr returns a 127.0.0.1 address with a port that was free a moment ago, for processes
+// whose listen address must be written into their configuration before they start.
+func FreeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	return addr, nil
+}
+
+// WaitListening waits until something accepts TCP connections on addr, for processes that do
+// not announce readiness themselves. The probe connection is closed at once, without data.
+func WaitListening(ctx context.Context, addr string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	for {
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			return conn.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s to listen: %w (last: %w)", addr, ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,142 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+)
+
+// message is what a worker prints on stdout, one JSON object per line: {"addr"} once it
+// listens, {"throughput"} or {"echo"} when a load generator is done.
+type message struct {
+	Addr       string   `json:"addr,omitempty"`
+	Throughput []Stream `json:"throughput,omitempty"`
+	Echo       *Latency `json:"echo,omitempty"`
+}
+
+func decodeMessage(line string, m *message) bool {
+	line = strings.TrimSpace(line)
+	return strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), m) == nil
+}
+
+// workerRoles lists the roles RunWorker accepts.
+const workerRoles = "sink, relay, loadgen"
+
+// RunWorker runs the bench worker named by args[0] — sink, relay or loadgen — with the flags
+// that follow, reporting on stdout as JSON lines. Servers (sink, relay) print {"addr": ...}
+// once they listen and run until ctx ends or stdin reaches EOF, so that a worker never
+// outlives the harness that started it; loadgen prints its result and returns.
+func RunWorker(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer, log *slog.Logger) error {
+	if len(args) == 0 {
+		return fmt.Errorf("bench worker: a role is required; allowed: %s", workerRoles)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if stdin != nil {
+		go func() {
+			io.Copy(io.Discard, stdin)
+			cancel()
+		}()
+	}
+	enc := json.NewEncoder(stdout)
+	ready := func(addr net.Addr) error {
+		if err := enc.Encode(message{Addr: addr.String()}); err != nil {
+			return fmt.Errorf("announce %s: %w", addr, err)
+		}
+		return nil
+	}
+	role, args := args[0], args[1:]
+	log = log.With("worker", role)
+	switch role {
+	case "sink":
+		fs := newFlagSet(role)
+		listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		return runSink(ctx, *listen, ready, log)
+	case "relay":
+		var cfg relayConfig
+		fs := newFlagSet(role)
+		fs.StringVar(&cfg.listen, "listen", "127.0.0.1:0", "address to listen on")
+		fs.StringVar(&cfg.to, "to", "", "address to forward every connection to")
+		fs.StringVar(&cfg.in, "in", "tcp", "incoming side: tcp or tls")
+		fs.StringVar(&cfg.out, "out", "tcp", "outgoing side: tcp or tls")
+		fs.StringVar(&cfg.cert, "cert", "", "PEM certificate for the tls sides (also their only trusted root)")
+		fs.StringVar(&cfg.key, "key", "", "PEM private key of --cert")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		return runRelay(ctx, cfg, ready, log)
+	case "loadgen":
+		return runLoadgen(ctx, args, enc)
+	default:
+		return fmt.Errorf("bench worker: role %q is not allowed; allowed: %s", role, workerRoles)
+	}
+}
+
+func runLoadgen(ctx context.Context, args []string, enc *json.Encoder) error {
+	fs := newFlagSet("loadgen")
+	mode := fs.String("mode", "throughput", "throughput or echo")
+	addr := fs.String("addr", "", "address to load")
+	duration := fs.Duration("duration", 5*time.Second, "throughput: how long to send; echo: the most time to take")
+	streams := fs.Int("streams", 1, "throughput: parallel TCP connections")
+	writeSize := fs.Int("write-size", 256<<10, "throughput: bytes per write")
+	conns := fs.Int("conns", 1, "echo: parallel connections")
+	samples := fs.Int("samples", 10000, "echo: round trips to time, in all")
+	size := fs.Int("size", 64, "echo: bytes per request (and response)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *addr == "" {
+		return errors.New("loadgen: --addr is required")
+	}
+	var m message
+	var err error
+	switch *mode {
+	case "throughput":
+		if *streams < 1 || *writeSize < 1 || *duration <= 0 {
+			return fmt.Errorf("loadgen: --streams %d, --write-size %d and --duration %s must be positive", *streams, *writeSize, *duration)
+		}
+		m.Throughput, err = runThroughput(ctx, *addr, *streams, *duration, *writeSize)
+	case "echo":
+		if *conns < 1 || *samples < 1 || *size < 1 || *duration <= 0 {
+			return fmt.Errorf("loadgen: --conns %d, --samples %d, --size %d and --duration %s must be positive", *conns, *samples, *size, *duration)
+		}
+		var lat Latency
+		lat, err = runEcho(ctx, *addr, *conns, *samples, *duration, *size)
+		m.Echo = &lat
+	default:
+		return fmt.Errorf("loadgen: --mode %q is not allowed; allowed: throughput, echo", *mode)
+	}
+	if err != nil {
+		return err
+	}
+	if err := enc.Encode(m); err != nil {
+		return fmt.Errorf("loadgen: report: %w", err)
+	}
+	return nil
+}
+
+func newFlagSet(role string) *flag.FlagSet {
+	fs := flag.NewFlagSet(role, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("bench worker %s: %w", fs.Name(), err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench worker %s: unexpected arguments %q", fs.Name(), fs.Args())
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRunWorkerRefusesBadArguments(t *testing.T) {
+	t.Parallel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "a role is required"},
+		{[]string{"router"}, `role "router" is not allowed`},
+		{[]string{"sink", "--nope"}, "flag provided but not defined"},
+		{[]string{"sink", "extra"}, "unexpected arguments"},
+		{[]string{"relay"}, "--to is required"},
+		{[]string{"relay", "--to", "127.0.0.1:1", "--in", "udp"}, `side "udp"`},
+		{[]string{"relay", "--to", "127.0.0.1:1", "--out", "tls"}, "load TLS key pair"},
+		{[]string{"loadgen"}, "--addr is required"},
+		{[]string{"loadgen", "--addr", "127.0.0.1:1", "--mode", "ping"}, `--mode "ping"`},
+		{[]string{"loadgen", "--addr", "127.0.0.1:1", "--streams", "0"}, "must be positive"},
+	} {
+		err := RunWorker(t.Context(), tc.args, nil, io.Discard, log)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("RunWorker(%q) = %v, want an error with %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// startWorker runs a server worker in-process and returns its announced address; it stops
+// when the test ends.
+func startWorker(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- RunWorker(ctx, args, nil, pw, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		pw.Close()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("worker %q: %v", args, err)
+		}
+	})
+	var m message
+	if err := json.NewDecoder(pr).Decode(&m); err != nil || m.Addr == "" {
+		t.Fatalf("worker %q announced %+v, %v", args, m, err)
+	}
+	go io.Copy(io.Discard, pr)
+	return m.Addr
+}
+
+// TestTLSRelayCarriesHalfClose sends through a two-hop TLS relay in discard mode and checks
+// the sink's count comes back after the half-close, then echoes through it.
+func TestTLSRelayCarriesHalfClose(t *testing.T) {
+	t.Parallel()
+	cert, key, err := writeSelfSigned(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := startWorker(t, "sink")
+	b := startWorker(t, "relay", "--in", "tls", "--cert", cert, "--key", key, "--to", sink)
+	a := startWorker(t, "relay", "--out", "tls", "--cert", cert, "--key", key, "--to", b)
+
+	streams, err := runThroughput(t.Context(), a, 2, 50*time.Millisecond, 64<<10)
+	if err != nil || len(streams) != 2 || streams[0].Bytes == 0 {
+		t.Fatalf("throughput through the relay: %+v, %v", streams, err)
+	}
+	lat, err := runEcho(t.Context(), a, 2, 20, time.Second, 64)
+	if err != nil || lat.Samples != 20 {
+		t.Fatalf("echo through the relay: %+v, %v", lat, err)
+	}
+
+	conn, err := net.Dial("tcp", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	payload := append([]byte{modeDiscard}, bytes.Repeat([]byte("z"), 1000)...)
+	if _, err := conn.Write(payload); err != nil {
+		t.Fatal(err)
+	}
+	conn.(*net.TCPConn).CloseWrite()
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	answer, err := io.ReadAll(conn)
+	if err != nil || len(answer) != 8 || binary.BigEndian.Uint64(answer) != 1000 {
+		t.Errorf("answer after half-close: %x, %v; want the count 1000 and EOF", answer, err)
+	}
+}
+
+func TestLoopbackAndWaitListening(t *testing.T) {
+	t.Parallel()
+	for addr, ok := range map[string]bool{"127.0.0.1:80": true, "[::1]:80": true, "10.0.0.1:80": false, "localhost:80": false, "nonsense": false} {
+		if err := checkLoopback(addr); (err == nil) != ok {
+			t.Errorf("checkLoopback(%q) = %v", addr, err)
+		}
+	}
+	addr, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitListening(t.Context(), addr, 100*time.Millisecond); err == nil {
+		t.Errorf("WaitListening on a closed port %s succeeded", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the free port was taken meanwhile: %v", err)
+	}
+	defer ln.Close()
+	if err := WaitListening(t.Context(), addr, 5*time.Second); err != nil {
+		t.Errorf("WaitListening on %s: %v", addr, err)
+	}
+}

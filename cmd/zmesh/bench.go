@@ -1,0 +1,143 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/zmesh/zmesh/bench"
+)
+
+// benchWorkerCommand is the hidden subcommand the benchmark runs its workers with.
+const benchWorkerCommand = "bench-worker"
+
+// benchScenarios lists every scenario `zmesh bench` knows, in the order they run: the
+// baselines, then the zmesh paths, each naming its baseline.
+func benchScenarios() []bench.Scenario {
+	return bench.Baselines()
+}
+
+// selfExec starts the benchmark's processes from this executable.
+func selfExec() (bench.Exec, error) {
+	path, err := os.Executable()
+	if err != nil {
+		return bench.Exec{}, fmt.Errorf("find the zmesh executable for the bench workers: %w", err)
+	}
+	return bench.Exec{Path: path, WorkerArgs: []string{benchWorkerCommand}}, nil
+}
+
+func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
+	var opts bench.Options
+	var asJSON bool
+	var logLevel string
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure forwarding paths against plain Go baselines",
+		Long: "Measure each scenario's throughput (--streams TCP connections of large writes for\n" +
+			"--duration, with Jain's fairness index over the streams), 64-byte echo round-trip time\n" +
+			"(p50/p99) and the CPU seconds its relay processes spend per GiB, and show zmesh paths as\n" +
+			"ratios to their baselines. Every load generator, sink, relay and router is its own\n" +
+			"process; all traffic stays on 127.0.0.1. Scenarios: direct, io-copy (a one-hop Go\n" +
+			"io.Copy proxy), tls-2hop (two Go relays with TLS 1.3 between them).",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Duration <= 0 || opts.Streams < 1 || opts.RTTSamples < 1 || opts.RTTConns < 1 || opts.WriteSize < 1 {
+				return errors.New("--duration, --streams, --rtt-samples, --rtt-conns and --write-size must be positive")
+			}
+			log, err := newLogger(cmd.ErrOrStderr(), logLevel)
+			if err != nil {
+				return err
+			}
+			if opts.Exec, err = exec(); err != nil {
+				return err
+			}
+			opts.Scenarios = benchScenarios()
+			opts.Log = log
+			progress := newProgressLine(cmd.ErrOrStderr())
+			opts.Progress = progress.show
+			rep, runErr := bench.Run(cmd.Context(), opts)
+			progress.clear()
+			if rep == nil {
+				return runErr
+			}
+			if err := printBenchReport(cmd.OutOrStdout(), rep, asJSON); err != nil {
+				return err
+			}
+			if runErr != nil {
+				return reportedError{msg: "bench: a scenario failed"}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&opts.Duration, "duration", 5*time.Second, "length of each throughput measurement, and the most each echo measurement takes")
+	f.IntVar(&opts.Streams, "streams", 1, "parallel TCP streams of the throughput measurement")
+	f.StringSliceVar(&opts.Only, "scenarios", nil, "run only these scenarios (comma-separated), each with its baseline")
+	f.IntVar(&opts.RTTSamples, "rtt-samples", 10000, "64-byte round trips to time per scenario")
+	f.IntVar(&opts.RTTConns, "rtt-conns", 1, "connections the round trips are spread over")
+	f.IntVar(&opts.WriteSize, "write-size", 256<<10, "bytes per write of the throughput measurement")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	return cmd
+}
+
+func printBenchReport(w io.Writer, rep *bench.Report, asJSON bool) error {
+	if !asJSON {
+		return rep.WriteTable(w)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rep); err != nil {
+		return fmt.Errorf("print the bench report: %w", err)
+	}
+	return nil
+}
+
+// newBenchWorkerCommand is the hidden entry point of the benchmark's worker processes.
+func newBenchWorkerCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:                benchWorkerCommand + " ROLE [flags]",
+		Short:              "A process of zmesh bench: sink, relay or loadgen",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log, err := newLogger(cmd.ErrOrStderr(), "info")
+			if err != nil {
+				return err
+			}
+			return bench.RunWorker(cmd.Context(), args, cmd.InOrStdin(), cmd.OutOrStdout(), log)
+		},
+	}
+}
+
+// progressLine shows the run's status on one line of a terminal (rewritten in place), or one
+// line per status elsewhere.
+type progressLine struct {
+	w   io.Writer
+	tty bool
+}
+
+func newProgressLine(w io.Writer) *progressLine {
+	f, ok := w.(*os.File)
+	return &progressLine{w: w, tty: ok && term.IsTerminal(int(f.Fd()))}
+}
+
+func (p *progressLine) show(status string) {
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\033[Kbench %s", status)
+		return
+	}
+	fmt.Fprintf(p.w, "bench %s\n", status)
+}
+
+func (p *progressLine) clear() {
+	if p.tty {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}
