@@ -72,6 +72,40 @@ func (fw *Forwarder) Route(circuit uint64, toInitiator, toTerminator Hop) {
 	fw.routes.Store(circuit, r)
 }
 
+// Attach sets the hop toward one end of a routed circuit, keeping the other; it reports
+// whether the circuit had a route.
+func (fw *Forwarder) Attach(circuit uint64, toward xgress.Origin, hop Hop) bool {
+	v, ok := fw.routes.Load(circuit)
+	if !ok {
+		return false
+	}
+	old := v.(*route)
+	r := &route{toward: old.toward}
+	r.toward[toward] = hop
+	r.lastSeen.Store(old.lastSeen.Load())
+	fw.routes.Store(circuit, r)
+	return true
+}
+
+// Hops returns the hops of a circuit, toward the initiator and toward the terminator.
+func (fw *Forwarder) Hops(circuit uint64) (toInitiator, toTerminator Hop, ok bool) {
+	v, ok := fw.routes.Load(circuit)
+	if !ok {
+		return nil, nil, false
+	}
+	r := v.(*route)
+	return r.toward[xgress.Initiator], r.toward[xgress.Terminator], true
+}
+
+// Each calls f for every routed circuit with its hops.
+func (fw *Forwarder) Each(f func(circuit uint64, toInitiator, toTerminator Hop)) {
+	fw.routes.Range(func(k, v any) bool {
+		r := v.(*route)
+		f(k.(uint64), r.toward[xgress.Initiator], r.toward[xgress.Terminator])
+		return true
+	})
+}
+
 // Unroute removes a circuit's route; it reports whether there was one.
 func (fw *Forwarder) Unroute(circuit uint64) bool {
 	_, ok := fw.routes.LoadAndDelete(circuit)

@@ -33,7 +33,7 @@ func TestForwarderRoutesByOrigin(t *testing.T) {
 	if len(toT.frames) != 2 || len(toI.frames) != 1 || toI.frames[0].Type != xgress.Ack {
 		t.Fatalf("toward terminator %d, toward initiator %d", len(toT.frames), len(toI.frames))
 	}
-	if !fw.Unroute(1 << 50) || fw.Unroute(1<<50) {
+	if !fw.Unroute(1<<50) || fw.Unroute(1<<50) {
 		t.Fatal("unroute")
 	}
 	send(xgress.Initiator, xgress.Payload)

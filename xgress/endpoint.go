@@ -64,6 +64,8 @@ type Endpoint struct {
 	eofIn     bool     // the other end sent EOF, and every byte before it was written
 	eofOut    bool     // this end's connection reached EOF and the EOF frame was sent
 	closed    bool
+	opened    bool // a payload from the initiator arrived (terminator)
+	awaitOpen bool // Start was called before it did: the first payload starts reading
 
 	finished atomic.Bool
 }
@@ -98,8 +100,26 @@ func (e *Endpoint) Circuit() uint64 { return e.circuit }
 // Origin returns which end of the circuit the endpoint is.
 func (e *Endpoint) Origin() Origin { return e.origin }
 
-// Start starts reading the connection.
-func (e *Endpoint) Start() { go e.readLoop() }
+// Start opens the endpoint. The initiator sends an empty opening payload and starts reading
+// its connection. The terminator starts reading only once the opening payload arrived, so
+// that a service that speaks first is never read before the whole circuit is routed.
+func (e *Endpoint) Start() {
+	if e.origin == Terminator {
+		e.mu.Lock()
+		e.awaitOpen = !e.opened
+		read := e.opened
+		e.mu.Unlock()
+		if read {
+			go e.readLoop()
+		}
+		return
+	}
+	f := e.pool.Get(0)
+	f.Type, f.Origin, f.Circuit = Payload, e.origin, e.circuit
+	f.Seq = e.win.sentBytes(0)
+	e.fwd.Forward(f)
+	go e.readLoop()
+}
 
 // readLoop carries data from the connection into the circuit, as much at a time as the window
 // allows. While the connection is idle it holds no frame.
@@ -178,9 +198,14 @@ func (e *Endpoint) Receive(f *Frame) {
 		e.queue = append(e.queue, f)
 		start := !e.writing
 		e.writing = true
+		read := e.awaitOpen
+		e.opened, e.awaitOpen = true, false
 		e.mu.Unlock()
 		if start {
 			go e.writeLoop()
+		}
+		if read {
+			go e.readLoop()
 		}
 	case Close:
 		reason := string(f.Data)

@@ -1,0 +1,303 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/link"
+	"github.com/zmesh/zmesh/xgress"
+)
+
+// The circuit life cycle on a router, in the order it happens: an on-ramp asks the
+// controller for a circuit; the controller routes it on the other routers of the path,
+// egress first (route); the ingress attaches its end and starts; frames arrive from links
+// (HandleFrame) and from ends, and the forwarder moves them; a circuit ends when an end
+// finishes, when the controller unroutes it, or when a link it uses goes down.
+
+// linkHop sends a circuit's frames over a link.
+type linkHop struct{ l *link.Link }
+
+func (h linkHop) Send(f *xgress.Frame) {
+	if err := h.l.Send(f); err != nil {
+		f.Release()
+	}
+}
+
+// dialCircuit carries an accepted connection as a circuit to a service, dialing as the
+// router's own identity (tunnel on-ramps).
+func (r *Router) dialCircuit(ctx context.Context, conn net.Conn, service string) {
+	req := &channel.CircuitRequest{RequestID: strconv.FormatUint(r.requests.Add(1), 10), ServiceName: service, IngressIdentityID: r.id}
+	rctx, cancel := context.WithTimeout(ctx, r.requestTimeout()+15*time.Second)
+	defer cancel()
+	ch, err := r.ctrl.channel(rctx)
+	if err != nil {
+		r.log.Warn("circuit refused: no controller", "service", service, "err", err)
+		conn.Close()
+		return
+	}
+	reply, err := channel.Call[*channel.CircuitReply](rctx, ch, req)
+	if err == nil {
+		err = reply.Err()
+	}
+	if err != nil {
+		r.log.Info("circuit refused", "service", service, "err", err)
+		conn.Close()
+		return
+	}
+	if err := r.attachIngress(reply, conn); err != nil {
+		r.log.Warn("circuit failed at the ingress", "circuit", reply.CircuitID, "err", err)
+		conn.Close()
+		r.fault(reply.CircuitID, err.Error())
+	}
+}
+
+// attachIngress installs the ingress end of a circuit the controller made and starts it.
+func (r *Router) attachIngress(reply *channel.CircuitReply, conn net.Conn) error {
+	id := reply.CircuitID
+	e := xgress.NewEndpoint(id, xgress.Initiator, conn, r.fw, r.pool, func(err error) { r.endDone(id, err) })
+	toInitiator := EndpointHop{E: e}
+	if len(reply.Path) > 1 {
+		l := r.links.Get(reply.Path[1])
+		if l == nil {
+			return fmt.Errorf("no link to router %s, the next on the path", reply.Path[1])
+		}
+		r.fw.Route(id, toInitiator, linkHop{l})
+	} else if !r.fw.Attach(id, xgress.Initiator, toInitiator) {
+		return errors.New("the egress side of the circuit is not routed here")
+	}
+	r.mu.Lock()
+	r.ends[id] = e
+	r.mu.Unlock()
+	e.Start()
+	return nil
+}
+
+// route installs a circuit's entry as the controller asks, dialing the service when this
+// router is the egress.
+func (r *Router) route(ctx context.Context, m *channel.Route) *channel.RouteReply {
+	reply := &channel.RouteReply{CircuitID: m.CircuitID}
+	toInitiator, err := r.hop(m.Reverse)
+	if err != nil {
+		reply.Outcome = channel.Failed(channel.ErrCodeRouteFailed, err.Error())
+		return reply
+	}
+	if m.Forward.Xgress == nil {
+		toTerminator, err := r.hop(m.Forward)
+		if err != nil {
+			reply.Outcome = channel.Failed(channel.ErrCodeRouteFailed, err.Error())
+			return reply
+		}
+		r.fw.Route(m.CircuitID, toInitiator, toTerminator)
+		return reply
+	}
+	conn, err := r.dial(ctx, m.Forward.Xgress, m.Timeout)
+	if err != nil {
+		code := channel.ErrCodeDialFailed
+		if errors.Is(err, xgress.ErrDialQueueFull) {
+			code = channel.ErrCodeBusy
+		}
+		reply.Outcome = channel.Failed(code, err.Error())
+		return reply
+	}
+	id := m.CircuitID
+	e := xgress.NewEndpoint(id, xgress.Terminator, conn, r.fw, r.pool, func(err error) { r.endDone(id, err) })
+	r.mu.Lock()
+	r.ends[id] = e
+	r.mu.Unlock()
+	r.fw.Route(id, toInitiator, EndpointHop{E: e})
+	e.Start() // reads once the initiator's opening payload arrives
+	return reply
+}
+
+// hop resolves a Route's hop that is not a dial: a link to a peer router, or the ingress
+// end on this router (attached when the ingress gets its reply).
+func (r *Router) hop(h channel.Hop) (Hop, error) {
+	switch {
+	case h.Router != "":
+		l := r.links.Get(h.Router)
+		if l == nil {
+			return nil, fmt.Errorf("router %s has no link to router %s", r.id, h.Router)
+		}
+		return linkHop{l}, nil
+	case h.Xgress != nil:
+		return nil, nil
+	}
+	return nil, errors.New("the route names no hop")
+}
+
+// dial connects to a terminator's address through the dial pool.
+func (r *Router) dial(ctx context.Context, x *channel.Xgress, timeout time.Duration) (net.Conn, error) {
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	done := make(chan result, 1)
+	err := r.dials.Submit(xgress.DialRequest{Binding: x.Binding, Address: x.Address, Done: func(c net.Conn, err error) { done <- result{c, err} }})
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case res := <-done:
+		return res.c, res.err
+	case <-time.After(timeout):
+		go func() {
+			if res := <-done; res.c != nil {
+				res.c.Close()
+			}
+		}()
+		return nil, fmt.Errorf("dial %s %s: no answer within %s", x.Binding, x.Address, timeout)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// HandleFrame takes a frame from a link: the forwarder moves it on. A payload of a circuit
+// that has no route here is answered with a Close, so that its sender stops.
+func (r *Router) HandleFrame(l *link.Link, f *xgress.Frame) {
+	if f.Type == xgress.Payload && !r.fw.Routed(f.Circuit) {
+		c := r.pool.Get(0)
+		c.Type, c.Origin, c.Circuit = xgress.Close, f.Origin.Other(), f.Circuit
+		c.SetData([]byte("no route at router " + r.id))
+		f.Release()
+		r.fw.Dropped.Add(1)
+		if err := l.Send(c); err != nil {
+			c.Release()
+		}
+		return
+	}
+	r.fw.Forward(f)
+}
+
+// endDone is called when a circuit end on this router finished.
+func (r *Router) endDone(id uint64, err error) {
+	r.mu.Lock()
+	delete(r.ends, id)
+	r.mu.Unlock()
+	r.fw.Unroute(id)
+	reason := "closed"
+	if err != nil {
+		reason = err.Error()
+	}
+	r.log.Debug("circuit end finished", "circuit", id, "reason", reason)
+	r.fault(id, reason)
+}
+
+// endCircuit removes a circuit from this router; its local end, if any, is closed, telling
+// the other end when tell is set.
+func (r *Router) endCircuit(id uint64, reason string, tell bool) {
+	r.log.Debug("circuit ended", "circuit", id, "reason", reason)
+	r.mu.Lock()
+	e := r.ends[id]
+	r.mu.Unlock()
+	if e != nil {
+		if tell {
+			e.Close(reason)
+		} else {
+			e.Close("")
+		}
+	}
+	r.fw.Unroute(id)
+}
+
+// fault tells the controller that a circuit ended here, so that it unroutes it everywhere.
+func (r *Router) fault(id uint64, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := r.ctrl.send(ctx, &channel.Fault{CircuitID: id, Reason: reason}); err != nil {
+		r.log.Debug("fault not sent", "circuit", id, "err", err)
+	}
+}
+
+func (r *Router) requestTimeout() time.Duration {
+	if d := r.cfg.Ctrl.DefaultRequestTimeout.Std(); d > 0 {
+		return d
+	}
+	return 5 * time.Second
+}
+
+// Link events: the controller learns of links and their latency; circuits over a link that
+// went down end.
+
+func (r *Router) linkUp(l *link.Link) {
+	r.reportLink(l, true)
+	if r.dialer != nil {
+		r.dialer.SetPeerOnline(l.PeerID(), true)
+	}
+}
+
+func (r *Router) linkLatency(l *link.Link, _ time.Duration) { r.reportLink(l, true) }
+
+func (r *Router) linkDown(l *link.Link, err error) {
+	r.reportLink(l, false)
+	var dead []uint64
+	r.fw.Each(func(id uint64, toI, toT Hop) {
+		if h, ok := toI.(linkHop); ok && h.l == l {
+			dead = append(dead, id)
+		} else if h, ok := toT.(linkHop); ok && h.l == l {
+			dead = append(dead, id)
+		}
+	})
+	for _, id := range dead {
+		r.endCircuit(id, "the link to router "+l.PeerID()+" went down", true)
+		r.fault(id, "link to "+l.PeerID()+" down")
+	}
+	if len(dead) > 0 {
+		r.log.Info("circuits ended by a link going down", "peer", l.PeerID(), "count", len(dead), "err", err)
+	}
+}
+
+func (r *Router) reportLink(l *link.Link, up bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st := &channel.LinkState{LinkID: l.ID(), PeerRouterID: l.PeerID(), Up: up, Latency: l.Latency()}
+	if err := r.ctrl.send(ctx, st); err != nil {
+		r.log.Debug("link state not sent", "link", l.ID(), "err", err)
+	}
+}
+
+// idleLoop asks the controller, every idleTxInterval, whether circuits idle for longer than
+// idleCircuitTimeout are still valid, and unroutes those it no longer knows.
+func (r *Router) idleLoop(ctx context.Context) {
+	fc := r.cfg.Forwarder
+	if fc.IdleTxInterval <= 0 || fc.IdleCircuitTimeout <= 0 {
+		return
+	}
+	t := time.NewTicker(time.Duration(fc.IdleTxInterval) * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		idle := r.fw.IdleSince(time.Now().Add(-time.Duration(fc.IdleCircuitTimeout) * time.Millisecond))
+		if len(idle) == 0 {
+			continue
+		}
+		ch, err := r.ctrl.channel(ctx)
+		if err != nil {
+			continue
+		}
+		reply, err := channel.Call[*channel.IdleCircuitsReply](ctx, ch, &channel.IdleCircuitsCheck{CircuitIDs: idle})
+		if err != nil {
+			continue
+		}
+		valid := map[uint64]bool{}
+		for _, id := range reply.Valid {
+			valid[id] = true
+		}
+		for _, id := range idle {
+			if !valid[id] {
+				r.endCircuit(id, "idle and unknown to the controller", true)
+			}
+		}
+	}
+}

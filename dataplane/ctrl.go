@@ -1,0 +1,230 @@
+package dataplane
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/controlplane/pki"
+)
+
+// The router's control channel: it dials the controller with its enrolled client
+// certificate, says Hello, and keeps the channel up, reconnecting with backoff when the
+// controller goes away. Circuits keep forwarding while it is down; only new circuits wait.
+
+// ErrNoController: there is no control channel now.
+var ErrNoController = errors.New("not connected to the controller")
+
+// ctrlBackoff bounds the waits between connection attempts.
+const (
+	ctrlMinBackoff = 200 * time.Millisecond
+	ctrlMaxBackoff = 30 * time.Second
+)
+
+// ctrlClient keeps the control channel.
+type ctrlClient struct {
+	cfg      config.Ctrl
+	tls      *tls.Config
+	hello    func() *channel.Hello
+	handlers func(*channel.Channel)
+	log      *slog.Logger
+
+	mu        sync.Mutex
+	ch        *channel.Channel
+	endpoints []string // from the last HelloReply or EndpointsUpdate
+	connected chan struct{}
+}
+
+func newCtrlClient(cfg config.Ctrl, client tls.Certificate, cas *x509.CertPool, hello func() *channel.Hello, handlers func(*channel.Channel), log *slog.Logger) *ctrlClient {
+	return &ctrlClient{
+		cfg:       cfg,
+		tls:       &tls.Config{Certificates: []tls.Certificate{client}, RootCAs: cas, MinVersion: tls.VersionTLS13},
+		hello:     hello,
+		handlers:  handlers,
+		log:       log,
+		connected: make(chan struct{}),
+	}
+}
+
+// run connects and reconnects until ctx ends.
+func (c *ctrlClient) run(ctx context.Context) {
+	wait := ctrlMinBackoff
+	for ctx.Err() == nil {
+		ch, err := c.connect(ctx)
+		if err != nil {
+			c.log.Warn("control channel: cannot connect", "err", err, "retryIn", wait)
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return
+			}
+			wait = min(wait*2, ctrlMaxBackoff)
+			continue
+		}
+		wait = ctrlMinBackoff
+		<-ch.Done()
+		c.mu.Lock()
+		c.ch = nil
+		c.connected = make(chan struct{})
+		c.mu.Unlock()
+		if ctx.Err() == nil {
+			c.log.Warn("control channel lost; reconnecting", "err", ch.Err())
+		}
+	}
+}
+
+// addresses are the controller endpoints to try: the configured ones, then those the
+// controller announced.
+func (c *ctrlClient) addresses() []string {
+	var out []string
+	for _, a := range c.cfg.Addresses() {
+		out = append(out, a.HostPort())
+	}
+	c.mu.Lock()
+	for _, e := range c.endpoints {
+		if _, hp, ok := strings.Cut(e, ":"); ok && !contains(out, hp) {
+			out = append(out, hp)
+		}
+	}
+	c.mu.Unlock()
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *ctrlClient) connect(ctx context.Context) (*channel.Channel, error) {
+	var errs []error
+	for _, addr := range c.addresses() {
+		ch, err := c.dial(ctx, addr)
+		if err == nil {
+			return ch, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	}
+	return nil, errors.Join(errs...)
+}
+
+func (c *ctrlClient) dial(ctx context.Context, addr string) (*channel.Channel, error) {
+	timeout := time.Duration(c.cfg.Options.ConnectTimeoutMs) * time.Millisecond
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	d := &net.Dialer{Timeout: timeout}
+	if c.cfg.Bind != "" {
+		ip := net.ParseIP(c.cfg.Bind)
+		if ip == nil {
+			return nil, fmt.Errorf("ctrl.bind %q is not an IP address", c.cfg.Bind)
+		}
+		d.LocalAddr = &net.TCPAddr{IP: ip}
+	}
+	tc := c.tls.Clone()
+	host, _, _ := net.SplitHostPort(addr)
+	tc.ServerName = host
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := (&tls.Dialer{NetDialer: d, Config: tc}).DialContext(dctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	ch := channel.New(ctx, conn, c.log, channel.Options{
+		RequestTimeout: c.cfg.DefaultRequestTimeout.Std(),
+		Heartbeats: channel.Heartbeats{SendInterval: c.cfg.Heartbeats.SendInterval.Std(), CheckInterval: c.cfg.Heartbeats.CheckInterval.Std(),
+			CloseUnresponsiveTimeout: c.cfg.Heartbeats.CloseUnresponsiveTimeout.Std()},
+	})
+	ch.Handle(channel.TypeEndpointsUpdate, func(_ context.Context, m channel.Message) (channel.Message, error) {
+		c.saveEndpoints(m.(*channel.EndpointsUpdate).Endpoints)
+		return nil, nil
+	})
+	c.handlers(ch)
+	ch.Start()
+	reply, err := channel.Call[*channel.HelloReply](dctx, ch, c.hello())
+	if err != nil {
+		ch.Close()
+		return nil, fmt.Errorf("hello: %w", err)
+	}
+	if !reply.Accepted {
+		ch.Close()
+		return nil, fmt.Errorf("the controller refused the router: %s", reply.Reason)
+	}
+	c.saveEndpoints(reply.Endpoints)
+	c.mu.Lock()
+	c.ch = ch
+	close(c.connected)
+	c.mu.Unlock()
+	c.log.Info("control channel connected", "controller", reply.ControllerID, "address", addr)
+	return ch, nil
+}
+
+// saveEndpoints keeps the controller's endpoint list and writes it to ctrl.endpointsFile.
+func (c *ctrlClient) saveEndpoints(eps []string) {
+	c.mu.Lock()
+	c.endpoints = eps
+	c.mu.Unlock()
+	if c.cfg.EndpointsFile == "" || len(eps) == 0 {
+		return
+	}
+	if err := pki.WriteFileAtomic(c.cfg.EndpointsFile, []byte(strings.Join(eps, "\n")+"\n"), 0o600); err != nil {
+		c.log.Warn("cannot save the controller endpoints", "file", c.cfg.EndpointsFile, "err", err)
+	}
+}
+
+// loadEndpoints reads a saved endpoint list, if any.
+func (c *ctrlClient) loadEndpoints() {
+	data, err := os.ReadFile(c.cfg.EndpointsFile)
+	if err != nil {
+		return
+	}
+	var eps []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			eps = append(eps, l)
+		}
+	}
+	c.mu.Lock()
+	c.endpoints = eps
+	c.mu.Unlock()
+}
+
+// channel returns the current channel, waiting up to ctx for one.
+func (c *ctrlClient) channel(ctx context.Context) (*channel.Channel, error) {
+	c.mu.Lock()
+	ch, wait := c.ch, c.connected
+	c.mu.Unlock()
+	if ch != nil {
+		return ch, nil
+	}
+	select {
+	case <-wait:
+		return c.channel(ctx)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", ErrNoController, ctx.Err())
+	}
+}
+
+// send sends a one-way message if connected.
+func (c *ctrlClient) send(ctx context.Context, msg channel.Message) error {
+	c.mu.Lock()
+	ch := c.ch
+	c.mu.Unlock()
+	if ch == nil {
+		return ErrNoController
+	}
+	return ch.Send(ctx, msg)
+}

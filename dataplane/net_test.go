@@ -1,0 +1,243 @@
+package dataplane
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/controlplane"
+	"github.com/zmesh/zmesh/controlplane/model"
+)
+
+// testNet is a controller and routers on loopback, for end-to-end tests of the data plane.
+type testNet struct {
+	t       testing.TB
+	dir     string
+	ctrl    *controlplane.Controller
+	ctrlLn  net.Listener
+	ctrlAdr string
+	m       *model.Model
+	stopCtl context.CancelFunc
+	ctlDone chan error
+	routers map[string]*testRouter
+}
+
+type testRouter struct {
+	name   string
+	id     string
+	file   string // configuration file
+	r      *Router
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("ZMESH_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func newTestNet(t testing.TB) *testNet {
+	t.Helper()
+	n := &testNet{t: t, dir: t.TempDir(), routers: map[string]*testRouter{}}
+	ctrlLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.ctrlLn, n.ctrlAdr = ctrlLn, ctrlLn.Addr().String()
+	n.startController()
+	t.Cleanup(func() {
+		for _, r := range n.routers {
+			r.stop()
+		}
+		n.stopController()
+	})
+	return n
+}
+
+func (n *testNet) startController() {
+	t := n.t
+	t.Helper()
+	_, portText, _ := net.SplitHostPort(n.ctrlAdr)
+	var port int
+	fmt.Sscan(portText, &port)
+	cfg := &config.Controller{V: 1, DataDir: filepath.Join(n.dir, "ctrl"),
+		API:            config.ControllerAPI{Listen: "127.0.0.1:0", Advertise: "127.0.0.1:1280"},
+		Ctrl:           config.ControllerCtrl{Listen: config.Address{Transport: "tls", Host: "127.0.0.1", Port: port}},
+		Admin:          config.Admin{Username: "admin", Password: "admin-pass"},
+		SessionTimeout: config.Duration(time.Hour)}
+	ctrl, err := controlplane.Open(cfg, testLogger(t), controlplane.Build{Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.ctrlLn == nil {
+		if n.ctrlLn, err = net.Listen("tcp", n.ctrlAdr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.ctrl, n.m, n.stopCtl, n.ctlDone = ctrl, ctrl.Model(), cancel, make(chan error, 1)
+	ready := make(chan struct{})
+	ln := n.ctrlLn
+	go func() { n.ctlDone <- ctrl.ServeWithCtrl(ctx, apiLn, ln, func(net.Addr) { close(ready) }) }()
+	<-ready
+}
+
+// stopController stops the controller; startController starts it again on the same data
+// directory and control address.
+func (n *testNet) stopController() {
+	if n.stopCtl == nil {
+		return
+	}
+	n.stopCtl()
+	<-n.ctlDone
+	n.stopCtl, n.ctrlLn = nil, nil
+}
+
+func csr(t testing.TB, key *ecdsa.PrivateKey, dns ...string) []byte {
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "r"}, DNSNames: dns,
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+}
+
+// addRouter creates and enrolls an edge router and writes its configuration; yaml is the
+// configuration after the identity and ctrl sections, with {{port}} replaced by a free port.
+func (n *testNet) addRouter(name string, tunneler bool, yaml string) *testRouter {
+	t := n.t
+	t.Helper()
+	er := &model.EdgeRouter{Name: name, IsTunnelerEnabled: tunneler, RoleAttributes: []string{"edge"}}
+	if err := n.m.CreateEdgeRouter(er); err != nil {
+		t.Fatal(err)
+	}
+	e, err := n.m.RouterEnrollment(er.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	certs, err := n.m.EnrollErOtt(e.Token, csr(t, key), csr(t, key, "localhost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(n.dir, name)
+	os.MkdirAll(dir, 0o700)
+	der, _ := x509.MarshalPKCS8PrivateKey(key)
+	write := func(f string, data []byte) {
+		if err := os.WriteFile(filepath.Join(dir, f), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("key.pem", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+	write("client.cert", certs.Cert)
+	write("server.cert", certs.ServerCert)
+	write("ca.cert", certs.CA)
+	for strings.Contains(yaml, "{{port}}") {
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		yaml = strings.Replace(yaml, "{{port}}", fmt.Sprint(port), 1)
+		yaml = strings.Replace(yaml, "{{same}}", fmt.Sprint(port), 1) // the port just chosen, again
+	}
+	cfgText := fmt.Sprintf(`v: 3
+identity:
+  cert: client.cert
+  server_cert: server.cert
+  key: key.pem
+  ca: ca.cert
+ctrl:
+  endpoint: tls:%s
+edge:
+  csr:
+    sans:
+      dns: [localhost]
+%s`, n.ctrlAdr, yaml)
+	write("router.yml", []byte(cfgText))
+	tr := &testRouter{name: name, id: er.ID, file: filepath.Join(dir, "router.yml")}
+	n.routers[name] = tr
+	tr.start(t)
+	return tr
+}
+
+func (tr *testRouter) start(t testing.TB) {
+	t.Helper()
+	cfg, _, err := config.LoadRouter(tr.file, func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(cfg, "test", testLogger(t).With("name", tr.name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tr.r, tr.cancel, tr.done = r, cancel, make(chan error, 1)
+	go func() { tr.done <- r.Run(ctx) }()
+	select {
+	case <-r.Ready():
+	case err := <-tr.done:
+		t.Fatalf("router %s: %v", tr.name, err)
+	}
+}
+
+func (tr *testRouter) stop() {
+	if tr.cancel != nil {
+		tr.cancel()
+		<-tr.done
+		tr.cancel = nil
+	}
+}
+
+// waitFor polls cond for up to 20 s.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// linked reports whether router a has a link to router b.
+func (n *testNet) linked(a, b string) bool {
+	return n.routers[a].r.links != nil && n.routers[a].r.links.Get(n.routers[b].id) != nil
+}
+
+// service creates a service with a terminator on router at address (proxy binding) and a
+// Dial policy for the routers' identities.
+func (n *testNet) service(name, router, address string) {
+	t := n.t
+	t.Helper()
+	svc := &model.Service{Name: name, RoleAttributes: []string{"bench"}}
+	if err := n.m.CreateService(svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.m.CreateTerminator(&model.Terminator{ServiceID: svc.ID, RouterID: n.routers[router].id, Binding: "proxy", Address: address}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.m.CreateServicePolicy(&model.ServicePolicy{Name: "dial-" + name, Type: model.PolicyDial, Semantic: model.SemanticAny,
+		IdentityRoles: []string{"#all"}, ServiceRoles: []string{"@" + svc.ID}}); err != nil {
+		t.Fatal(err)
+	}
+}

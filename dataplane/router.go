@@ -1,0 +1,206 @@
+package dataplane
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/link"
+	"github.com/zmesh/zmesh/xgress"
+)
+
+// Router is a running router: its control channel, links, forwarder, circuit ends and
+// on-ramps. Build it with New and run it with Run.
+type Router struct {
+	cfg     *config.Router
+	id      string
+	version string
+	log     *slog.Logger
+	ident   link.Identity
+
+	pool  *xgress.Pool
+	fw    *Forwarder
+	links *link.Registry
+	ctrl  *ctrlClient
+	dials *xgress.DialPool
+
+	mu        sync.Mutex
+	ends      map[uint64]*xgress.Endpoint // the circuit ends on this router
+	dialer    *link.Dialer
+	linkLns   []*link.Listener
+	proxyAddr map[string]string // tunnel proxy service → listening address, once listening
+	ready     chan struct{}
+	requests  atomic.Uint64 // ids of circuit requests
+}
+
+// New loads the router's identity files and builds the router.
+func New(cfg *config.Router, version string, log *slog.Logger) (*Router, error) {
+	ident, err := loadIdentity(cfg.Identity)
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{cfg: cfg, id: ident.RouterID, version: version, log: log.With("router", ident.RouterID), ident: ident,
+		pool: xgress.NewPool(), fw: NewForwarder(), ends: map[uint64]*xgress.Endpoint{},
+		proxyAddr: map[string]string{}, ready: make(chan struct{})}
+	return r, nil
+}
+
+// loadIdentity reads the certificates and keys the identity section names.
+func loadIdentity(id config.Identity) (link.Identity, error) {
+	client, err := tls.LoadX509KeyPair(id.Cert, id.Key)
+	if err != nil {
+		return link.Identity{}, fmt.Errorf("identity.cert / identity.key: %w", err)
+	}
+	serverCert, serverKey := id.ServerCert, id.ServerKey
+	if serverCert == "" {
+		serverCert = id.Cert
+	}
+	if serverKey == "" {
+		serverKey = id.Key
+	}
+	server, err := tls.LoadX509KeyPair(serverCert, serverKey)
+	if err != nil {
+		return link.Identity{}, fmt.Errorf("identity.server_cert / key: %w", err)
+	}
+	caPEM, err := os.ReadFile(id.CA)
+	if err != nil {
+		return link.Identity{}, fmt.Errorf("identity.ca: %w", err)
+	}
+	cas := x509.NewCertPool()
+	if !cas.AppendCertsFromPEM(caPEM) {
+		return link.Identity{}, fmt.Errorf("identity.ca: %s holds no PEM certificate", id.CA)
+	}
+	leaf, err := x509.ParseCertificate(client.Certificate[0])
+	if err != nil {
+		return link.Identity{}, fmt.Errorf("identity.cert: %w", err)
+	}
+	return link.Identity{RouterID: leaf.Subject.CommonName, Client: client, Server: server, CAs: cas}, nil
+}
+
+// ID returns the router's id.
+func (r *Router) ID() string { return r.id }
+
+// Forwarder returns the router's forwarder.
+func (r *Router) Forwarder() *Forwarder { return r.fw }
+
+// Links returns the router's current links.
+func (r *Router) Links() []*link.Link { return r.links.Links() }
+
+// Ready is closed once the router's listeners are open.
+func (r *Router) Ready() <-chan struct{} { return r.ready }
+
+// ProxyAddress returns where the tunnel proxy listens for a service, once ready.
+func (r *Router) ProxyAddress(service string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.proxyAddr[service]
+}
+
+// Run runs the router until ctx ends, then closes every circuit end, link and listener.
+func (r *Router) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var err error
+	r.links, err = link.NewRegistry(link.Options{
+		Identity: r.ident, Handler: r, Forwarder: r.cfg.Forwarder, Pool: r.pool, Log: r.log,
+		Events: link.Events{Up: r.linkUp, Down: r.linkDown, Latency: r.linkLatency},
+	})
+	if err != nil {
+		return err
+	}
+	for _, lc := range r.cfg.Link.Listeners {
+		ln, err := link.Listen(ctx, lc, r.links)
+		if err != nil {
+			return fmt.Errorf("link listener %s: %w", lc.Bind, err)
+		}
+		r.linkLns = append(r.linkLns, ln)
+	}
+	if len(r.cfg.Link.Dialers) > 0 {
+		if r.dialer, err = link.NewDialer(ctx, r.cfg.Link.Dialers, r.links); err != nil {
+			return fmt.Errorf("link dialers: %w", err)
+		}
+	}
+	fc := r.cfg.Forwarder
+	r.dials = xgress.NewDialPool(ctx, xgress.DialPoolOptions{QueueLength: fc.XgressDialQueueLength, Workers: fc.XgressDialWorkerCount,
+		Dwell: time.Duration(fc.XgressDialDwellTime) * time.Millisecond})
+	r.ctrl = newCtrlClient(r.cfg.Ctrl, r.ident.Client, r.ident.CAs, r.hello, r.handlers, r.log)
+	r.ctrl.loadEndpoints()
+
+	var wg sync.WaitGroup
+	if err := r.startTunnels(ctx, &wg); err != nil {
+		return err
+	}
+	close(r.ready)
+	wg.Go(func() { r.ctrl.run(ctx) })
+	wg.Go(func() { r.idleLoop(ctx) })
+	<-ctx.Done()
+	r.closeEnds("the router is shutting down")
+	wg.Wait()
+	r.log.Info("router stopped")
+	return nil
+}
+
+// hello describes the router to the controller.
+func (r *Router) hello() *channel.Hello {
+	h := &channel.Hello{RouterID: r.id, Version: r.version, Protocol: channel.ProtocolVersion}
+	h.Hostname, _ = os.Hostname()
+	for _, ln := range r.linkLns {
+		adv := ln.Advertise()
+		transport, _, _ := strings.Cut(adv, ":")
+		h.LinkListeners = append(h.LinkListeners, channel.LinkListener{Address: adv, Transport: transport, Groups: ln.Groups()})
+	}
+	for _, l := range r.cfg.Listeners {
+		cl := channel.Listener{Binding: l.Binding}
+		if l.Advertise != nil {
+			cl.Address = l.Advertise.String()
+		}
+		h.Listeners = append(h.Listeners, cl)
+	}
+	return h
+}
+
+// handlers registers the router's side of the control protocol.
+func (r *Router) handlers(ch *channel.Channel) {
+	ch.HandleAsync(channel.TypeRoute, func(ctx context.Context, m channel.Message) (channel.Message, error) {
+		return r.route(ctx, m.(*channel.Route)), nil
+	})
+	ch.Handle(channel.TypeUnroute, func(_ context.Context, m channel.Message) (channel.Message, error) {
+		u := m.(*channel.Unroute)
+		r.endCircuit(u.CircuitID, u.Reason, false)
+		return nil, nil
+	})
+	ch.Handle(channel.TypeLinkDial, func(_ context.Context, m channel.Message) (channel.Message, error) {
+		d := m.(*channel.LinkDial)
+		if r.dialer == nil {
+			return nil, nil
+		}
+		if err := r.dialer.Dial(link.Target{RouterID: d.PeerRouterID, Address: d.Address, Groups: d.Groups}); err != nil &&
+			!errors.Is(err, link.ErrNoCommonGroup) {
+			r.log.Warn("link dial refused", "peer", d.PeerRouterID, "address", d.Address, "err", err)
+		}
+		return nil, nil
+	})
+}
+
+// closeEnds closes every circuit end on this router, telling the other ends.
+func (r *Router) closeEnds(reason string) {
+	r.mu.Lock()
+	ends := make([]*xgress.Endpoint, 0, len(r.ends))
+	for _, e := range r.ends {
+		ends = append(ends, e)
+	}
+	r.mu.Unlock()
+	for _, e := range ends {
+		e.Close(reason)
+	}
+}

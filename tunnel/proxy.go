@@ -1,0 +1,76 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+
+	"github.com/zmesh/zmesh/config"
+)
+
+// Proxy is the tunnel's proxy mode: one TCP listener per configured <service>:<port>, each
+// accepted connection carried as a circuit to its service.
+type Proxy struct {
+	lns   []net.Listener
+	svc   []string
+	addrs map[string]string
+}
+
+// ListenProxy opens the listeners of services on host (127.0.0.1 when empty).
+func ListenProxy(host string, services []config.TunnelService) (*Proxy, error) {
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	p := &Proxy{addrs: map[string]string{}}
+	for _, s := range services {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(s.Port)))
+		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("tunnel proxy for service %q: %w", s.Service, err)
+		}
+		p.lns = append(p.lns, ln)
+		p.svc = append(p.svc, s.Service)
+		p.addrs[s.Service] = ln.Addr().String()
+	}
+	return p, nil
+}
+
+// Addr returns where the proxy listens for a service.
+func (p *Proxy) Addr(service string) string { return p.addrs[service] }
+
+// Serve accepts connections until ctx ends and hands each to carry, on its own goroutine.
+// It returns once the listeners are closed and every carry has returned.
+func (p *Proxy) Serve(ctx context.Context, carry func(ctx context.Context, conn net.Conn, service string)) {
+	var wg sync.WaitGroup
+	stop := context.AfterFunc(ctx, p.Close)
+	defer stop()
+	for i, ln := range p.lns {
+		service := p.svc[i]
+		wg.Go(func() {
+			for {
+				conn, err := ln.Accept()
+				if err != nil {
+					if errors.Is(err, net.ErrClosed) {
+						return
+					}
+					continue
+				}
+				if tc, ok := conn.(*net.TCPConn); ok {
+					tc.SetNoDelay(true)
+				}
+				wg.Go(func() { carry(ctx, conn, service) })
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// Close closes the listeners.
+func (p *Proxy) Close() {
+	for _, ln := range p.lns {
+		ln.Close()
+	}
+}
