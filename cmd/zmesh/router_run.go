@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/spf13/cobra"
+
+	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/controlplane"
+	"github.com/zmesh/zmesh/dataplane"
+)
+
+func newRouterRunCommand(lookupEnv env) *cobra.Command {
+	var ctrlFile, logLevel string
+	cmd := &cobra.Command{
+		Use:   "run ROUTER.yml [--controller CONTROLLER.yml]",
+		Short: "Run an enrolled router",
+		Long: "Run the router ROUTER.yml describes until interrupted (SIGINT or SIGTERM): it connects to\n" +
+			"its controller, links with the other routers and carries circuits. With --controller the\n" +
+			"controller runs in the same process, exactly as `zmesh controller run` would run it.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log, err := newLogger(cmd.ErrOrStderr(), logLevel)
+			if err != nil {
+				return err
+			}
+			cfg, warnings, err := config.LoadRouter(args[0], lookupEnv)
+			for _, w := range warnings {
+				log.Warn(w.String())
+			}
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			var wg sync.WaitGroup
+			var ctrlErr error
+			if ctrlFile != "" {
+				ccfg, warnings, err := config.LoadController(ctrlFile, lookupEnv)
+				for _, w := range warnings {
+					log.Warn(w.String())
+				}
+				if err != nil {
+					return err
+				}
+				ctrl, err := controlplane.Open(ccfg, log.With("role", "controller"), controlplane.Build{Version: version})
+				if err != nil {
+					return err
+				}
+				ready := make(chan struct{})
+				wg.Go(func() {
+					ctrlErr = ctrl.Run(ctx, func(addr net.Addr) {
+						fmt.Fprintf(cmd.OutOrStdout(), "controller API at https://%s (listening on %s), data in %s\n", ccfg.API.Advertise, addr, ccfg.DataDir)
+						close(ready)
+					})
+					cancel() // the router does not outlive its co-located controller
+				})
+				select {
+				case <-ready:
+				case <-ctx.Done():
+					wg.Wait()
+					return ctrlErr
+				}
+			}
+			r, err := dataplane.New(cfg, version, log.With("role", "router"))
+			if err != nil {
+				cancel()
+				wg.Wait()
+				return err
+			}
+			go func() {
+				select {
+				case <-r.Ready():
+					fmt.Fprintf(cmd.OutOrStdout(), "router %s running (%s)\n", r.ID(), args[0])
+				case <-ctx.Done():
+				}
+			}()
+			err = r.Run(ctx)
+			cancel()
+			wg.Wait()
+			if err != nil {
+				return err
+			}
+			return ctrlErr
+		},
+	}
+	cmd.Flags().StringVar(&ctrlFile, "controller", "", "run the controller of this configuration file in the same process")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	return cmd
+}
