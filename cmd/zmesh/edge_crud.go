@@ -575,12 +575,27 @@ func newEdgeListCommand(f *edgeFlags) *cobra.Command {
 
 // newEdgeGetCommand builds `edge get TYPE NAME|ID`.
 func newEdgeGetCommand(f *edgeFlags) *cobra.Command {
-	verb := f.verbCommand("get", "Show an entity", false)
+	return f.byNameCommand("get", "Show an entity", "Show ", func(cmd *cobra.Command, e *edgeCall, t *entityType, _, id string) error {
+		detail, err := e.detail(t, id)
+		if err != nil {
+			return err
+		}
+		if f.output == "json" {
+			return printJSON(cmd, detail)
+		}
+		return printDetail(cmd.OutOrStdout(), detail)
+	})
+}
+
+// byNameCommand builds a verb whose per-type commands take one NAME|ID argument, resolved to
+// the entity's id before run is called.
+func (f *edgeFlags) byNameCommand(verbName, verbShort, short string, run func(cmd *cobra.Command, e *edgeCall, t *entityType, name, id string) error) *cobra.Command {
+	verb := f.verbCommand(verbName, verbShort, false)
 	perType(verb, f.types, false, func(t *entityType, _ *variant) *cobra.Command {
 		return &cobra.Command{
 			Use:     t.name + " NAME|ID",
 			Aliases: append([]string{t.plural}, t.aliases...),
-			Short:   "Show " + an(t.what),
+			Short:   short + an(t.what),
 			Args:    argCount(1, 1),
 			RunE: func(cmd *cobra.Command, pos []string) error {
 				e, err := f.call(cmd)
@@ -591,14 +606,7 @@ func newEdgeGetCommand(f *edgeFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				detail, err := e.detail(t, id)
-				if err != nil {
-					return err
-				}
-				if f.output == "json" {
-					return printJSON(cmd, detail)
-				}
-				return printDetail(cmd.OutOrStdout(), detail)
+				return run(cmd, e, t, pos[0], id)
 			},
 		}
 	})
@@ -682,34 +690,16 @@ func variantName(t *entityType, value string) string {
 
 // newEdgeDeleteCommand builds `edge delete TYPE NAME|ID`.
 func newEdgeDeleteCommand(f *edgeFlags) *cobra.Command {
-	verb := f.verbCommand("delete", "Delete an entity", false)
-	perType(verb, f.types, false, func(t *entityType, _ *variant) *cobra.Command {
-		return &cobra.Command{
-			Use:     t.name + " NAME|ID",
-			Aliases: append([]string{t.plural}, t.aliases...),
-			Short:   "Delete " + an(t.what),
-			Args:    argCount(1, 1),
-			RunE: func(cmd *cobra.Command, pos []string) error {
-				e, err := f.call(cmd)
-				if err != nil {
-					return err
-				}
-				id, err := e.resolve(t.plural, pos[0])
-				if err != nil {
-					return err
-				}
-				if _, err := e.do("DELETE", "/"+t.plural+"/"+url.PathEscape(id), nil, nil); err != nil {
-					return err
-				}
-				if f.output == "json" {
-					return printJSON(cmd, map[string]string{"id": id})
-				}
-				_, err = fmt.Fprintf(cmd.OutOrStdout(), "deleted %s %s (%s)\n", t.what, pos[0], id)
-				return err
-			},
+	return f.byNameCommand("delete", "Delete an entity", "Delete ", func(cmd *cobra.Command, e *edgeCall, t *entityType, name, id string) error {
+		if _, err := e.do("DELETE", "/"+t.plural+"/"+url.PathEscape(id), nil, nil); err != nil {
+			return err
 		}
+		if f.output == "json" {
+			return printJSON(cmd, map[string]string{"id": id})
+		}
+		_, err := fmt.Fprintf(cmd.OutOrStdout(), "deleted %s %s (%s)\n", t.what, name, id)
+		return err
 	})
-	return verb
 }
 
 // printTable writes a list as a table of the type's columns.

@@ -206,15 +206,23 @@ func (m *Model) createEnrollment(tx *store.Tx, id *Identity, req EnrollmentReque
 			return nil, invalid("enrollment", e.Method, "identity %q already has a pending %s enrollment", id.Name, e.Method)
 		}
 	}
-	jwt, err := m.signEnrollment(id.ID, e)
-	if err != nil {
+	if err := m.storeEnrollment(tx, id.ID, e); err != nil {
 		return nil, err
+	}
+	return e, nil
+}
+
+// storeEnrollment signs the token of a new enrollment for subject and stores it.
+func (m *Model) storeEnrollment(tx *store.Tx, subject string, e *Enrollment) error {
+	jwt, err := m.signEnrollment(subject, e)
+	if err != nil {
+		return err
 	}
 	e.JWT = jwt
 	if err := m.c.enrollments.Create(tx, e); err != nil {
-		return nil, conflict(err)
+		return conflict(err)
 	}
-	return e, nil
+	return nil
 }
 
 func mustList[T any](list []*T, err error) []*T {

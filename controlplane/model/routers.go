@@ -61,13 +61,8 @@ func (m *Model) createRouterEnrollment(tx *store.Tx, r *EdgeRouter) (*Enrollment
 		Token:        newToken(),
 	}
 	e.ExpiresAt = e.CreatedAt.Add(m.opts.EnrollmentDuration)
-	jwt, err := m.signEnrollment(r.ID, e)
-	if err != nil {
+	if err := m.storeEnrollment(tx, r.ID, e); err != nil {
 		return nil, err
-	}
-	e.JWT = jwt
-	if err := m.c.enrollments.Create(tx, e); err != nil {
-		return nil, conflict(err)
 	}
 	return e, nil
 }
