@@ -1,0 +1,93 @@
+package circuits
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/controlplane/paths"
+	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/controlplane/store"
+)
+
+// noRouters: no router is connected.
+type noRouters struct{}
+
+func (noRouters) Channel(string) (*channel.Channel, bool) { return nil, false }
+
+func newService(t *testing.T) (*Service, *model.Model) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.Open(t.TempDir(), log, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ca, err := pki.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	m := model.New(st, ca, log, model.Options{SessionTimeout: time.Hour, Issuer: "https://ctrl.test", SigningKey: key, SigningKID: "k"})
+	return New(m, paths.NewGraph(), noRouters{}, log), m
+}
+
+// TestCircuitRefusals: each reason a circuit cannot be made is answered with its code, and
+// nothing is kept.
+func TestCircuitRefusals(t *testing.T) {
+	t.Parallel()
+	s, m := newService(t)
+	gw := &model.EdgeRouter{Name: "gw", IsTunnelerEnabled: true}
+	other := &model.EdgeRouter{Name: "other", IsTunnelerEnabled: true}
+	for _, r := range []*model.EdgeRouter{gw, other} {
+		if err := m.CreateEdgeRouter(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := &model.Service{Name: "web"}
+	if err := m.CreateService(svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.CreateTerminator(&model.Terminator{ServiceID: svc.ID, RouterID: gw.ID, Binding: "proxy", Address: "127.0.0.1:80"}); err != nil {
+		t.Fatal(err)
+	}
+	ask := func(req *channel.CircuitRequest) string {
+		return s.Create(context.Background(), gw.ID, req).ErrorCode
+	}
+	if code := ask(&channel.CircuitRequest{IngressIdentityID: gw.ID}); code != channel.ErrCodeInvalid {
+		t.Errorf("no service: %s", code)
+	}
+	if code := ask(&channel.CircuitRequest{ServiceName: "nope", IngressIdentityID: gw.ID}); code != channel.ErrCodeServiceNotFound {
+		t.Errorf("unknown service: %s", code)
+	}
+	if code := ask(&channel.CircuitRequest{ServiceName: "web", IngressIdentityID: gw.ID}); code != channel.ErrCodeServiceNotFound {
+		t.Errorf("no policy: %s", code)
+	}
+	if err := m.CreateServicePolicy(&model.ServicePolicy{Name: "p", Type: model.PolicyDial, IdentityRoles: []string{"@" + gw.ID}, ServiceRoles: []string{"@" + svc.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	// A router may not dial as another router's identity.
+	if code := ask(&channel.CircuitRequest{ServiceName: "web", IngressIdentityID: other.ID}); code != channel.ErrCodeInvalid {
+		t.Errorf("another router's identity: %s", code)
+	}
+	if code := ask(&channel.CircuitRequest{ServiceName: "web", SessionToken: "not-a-session"}); code != channel.ErrCodeInvalidSession {
+		t.Errorf("bad session token: %s", code)
+	}
+	// The policy allows it, but the terminator's router is not connected.
+	if code := ask(&channel.CircuitRequest{ServiceName: "web", IngressIdentityID: gw.ID}); code != channel.ErrCodeNoTerminator {
+		t.Errorf("terminator router offline: %s", code)
+	}
+	if created, failed := s.Stats(); created != 0 || failed != 6 || len(s.Circuits()) != 0 {
+		t.Errorf("stats %d created, %d failed, %d kept", created, failed, len(s.Circuits()))
+	}
+	if s.Remove(42, "x") || len(s.Valid([]uint64{42})) != 0 {
+		t.Error("an unknown circuit was known")
+	}
+}
