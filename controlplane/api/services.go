@@ -150,11 +150,9 @@ func (s *Server) clientServices(c *call) error {
 		return err
 	}
 	if q := c.r.URL.Query(); q.Has("roleFilter") {
-		selects, err := model.RolesSelect("roleFilter", q["roleFilter"], q.Get("roleSemantic"))
-		if err != nil {
+		if list, err = model.FilterByRoles(list, q["roleFilter"], q.Get("roleSemantic")); err != nil {
 			return err
 		}
-		list = slices.DeleteFunc(list, func(a model.ServiceAccess) bool { return !selects(a.ID, a.RoleAttributes) })
 	}
 	inner := serviceFields()
 	fields := make([]field[model.ServiceAccess], 0, len(inner)+1)

@@ -326,12 +326,10 @@ func (m *Model) DeleteServiceEdgeRouterPolicy(id string) error {
 
 func hasRole(roles []string, r string) bool { return slices.Contains(roles, r) }
 
-// RolesSelect reports whether roles, under semantic, select the entity with id and
-// attributes, as policies do: #all selects every entity, @id that entity, and the #attribute
-// roles those that carry all of them (AllOf) or any of them (AnyOf). It checks roles and
-// semantic first; the error names field.
-func RolesSelect(field string, roles []string, semantic string) (func(id string, attrs []string) bool, error) {
-	if err := checkRoles(field, roles); err != nil {
+// FilterByRoles keeps the services that roles select under semantic, with the semantics of
+// policies (#all, @id, #attribute); the error names the roleFilter or roleSemantic at fault.
+func FilterByRoles(list []ServiceAccess, roles []string, semantic string) ([]ServiceAccess, error) {
+	if err := checkRoles("roleFilter", roles); err != nil {
 		return nil, err
 	}
 	if semantic == "" {
@@ -340,36 +338,18 @@ func RolesSelect(field string, roles []string, semantic string) (func(id string,
 	if semantic != SemanticAll && semantic != SemanticAny {
 		return nil, invalid("roleSemantic", semantic, "allowed: AllOf, AnyOf")
 	}
-	var ids, attrs []string
-	all := false
-	for _, r := range roles {
-		switch {
-		case r == roleAll:
-			all = true
-		case r[0] == '@':
-			ids = append(ids, r[1:])
-		default:
-			attrs = append(attrs, r[1:])
+	pop := newPopulation(len(list))
+	for _, a := range list {
+		pop.add(a.ID, a.RoleAttributes, len(list))
+	}
+	selected := pop.match(roles, semantic)
+	out := make([]ServiceAccess, 0, len(list))
+	for i, a := range list {
+		if selected.has(i) {
+			out = append(out, a)
 		}
 	}
-	return func(id string, have []string) bool {
-		if all || slices.Contains(ids, id) {
-			return true
-		}
-		if len(attrs) == 0 {
-			return false
-		}
-		for _, a := range attrs {
-			held := slices.Contains(have, a)
-			if held && semantic == SemanticAny {
-				return true
-			}
-			if !held && semantic == SemanticAll {
-				return false
-			}
-		}
-		return semantic == SemanticAll
-	}, nil
+	return out, nil
 }
 
 // ServiceByName returns the service named name.
