@@ -21,7 +21,8 @@ func (s *Server) registerPosture() {
 }
 
 // postureCheckBody is a posture check create, update or patch: the common fields and those
-// of every type; a field of another type than the check's is refused.
+// of every type. The model refuses a field of another type than the check's, and a change of
+// type.
 type postureCheckBody struct {
 	Name                  *string                  `json:"name"`
 	TypeID                *string                  `json:"typeId"`
@@ -47,32 +48,6 @@ func (b *postureCheckBody) apply(c *model.PostureCheck) error {
 	if b.Tags != nil {
 		if err := checkTags("tags", *b.Tags); err != nil {
 			return err
-		}
-	}
-	typ := c.TypeID
-	if b.TypeID != nil {
-		if typ != "" && *b.TypeID != typ {
-			return fieldErr("typeId", *b.TypeID, "is %s; the type of a posture check cannot change", typ)
-		}
-		typ = *b.TypeID
-	}
-	for _, f := range []struct {
-		name, typ string
-		set       bool
-	}{
-		{"domains", model.PostureDomain, b.Domains != nil},
-		{"macAddresses", model.PostureMAC, b.MacAddresses != nil},
-		{"operatingSystems", model.PostureOS, b.OperatingSystems != nil},
-		{"process", model.PostureProcess, b.Process != nil},
-		{"semantic", model.PostureProcessMulti, b.Semantic != nil},
-		{"processes", model.PostureProcessMulti, b.Processes != nil},
-		{"timeoutSeconds", model.PostureMFA, b.TimeoutSeconds != nil},
-		{"promptOnWake", model.PostureMFA, b.PromptOnWake != nil},
-		{"promptOnUnlock", model.PostureMFA, b.PromptOnUnlock != nil},
-		{"ignoreLegacyEndpoints", model.PostureMFA, b.IgnoreLegacyEndpoints != nil},
-	} {
-		if f.set && f.typ != typ {
-			return fieldErr(f.name, nil, "is a field of %s posture checks, not of %s", f.typ, typ)
 		}
 	}
 	set(&c.Name, b.Name)
