@@ -13,16 +13,45 @@
 //
 // # Measurements
 //
-// For each scenario, in order: throughput (Options.Streams TCP connections writing
-// Options.WriteSize buffers for Options.Duration, then half-closing and waiting for the sink's
-// count of bytes received, which must match: a stream's rate is what arrived over the time it
-// took to arrive), with Jain's fairness index over the per-stream rates; then 64-byte echo
-// round trips (Options.RTTSamples, at most Options.Duration), summarised as percentiles; and
-// CPU seconds per GiB, the user+system CPU time of the scenario's Relay processes read from
-// /proc/<pid>/stat just before and just after the throughput measurement (so setup, echo and
-// shutdown do not count; Linux only, reported as unknown elsewhere) divided by the GiB
-// delivered. The load generator and sink are not counted: they are the same in every
-// scenario.
+// For each scenario, in order: for paths that hold circuits (Target.Circuits), first the
+// memory per idle circuit, on scenarios that name their routers (Target.IdleRouters): the
+// routers' resident set size (VmRSS in /proc/<pid>/status) is read, a load generator opens
+// Options.IdleCircuits circuits (each carrying one byte to the sink and back, so that it is
+// established end to end) and holds them, and a second later the sizes are read again: the
+// difference over the circuits is each router's memory per idle circuit. It comes first so
+// that fresh routers are measured, not heaps that earlier measurements left room in. Then
+// circuit setup: Options.SetupWorkers loops that connect, carry one byte to the sink and
+// back, and close, for Options.SetupDuration, giving circuits per second and the latency
+// from connect to the echoed byte. Between these the harness waits for the relay processes
+// to become quiet. Then, for every scenario, throughput (Options.Streams TCP connections
+// writing Options.WriteSize buffers for Options.Duration, then half-closing and waiting for
+// the sink's count of bytes received, which must match: a stream's rate is what arrived over
+// the time it took to arrive), with Jain's fairness index over the per-stream rates; then
+// 64-byte echo round trips (Options.RTTSamples, at most Options.Duration), summarised as
+// percentiles; and CPU seconds per GiB, the user+system CPU time of the scenario's Relay
+// processes read from /proc/<pid>/stat just before and just after the throughput
+// measurement (so setup, echo and shutdown do not count; Linux only, reported as unknown
+// elsewhere) divided by the GiB delivered. The load generator and sink are not counted: they
+// are the same in every scenario.
+//
+// # The zmesh scenarios
+//
+// Zmesh returns zmesh-1router (one router with the controller co-located: its tunnel proxy
+// on-ramp carries each connection as a circuit to its own proxy terminator, which dials the
+// sink; against io-copy), zmesh-2routers-tls (router A with the controller, the on-ramp and a
+// link dialer; router B with a tls: link listener and the terminator; split links; against
+// tls-2hop) and zmesh-2routers-quic (the same over quic:). Their setup prepares the network
+// in this process before any router starts: it opens the controller (controlplane.Open) on a
+// data directory in Env.Dir, creates and enrolls the edge routers (the ingress
+// tunneler-enabled, so that it has an identity), creates the service, its terminator on the
+// egress (binding proxy, address Env.Sink) and a Dial policy for the ingress's identity, writes
+// each router's certificates, key and configuration, and closes the controller so that the
+// router process that runs it can lock the data directory. Each router then runs as `zmesh
+// router run ROUTER.yml [--controller CONTROLLER.yml]`, awaited by its "router <id> running"
+// line; the scenario is ready once a circuit through the on-ramp carried a byte to the sink
+// and back (links form asynchronously, so the first circuits may find no path). Idle circuits
+// are measured on two routers only: one router holding both ends of 10,000 circuits would
+// need more file descriptors than a process may have here.
 //
 // # Adding a scenario
 //
@@ -31,10 +60,11 @@
 // tls: or quic: link), and Setup. Setup receives an Env whose Sink is the address its path
 // must end at and whose Dir is a fresh directory for its files; it starts its processes with
 // Env.Start — Command{Args: {"router", "run", file}, Relay: true} for a router, whose
-// readiness it then awaits with WaitListening (FreeAddr picks ports to write into
-// configuration) — and returns the Target whose 127.0.0.1 Addr the load generator connects
-// to, with an optional Teardown. The harness stops every process started through Env after
-// Teardown. The scenario is then added to the list the zmesh bench command passes as
-// Options.Scenarios; --scenarios NAME runs it together with its baseline, and the table shows
-// its figures as ratios to the baseline's.
+// readiness it then awaits with Process.WaitOutput or WaitListening (FreeAddr picks ports to
+// write into configuration) — and returns the Target whose 127.0.0.1 Addr the load generator
+// connects to, with an optional Teardown, and Circuits and IdleRouters for the circuit
+// measurements. The harness stops every process started through Env after Teardown. The
+// scenario is then added to the list the zmesh bench command passes as Options.Scenarios;
+// --scenarios NAME runs it together with its baseline, and the table shows its figures as
+// ratios to the baseline's.
 package bench

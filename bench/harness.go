@@ -36,6 +36,16 @@ type Options struct {
 	RTTSamples int
 	// RTTConns is the number of echo connections the round trips are spread over (default 1).
 	RTTConns int
+	// SetupDuration is the length of the circuit setup measurement of paths with circuits
+	// (default 3s); SkipSetup leaves it out.
+	SetupDuration time.Duration
+	SkipSetup     bool
+	// SetupWorkers is the number of circuits being set up at a time (default 16).
+	SetupWorkers int
+	// IdleCircuits is the number of idle circuits whose memory the routers of scenarios with
+	// IdleRouters are measured with (default 10000); SkipIdle leaves it out.
+	IdleCircuits int
+	SkipIdle     bool
 	// Log receives the harness's diagnostics; nil discards them.
 	Log *slog.Logger
 	// Progress, if set, receives a one-line status whenever the run moves on.
@@ -55,7 +65,8 @@ func (o Options) withDefaults() (Options, error) {
 		name string
 		val  *int
 		def  int
-	}{{"streams", &o.Streams, 1}, {"write size", &o.WriteSize, 256 << 10}, {"rtt samples", &o.RTTSamples, 10000}, {"rtt connections", &o.RTTConns, 1}} {
+	}{{"streams", &o.Streams, 1}, {"write size", &o.WriteSize, 256 << 10}, {"rtt samples", &o.RTTSamples, 10000}, {"rtt connections", &o.RTTConns, 1},
+		{"setup workers", &o.SetupWorkers, 16}, {"idle circuits", &o.IdleCircuits, 10000}} {
 		if *v.val < 0 {
 			return o, fmt.Errorf("bench: %s %d must not be negative", v.name, *v.val)
 		}
@@ -68,6 +79,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Duration == 0 {
 		o.Duration = 5 * time.Second
+	}
+	if o.SetupDuration < 0 {
+		return o, fmt.Errorf("bench: setup duration %s must not be negative", o.SetupDuration)
+	}
+	if o.SetupDuration == 0 {
+		o.SetupDuration = 3 * time.Second
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -103,6 +120,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		RTTConns:        o.RTTConns,
 		CPUs:            runtime.NumCPU(),
 	}
+	if !o.SkipSetup {
+		rep.SetupSeconds, rep.SetupWorkers = o.SetupDuration.Seconds(), o.SetupWorkers
+	}
+	if !o.SkipIdle {
+		rep.IdleCircuits = o.IdleCircuits
+	}
 	var errs []error
 	for i, sc := range selected {
 		if err := ctx.Err(); err != nil {
@@ -122,7 +145,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	return rep, errors.Join(errs...)
 }
 
-// measure runs one scenario: sink, setup, throughput, echo, teardown.
+// measure runs one scenario: sink, setup, idle circuits and circuit setup (paths with
+// circuits), throughput, echo, teardown.
 func (o Options) measure(ctx context.Context, root string, sc Scenario, label string, res *Result) (err error) {
 	env := &Env{
 		Dir:     filepath.Join(root, sc.Name()),
@@ -158,6 +182,22 @@ func (o Options) measure(ctx context.Context, root string, sc Scenario, label st
 	}
 	if err := checkLoopback(target.Addr); err != nil {
 		return err
+	}
+	// The idle circuits come first, so that the routers' memory grows from what a fresh
+	// router holds rather than into what earlier measurements left free in their heaps.
+	if len(target.IdleRouters) > 0 && !o.SkipIdle {
+		o.Progress(fmt.Sprintf("%s: %d idle circuits", label, o.IdleCircuits))
+		if res.IdleMemory, err = o.idleMemory(ctx, env, target); err != nil {
+			return err
+		}
+		env.waitQuiet(ctx)
+	}
+	if target.Circuits && !o.SkipSetup {
+		o.Progress(fmt.Sprintf("%s: circuit setup, %d at a time for %s", label, o.SetupWorkers, o.SetupDuration))
+		if res.CircuitSetup, err = o.circuitSetup(ctx, env, target.Addr); err != nil {
+			return err
+		}
+		env.waitQuiet(ctx)
 	}
 	o.Progress(fmt.Sprintf("%s: throughput, %d stream(s) for %s", label, o.Streams, o.Duration))
 	if res.Throughput, res.CPUSecondsPerGiB, err = o.throughput(ctx, env, target.Addr); err != nil {
@@ -212,6 +252,107 @@ func (o Options) echo(ctx context.Context, env *Env, addr string) (*Latency, err
 		return nil, errors.New("echo: the load generator reported no round trip")
 	}
 	return m.Echo, nil
+}
+
+// circuitSetup runs the load generator in setup mode.
+func (o Options) circuitSetup(ctx context.Context, env *Env, addr string) (*CircuitSetup, error) {
+	var m message
+	err := o.loadgen(ctx, env, &m, "--mode", "setup", "--addr", addr,
+		"--conns", strconv.Itoa(o.SetupWorkers), "--duration", o.SetupDuration.String())
+	if err != nil {
+		return nil, fmt.Errorf("circuit setup: %w", err)
+	}
+	if m.Setup == nil || m.Setup.Circuits == 0 {
+		return nil, errors.New("circuit setup: the load generator reported no circuit")
+	}
+	return m.Setup, nil
+}
+
+// idleOpenTimeout bounds the opening of the idle circuits.
+const idleOpenTimeout = 5 * time.Minute
+
+// idleSettle is how long the idle circuits are left alone before the routers' memory is read.
+const idleSettle = time.Second
+
+// idleMemory reads the resident memory of the target's routers, has a load generator open
+// o.IdleCircuits circuits and hold them, reads the routers' memory again, and stops it.
+func (o Options) idleMemory(ctx context.Context, env *Env, target Target) (*IdleMemory, error) {
+	res := &IdleMemory{Requested: o.IdleCircuits}
+	for _, r := range target.IdleRouters {
+		before, err := rss(r.Process.PID())
+		if err != nil {
+			return nil, fmt.Errorf("idle circuits: %s: %w", r.Process.Name(), err)
+		}
+		res.Routers = append(res.Routers, RouterMemory{Router: r.Process.Name(), Role: r.Role, RSSBefore: before})
+	}
+	p, err := env.start(ctx, Command{Name: "loadgen-idle", Worker: true, Args: []string{"loadgen", "--mode", "idle", "--addr", target.Addr,
+		"--circuits", strconv.Itoa(o.IdleCircuits), "--conns", "32"}}, false)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		p.stop()
+		env.forget(p)
+	}()
+	var opened *idleOpened
+	err = p.waitLine(ctx, idleOpenTimeout, "holding its idle circuits", func(line string) bool {
+		var m message
+		if decodeMessage(line, &m) && m.Idle != nil {
+			opened = m.Idle
+			return true
+		}
+		return false
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idle circuits: %w", err)
+	}
+	res.Circuits, res.OpenSeconds = opened.Circuits, opened.Seconds
+	if res.Circuits < res.Requested {
+		env.Log.Warn("fewer idle circuits than asked: the file descriptor limit is lower", "circuits", res.Circuits, "requested", res.Requested)
+	}
+	select {
+	case <-time.After(idleSettle):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	for i := range res.Routers {
+		r := &res.Routers[i]
+		if r.RSSAfter, err = rss(target.IdleRouters[i].Process.PID()); err != nil {
+			return nil, fmt.Errorf("idle circuits: %s: %w", r.Router, err)
+		}
+		r.BytesPerCircuit = float64(r.RSSAfter-r.RSSBefore) / float64(res.Circuits)
+	}
+	if !p.running() {
+		return nil, fmt.Errorf("idle circuits: %w", p.failure("exited while holding its circuits"))
+	}
+	return res, nil
+}
+
+// Quiet relay processes: at most quietCPU (one clock tick) of CPU time over quietWindow.
+const (
+	quietWindow  = 250 * time.Millisecond
+	quietCPU     = 10 * time.Millisecond
+	quietTimeout = 15 * time.Second
+)
+
+// waitQuiet waits, up to quietTimeout, until the relay processes are quiet, so that the work
+// one measurement left behind (circuits being torn down) does not count in the next.
+func (e *Env) waitQuiet(ctx context.Context) {
+	deadline := time.Now().Add(quietTimeout)
+	prev, _, err := e.relayCPU()
+	for err == nil && time.Now().Before(deadline) {
+		select {
+		case <-time.After(quietWindow):
+		case <-ctx.Done():
+			return
+		}
+		var cur time.Duration
+		if cur, _, err = e.relayCPU(); err == nil && cur-prev <= quietCPU {
+			return
+		}
+		prev = cur
+	}
+	e.Log.Warn("the relay processes did not become quiet", "within", quietTimeout, "err", err)
 }
 
 // loadgen runs one load generator process with args and decodes its result into m.

@@ -11,13 +11,19 @@ import (
 )
 
 // workerEnv makes the test binary act as a bench worker: the harness re-executes it with this
-// variable set and the worker's arguments, as the zmesh binary runs `zmesh bench-worker`.
+// variable set and the worker's arguments, as the zmesh binary runs `zmesh bench-worker`. With
+// the arguments `router run ...` it acts as `zmesh router run` instead (see runRouter).
 const workerEnv = "ZMESH_BENCH_TEST_WORKER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := RunWorker(ctx, os.Args[1:], os.Stdin, os.Stdout, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+		var err error
+		if len(os.Args) > 1 && os.Args[1] == "router" {
+			err = runRouter(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		} else {
+			err = RunWorker(ctx, os.Args[1:], os.Stdin, os.Stdout, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+		}
 		stop()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)

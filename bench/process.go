@@ -103,26 +103,58 @@ func startProcess(ctx context.Context, x Exec, c Command) (*Process, error) {
 
 // waitReady waits for the worker's {"addr": ...} line and records the address.
 func (p *Process) waitReady(ctx context.Context, timeout time.Duration) error {
+	return p.waitLine(ctx, timeout, "ready", func(line string) bool {
+		var m message
+		if decodeMessage(line, &m) && m.Addr != "" {
+			p.addr = m.Addr
+			return true
+		}
+		return false
+	})
+}
+
+// WaitOutput waits up to timeout for a line of the process's standard output that contains
+// text, such as the "router ... running" line a router prints when it is ready. It fails
+// at once if the process exits first.
+func (p *Process) WaitOutput(ctx context.Context, text string, timeout time.Duration) error {
+	return p.waitLine(ctx, timeout, fmt.Sprintf("printing %q", text), func(line string) bool {
+		return strings.Contains(line, text)
+	})
+}
+
+// waitLine waits until match accepts a line of the standard output (the lines kept so far
+// included); what says what is awaited, for errors.
+func (p *Process) waitLine(ctx context.Context, timeout time.Duration, what string, match func(string) bool) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
 		for _, line := range p.out.snapshot() {
-			var m message
-			if decodeMessage(line, &m) && m.Addr != "" {
-				p.addr = m.Addr
+			if match(line) {
 				return nil
 			}
 		}
 		if !p.running() {
-			return p.failure("exited before it was ready")
+			return p.failure("exited before " + what)
 		}
 		select {
 		case <-p.out.changed:
 		case <-p.done:
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready: %w%s", p.name, ctx.Err(), p.stderrTail())
+			return fmt.Errorf("%s (pid %d) not %s: %w%s", p.name, p.PID(), what, ctx.Err(), p.stderrTail())
 		}
 	}
+}
+
+// Running reports whether the process has not exited yet; Err describes how it ended.
+func (p *Process) Running() bool { return p.running() }
+
+// Err returns, once the process has exited, why, with the end of its standard error; nil
+// while it runs.
+func (p *Process) Err() error {
+	if p.running() {
+		return nil
+	}
+	return p.failure("exited")
 }
 
 // result waits for the process to exit on its own and returns its last JSON line.

@@ -9,13 +9,18 @@ import (
 
 // Report is the outcome of a run, as printed by --json.
 type Report struct {
-	DurationSeconds float64  `json:"durationSeconds"`
-	Streams         int      `json:"streams"`
-	WriteSize       int      `json:"writeSize"`
-	RTTSamples      int      `json:"rttSamples"`
-	RTTConns        int      `json:"rttConns"`
-	CPUs            int      `json:"cpus"`
-	Results         []Result `json:"results"`
+	DurationSeconds float64 `json:"durationSeconds"`
+	Streams         int     `json:"streams"`
+	WriteSize       int     `json:"writeSize"`
+	RTTSamples      int     `json:"rttSamples"`
+	RTTConns        int     `json:"rttConns"`
+	CPUs            int     `json:"cpus"`
+	// SetupSeconds and SetupWorkers describe the circuit setup measurement, IdleCircuits the
+	// idle-circuit one; zero when they were skipped.
+	SetupSeconds float64  `json:"setupSeconds,omitempty"`
+	SetupWorkers int      `json:"setupWorkers,omitempty"`
+	IdleCircuits int      `json:"idleCircuits,omitempty"`
+	Results      []Result `json:"results"`
 }
 
 // Result is one scenario's figures; a failed scenario has Error and whatever it measured.
@@ -30,7 +35,10 @@ type Result struct {
 	CPUSecondsPerGiB *float64 `json:"cpuSecondsPerGiB,omitempty"`
 	// Ratio compares this scenario with its baseline.
 	Ratio *Ratio `json:"ratio,omitempty"`
-	Error string `json:"error,omitempty"`
+	// CircuitSetup and IdleMemory are the circuit measurements of paths with circuits.
+	CircuitSetup *CircuitSetup `json:"circuitSetup,omitempty"`
+	IdleMemory   *IdleMemory   `json:"idleMemory,omitempty"`
+	Error        string        `json:"error,omitempty"`
 }
 
 // Throughput is the throughput measurement: the aggregate over every stream and each stream.
@@ -112,6 +120,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write table: %w", err)
 	}
+	if err := r.writeCircuits(w); err != nil {
+		return err
+	}
 	for _, f := range failures {
 		if _, err := fmt.Fprintln(w, "\nFAILED "+f); err != nil {
 			return fmt.Errorf("write table: %w", err)
@@ -160,6 +171,53 @@ func (res Result) cells(multi bool) []string {
 	return cells
 }
 
+// writeCircuits prints the circuit measurements of the scenarios that have them.
+func (r *Report) writeCircuits(w io.Writer) error {
+	var rows []Result
+	for _, res := range r.Results {
+		if res.CircuitSetup != nil || res.IdleMemory != nil {
+			rows = append(rows, res)
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	var about []string
+	if r.SetupWorkers > 0 {
+		about = append(about, fmt.Sprintf("setup: %d at a time for %.3gs, connect to echoed byte", r.SetupWorkers, r.SetupSeconds))
+	}
+	if r.IdleCircuits > 0 {
+		about = append(about, "idle: resident memory growth per established idle circuit")
+	}
+	fmt.Fprintf(w, "\nCircuits (%s)\n\n", strings.Join(about, "; "))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tSETUP/S\tSETUP P50\tSETUP P99\tFAILED\tIDLE CIRCUITS\tMEMORY PER IDLE CIRCUIT")
+	for _, res := range rows {
+		cells := []string{res.Scenario, "-", "-", "-", "-", "-", "-"}
+		if s := res.CircuitSetup; s != nil {
+			cells[1] = fmt.Sprintf("%.0f", s.PerSecond)
+			cells[2], cells[3] = fmtMicros(s.Latency.P50), fmtMicros(s.Latency.P99)
+			cells[4] = fmt.Sprintf("%d", s.Failed)
+		}
+		if m := res.IdleMemory; m != nil {
+			cells[5] = fmt.Sprintf("%d", m.Circuits)
+			if m.Circuits < m.Requested {
+				cells[5] += fmt.Sprintf(" of %d", m.Requested)
+			}
+			var per []string
+			for _, rm := range m.Routers {
+				per = append(per, fmt.Sprintf("%s %s: %.1f KiB", rm.Role, rm.Router, rm.BytesPerCircuit/1024))
+			}
+			cells[6] = strings.Join(per, ", ")
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	return nil
+}
+
 func withRatio(s string, ok bool, ratio float64) string {
 	if !ok {
 		return s
@@ -168,6 +226,9 @@ func withRatio(s string, ok bool, ratio float64) string {
 }
 
 func fmtMicros(us float64) string {
+	if us >= 10000 {
+		return fmt.Sprintf("%.1fms", us/1000)
+	}
 	if us < 100 {
 		return fmt.Sprintf("%.1fµs", us)
 	}

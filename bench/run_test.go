@@ -155,6 +155,8 @@ func TestRunRefusesBadOptions(t *testing.T) {
 		{"no executable", Options{Scenarios: Baselines()}, "Exec.Path"},
 		{"unknown scenario", Options{Exec: exec, Scenarios: Baselines(), Only: []string{"nope"}}, `"nope" is not known`},
 		{"negative streams", Options{Exec: exec, Scenarios: Baselines(), Streams: -1}, "streams -1"},
+		{"negative setup", Options{Exec: exec, Scenarios: Baselines(), SetupDuration: -time.Second}, "setup duration -1s"},
+		{"negative idle", Options{Exec: exec, Scenarios: Baselines(), IdleCircuits: -1}, "idle circuits -1"},
 		{"duplicate", Options{Exec: exec, Scenarios: append(Baselines(), Baselines()[0])}, "two scenarios"},
 		{"unknown baseline", Options{Exec: exec, Scenarios: []Scenario{Define("x", "y", setupProxy)}}, `baseline "y"`},
 		{"bad name", Options{Exec: exec, Scenarios: []Scenario{Define("a/b", "", setupProxy)}}, `"a/b"`},

@@ -35,6 +35,21 @@ type Target struct {
 	// Teardown, if set, runs after the measurements and before the harness stops the
 	// scenario's processes.
 	Teardown func(context.Context) error
+	// Circuits marks a path that opens a circuit for every connection: the harness then also
+	// measures circuit setup (Options.SetupDuration).
+	Circuits bool
+	// IdleRouters, when not empty, are the routers whose memory the idle-circuit measurement
+	// (Options.IdleCircuits) reads. The routers of one scenario must not hold both ends of
+	// the idle circuits in one process when that needs more file descriptors than a process
+	// may open.
+	IdleRouters []Router
+}
+
+// Router is a router process of a scenario, with its role on the path.
+type Router struct {
+	// Role is what the router does on the path: "ingress", "egress" or "ingress+egress".
+	Role    string
+	Process *Process
 }
 
 // Define returns a Scenario from its name, its baseline's name and its setup function.

@@ -14,11 +14,17 @@ import (
 )
 
 // message is what a worker prints on stdout, one JSON object per line: {"addr"} once it
-// listens, {"throughput"} or {"echo"} when a load generator is done.
+// listens, {"throughput"}, {"echo"} or {"setup"} when a load generator is done, {"idle"} when
+// an idle load generator holds its circuits.
 type message struct {
 	Addr       string   `json:"addr,omitempty"`
 	Throughput []Stream `json:"throughput,omitempty"`
 	Echo       *Latency `json:"echo,omitempty"`
+	// Setup is the result of a circuit setup load generator.
+	Setup *CircuitSetup `json:"setup,omitempty"`
+	// Idle is printed by an idle load generator once its circuits are established; it then
+	// holds them until it is stopped.
+	Idle *idleOpened `json:"idle,omitempty"`
 }
 
 func decodeMessage(line string, m *message) bool {
@@ -32,7 +38,8 @@ const workerRoles = "sink, relay, loadgen"
 // RunWorker runs the bench worker named by args[0] — sink, relay or loadgen — with the flags
 // that follow, reporting on stdout as JSON lines. Servers (sink, relay) print {"addr": ...}
 // once they listen and run until ctx ends or stdin reaches EOF, so that a worker never
-// outlives the harness that started it; loadgen prints its result and returns.
+// outlives the harness that started it; loadgen prints its result and returns, except in
+// idle mode, where it holds its circuits until ctx ends or stdin reaches EOF.
 func RunWorker(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer, log *slog.Logger) error {
 	if len(args) == 0 {
 		return fmt.Errorf("bench worker: a role is required; allowed: %s", workerRoles)
@@ -84,14 +91,15 @@ func RunWorker(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 
 func runLoadgen(ctx context.Context, args []string, enc *json.Encoder) error {
 	fs := newFlagSet("loadgen")
-	mode := fs.String("mode", "throughput", "throughput or echo")
+	mode := fs.String("mode", "throughput", "throughput, echo, setup or idle")
 	addr := fs.String("addr", "", "address to load")
-	duration := fs.Duration("duration", 5*time.Second, "throughput: how long to send; echo: the most time to take")
+	duration := fs.Duration("duration", 5*time.Second, "throughput: how long to send; echo: the most time to take; setup: how long to open circuits")
 	streams := fs.Int("streams", 1, "throughput: parallel TCP connections")
 	writeSize := fs.Int("write-size", 256<<10, "throughput: bytes per write")
-	conns := fs.Int("conns", 1, "echo: parallel connections")
+	conns := fs.Int("conns", 1, "echo: parallel connections; setup: parallel workers; idle: circuits being opened at a time")
 	samples := fs.Int("samples", 10000, "echo: round trips to time, in all")
 	size := fs.Int("size", 64, "echo: bytes per request (and response)")
+	circuits := fs.Int("circuits", 10000, "idle: circuits to open and hold")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -113,8 +121,20 @@ func runLoadgen(ctx context.Context, args []string, enc *json.Encoder) error {
 		var lat Latency
 		lat, err = runEcho(ctx, *addr, *conns, *samples, *duration, *size)
 		m.Echo = &lat
+	case "setup":
+		if *conns < 1 || *duration <= 0 {
+			return fmt.Errorf("loadgen: --conns %d and --duration %s must be positive", *conns, *duration)
+		}
+		var setup CircuitSetup
+		setup, err = runSetup(ctx, *addr, *conns, *duration)
+		m.Setup = &setup
+	case "idle":
+		if *conns < 1 || *circuits < 1 {
+			return fmt.Errorf("loadgen: --conns %d and --circuits %d must be positive", *conns, *circuits)
+		}
+		return holdIdle(ctx, *addr, *circuits, *conns, enc)
 	default:
-		return fmt.Errorf("loadgen: --mode %q is not allowed; allowed: throughput, echo", *mode)
+		return fmt.Errorf("loadgen: --mode %q is not allowed; allowed: throughput, echo, setup, idle", *mode)
 	}
 	if err != nil {
 		return err
@@ -138,5 +158,23 @@ func parse(fs *flag.FlagSet, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("bench worker %s: unexpected arguments %q", fs.Name(), fs.Args())
 	}
+	return nil
+}
+
+// holdIdle opens the idle circuits, reports them and holds them until ctx ends.
+func holdIdle(ctx context.Context, addr string, circuits, parallel int, enc *json.Encoder) error {
+	conns, opened, err := openIdle(ctx, addr, circuits, parallel)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	if err := enc.Encode(message{Idle: &opened}); err != nil {
+		return fmt.Errorf("loadgen: report: %w", err)
+	}
+	<-ctx.Done()
 	return nil
 }

@@ -30,6 +30,8 @@ func TestRunWorkerRefusesBadArguments(t *testing.T) {
 		{[]string{"loadgen"}, "--addr is required"},
 		{[]string{"loadgen", "--addr", "127.0.0.1:1", "--mode", "ping"}, `--mode "ping"`},
 		{[]string{"loadgen", "--addr", "127.0.0.1:1", "--streams", "0"}, "must be positive"},
+		{[]string{"loadgen", "--addr", "127.0.0.1:1", "--mode", "setup", "--conns", "0"}, "must be positive"},
+		{[]string{"loadgen", "--addr", "127.0.0.1:1", "--mode", "idle", "--circuits", "0"}, "must be positive"},
 	} {
 		err := RunWorker(t.Context(), tc.args, nil, io.Discard, log)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -40,7 +42,7 @@ func TestRunWorkerRefusesBadArguments(t *testing.T) {
 
 // startWorker runs a server worker in-process and returns its announced address; it stops
 // when the test ends.
-func startWorker(t *testing.T, args ...string) string {
+func startWorker(t testing.TB, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	pr, pw := io.Pipe()

@@ -20,7 +20,7 @@ const benchWorkerCommand = "bench-worker"
 // benchScenarios lists every scenario `zmesh bench` knows, in the order they run: the
 // baselines, then the zmesh paths, each naming its baseline.
 func benchScenarios() []bench.Scenario {
-	return bench.Baselines()
+	return append(bench.Baselines(), bench.Zmesh()...)
 }
 
 // selfExec starts the benchmark's processes from this executable.
@@ -44,12 +44,24 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 			"(p50/p99) and the CPU seconds its relay processes spend per GiB, and show zmesh paths as\n" +
 			"ratios to their baselines. Every load generator, sink, relay and router is its own\n" +
 			"process; all traffic stays on 127.0.0.1. Scenarios: direct, io-copy (a one-hop Go\n" +
-			"io.Copy proxy), tls-2hop (two Go relays with TLS 1.3 between them).",
+			"io.Copy proxy), tls-2hop (two Go relays with TLS 1.3 between them), zmesh-1router (one\n" +
+			"router with the controller co-located: tunnel proxy on-ramp, circuit, proxy terminator;\n" +
+			"against io-copy), zmesh-2routers-tls and zmesh-2routers-quic (the on-ramp on router A, the\n" +
+			"terminator on router B, split links over tls: or quic:; against tls-2hop).\n\n" +
+			"For the zmesh paths it also measures circuit setup (--setup-workers circuits at a time,\n" +
+			"each carrying one byte to the sink and back, for --setup-duration: circuits per second\n" +
+			"and latency p50/p99) and, on two routers, the resident memory per idle circuit of each\n" +
+			"router with --idle-circuits established circuits. --setup-duration 0 and\n" +
+			"--idle-circuits 0 skip them.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if opts.Duration <= 0 || opts.Streams < 1 || opts.RTTSamples < 1 || opts.RTTConns < 1 || opts.WriteSize < 1 {
-				return errors.New("--duration, --streams, --rtt-samples, --rtt-conns and --write-size must be positive")
+			if opts.Duration <= 0 || opts.Streams < 1 || opts.RTTSamples < 1 || opts.RTTConns < 1 || opts.WriteSize < 1 || opts.SetupWorkers < 1 {
+				return errors.New("--duration, --streams, --rtt-samples, --rtt-conns, --write-size and --setup-workers must be positive")
 			}
+			if opts.SetupDuration < 0 || opts.IdleCircuits < 0 {
+				return errors.New("--setup-duration and --idle-circuits must not be negative (0 skips the measurement)")
+			}
+			opts.SkipSetup, opts.SkipIdle = opts.SetupDuration == 0, opts.IdleCircuits == 0
 			log, err := newLogger(cmd.ErrOrStderr(), logLevel)
 			if err != nil {
 				return err
@@ -82,6 +94,9 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 	f.IntVar(&opts.RTTSamples, "rtt-samples", 10000, "64-byte round trips to time per scenario")
 	f.IntVar(&opts.RTTConns, "rtt-conns", 1, "connections the round trips are spread over")
 	f.IntVar(&opts.WriteSize, "write-size", 256<<10, "bytes per write of the throughput measurement")
+	f.DurationVar(&opts.SetupDuration, "setup-duration", 3*time.Second, "length of the circuit setup measurement of the zmesh paths; 0 skips it")
+	f.IntVar(&opts.SetupWorkers, "setup-workers", 16, "circuits set up at a time in the circuit setup measurement")
+	f.IntVar(&opts.IdleCircuits, "idle-circuits", 10000, "idle circuits the routers' memory is measured with (two-router paths); 0 skips it")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	return cmd

@@ -84,6 +84,31 @@ func TestBenchTable(t *testing.T) {
 	}
 }
 
+// TestBenchZmeshOneRouter runs the one-router scenario through the real `zmesh router run
+// --controller` command (the test binary acting as the CLI), with its circuit setup figures.
+func TestBenchZmeshOneRouter(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, err := runBench(t, "--duration", "300ms", "--scenarios", "zmesh-1router", "--rtt-samples", "100",
+		"--setup-duration", "300ms", "--setup-workers", "4", "--json")
+	if err != nil {
+		t.Fatalf("bench: %v\nstderr: %s", err, stderr)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("stdout is not a JSON report: %v\n%s", err, stdout)
+	}
+	if len(rep.Results) != 2 || rep.Results[1].Scenario != "zmesh-1router" {
+		t.Fatalf("report %+v, want io-copy and zmesh-1router", rep)
+	}
+	res := rep.Results[1]
+	if res.Throughput == nil || res.RTT == nil || res.Ratio == nil || res.CircuitSetup == nil || res.CircuitSetup.Circuits == 0 {
+		t.Errorf("zmesh-1router: %+v", res)
+	}
+	if !strings.Contains(stderr, "zmesh-1router: circuit setup, 4 at a time") {
+		t.Errorf("no circuit setup progress on stderr: %q", stderr)
+	}
+}
+
 func TestBenchRefusesBadFlags(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -93,6 +118,9 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--streams", "0"}, "must be positive"},
 		{[]string{"--duration", "-1s"}, "must be positive"},
 		{[]string{"--scenarios", "nope"}, `"nope" is not known`},
+		{[]string{"--setup-duration", "-1s"}, "must not be negative"},
+		{[]string{"--idle-circuits", "-1"}, "must not be negative"},
+		{[]string{"--setup-workers", "0"}, "must be positive"},
 	} {
 		if _, _, err := runBench(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("bench %q: %v, want an error with %q", tc.args, err, tc.want)

@@ -1,0 +1,88 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+
+	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/controlplane"
+	"github.com/zmesh/zmesh/dataplane"
+)
+
+// runRouter is `zmesh router run ROUTER.yml [--controller CONTROLLER.yml] [--log-level L]`
+// for the test binary, which cannot run the zmesh command line: it wires the controller and
+// the router as cmd/zmesh does and prints the same "router <id> running" line when ready.
+// (cmd/zmesh's tests run the zmesh scenarios through the real command.)
+func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) < 2 || args[0] != "run" {
+		return fmt.Errorf("router: want run ROUTER.yml [flags], got %q", args)
+	}
+	file := args[1]
+	fs := flag.NewFlagSet("router run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	ctrlFile := fs.String("controller", "", "controller configuration to run co-located")
+	level := fs.String("log-level", "info", "log level")
+	if err := fs.Parse(args[2:]); err != nil {
+		return fmt.Errorf("router run: %w", err)
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("router run: --log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	cfg, _, err := config.LoadRouter(file, noEnv)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var ctrlErr error
+	if *ctrlFile != "" {
+		ccfg, _, err := config.LoadController(*ctrlFile, noEnv)
+		if err != nil {
+			return err
+		}
+		ctrl, err := controlplane.Open(ccfg, log.With("role", "controller"), controlplane.Build{Version: "test"})
+		if err != nil {
+			return err
+		}
+		ready := make(chan struct{})
+		wg.Go(func() {
+			ctrlErr = ctrl.Run(ctx, func(addr net.Addr) {
+				fmt.Fprintf(stdout, "controller API listening on %s\n", addr)
+				close(ready)
+			})
+			cancel()
+		})
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			wg.Wait()
+			return ctrlErr
+		}
+	}
+	r, err := dataplane.New(cfg, "test", log.With("role", "router"))
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return err
+	}
+	go func() {
+		select {
+		case <-r.Ready():
+			fmt.Fprintf(stdout, "router %s running (%s)\n", r.ID(), file)
+		case <-ctx.Done():
+		}
+	}()
+	err = r.Run(ctx)
+	cancel()
+	wg.Wait()
+	return errors.Join(err, ctrlErr)
+}
