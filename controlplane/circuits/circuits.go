@@ -247,10 +247,12 @@ func (s *Service) Remove(id uint64, reason string) bool {
 	return ok
 }
 
-// Fault handles a router's report that it can no longer forward a circuit.
+// Fault handles a router's report that a circuit ended there: one of its ends finished or
+// failed, or a link it used went down. The circuit is removed from the other routers. Ends
+// are logged at debug level: a busy network ends thousands of circuits a second.
 func (s *Service) Fault(router string, f *channel.Fault) {
-	if s.Remove(f.CircuitID, "fault at router "+router+": "+f.Reason) {
-		s.log.Info("circuit faulted", "circuit", f.CircuitID, "router", router, "reason", f.Reason)
+	if s.Remove(f.CircuitID, "ended at router "+router+": "+f.Reason) {
+		s.log.Debug("circuit ended", "circuit", f.CircuitID, "router", router, "reason", f.Reason)
 	}
 }
 
