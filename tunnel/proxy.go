@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/zmesh/zmesh/config"
 )
@@ -50,14 +51,21 @@ func (p *Proxy) Serve(ctx context.Context, carry func(ctx context.Context, conn 
 	for i, ln := range p.lns {
 		service := p.svc[i]
 		wg.Go(func() {
+			var wait time.Duration // after a failed accept (e.g. out of file descriptors)
 			for {
 				conn, err := ln.Accept()
 				if err != nil {
 					if errors.Is(err, net.ErrClosed) {
 						return
 					}
+					wait = min(max(2*wait, 5*time.Millisecond), time.Second)
+					select {
+					case <-time.After(wait):
+					case <-ctx.Done():
+					}
 					continue
 				}
+				wait = 0
 				if tc, ok := conn.(*net.TCPConn); ok {
 					tc.SetNoDelay(true)
 				}
