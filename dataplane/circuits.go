@@ -19,14 +19,11 @@ import (
 // (HandleFrame) and from ends, and the forwarder moves them; a circuit ends when an end
 // finishes, when the controller unroutes it, or when a link it uses goes down.
 
-// linkHop sends a circuit's frames over a link.
+// linkHop sends a circuit's frames over a link. Link.Send owns the frame even when it fails
+// (it releases it then), so a failed send is only dropped here.
 type linkHop struct{ l *link.Link }
 
-func (h linkHop) Send(f *xgress.Frame) {
-	if err := h.l.Send(f); err != nil {
-		f.Release()
-	}
-}
+func (h linkHop) Send(f *xgress.Frame) { h.l.Send(f) }
 
 // dialCircuit carries an accepted connection as a circuit to a service, dialing as the
 // router's own identity (tunnel on-ramps).
@@ -111,6 +108,19 @@ func (r *Router) route(ctx context.Context, m *channel.Route) *channel.RouteRepl
 	r.mu.Unlock()
 	r.fw.Route(id, toInitiator, EndpointHop{E: e})
 	e.Start() // reads once the initiator's opening payload arrives
+	// The opening payload follows the controller's answer to the ingress within moments. When
+	// it does not come, the controller gave up on the circuit (its request timed out before
+	// this dial ended) or the ingress did: end the circuit rather than keep the service's
+	// connection and the route until the idle check.
+	open := m.Timeout
+	if open <= 0 {
+		open = 10 * time.Second
+	}
+	time.AfterFunc(open, func() {
+		if !e.Opened() {
+			e.Close(fmt.Sprintf("the circuit was not opened within %s of its route", open))
+		}
+	})
 	return reply
 }
 
@@ -155,6 +165,11 @@ func (r *Router) dial(ctx context.Context, x *channel.Xgress, timeout time.Durat
 		}()
 		return nil, fmt.Errorf("dial %s %s: no answer within %s", x.Binding, x.Address, timeout)
 	case <-ctx.Done():
+		go func() {
+			if res := <-done; res.c != nil {
+				res.c.Close()
+			}
+		}()
 		return nil, ctx.Err()
 	}
 }
@@ -168,9 +183,7 @@ func (r *Router) HandleFrame(l *link.Link, f *xgress.Frame) {
 		c.SetData([]byte("no route at router " + r.id))
 		f.Release()
 		r.fw.Dropped.Add(1)
-		if err := l.Send(c); err != nil {
-			c.Release()
-		}
+		l.Send(c) // released by the link when it cannot be sent
 		return
 	}
 	r.fw.Forward(f)
@@ -227,6 +240,9 @@ func (r *Router) requestTimeout() time.Duration {
 // went down end.
 
 func (r *Router) linkUp(l *link.Link) {
+	r.mu.Lock()
+	r.linksUp++
+	r.mu.Unlock()
 	r.reportLink(l, true)
 	if r.dialer != nil {
 		r.dialer.SetPeerOnline(l.PeerID(), true)
@@ -236,6 +252,12 @@ func (r *Router) linkUp(l *link.Link) {
 func (r *Router) linkLatency(l *link.Link, _ time.Duration) { r.reportLink(l, true) }
 
 func (r *Router) linkDown(l *link.Link, err error) {
+	defer func() {
+		r.mu.Lock()
+		r.linksUp--
+		r.linkGone.Broadcast()
+		r.mu.Unlock()
+	}()
 	r.reportLink(l, false)
 	var dead []uint64
 	r.fw.Each(func(id uint64, toI, toT Hop) {
@@ -254,7 +276,26 @@ func (r *Router) linkDown(l *link.Link, err error) {
 	}
 }
 
+// reportLinks tells the controller of every link, once the control channel is (again)
+// connected: a controller that restarted, or that dropped this router's links from its
+// graph when the channel went down, otherwise knows them only at their next latency probe,
+// and finds no path meanwhile. Reports are serialized, so that a link going down meanwhile is
+// never reported up after its down report: the registry forgets a link before its Down event.
+func (r *Router) reportLinks() {
+	r.reportMu.Lock()
+	defer r.reportMu.Unlock()
+	for _, l := range r.links.Links() {
+		r.sendLinkState(l, true)
+	}
+}
+
 func (r *Router) reportLink(l *link.Link, up bool) {
+	r.reportMu.Lock()
+	defer r.reportMu.Unlock()
+	r.sendLinkState(l, up)
+}
+
+func (r *Router) sendLinkState(l *link.Link, up bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	st := &channel.LinkState{LinkID: l.ID(), PeerRouterID: l.PeerID(), Up: up, Latency: l.Latency()}

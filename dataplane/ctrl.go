@@ -37,7 +37,10 @@ type ctrlClient struct {
 	tls      *tls.Config
 	hello    func() *channel.Hello
 	handlers func(*channel.Channel)
-	log      *slog.Logger
+	// onConnect is called after each accepted Hello, before the channel is used otherwise:
+	// the router tells the (possibly restarted) controller what it must know again.
+	onConnect func()
+	log       *slog.Logger
 
 	mu        sync.Mutex
 	ch        *channel.Channel
@@ -45,12 +48,13 @@ type ctrlClient struct {
 	connected chan struct{}
 }
 
-func newCtrlClient(cfg config.Ctrl, client tls.Certificate, cas *x509.CertPool, hello func() *channel.Hello, handlers func(*channel.Channel), log *slog.Logger) *ctrlClient {
+func newCtrlClient(cfg config.Ctrl, client tls.Certificate, cas *x509.CertPool, hello func() *channel.Hello, handlers func(*channel.Channel), onConnect func(), log *slog.Logger) *ctrlClient {
 	return &ctrlClient{
 		cfg:       cfg,
 		tls:       &tls.Config{Certificates: []tls.Certificate{client}, RootCAs: cas, MinVersion: tls.VersionTLS13},
 		hello:     hello,
 		handlers:  handlers,
+		onConnect: onConnect,
 		log:       log,
 		connected: make(chan struct{}),
 	}
@@ -72,6 +76,9 @@ func (c *ctrlClient) run(ctx context.Context) {
 			continue
 		}
 		wait = ctrlMinBackoff
+		if c.onConnect != nil {
+			c.onConnect()
+		}
 		<-ch.Done()
 		c.mu.Lock()
 		c.ch = nil

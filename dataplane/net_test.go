@@ -7,19 +7,24 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane"
+	"github.com/zmesh/zmesh/controlplane/api"
+	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/model"
 )
 
@@ -34,6 +39,7 @@ type testNet struct {
 	stopCtl context.CancelFunc
 	ctlDone chan error
 	routers map[string]*testRouter
+	session string // an administrator's API session on the current controller
 }
 
 type testRouter struct {
@@ -61,13 +67,18 @@ func newTestNet(t testing.TB) *testNet {
 	}
 	n.ctrlLn, n.ctrlAdr = ctrlLn, ctrlLn.Addr().String()
 	n.startController()
-	t.Cleanup(func() {
-		for _, r := range n.routers {
-			r.stop()
-		}
-		n.stopController()
-	})
+	t.Cleanup(n.stop)
 	return n
+}
+
+// stop stops every router, then the controller.
+func (n *testNet) stop() {
+	var wg sync.WaitGroup
+	for _, r := range n.routers {
+		wg.Go(r.stop)
+	}
+	wg.Wait()
+	n.stopController()
 }
 
 func (n *testNet) startController() {
@@ -110,7 +121,51 @@ func (n *testNet) stopController() {
 	}
 	n.stopCtl()
 	<-n.ctlDone
-	n.stopCtl, n.ctrlLn = nil, nil
+	n.stopCtl, n.ctrlLn, n.session = nil, nil, ""
+}
+
+// online asks the controller's management API whether it sees router name online.
+func (n *testNet) online(name string) bool {
+	t := n.t
+	t.Helper()
+	if n.session == "" {
+		s, _, err := n.m.AuthenticatePassword("admin", "admin-pass", model.Login{Source: "127.0.0.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.session = s.Token
+	}
+	req := httptest.NewRequest("GET", api.ManagementBase+"/edge-routers/"+n.routers[name].id, nil)
+	req.Header.Set("zt-session", n.session)
+	rec := httptest.NewRecorder()
+	n.ctrl.Handler().ServeHTTP(rec, req)
+	var body struct {
+		Data struct {
+			IsOnline bool `json:"isOnline"`
+		} `json:"data"`
+	}
+	if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &body) != nil {
+		t.Fatalf("GET edge router %s: %d %s", name, rec.Code, rec.Body)
+	}
+	return body.Data.IsOnline
+}
+
+// controllerKnows returns the circuits among ids that the controller still knows, asked over
+// router name's control channel as its idle check does.
+func (n *testNet) controllerKnows(name string, ids []uint64) []uint64 {
+	t := n.t
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch, err := n.routers[name].r.ctrl.channel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, err := channel.Call[*channel.IdleCircuitsReply](ctx, ch, &channel.IdleCircuitsCheck{CircuitIDs: ids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply.Valid
 }
 
 func csr(t testing.TB, key *ecdsa.PrivateKey, dns ...string) []byte {

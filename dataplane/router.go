@@ -41,6 +41,9 @@ type Router struct {
 	proxyAddr map[string]string // tunnel proxy service → listening address, once listening
 	ready     chan struct{}
 	requests  atomic.Uint64 // ids of circuit requests
+	reportMu  sync.Mutex    // orders the link reports to the controller
+	linksUp   int           // links reported up and not yet down; guarded by mu
+	linkGone  sync.Cond     // signalled, with mu, when a link is down
 }
 
 // New loads the router's identity files and builds the router.
@@ -52,6 +55,7 @@ func New(cfg *config.Router, version string, log *slog.Logger) (*Router, error) 
 	r := &Router{cfg: cfg, id: ident.RouterID, version: version, log: log.With("router", ident.RouterID), ident: ident,
 		pool: xgress.NewPool(), fw: NewForwarder(), ends: map[uint64]*xgress.Endpoint{},
 		proxyAddr: map[string]string{}, ready: make(chan struct{})}
+	r.linkGone.L = &r.mu
 	return r, nil
 }
 
@@ -108,6 +112,11 @@ func (r *Router) ProxyAddress(service string) string {
 
 // Run runs the router until ctx ends, then closes every circuit end, link and listener.
 func (r *Router) Run(ctx context.Context) error {
+	// The links outlive ctx until every circuit end here is closed, so that the ends' Close
+	// frames reach the other ends of their circuits even without a controller to unroute
+	// them; then the links close gracefully, and Run returns once they are down.
+	linkCtx, stopLinks := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLinks()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var err error
@@ -119,21 +128,21 @@ func (r *Router) Run(ctx context.Context) error {
 		return err
 	}
 	for _, lc := range r.cfg.Link.Listeners {
-		ln, err := link.Listen(ctx, lc, r.links)
+		ln, err := link.Listen(linkCtx, lc, r.links)
 		if err != nil {
 			return fmt.Errorf("link listener %s: %w", lc.Bind, err)
 		}
 		r.linkLns = append(r.linkLns, ln)
 	}
 	if len(r.cfg.Link.Dialers) > 0 {
-		if r.dialer, err = link.NewDialer(ctx, r.cfg.Link.Dialers, r.links); err != nil {
+		if r.dialer, err = link.NewDialer(linkCtx, r.cfg.Link.Dialers, r.links); err != nil {
 			return fmt.Errorf("link dialers: %w", err)
 		}
 	}
 	fc := r.cfg.Forwarder
 	r.dials = xgress.NewDialPool(ctx, xgress.DialPoolOptions{QueueLength: fc.XgressDialQueueLength, Workers: fc.XgressDialWorkerCount,
 		Dwell: time.Duration(fc.XgressDialDwellTime) * time.Millisecond})
-	r.ctrl = newCtrlClient(r.cfg.Ctrl, r.ident.Client, r.ident.CAs, r.hello, r.handlers, r.log)
+	r.ctrl = newCtrlClient(r.cfg.Ctrl, r.ident.Client, r.ident.CAs, r.hello, r.handlers, r.reportLinks, r.log)
 	r.ctrl.loadEndpoints()
 
 	var wg sync.WaitGroup
@@ -145,6 +154,12 @@ func (r *Router) Run(ctx context.Context) error {
 	wg.Go(func() { r.idleLoop(ctx) })
 	<-ctx.Done()
 	r.closeEnds("the router is shutting down")
+	stopLinks()
+	r.mu.Lock()
+	for r.linksUp > 0 {
+		r.linkGone.Wait()
+	}
+	r.mu.Unlock()
 	wg.Wait()
 	r.log.Info("router stopped")
 	return nil

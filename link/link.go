@@ -167,6 +167,16 @@ func (l *Link) Close() {
 	l.shutdown(fmt.Errorf("%w by router %q", ErrLinkClosed, l.reg.opts.Identity.RouterID), closeLocal)
 }
 
+// Sever drops the link's connections at the transport, as a network failure would (TCP
+// connections are reset), without closing the link first: the link and its peer find out
+// through their readers and writers like after any failure. It is there for fault-injection
+// tests; routers close links with Close.
+func (l *Link) Sever() {
+	for _, c := range l.conns {
+		c.s.sever()
+	}
+}
+
 // closeMode is how a link closes.
 type closeMode int
 

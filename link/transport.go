@@ -28,6 +28,9 @@ type stream interface {
 	// linger waits, until deadline at most, for what was written to reach the peer before
 	// Close; closing a QUIC connection drops what it has not delivered yet.
 	linger(deadline time.Time)
+	// sever drops the connection as a network failure would: a TCP connection is reset, a
+	// QUIC connection closed with an error.
+	sever()
 }
 
 // QUIC settings: the idle timeout drops a silent peer; keep-alives hold healthy idle links.
@@ -193,6 +196,13 @@ func (s tlsStream) Close() error { return s.NetConn().Close() }
 // linger returns at once: the kernel delivers what was written after the socket closes.
 func (s tlsStream) linger(time.Time) {}
 
+func (s tlsStream) sever() {
+	if tc, ok := s.NetConn().(*net.TCPConn); ok {
+		tc.SetLinger(0) // close with a reset
+	}
+	s.NetConn().Close()
+}
+
 func (s tlsStream) peerCertificate() *x509.Certificate {
 	return s.ConnectionState().PeerCertificates[0]
 }
@@ -215,6 +225,13 @@ func (s *quicStream) Close() error {
 		s.udp.Close()
 	}
 	return err
+}
+
+func (s *quicStream) sever() {
+	s.conn.CloseWithError(quic.ApplicationErrorCode(1), "severed")
+	if s.udp != nil {
+		s.udp.Close()
+	}
 }
 
 // linger waits for the peer to close the connection, which it does once it has read the end

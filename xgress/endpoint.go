@@ -100,6 +100,14 @@ func (e *Endpoint) Circuit() uint64 { return e.circuit }
 // Origin returns which end of the circuit the endpoint is.
 func (e *Endpoint) Origin() Origin { return e.origin }
 
+// Opened reports whether a payload from the other end arrived; a terminator reads its
+// connection only from then on.
+func (e *Endpoint) Opened() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.opened
+}
+
 // Start opens the endpoint. The initiator sends an empty opening payload and starts reading
 // its connection. The terminator starts reading only once the opening payload arrived, so
 // that a service that speaks first is never read before the whole circuit is routed.

@@ -97,6 +97,7 @@ type Frame struct {
 
 	buf  []byte // HeaderSize + capacity of the frame's size class
 	pool *sync.Pool
+	free bool // in the pool: a second Release would hand the frame to two owners
 }
 
 // SmallData is the data capacity of small frames.
@@ -122,12 +123,19 @@ func (p *Pool) Get(size int) *Frame {
 		f = p.large.Get().(*Frame)
 	}
 	f.Data = f.buf[HeaderSize:HeaderSize]
+	f.free = false
 	return f
 }
 
-// Release returns the frame to its pool. The frame must not be used afterwards.
+// Release returns the frame to its pool. The frame must not be used afterwards. Releasing a
+// frame twice panics: the pool would give it to two owners, and one circuit's data could
+// leave on another.
 func (f *Frame) Release() {
+	if f.free {
+		panic("xgress: frame released twice")
+	}
 	f.Type, f.Flags, f.Origin, f.Circuit, f.Seq, f.Data = 0, 0, 0, 0, 0, nil
+	f.free = true
 	f.pool.Put(f)
 }
 

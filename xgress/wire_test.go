@@ -110,3 +110,23 @@ func BenchmarkFrameReadWrite(b *testing.B) {
 		g.Release()
 	}
 }
+
+// A frame released twice would be handed to two owners by the pool; Release refuses loudly.
+func TestFrameReleasedTwicePanics(t *testing.T) {
+	t.Parallel()
+	pool := NewPool()
+	for _, size := range []int{0, MaxData} {
+		f := pool.Get(size)
+		f.Release()
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("releasing a frame of %d bytes twice did not panic", size)
+				}
+			}()
+			f.Release()
+		}()
+		g := pool.Get(size) // a frame from the pool is usable, once
+		g.Release()
+	}
+}

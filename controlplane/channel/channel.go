@@ -228,15 +228,19 @@ func (c *Channel) Send(ctx context.Context, msg Message) error {
 	return c.enqueue(ctx, f)
 }
 
-// Request sends msg and waits for the reply, for at most Options.RequestTimeout. A reply
-// of type Error is returned as an error wrapping the *Error.
+// Request sends msg and waits for the reply until ctx's deadline, or for at most
+// Options.RequestTimeout when ctx has none. A reply of type Error is returned as an error
+// wrapping the *Error.
 func (c *Channel) Request(ctx context.Context, msg Message) (Message, error) {
 	f, err := c.encode(msg, flagWantReply, 0)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
-	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
+		defer cancel()
+	}
 	reply := make(chan frame, 1)
 	c.mu.Lock()
 	c.pending[f.h.seq] = reply

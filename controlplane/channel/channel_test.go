@@ -135,6 +135,14 @@ func TestRequestTimeout(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("timed out after %s", d)
 	}
+	// A caller's own deadline wins over the default timeout, longer or shorter.
+	long, cancelLong := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	start = time.Now()
+	_, err = router.Request(long, &TerminatorCreate{Service: "s"})
+	cancelLong()
+	if d := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || d < 350*time.Millisecond {
+		t.Fatalf("with a 400ms deadline: %v after %s, want the caller's deadline", err, d)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := router.Request(ctx, &TerminatorCreate{Service: "s"}); !errors.Is(err, context.Canceled) {

@@ -1,0 +1,613 @@
+package dataplane
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/zmesh/zmesh/xgress"
+)
+
+// The end-to-end tests of the data plane's "done when" list, on a line of three routers
+// on loopback (see buildLine).
+
+// endsOn returns the number of circuit ends on router name.
+func (n *testNet) endsOn(name string) int {
+	r := n.routers[name].r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ends)
+}
+
+// waitGone waits until no router has a circuit routed or a circuit end, and the controller
+// knows none of ids.
+func (n *testNet) waitGone(t *testing.T, ids []uint64) {
+	t.Helper()
+	waitFor(t, "every circuit gone from every router", func() bool {
+		for name, tr := range n.routers {
+			if tr.cancel == nil {
+				continue
+			}
+			if tr.r.Forwarder().Circuits() != 0 || n.endsOn(name) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if len(ids) == 0 {
+		return
+	}
+	if known := n.controllerKnows("A", ids); len(known) != 0 {
+		t.Fatalf("the controller still knows %d of the %d circuits", len(known), len(ids))
+	}
+}
+
+// A thousand circuits open at once through the line, each carrying a little data both ways;
+// afterwards no router and not the controller keeps any of them.
+func TestThousandConcurrentCircuits(t *testing.T) {
+	t.Parallel()
+	n, srv, addr := line(t, "tls", true)
+	const circuits = 1000
+	type outcome struct {
+		i   int
+		err error
+	}
+	opened := make(chan outcome, circuits) // each circuit, once both directions were checked up to now
+	release := make(chan struct{})         // then the clients end their circuits
+	closed := make(chan outcome, circuits)
+	deadline := time.Now().Add(3 * time.Minute)
+	for i := range circuits {
+		go func() {
+			up, down := int64(1000+i), int64(2000+i)
+			cl, err := dialClient(addr, up, down)
+			if err != nil {
+				opened <- outcome{i, err}
+				closed <- outcome{i, nil}
+				return
+			}
+			defer cl.c.Close()
+			cl.c.SetDeadline(deadline)
+			// The client's data, without ending it: the circuit stays open.
+			_, err = sendStream(cl.c, cl.h.up, up)
+			if err == nil {
+				_, err = io.Copy(cl.got, cl.c) // the server's data and its EOF
+			}
+			if err == nil {
+				err = cl.got.err(down)
+			}
+			opened <- outcome{i, err}
+			if err != nil {
+				closed <- outcome{i, nil}
+				return
+			}
+			<-release
+			err = cl.c.(*net.TCPConn).CloseWrite()
+			if err == nil {
+				err = cl.serverSaw(srv, up, time.Until(deadline))
+			}
+			closed <- outcome{i, err}
+		}()
+	}
+	var failed []string
+	for range circuits {
+		if o := <-opened; o.err != nil {
+			failed = append(failed, fmt.Sprintf("circuit %d: %v", o.i, o.err))
+		}
+	}
+	// Every circuit is open now, on every router of the line.
+	var ids []uint64
+	n.routers["A"].r.Forwarder().Each(func(id uint64, _, _ Hop) { ids = append(ids, id) })
+	counts := map[string]int{}
+	for _, name := range []string{"A", "B", "C"} {
+		counts[name] = n.routers[name].r.Forwarder().Circuits()
+	}
+	close(release)
+	for range circuits {
+		if o := <-closed; o.err != nil {
+			failed = append(failed, fmt.Sprintf("circuit %d: %v", o.i, o.err))
+		}
+	}
+	if len(failed) > 0 {
+		t.Fatalf("%d of %d circuits failed; first: %s", len(failed), circuits, slices.Min(failed))
+	}
+	for name, c := range counts {
+		if c != circuits {
+			t.Errorf("router %s routed %d circuits while all %d were open", name, c, circuits)
+		}
+	}
+	if got := srv.conns.Load(); got != circuits {
+		t.Errorf("the server accepted %d connections, want %d", got, circuits)
+	}
+	n.waitGone(t, ids)
+}
+
+// A client that stops reading for 5 s stalls only its own circuit: another circuit over the
+// same links carries its data meanwhile about as fast as with no stalled neighbour, and the
+// stalled circuit completes intact once its client reads again. Not parallel: it compares
+// durations, which other tests running at the same time would disturb.
+func TestStalledConsumerDoesNotSlowNeighbour(t *testing.T) {
+	n, srv, addr := line(t, "tls", true)
+	const size = 32 << 20
+	timed := func() time.Duration {
+		t.Helper()
+		start := time.Now()
+		if err := transfer(srv, addr, 0, size, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	timed() // warm up
+	alone := max(timed(), timed())
+
+	// Circuit 1: the server sends far more than windows and socket buffers hold.
+	const stalledSize = 64 << 20
+	c1, err := dialClient(addr, 0, stalledSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.c.Close()
+	c1.c.SetDeadline(time.Now().Add(2 * time.Minute))
+	if err := c1.send(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.CopyN(c1.got, c1.c, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	stalled := time.Now() // the client reads nothing for 5 s from here
+	time.Sleep(500 * time.Millisecond)
+	before := c1.got.n.Load()
+
+	// Meanwhile the egress holds no more than a window of circuit 1's data unacknowledged.
+	for _, e := range n.ends("C") {
+		if st := e.Stats(); st.Sent-st.Acked > st.Window || st.Window > xgress.MaxWindow {
+			t.Errorf("circuit %d at the egress: %d bytes unacknowledged, window %d", e.Circuit(), st.Sent-st.Acked, st.Window)
+		}
+	}
+
+	var with time.Duration
+	second := make(chan error, 1)
+	go func() {
+		start := time.Now()
+		err := transfer(srv, addr, 0, size, time.Minute)
+		with = time.Since(start)
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Until(stalled.Add(5 * time.Second))):
+		c1.c.Close() // circuit 1's client never reads again; circuit 2 may finish now
+		t.Fatalf("circuit 2 was still running when the 5 s stall ended (%v)", <-second)
+	}
+	if c1.got.n.Load() != before {
+		t.Fatal("circuit 1's client read while stalled")
+	}
+
+	time.Sleep(time.Until(stalled.Add(5 * time.Second)))
+	if err := c1.receive(); err != nil {
+		t.Fatalf("circuit 1 after the stall: %v", err)
+	}
+	if err := c1.got.err(stalledSize); err != nil {
+		t.Fatalf("circuit 1 after the stall: %v", err)
+	}
+	if err := c1.serverSaw(srv, 0, 30*time.Second); err != nil {
+		t.Fatalf("circuit 1 after the stall: %v", err)
+	}
+
+	// The slowest of three runs alone, two before and one after, is the reference: a circuit
+	// held up by its stalled neighbour would wait for the end of the stall, seconds longer.
+	alone = max(alone, timed())
+	t.Logf("32 MiB alone: %s at most; next to a stalled circuit: %s (%.2fx)", alone, with, float64(with)/float64(alone))
+	if with > 2*alone {
+		t.Errorf("circuit 2 took %s next to a stalled circuit, more than twice its %s alone", with, alone)
+	}
+}
+
+// ends returns the circuit ends on router name.
+func (n *testNet) ends(name string) []*xgress.Endpoint {
+	r := n.routers[name].r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*xgress.Endpoint
+	for _, e := range r.ends {
+		out = append(out, e)
+	}
+	return out
+}
+
+// ended waits for a client's reading and writing to end, and for the server to finish the
+// connection; it fails the test on a hang or on data that differs from what was sent.
+func (cl *client) ended(t *testing.T, srv *streamServer, sent <-chan error, within time.Duration) (result, error) {
+	t.Helper()
+	var rerr, serr error
+	timeout := time.After(within)
+	for _, ch := range []<-chan error{cl.readDone, sent} {
+		select {
+		case err := <-ch:
+			if ch == sent {
+				serr = err
+			} else {
+				rerr = err
+			}
+		case <-timeout:
+			t.Fatalf("the client's connection did not end within %s", within)
+		}
+	}
+	if cl.got.bad.Load() {
+		t.Fatalf("the client received data that differs from what the server sent, at byte %d", cl.got.n.Load())
+	}
+	res, err := srv.wait(cl.h.up, within)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.corrupt {
+		t.Fatalf("the server received data that differs from what the client sent, at byte %d", res.read)
+	}
+	return res, errors.Join(rerr, serr)
+}
+
+// Killing the A–B link's connections mid-transfer: the interrupted circuit ends at both
+// ends without corrupt data, the link is dialed again within its backoff, and a new circuit
+// carries data.
+func TestLinkKilledMidTransfer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		transport string
+		split     bool
+	}{{"tls-split", "tls", true}, {"tls-single", "tls", false}, {"quic-split", "quic", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n, srv, addr := buildLine(t, lineConfig{transport: tc.transport, split: tc.split, dialer: `      healthyDialBackoff:
+        minRetryInterval: 50ms
+        maxRetryInterval: 1s
+        retryBackoffFactor: 2
+`})
+			a := n.routers["A"].r
+			old := a.links.Get(n.routers["B"].id)
+			if len(a.Links()) != 1 || a.Links()[0] != old {
+				t.Fatalf("router A has links %v; want the one to B", a.Links())
+			}
+			const size = 1 << 30
+			cl, err := dialClient(addr, size, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.c.Close()
+			cl.c.SetDeadline(time.Now().Add(2 * time.Minute))
+			sent := make(chan error, 1)
+			go func() { sent <- cl.send() }()
+			go cl.receive()
+			waitFor(t, "16 MiB through the circuit", func() bool { return cl.got.n.Load() >= 16<<20 })
+
+			old.Sever()
+			cut := time.Now()
+			res, err := cl.ended(t, srv, sent, 15*time.Second)
+			t.Logf("the interrupted circuit ended %s after the cut: client got %d MiB (%v), server got %d MiB (%v)",
+				time.Since(cut).Round(time.Millisecond), cl.got.n.Load()>>20, err, res.read>>20, res.err)
+			if cl.got.n.Load() == size && res.read == size {
+				t.Log("the circuit completed despite the cut")
+			}
+
+			var relinked time.Duration
+			waitFor(t, "a new A–B link", func() bool {
+				l := a.links.Get(n.routers["B"].id)
+				relinked = time.Since(cut)
+				return l != nil && l != old
+			})
+			t.Logf("A–B linked again %s after the cut", relinked.Round(time.Millisecond))
+			// The link lived longer than minRetryInterval, so it is dialed again at once: allow
+			// the 1 s maxRetryInterval and the handshakes under the race detector, less than
+			// the default healthy backoff's 5 s minimum.
+			if relinked > 3*time.Second {
+				t.Errorf("the link came back after %s", relinked)
+			}
+			if err := transfer(srv, addr, 1<<20, 1<<20, 30*time.Second); err != nil {
+				t.Fatalf("a new circuit after the cut: %v", err)
+			}
+			n.waitGone(t, nil)
+		})
+	}
+}
+
+// paced sends and reads at about 8 MiB/s each way, so that a circuit stays busy for seconds.
+func (cl *client) paced(up, down int64, sent chan<- error) {
+	const chunk = 128 << 10
+	go func() {
+		var n int64
+		gen := genStream(cl.h.up)
+		buf := make([]byte, chunk)
+		for n < up {
+			b := buf[:min(chunk, up-n)]
+			gen.Read(b)
+			if _, err := cl.c.Write(b); err != nil {
+				sent <- err
+				return
+			}
+			n += int64(len(b))
+			cl.sent.Store(n)
+			time.Sleep(15 * time.Millisecond)
+		}
+		sent <- cl.c.(*net.TCPConn).CloseWrite()
+	}()
+	go func() {
+		for {
+			_, err := io.CopyN(cl.got, cl.c, chunk)
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
+				cl.readDone <- err
+				return
+			}
+			time.Sleep(15 * time.Millisecond)
+		}
+	}()
+}
+
+// A controller restart does not interrupt an established circuit; afterwards the routers
+// are online again and new circuits work.
+func TestControllerRestartKeepsCircuits(t *testing.T) {
+	t.Parallel()
+	n, srv, addr := line(t, "tls", true)
+	const size = 32 << 20 // about 4 s at the pace
+	cl, err := dialClient(addr, size, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.c.Close()
+	cl.c.SetDeadline(time.Now().Add(2 * time.Minute))
+	sent := make(chan error, 1)
+	cl.paced(size, size, sent)
+	waitFor(t, "1 MiB each way", func() bool { return cl.got.n.Load() >= 1<<20 && cl.sent.Load() >= 1<<20 })
+
+	n.stopController()
+	waitFor(t, "the routers to lose the controller", func() bool {
+		for _, tr := range n.routers {
+			tr.r.ctrl.mu.Lock()
+			connected := tr.r.ctrl.ch != nil
+			tr.r.ctrl.mu.Unlock()
+			if connected {
+				return false
+			}
+		}
+		return true
+	})
+	down, up := cl.got.n.Load(), cl.sent.Load()
+	time.Sleep(1500 * time.Millisecond)
+	if cl.got.n.Load() <= down || cl.sent.Load() <= up {
+		t.Fatalf("no data moved while the controller was down: %d → %d down, %d → %d up", down, cl.got.n.Load(), up, cl.sent.Load())
+	}
+	if cl.got.n.Load() == size && cl.sent.Load() == size {
+		t.Fatal("the transfer ended before the controller came back; the test shows nothing")
+	}
+	n.startController()
+
+	res, err := cl.ended(t, srv, sent, time.Minute)
+	if err != nil {
+		t.Fatalf("the circuit across the restart: %v", err)
+	}
+	if err := cl.got.err(size); err != nil {
+		t.Fatalf("the circuit across the restart, server to client: %v", err)
+	}
+	if res.read != size || res.err != nil {
+		t.Fatalf("the circuit across the restart, client to server: %d of %d bytes, %v", res.read, size, res.err)
+	}
+
+	waitFor(t, "the routers online again", func() bool { return n.online("A") && n.online("B") && n.online("C") })
+	if err := transfer(srv, addr, 1<<20, 1<<20, 30*time.Second); err != nil {
+		t.Fatalf("a new circuit after the restart: %v", err)
+	}
+}
+
+// A full xgress dial queue at the egress fails the circuits it cannot take at once and
+// cleanly; the circuits it took, and later ones, work; nothing is left behind.
+func TestDialQueueFullFailsCleanly(t *testing.T) {
+	t.Parallel()
+	// The queued dial ends after two dwell times, well within the controller's 5 s wait.
+	const dwell = 1500 * time.Millisecond
+	n, srv, addr := buildLine(t, lineConfig{transport: "tls", split: true, c: `forwarder:
+  xgressDialQueueLength: 1
+  xgressDialWorkerCount: 1
+  xgressDialDwellTime: 1500
+`})
+	const circuits = 6
+	outs := burst(srv, addr, circuits)
+	var ok, failed int
+	for _, o := range outs {
+		if o.worked {
+			ok++
+			if o.err != nil {
+				t.Errorf("a circuit that worked: %v", o.err)
+			}
+			if o.took < dwell {
+				t.Errorf("a circuit worked after %s, before the dial's dwell time", o.took)
+			}
+			continue
+		}
+		failed++
+		t.Logf("refused after %s (%v)", o.took.Round(time.Millisecond), o.err)
+		// Refused at once: sooner than a dial that waited in the queue could have failed.
+		if o.took > dwell*3/4 || o.got != 0 {
+			t.Errorf("a refused circuit ended after %s with %d bytes (%v)", o.took, o.got, o.err)
+		}
+	}
+	// One dial in a worker and one in the queue at most; with six at once, at least four are
+	// refused.
+	if ok < 1 || ok > 2 || failed < circuits-2 {
+		t.Fatalf("%d circuits worked and %d were refused", ok, failed)
+	}
+	if got := srv.conns.Load(); got != int64(ok) {
+		t.Errorf("the server saw %d connections for %d circuits that worked", got, ok)
+	}
+	if err := transfer(srv, addr, 1000, 1000, 30*time.Second); err != nil {
+		t.Fatalf("a circuit after the burst: %v", err)
+	}
+	n.waitGone(t, nil)
+}
+
+// burstOutcome is how one of a burst of circuits went.
+type burstOutcome struct {
+	worked bool
+	err    error // of a circuit that worked: nil; else how the client's connection ended
+	got    int64 // bytes a refused circuit's client received
+	took   time.Duration
+}
+
+// burst opens circuits at once, each carrying 1000 bytes each way, and returns how each went.
+func burst(srv *streamServer, addr string, circuits int) []burstOutcome {
+	out := make(chan burstOutcome, circuits)
+	for range circuits {
+		go func() {
+			start := time.Now()
+			cl, err := dialClient(addr, 1000, 1000)
+			if err != nil {
+				out <- burstOutcome{err: err}
+				return
+			}
+			defer cl.c.Close()
+			cl.c.SetDeadline(time.Now().Add(30 * time.Second))
+			sent := make(chan error, 1)
+			go func() { sent <- cl.send() }()
+			rerr := cl.receive()
+			<-sent
+			took := time.Since(start)
+			if cl.got.err(1000) == nil {
+				out <- burstOutcome{worked: true, err: cl.serverSaw(srv, 1000, 30*time.Second), took: took}
+				return
+			}
+			if cl.got.bad.Load() {
+				rerr = errors.New("the client received data that was not sent")
+			}
+			out <- burstOutcome{err: rerr, got: cl.got.n.Load(), took: took}
+		}()
+	}
+	outs := make([]burstOutcome, circuits)
+	for i := range outs {
+		outs[i] = <-out
+	}
+	return outs
+}
+
+// A dial that ends after the controller stopped waiting for the route (its request timeout
+// is 5 s; here the dial waits 6 s) fails the circuit at the client, and the egress does not
+// keep the service's connection and the route: it ends them when the circuit never opens.
+func TestDialOutlastingTheRouteLeavesNothing(t *testing.T) {
+	t.Parallel()
+	n, srv, addr := buildLine(t, lineConfig{transport: "tls", split: true, c: `forwarder:
+  xgressDialDwellTime: 6000
+`})
+	o := burst(srv, addr, 1)[0]
+	if o.worked || o.got != 0 {
+		t.Fatalf("the circuit worked (%v) or got %d bytes; its dial outlasted the controller's wait", o.worked, o.got)
+	}
+	t.Logf("refused after %s (%v)", o.took.Round(time.Millisecond), o.err)
+	waitFor(t, "the egress to dial the service", func() bool { return srv.conns.Load() == 1 })
+	start := time.Now()
+	waitFor(t, "the service connection closed", func() bool { return srv.active.Load() == 0 })
+	n.waitGone(t, nil)
+	t.Logf("the unopened circuit ended %s after its dial", time.Since(start).Round(time.Millisecond))
+}
+
+// A router that stops closes the circuits through it: the client and the server both see
+// their connection end, and neither gets data that was not sent.
+func TestRouterStopEndsCircuits(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		noCtrl bool // the controller is down: the routers' Close frames alone end the circuit
+	}{{"A", false}, {"B", false}, {"C", false}, {"A", true}, {"C", true}} {
+		name := tc.name
+		title := "stop " + name
+		if tc.noCtrl {
+			title += " without controller"
+		}
+		t.Run(title, func(t *testing.T) {
+			t.Parallel()
+			n, srv, addr := line(t, "tls", true)
+			const size = 1 << 30
+			cl, err := dialClient(addr, size, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.c.Close()
+			cl.c.SetDeadline(time.Now().Add(2 * time.Minute))
+			sent := make(chan error, 1)
+			go func() { sent <- cl.send() }()
+			go cl.receive()
+			waitFor(t, "8 MiB through the circuit", func() bool { return cl.got.n.Load() >= 8<<20 })
+			if tc.noCtrl {
+				n.stopController()
+			}
+			stopped := make(chan struct{})
+			go func() { n.routers[name].stop(); close(stopped) }()
+			res, err := cl.ended(t, srv, sent, 15*time.Second)
+			t.Logf("client got %d MiB (%v), server got %d MiB (%v)", cl.got.n.Load()>>20, err, res.read>>20, res.err)
+			select {
+			case <-stopped:
+			case <-time.After(15 * time.Second):
+				t.Fatalf("router %s did not stop", name)
+			}
+			// Run returned: nothing of the router is left.
+			if r := n.routers[name].r; len(r.Links()) != 0 || r.Forwarder().Circuits() != 0 || n.endsOn(name) != 0 {
+				t.Errorf("router %s stopped with %d links, %d circuits routed and %d ends", name, len(r.Links()), r.Forwarder().Circuits(), n.endsOn(name))
+			}
+			for _, other := range []string{"A", "B", "C"} {
+				if other == name {
+					continue
+				}
+				waitFor(t, "no circuit left on router "+other, func() bool {
+					return n.routers[other].r.Forwarder().Circuits() == 0 && n.endsOn(other) == 0
+				})
+			}
+		})
+	}
+}
+
+// Nothing is left running once the routers and the controller stop. Not parallel: it
+// counts the process's goroutines.
+func TestNoGoroutineLeftAfterStop(t *testing.T) {
+	before := runtime.NumGoroutine()
+	for _, tc := range []struct {
+		transport string
+		split     bool
+	}{{"tls", true}, {"tls", false}, {"quic", true}} {
+		t.Run(fmt.Sprintf("%s split=%v", tc.transport, tc.split), func(t *testing.T) {
+			n, srv, addr := line(t, tc.transport, tc.split)
+			if err := transfer(srv, addr, 4<<20, 4<<20, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			// A circuit still open when everything stops.
+			cl, err := dialClient(addr, 1<<30, 1<<30)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.c.Close()
+			cl.c.SetDeadline(time.Now().Add(time.Minute))
+			sent := make(chan error, 1)
+			go func() { sent <- cl.send() }()
+			go cl.receive()
+			waitFor(t, "1 MiB through the circuit", func() bool { return cl.got.n.Load() >= 1<<20 })
+			n.stop()
+			cl.ended(t, srv, sent, 15*time.Second)
+		})
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for runtime.NumGoroutine() > before+2 {
+		if time.Now().After(deadline) {
+			var buf bytes.Buffer
+			pprof.Lookup("goroutine").WriteTo(&buf, 1)
+			t.Fatalf("%d goroutines before, %d after the nets stopped:\n%s", before, runtime.NumGoroutine(), buf.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
