@@ -132,6 +132,7 @@ func (e *Endpoint) Start() {
 // readLoop carries data from the connection into the circuit, as much at a time as the window
 // allows. While the connection is idle it holds no frame.
 func (e *Endpoint) readLoop() {
+	full := false // the last read filled its frame: more data is most likely waiting
 	for {
 		least, most := 1, MaxData
 		if e.datagram {
@@ -141,12 +142,15 @@ func (e *Endpoint) readLoop() {
 		if room == 0 {
 			return // closed
 		}
-		if err := e.waitReadable(); err != nil {
-			e.fail(fmt.Errorf("read: %w", err))
-			return
+		if !full {
+			if err := e.waitReadable(); err != nil {
+				e.fail(fmt.Errorf("read: %w", err))
+				return
+			}
 		}
 		f := e.pool.Get(room)
 		n, err := e.conn.Read(f.Room()[:room])
+		full = n == room
 		if n > 0 {
 			f.Type, f.Origin, f.Circuit = Payload, e.origin, e.circuit
 			f.Grow(n)
