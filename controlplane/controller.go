@@ -106,8 +106,11 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 	c.routers = routers.New(routers.Config{
 		Model: c.model, CA: c.ca, Cert: ctrlCert,
 		ControllerID: controllerID, Endpoints: []string{ctrlEndpoint(cfg)}, Log: log,
-		Handlers:     func(id string, ch *channel.Channel) { c.circuits.Register(id, ch, c.mesh) },
-		OnConnect:    func(rt *routers.Router) { c.mesh.Connected(rt) },
+		Handlers: func(id string, ch *channel.Channel) { c.circuits.Register(id, ch, c.mesh) },
+		OnConnect: func(rt *routers.Router) {
+			c.circuits.Adopt(rt.ID, rt.Hello.Circuits)
+			c.mesh.Connected(rt)
+		},
 		OnDisconnect: func(rt *routers.Router) { c.mesh.Disconnected(rt) },
 	})
 	graph := paths.NewGraph()

@@ -220,13 +220,74 @@ func (r *Router) endCircuit(id uint64, reason string, tell bool) {
 	r.fw.Unroute(id)
 }
 
+// pendingFault is a fault the controller could not be told when it happened.
+type pendingFault struct {
+	circuit uint64
+	reason  string
+}
+
+// maxPendingFaults bounds the faults kept while the controller is unreachable; beyond it the
+// controller learns of the rest through idle checks.
+const maxPendingFaults = 100_000
+
 // fault tells the controller that a circuit ended here, so that it unroutes it everywhere.
+// While the controller cannot be told, the fault is kept and sent on reconnection and every
+// forwarder.faultTxInterval.
 func (r *Router) fault(id uint64, reason string) {
+	if err := r.sendFault(id, reason); err != nil {
+		r.log.Debug("fault kept for later", "circuit", id, "err", err)
+		r.mu.Lock()
+		if len(r.faults) < maxPendingFaults {
+			r.faults = append(r.faults, pendingFault{id, reason})
+		}
+		r.mu.Unlock()
+	}
+}
+
+func (r *Router) sendFault(id uint64, reason string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := r.ctrl.send(ctx, &channel.Fault{CircuitID: id, Reason: reason}); err != nil {
-		r.log.Debug("fault not sent", "circuit", id, "err", err)
+	return r.ctrl.send(ctx, &channel.Fault{CircuitID: id, Reason: reason})
+}
+
+// flushFaults sends the kept faults; those that still cannot be sent are kept.
+func (r *Router) flushFaults() {
+	r.mu.Lock()
+	pending := r.faults
+	r.faults = nil
+	r.mu.Unlock()
+	for i, f := range pending {
+		if err := r.sendFault(f.circuit, f.reason); err != nil {
+			r.mu.Lock()
+			r.faults = append(pending[i:], r.faults...)
+			r.mu.Unlock()
+			return
+		}
 	}
+}
+
+// faultLoop retries kept faults every forwarder.faultTxInterval (0 disables it).
+func (r *Router) faultLoop(ctx context.Context) {
+	if r.cfg.Forwarder.FaultTxInterval <= 0 {
+		return
+	}
+	t := time.NewTicker(time.Duration(r.cfg.Forwarder.FaultTxInterval) * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.flushFaults()
+		}
+	}
+}
+
+// connected runs after each accepted Hello: the controller learns the links and the faults it
+// missed.
+func (r *Router) connected() {
+	r.reportLinks()
+	r.flushFaults()
 }
 
 func (r *Router) requestTimeout() time.Duration {

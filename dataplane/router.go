@@ -40,10 +40,11 @@ type Router struct {
 	linkLns   []*link.Listener
 	proxyAddr map[string]string // tunnel proxy service → listening address, once listening
 	ready     chan struct{}
-	requests  atomic.Uint64 // ids of circuit requests
-	reportMu  sync.Mutex    // orders the link reports to the controller
-	linksUp   int           // links reported up and not yet down; guarded by mu
-	linkGone  sync.Cond     // signalled, with mu, when a link is down
+	requests  atomic.Uint64  // ids of circuit requests
+	faults    []pendingFault // faults the controller could not be told yet; guarded by mu
+	reportMu  sync.Mutex     // orders the link reports to the controller
+	linksUp   int            // links reported up and not yet down; guarded by mu
+	linkGone  sync.Cond      // signalled, with mu, when a link is down
 }
 
 // New loads the router's identity files and builds the router.
@@ -142,7 +143,7 @@ func (r *Router) Run(ctx context.Context) error {
 	fc := r.cfg.Forwarder
 	r.dials = xgress.NewDialPool(ctx, xgress.DialPoolOptions{QueueLength: fc.XgressDialQueueLength, Workers: fc.XgressDialWorkerCount,
 		Dwell: time.Duration(fc.XgressDialDwellTime) * time.Millisecond})
-	r.ctrl = newCtrlClient(r.cfg.Ctrl, r.ident.Client, r.ident.CAs, r.hello, r.handlers, r.reportLinks, r.log)
+	r.ctrl = newCtrlClient(r.cfg.Ctrl, r.ident.Client, r.ident.CAs, r.hello, r.handlers, r.connected, r.log)
 	r.ctrl.loadEndpoints()
 
 	var wg sync.WaitGroup
@@ -152,6 +153,7 @@ func (r *Router) Run(ctx context.Context) error {
 	close(r.ready)
 	wg.Go(func() { r.ctrl.run(ctx) })
 	wg.Go(func() { r.idleLoop(ctx) })
+	wg.Go(func() { r.faultLoop(ctx) })
 	<-ctx.Done()
 	r.closeEnds("the router is shutting down")
 	stopLinks()
@@ -168,6 +170,7 @@ func (r *Router) Run(ctx context.Context) error {
 // hello describes the router to the controller.
 func (r *Router) hello() *channel.Hello {
 	h := &channel.Hello{RouterID: r.id, Version: r.version, Protocol: channel.ProtocolVersion}
+	r.fw.Each(func(id uint64, _, _ Hop) { h.Circuits = append(h.Circuits, id) })
 	h.Hostname, _ = os.Hostname()
 	for _, ln := range r.linkLns {
 		adv := ln.Advertise()

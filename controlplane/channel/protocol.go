@@ -50,6 +50,9 @@ type Hello struct {
 	Hostname      string         `json:"hostname,omitempty"`
 	LinkListeners []LinkListener `json:"linkListeners,omitempty"`
 	Listeners     []Listener     `json:"listeners,omitempty"`
+	// Circuits are the ids of the circuits routed on the router, so that a controller that
+	// restarted learns the circuits that outlived it.
+	Circuits []uint64 `json:"circuits,omitempty"`
 }
 
 func (*Hello) MessageType() Type { return TypeHello }

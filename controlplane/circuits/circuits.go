@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -47,6 +48,10 @@ type Service struct {
 
 	mu       sync.Mutex
 	circuits map[uint64]*Circuit
+	// ended remembers, for endedMemory, the circuits removed, in removal order, so that a
+	// router reconnecting with one of them in its Hello does not bring it back.
+	ended      map[uint64]struct{}
+	endedOrder []endedCircuit
 
 	// Counters, read by metrics.
 	created, failed uint64
@@ -54,7 +59,7 @@ type Service struct {
 
 // New returns the circuit service.
 func New(m *model.Model, graph *paths.Graph, routers Routers, log *slog.Logger) *Service {
-	return &Service{m: m, graph: graph, routers: routers, log: log, circuits: map[uint64]*Circuit{}}
+	return &Service{m: m, graph: graph, routers: routers, log: log, circuits: map[uint64]*Circuit{}, ended: map[uint64]struct{}{}}
 }
 
 // Create answers a router's CircuitRequest.
@@ -234,12 +239,32 @@ func (s *Service) unroute(id uint64, routers []string, reason string) {
 	}
 }
 
+// endedMemory is how long removed circuits are remembered: longer than a router takes to
+// reconnect and say Hello after the fault that removed the circuit.
+const endedMemory = time.Minute
+
+type endedCircuit struct {
+	id uint64
+	at time.Time
+}
+
 // Remove ends a circuit on every router of its path; it reports whether the circuit was
 // known.
 func (s *Service) Remove(id uint64, reason string) bool {
+	now := time.Now()
 	s.mu.Lock()
 	c, ok := s.circuits[id]
 	delete(s.circuits, id)
+	if _, seen := s.ended[id]; !seen {
+		s.ended[id] = struct{}{}
+		s.endedOrder = append(s.endedOrder, endedCircuit{id, now})
+	}
+	drop := 0
+	for drop < len(s.endedOrder) && now.Sub(s.endedOrder[drop].at) > endedMemory {
+		delete(s.ended, s.endedOrder[drop].id)
+		drop++
+	}
+	s.endedOrder = s.endedOrder[drop:]
 	s.mu.Unlock()
 	if ok {
 		s.unroute(id, c.Path, reason)
@@ -253,6 +278,35 @@ func (s *Service) Remove(id uint64, reason string) bool {
 func (s *Service) Fault(router string, f *channel.Fault) {
 	if s.Remove(f.CircuitID, "ended at router "+router+": "+f.Reason) {
 		s.log.Debug("circuit ended", "circuit", f.CircuitID, "router", router, "reason", f.Reason)
+	}
+}
+
+// Adopt records the circuits a router reports when it connects: circuits this controller did
+// not make (it restarted since) become known, with the routers that report them as their path,
+// so that idle checks keep them and faults unroute them everywhere. A reported circuit that
+// was removed meanwhile (its fault came first) is unrouted from the router at once.
+func (s *Service) Adopt(router string, ids []uint64) {
+	var stale []uint64
+	defer func() {
+		for _, id := range stale {
+			s.unroute(id, []string{router}, "the circuit ended while the router was away")
+		}
+	}()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if _, gone := s.ended[id]; gone {
+			stale = append(stale, id)
+			continue
+		}
+		c, ok := s.circuits[id]
+		if !ok {
+			c = &Circuit{ID: id, Created: time.Now()}
+			s.circuits[id] = c
+		}
+		if !slices.Contains(c.Path, router) {
+			c.Path = append(c.Path, router)
+		}
 	}
 }
 

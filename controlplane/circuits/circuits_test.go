@@ -91,3 +91,29 @@ func TestCircuitRefusals(t *testing.T) {
 		t.Error("an unknown circuit was known")
 	}
 }
+
+// TestAdopt: circuits routers report on reconnecting become known, with the reporting routers
+// as their path, unless they were removed meanwhile.
+func TestAdopt(t *testing.T) {
+	t.Parallel()
+	s, _ := newService(t)
+	s.Adopt("A", []uint64{1, 2})
+	s.Adopt("B", []uint64{1})
+	if v := s.Valid([]uint64{1, 2, 3}); len(v) != 2 {
+		t.Fatalf("valid after adoption: %v", v)
+	}
+	for _, c := range s.Circuits() {
+		if c.ID == 1 && len(c.Path) != 2 {
+			t.Fatalf("circuit 1's path: %v", c.Path)
+		}
+	}
+	if !s.Remove(1, "fault") || s.Remove(1, "again") {
+		t.Fatal("remove")
+	}
+	// A fault that arrived before the router's Hello keeps the circuit from coming back.
+	s.Remove(7, "fault of a circuit not known yet")
+	s.Adopt("C", []uint64{1, 7})
+	if v := s.Valid([]uint64{1, 7}); len(v) != 0 {
+		t.Fatalf("removed circuits came back: %v", v)
+	}
+}

@@ -1,0 +1,95 @@
+package dataplane
+
+import (
+	"io"
+	"testing"
+	"time"
+)
+
+// An idle circuit outlives a controller restart: the routers report their circuits when they
+// reconnect, so the idle checks that follow find them known; a fault after the restart still
+// removes the circuit from every router.
+func TestIdleCircuitSurvivesControllerRestart(t *testing.T) {
+	t.Parallel()
+	const idle = "forwarder:\n  idleCircuitTimeout: 200\n  idleTxInterval: 100\n"
+	n, srv, addr := buildLine(t, lineConfig{transport: "tls", split: true, a: idle, b: idle, c: idle})
+	const size = 1 << 20
+	cl, err := dialClient(addr, size, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.c.Close()
+	cl.c.SetDeadline(time.Now().Add(time.Minute))
+	if _, err := io.CopyN(cl.got, cl.c, size); err != nil {
+		t.Fatalf("the server's data: %v", err)
+	}
+	var id uint64
+	n.routers["B"].r.fw.Each(func(c uint64, _, _ Hop) { id = c })
+	if id == 0 {
+		t.Fatal("no circuit routed at B")
+	}
+
+	n.stopController()
+	n.startController()
+	waitFor(t, "the routers online again", func() bool { return n.online("A") && n.online("B") && n.online("C") })
+	time.Sleep(time.Second) // several idle checks of the now idle circuit
+	if !n.routers["B"].r.fw.Routed(id) {
+		t.Fatal("the idle circuit was unrouted after the controller restarted")
+	}
+	if known := n.controllerKnows("A", []uint64{id}); len(known) != 1 {
+		t.Fatal("the restarted controller does not know the circuit the routers reported")
+	}
+
+	// The circuit still works, and its end unroutes it everywhere.
+	if err := cl.send(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.receive(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.serverSaw(srv, size, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the circuit gone from every router", func() bool {
+		for _, name := range []string{"A", "B", "C"} {
+			if n.routers[name].r.fw.Routed(id) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// A circuit that ends while the controller is down is removed from the routers between its
+// ends once the controller is back: the ends keep their faults and send them on reconnecting.
+func TestFaultsKeptWhileControllerDown(t *testing.T) {
+	t.Parallel()
+	n, srv, addr := line(t, "tls", true)
+	cl, err := dialClient(addr, 1<<10, 1<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.c.SetDeadline(time.Now().Add(time.Minute))
+	var id uint64
+	waitFor(t, "the circuit routed at B", func() bool {
+		n.routers["B"].r.fw.Each(func(c uint64, _, _ Hop) { id = c })
+		return id != 0
+	})
+	n.stopController()
+	if err := cl.send(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.receive(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.serverSaw(srv, 1<<10, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	cl.c.Close()
+	waitFor(t, "the ends gone from A and C", func() bool { return !n.routers["A"].r.fw.Routed(id) && !n.routers["C"].r.fw.Routed(id) })
+	if !n.routers["B"].r.fw.Routed(id) {
+		t.Fatal("B unrouted the circuit with no controller to tell it")
+	}
+	n.startController()
+	waitFor(t, "B told to unroute the circuit", func() bool { return !n.routers["B"].r.fw.Routed(id) })
+}
