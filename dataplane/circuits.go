@@ -28,7 +28,14 @@ func (h linkHop) Send(f *xgress.Frame) { h.l.Send(f) }
 // dialCircuit carries an accepted connection as a circuit to a service, dialing as the
 // router's own identity (tunnel on-ramps).
 func (r *Router) dialCircuit(ctx context.Context, conn net.Conn, service string) {
-	req := &channel.CircuitRequest{RequestID: strconv.FormatUint(r.requests.Add(1), 10), ServiceName: service, IngressIdentityID: r.id}
+	r.carry(ctx, conn, &channel.CircuitRequest{ServiceName: service, IngressIdentityID: r.id})
+}
+
+// carry asks the controller for the circuit req describes and, when it is made, carries
+// conn as its initiator; otherwise conn is closed.
+func (r *Router) carry(ctx context.Context, conn net.Conn, req *channel.CircuitRequest) {
+	service := req.ServiceName
+	req.RequestID = strconv.FormatUint(r.requests.Add(1), 10)
 	rctx, cancel := context.WithTimeout(ctx, r.requestTimeout()+15*time.Second)
 	defer cancel()
 	ch, err := r.ctrl.channel(rctx)

@@ -34,17 +34,18 @@ type Router struct {
 	ctrl  *ctrlClient
 	dials *xgress.DialPool
 
-	mu        sync.Mutex
-	ends      map[uint64]*xgress.Endpoint // the circuit ends on this router
-	dialer    *link.Dialer
-	linkLns   []*link.Listener
-	proxyAddr map[string]string // tunnel proxy service → listening address, once listening
-	ready     chan struct{}
-	requests  atomic.Uint64  // ids of circuit requests
-	faults    []pendingFault // faults the controller could not be told yet; guarded by mu
-	reportMu  sync.Mutex     // orders the link reports to the controller
-	linksUp   int            // links reported up and not yet down; guarded by mu
-	linkGone  sync.Cond      // signalled, with mu, when a link is down
+	mu            sync.Mutex
+	ends          map[uint64]*xgress.Endpoint // the circuit ends on this router
+	dialer        *link.Dialer
+	linkLns       []*link.Listener
+	proxyAddr     map[string]string // tunnel proxy service → listening address, once listening
+	transportAddr []string          // where the transport listeners listen
+	ready         chan struct{}
+	requests      atomic.Uint64  // ids of circuit requests
+	faults        []pendingFault // faults the controller could not be told yet; guarded by mu
+	reportMu      sync.Mutex     // orders the link reports to the controller
+	linksUp       int            // links reported up and not yet down; guarded by mu
+	linkGone      sync.Cond      // signalled, with mu, when a link is down
 }
 
 // New loads the router's identity files and builds the router.
@@ -148,6 +149,9 @@ func (r *Router) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	if err := r.startTunnels(ctx, &wg); err != nil {
+		return err
+	}
+	if err := r.startTransportListeners(ctx, &wg); err != nil {
 		return err
 	}
 	close(r.ready)

@@ -106,6 +106,9 @@ type CircuitRequest struct {
 	ServiceName string `json:"serviceName,omitempty"`
 	// IngressIdentityID is the identity a router's own tunnel dials as.
 	IngressIdentityID string `json:"ingressIdentityId,omitempty"`
+	// ClientCert is the certificate (DER) a client presented at a transport listener: the
+	// circuit dials as the identity it authenticates.
+	ClientCert []byte `json:"clientCert,omitempty"`
 	// TerminatorIdentity selects the terminator hosted by that identity, if set.
 	TerminatorIdentity string `json:"terminatorIdentity,omitempty"`
 }

@@ -8,6 +8,7 @@ package circuits
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -151,7 +152,8 @@ func (s *Service) service(req *channel.CircuitRequest) (*model.Service, error) {
 }
 
 // authorize checks that the circuit's initiator may dial the service: the SDK client's dial
-// session, or, for the router's own tunnel, the router's identity by policy.
+// session; the identity of the client certificate presented at a transport listener; or, for
+// the router's own tunnel, the router's identity.
 func (s *Service) authorize(ingress string, svc *model.Service, req *channel.CircuitRequest) error {
 	if req.SessionToken != "" {
 		if _, err := s.m.DialSession(req.SessionToken, svc.ID, model.PolicyDial); err != nil {
@@ -162,15 +164,27 @@ func (s *Service) authorize(ingress string, svc *model.Service, req *channel.Cir
 		}
 		return nil
 	}
-	if req.IngressIdentityID != ingress {
+	identity := ingress
+	if len(req.ClientCert) > 0 {
+		cert, err := x509.ParseCertificate(req.ClientCert)
+		if err != nil {
+			return fail(channel.ErrCodeInvalid, "the client certificate: %v", err)
+		}
+		id, err := s.m.IdentityByCert([]*x509.Certificate{cert})
+		if err != nil {
+			return fail(channel.ErrCodeInvalidSession, "the client certificate authenticates no identity: %v", err)
+		}
+		identity = id.ID
+	} else if req.IngressIdentityID != ingress {
 		return fail(channel.ErrCodeInvalid, "a router's tunnel dials as the router's identity %s, not %q", ingress, req.IngressIdentityID)
 	}
-	allowed, err := s.m.Allowed(ingress, svc.ID, model.PolicyDial)
+	// Without an API session there is no posture data: only policies that ask for none count.
+	ok, err := s.m.AllowedWithoutPosture(identity, svc.ID, model.PolicyDial)
 	if err != nil {
 		return err
 	}
-	if len(allowed) == 0 {
-		return fail(channel.ErrCodeServiceNotFound, "no service policy lets router identity %s dial service %q", ingress, svc.Name)
+	if !ok {
+		return fail(channel.ErrCodeServiceNotFound, "no service policy without posture checks lets identity %s dial service %q", identity, svc.Name)
 	}
 	return nil
 }

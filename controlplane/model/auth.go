@@ -265,3 +265,16 @@ func (m *Model) ExpireSessions() (int, error) {
 	}
 	return n, nil
 }
+
+// IdentityByCert returns the identity whose cert authenticator holds the certificate chain's
+// leaf, once the chain is checked as for authentication.
+func (m *Model) IdentityByCert(chain []*x509.Certificate) (*Identity, error) {
+	if len(chain) == 0 {
+		return nil, errInvalidAuth
+	}
+	auth, err := m.certAuthenticator(chain)
+	if err != nil {
+		return nil, err
+	}
+	return m.Identity(auth.IdentityID)
+}

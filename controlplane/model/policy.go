@@ -369,3 +369,14 @@ func compareStr(a, b string) int {
 	}
 	return 0
 }
+
+// AllowedWithoutPosture reports whether a policy that asks for no posture check grants the
+// identity the service for typ: what an initiator with no API session, and so no posture
+// data (a router's tunnel, a client at a transport listener), needs.
+func (m *Model) AllowedWithoutPosture(identityID, serviceID, typ string) (bool, error) {
+	idx, err := m.policies()
+	if err != nil {
+		return false, err
+	}
+	return ungated(idx.grantsFor(identityID, serviceID, typ)), nil
+}

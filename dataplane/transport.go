@@ -1,0 +1,94 @@
+package dataplane
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/controlplane/channel"
+)
+
+// The transport listener (listener binding transport) is the fabric on-ramp: a client
+// connects with TLS 1.3 and a certificate of an identity of the network, sends a hello that
+// names the service (one byte of length, then the name), and the rest of the connection is
+// the circuit, dialed as that identity.
+
+// transportHelloTimeout bounds the TLS handshake and the hello.
+const transportHelloTimeout = 10 * time.Second
+
+// startTransportListeners opens the transport listeners.
+func (r *Router) startTransportListeners(ctx context.Context, wg *sync.WaitGroup) error {
+	for _, l := range r.cfg.Listeners {
+		if l.Binding != config.BindingTransport || l.Bind == nil {
+			continue
+		}
+		ln, err := net.Listen("tcp", l.Bind.HostPort())
+		if err != nil {
+			return fmt.Errorf("listeners: transport %s: %w", l.Bind, err)
+		}
+		r.mu.Lock()
+		r.transportAddr = append(r.transportAddr, ln.Addr().String())
+		r.mu.Unlock()
+		tc := &tls.Config{
+			Certificates: []tls.Certificate{r.ident.Server},
+			ClientAuth:   tls.RequireAndVerifyClientCert,
+			ClientCAs:    r.ident.CAs,
+			MinVersion:   tls.VersionTLS13,
+		}
+		stop := context.AfterFunc(ctx, func() { ln.Close() })
+		wg.Go(func() {
+			defer stop()
+			var conns sync.WaitGroup
+			defer conns.Wait()
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					if errors.Is(err, net.ErrClosed) {
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				conns.Go(func() { r.serveTransport(ctx, tls.Server(c, tc)) })
+			}
+		})
+	}
+	return nil
+}
+
+// TransportAddresses returns where the transport listeners listen, once ready.
+func (r *Router) TransportAddresses() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.transportAddr...)
+}
+
+func (r *Router) serveTransport(ctx context.Context, c *tls.Conn) {
+	c.SetDeadline(time.Now().Add(transportHelloTimeout))
+	if err := c.HandshakeContext(ctx); err != nil {
+		r.log.Debug("transport listener: handshake failed", "remote", c.RemoteAddr().String(), "err", err)
+		c.Close()
+		return
+	}
+	var n [1]byte
+	if _, err := io.ReadFull(c, n[:]); err != nil || n[0] == 0 {
+		r.log.Debug("transport listener: no hello", "remote", c.RemoteAddr().String(), "err", err)
+		c.Close()
+		return
+	}
+	name := make([]byte, n[0])
+	if _, err := io.ReadFull(c, name); err != nil {
+		r.log.Debug("transport listener: short hello", "remote", c.RemoteAddr().String(), "err", err)
+		c.Close()
+		return
+	}
+	c.SetDeadline(time.Time{})
+	leaf := c.ConnectionState().PeerCertificates[0]
+	r.carry(ctx, c, &channel.CircuitRequest{ServiceName: string(name), ClientCert: leaf.Raw})
+}

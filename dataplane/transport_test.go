@@ -1,0 +1,125 @@
+package dataplane
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/zmesh/zmesh/controlplane/model"
+)
+
+// echoServer echoes every connection until EOF.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// The transport listener carries a client that presents an identity's certificate and names
+// the service; a client without a certificate of the network, or whose identity no policy
+// lets dial the service, is refused.
+func TestTransportListener(t *testing.T) {
+	t.Parallel()
+	n, _, _ := buildLine(t, lineConfig{transport: "tls", split: true, a: `  - binding: transport
+    bind: tls:127.0.0.1:{{port}}
+    advertise: tls:127.0.0.1:{{same}}
+`})
+	n.service("echo", "C", echoServer(t))
+	// An identity with a certificate of the network, enrolled with its one-time token.
+	newIdentity := func(name string, attrs ...string) tls.Certificate {
+		id, err := n.m.CreateIdentity(model.IdentityCreate{Name: name, RoleAttributes: attrs, Enrollment: &model.EnrollmentRequest{OTT: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ens, _ := n.m.EnrollmentsOf(id.ID)
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		certPEM, err := n.m.EnrollOTT(ens[0].Token, csr(t, key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyDER, _ := x509.MarshalECPrivateKey(key)
+		cert, err := tls.X509KeyPair(certPEM, pemBlock("EC PRIVATE KEY", keyDER))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cert
+	}
+	allowed := newIdentity("app")
+	caPEM, _ := os.ReadFile(filepath.Join(n.dir, "A", "ca.cert"))
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	addr := n.routers["A"].r.TransportAddresses()[0]
+
+	try := func(cert *tls.Certificate, service string) (string, error) {
+		cfg := &tls.Config{RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS13}
+		if cert != nil {
+			cfg.Certificates = []tls.Certificate{*cert}
+		}
+		c, err := tls.Dial("tcp", addr, cfg)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		c.Write(append([]byte{byte(len(service))}, service...))
+		c.Write([]byte("ping over the transport listener"))
+		c.CloseWrite()
+		got, err := io.ReadAll(c)
+		return string(got), err
+	}
+	if got, err := try(&allowed, "echo"); err != nil || got != "ping over the transport listener" {
+		t.Fatalf("allowed identity: %q %v", got, err)
+	}
+	if got, _ := try(&allowed, "no-such-service"); got != "" {
+		t.Fatalf("unknown service answered %q", got)
+	}
+	if got, _ := try(nil, "echo"); got != "" {
+		t.Fatalf("a client without a certificate got %q", got)
+	}
+	// A policy that asks for posture does not open the service to a client with no posture.
+	gated := newIdentity("gated", "gated")
+	check := &model.PostureCheck{Name: "corp", TypeID: model.PostureDomain, Domains: []string{"corp.example"}}
+	if err := n.m.CreatePostureCheck(check); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.m.CreateService(&model.Service{Name: "private"}); err != nil {
+		t.Fatal(err)
+	}
+	private, _ := n.m.ServiceByName("private")
+	if err := n.m.CreateTerminator(&model.Terminator{ServiceID: private.ID, RouterID: n.routers["C"].id, Binding: "proxy", Address: echoServer(t)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.m.CreateServicePolicy(&model.ServicePolicy{Name: "gated-private", Type: model.PolicyDial, IdentityRoles: []string{"#gated"},
+		ServiceRoles: []string{"@" + private.ID}, PostureCheckRoles: []string{"@" + check.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := try(&gated, "private"); got != "" {
+		t.Fatalf("a posture-gated policy let a client with no posture through: %q", got)
+	}
+}
+
+func pemBlock(typ string, der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
+}
