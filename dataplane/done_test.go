@@ -498,13 +498,13 @@ func burst(srv *streamServer, addr string, circuits int) []burstOutcome {
 	return outs
 }
 
-// A dial that ends after the controller stopped waiting for the route (its request timeout
-// is 5 s; here the dial waits 6 s) fails the circuit at the client, and the egress does not
-// keep the service's connection and the route: it ends them when the circuit never opens.
+// A dial that ends after the route's timeout (10 s; here the dial waits 12 s) fails the
+// circuit at the client, and the egress does not keep the service's connection: the dial that
+// finishes late is closed.
 func TestDialOutlastingTheRouteLeavesNothing(t *testing.T) {
 	t.Parallel()
 	n, srv, addr := buildLine(t, lineConfig{transport: "tls", split: true, c: `forwarder:
-  xgressDialDwellTime: 6000
+  xgressDialDwellTime: 12000
 `})
 	o := burst(srv, addr, 1)[0]
 	if o.worked || o.got != 0 {
