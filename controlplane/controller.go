@@ -338,3 +338,6 @@ func (c *Controller) Close() error {
 	}
 	return err
 }
+
+// Routers returns the registry of the routers connected to the controller.
+func (c *Controller) Routers() *routers.Server { return c.routers }

@@ -93,3 +93,22 @@ func TestFaultsKeptWhileControllerDown(t *testing.T) {
 	n.startController()
 	waitFor(t, "B told to unroute the circuit", func() bool { return !n.routers["B"].r.fw.Routed(id) })
 }
+
+// Routers send metrics reports every metrics.reportInterval, once they are
+// metrics.intervalAgeThreshold old, and the controller keeps the latest of each router.
+func TestMetricsReports(t *testing.T) {
+	t.Parallel()
+	const metrics = "metrics:\n  reportInterval: 1s\n  intervalAgeThreshold: 0s\n"
+	n, srv, addr := buildLine(t, lineConfig{transport: "tls", split: true, a: metrics, b: metrics, c: metrics})
+	if err := transfer(srv, addr, 1<<20, 1<<20, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a report from B showing the forwarded frames", func() bool {
+		rt, ok := n.ctrl.Routers().Lookup(n.routers["B"].id)
+		if !ok || rt.Metrics() == nil {
+			return false
+		}
+		v := rt.Metrics().Values
+		return v["forwarder.forwarded"] > 0 && v["link.count"] == 2
+	})
+}

@@ -158,6 +158,7 @@ func (r *Router) Run(ctx context.Context) error {
 	wg.Go(func() { r.ctrl.run(ctx) })
 	wg.Go(func() { r.idleLoop(ctx) })
 	wg.Go(func() { r.faultLoop(ctx) })
+	wg.Go(func() { r.metricsLoop(ctx) })
 	<-ctx.Done()
 	r.closeEnds("the router is shutting down")
 	stopLinks()

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/channel"
@@ -18,7 +19,11 @@ type Router struct {
 
 	fingerprint string            // of the certificate it connected with
 	protocols   map[string]string // its edge listeners, e.g. "tls" → "tls://host:3022"
+	metrics     atomic.Pointer[channel.Metrics]
 }
+
+// Metrics returns the router's latest metrics report, if it sent one on this connection.
+func (rt *Router) Metrics() *channel.Metrics { return rt.metrics.Load() }
 
 // registry maps router ids to their current connection.
 type registry struct {

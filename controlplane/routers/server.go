@@ -133,6 +133,10 @@ func (s *Server) serveConn(ctx context.Context, raw net.Conn) {
 		defer close(hello)
 		return s.hello(rt, m.(*channel.Hello), log), nil
 	})
+	ch.Handle(channel.TypeMetrics, func(_ context.Context, m channel.Message) (channel.Message, error) {
+		rt.metrics.Store(m.(*channel.Metrics))
+		return nil, nil
+	})
 	if s.cfg.Handlers != nil {
 		s.cfg.Handlers(r.ID, ch)
 	}
