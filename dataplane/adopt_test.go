@@ -112,3 +112,20 @@ func TestMetricsReports(t *testing.T) {
 		return v["forwarder.forwarded"] > 0 && v["link.count"] == 2
 	})
 }
+
+// When a router leaves the controller the routers that dial it are told, and retry it with
+// the unhealthy backoff; when it is back they are told again.
+func TestPeerStateReachesDialers(t *testing.T) {
+	t.Parallel()
+	n, _, _ := line(t, "tls", true)
+	b := n.routers["B"]
+	b.stop()
+	waitFor(t, "A and C to count B offline", func() bool {
+		return !n.routers["A"].r.dialer.PeerOnline(b.id) && !n.routers["C"].r.dialer.PeerOnline(b.id)
+	})
+	b.start(t)
+	waitFor(t, "A and C to count B online", func() bool {
+		return n.routers["A"].r.dialer.PeerOnline(b.id) && n.routers["C"].r.dialer.PeerOnline(b.id)
+	})
+	waitFor(t, "links A–B and C–B again", func() bool { return n.linked("A", "B") && n.linked("C", "B") })
+}

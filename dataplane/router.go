@@ -202,6 +202,12 @@ func (r *Router) handlers(ch *channel.Channel) {
 		r.endCircuit(u.CircuitID, u.Reason, false)
 		return nil, nil
 	})
+	ch.Handle(channel.TypePeerState, func(_ context.Context, m channel.Message) (channel.Message, error) {
+		if p := m.(*channel.PeerState); r.dialer != nil {
+			r.dialer.SetPeerOnline(p.RouterID, p.Online)
+		}
+		return nil, nil
+	})
 	ch.Handle(channel.TypeLinkDial, func(_ context.Context, m channel.Message) (channel.Message, error) {
 		d := m.(*channel.LinkDial)
 		if r.dialer == nil {

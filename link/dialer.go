@@ -165,6 +165,13 @@ func (d *Dialer) SetPeerOnline(routerID string, online bool) {
 	}
 }
 
+// PeerOnline reports whether the dialer counts a router as online.
+func (d *Dialer) PeerOnline(routerID string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return !d.offline[routerID]
+}
+
 func (d *Dialer) dialerFor(groups []string) *config.LinkDialer {
 	for i := range d.dialers {
 		if intersect(d.dialers[i].Groups, groups) {

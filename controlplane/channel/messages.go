@@ -39,6 +39,7 @@ const (
 	// Links.
 	TypeLinkDial  Type = 30
 	TypeLinkState Type = 31
+	TypePeerState Type = 32
 
 	// Terminators.
 	TypeTerminatorCreate      Type = 40
@@ -91,6 +92,8 @@ func newMessage(t Type) Message {
 		return new(LinkDial)
 	case TypeLinkState:
 		return new(LinkState)
+	case TypePeerState:
+		return new(PeerState)
 	case TypeTerminatorCreate:
 		return new(TerminatorCreate)
 	case TypeTerminatorCreateReply:

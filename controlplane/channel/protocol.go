@@ -227,6 +227,16 @@ type LinkState struct {
 
 func (*LinkState) MessageType() Type { return TypeLinkState }
 
+// PeerState tells a router that another router connected to or left the controller
+// (controller → router): its link dialer retries a peer that is online with the healthy
+// backoff, at once when the peer comes back, and one that is not with the unhealthy backoff.
+type PeerState struct {
+	RouterID string `json:"routerId"`
+	Online   bool   `json:"online"`
+}
+
+func (*PeerState) MessageType() Type { return TypePeerState }
+
 // --- Terminators ---
 
 // TerminatorCreate creates a terminator on the sending router (router → controller);

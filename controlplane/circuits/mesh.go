@@ -26,31 +26,44 @@ func NewMesh(graph *paths.Graph, rs interface{ All() []*routers.Router }, log *s
 	return &Mesh{graph: graph, routers: rs, log: log}
 }
 
-// Connected tells a newly connected router and the others to dial each other.
+// Connected tells the other routers that a router is online, and it and them to dial each
+// other.
 func (m *Mesh) Connected(rt *routers.Router) {
 	for _, other := range m.routers.All() {
 		if other.ID == rt.ID {
 			continue
 		}
+		m.tell(other, &channel.PeerState{RouterID: rt.ID, Online: true})
 		m.dial(rt, other)
 		m.dial(other, rt)
+	}
+}
+
+// tell sends a router a one-way message.
+func (m *Mesh) tell(to *routers.Router, msg channel.Message) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := to.Channel.Send(ctx, msg); err != nil {
+		m.log.Debug("message to a router not sent", "router", to.ID, "type", msg.MessageType(), "err", err)
 	}
 }
 
 // dial tells router from to dial each link listener of router to.
 func (m *Mesh) dial(from, to *routers.Router) {
 	for _, l := range to.Hello.LinkListeners {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := from.Channel.Send(ctx, &channel.LinkDial{PeerRouterID: to.ID, Address: l.Address, Groups: l.Groups})
-		cancel()
-		if err != nil {
-			m.log.Debug("link dial not sent", "router", from.ID, "peer", to.ID, "err", err)
-		}
+		m.tell(from, &channel.LinkDial{PeerRouterID: to.ID, Address: l.Address, Groups: l.Groups})
 	}
 }
 
-// Disconnected drops the links of a router that left.
-func (m *Mesh) Disconnected(rt *routers.Router) { m.graph.RouterGone(rt.ID) }
+// Disconnected drops the links of a router that left, and tells the others it is offline.
+func (m *Mesh) Disconnected(rt *routers.Router) {
+	m.graph.RouterGone(rt.ID)
+	for _, other := range m.routers.All() {
+		if other.ID != rt.ID {
+			m.tell(other, &channel.PeerState{RouterID: rt.ID, Online: false})
+		}
+	}
+}
 
 // LinkState records a router's report about one of its links.
 func (m *Mesh) LinkState(router string, st *channel.LinkState) {
