@@ -129,3 +129,18 @@ func TestPeerStateReachesDialers(t *testing.T) {
 	})
 	waitFor(t, "links A–B and C–B again", func() bool { return n.linked("A", "B") && n.linked("C", "B") })
 }
+
+// A route the controller does not know is removed once it has been idle for
+// idleCircuitTimeout and, after the check, for xgressCloseCheckInterval more.
+func TestUnknownIdleRouteRemoved(t *testing.T) {
+	t.Parallel()
+	const idle = "forwarder:\n  idleCircuitTimeout: 200\n  idleTxInterval: 100\n  xgressCloseCheckInterval: 300\n"
+	n, _, _ := buildLine(t, lineConfig{transport: "tls", split: true, b: idle})
+	b := n.routers["B"].r
+	b.fw.Route(424242, nil, nil)
+	start := time.Now()
+	waitFor(t, "the unknown route removed", func() bool { return !b.fw.Routed(424242) })
+	if d := time.Since(start); d < 500*time.Millisecond {
+		t.Fatalf("removed after %s, before idleCircuitTimeout and xgressCloseCheckInterval had passed", d)
+	}
+}

@@ -403,10 +403,35 @@ func (r *Router) idleLoop(ctx context.Context) {
 		for _, id := range reply.Valid {
 			valid[id] = true
 		}
+		var unknown []uint64
 		for _, id := range idle {
 			if !valid[id] {
-				r.endCircuit(id, "idle and unknown to the controller", true)
+				unknown = append(unknown, id)
 			}
+		}
+		if len(unknown) > 0 {
+			r.endIdle(ctx, unknown)
+		}
+	}
+}
+
+// endIdle ends circuits the controller no longer knows after forwarder.xgressCloseCheckInterval,
+// unless they carried data meanwhile.
+func (r *Router) endIdle(ctx context.Context, ids []uint64) {
+	wait := time.Duration(r.cfg.Forwarder.XgressCloseCheckInterval) * time.Millisecond
+	checked := time.Now()
+	select {
+	case <-time.After(wait):
+	case <-ctx.Done():
+		return
+	}
+	stillIdle := map[uint64]bool{}
+	for _, id := range r.fw.IdleSince(checked) {
+		stillIdle[id] = true
+	}
+	for _, id := range ids {
+		if stillIdle[id] {
+			r.endCircuit(id, "idle and unknown to the controller", true)
 		}
 	}
 }
