@@ -66,7 +66,16 @@ func TestTransportListener(t *testing.T) {
 		}
 		return cert
 	}
-	allowed := newIdentity("app")
+	allowed := newIdentity("app", "apps")
+	refused := newIdentity("other")
+	// Clients use the routers the edge router policies give them, for the services the
+	// service edge router policies let those routers carry.
+	if err := n.m.CreateEdgeRouterPolicy(&model.EdgeRouterPolicy{Name: "apps", Semantic: model.SemanticAny, IdentityRoles: []string{"#apps", "#gated"}, EdgeRouterRoles: []string{"#all"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.m.CreateServiceEdgeRouterPolicy(&model.ServiceEdgeRouterPolicy{Name: "all", ServiceRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}); err != nil {
+		t.Fatal(err)
+	}
 	caPEM, _ := os.ReadFile(filepath.Join(n.dir, "A", "ca.cert"))
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(caPEM)
@@ -91,6 +100,9 @@ func TestTransportListener(t *testing.T) {
 	}
 	if got, err := try(&allowed, "echo"); err != nil || got != "ping over the transport listener" {
 		t.Fatalf("allowed identity: %q %v", got, err)
+	}
+	if got, _ := try(&refused, "echo"); got != "" {
+		t.Fatalf("an identity no edge router policy lets use the router got %q", got)
 	}
 	if got, _ := try(&allowed, "no-such-service"); got != "" {
 		t.Fatalf("unknown service answered %q", got)

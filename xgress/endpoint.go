@@ -34,6 +34,8 @@ var (
 	ErrClosedByPeer = errors.New("circuit closed by the other end")
 	// errOutOfOrder: a payload did not start where the previous one ended.
 	errOutOfOrder = errors.New("payload out of order")
+	// errOverrun: the other end sent more than its window.
+	errOverrun = errors.New("the other end overran its window")
 )
 
 // Endpoint is one end of a circuit. Create it with NewEndpoint and Start it.
@@ -58,6 +60,7 @@ type Endpoint struct {
 	mu        sync.Mutex
 	queue     []*Frame // payloads from the other end, not yet written
 	spare     []*Frame // the writer's previous batch, reused as the next queue
+	queued    int      // bytes in queue
 	writing   bool     // a writer goroutine is draining queue
 	expect    uint64   // Seq the next payload must carry
 	delivered uint64   // bytes written to conn
@@ -207,6 +210,14 @@ func (e *Endpoint) Receive(f *Frame) {
 			f.Release()
 			return
 		}
+		e.queued += len(f.Data)
+		if e.queued > MaxWindow+MaxData {
+			// The sender ignored its window: its peer is faulty or hostile.
+			e.mu.Unlock()
+			f.Release()
+			e.fail(fmt.Errorf("%w: more than %d bytes queued", errOverrun, MaxWindow+MaxData))
+			return
+		}
 		e.queue = append(e.queue, f)
 		start := !e.writing
 		e.writing = true
@@ -251,6 +262,10 @@ func (e *Endpoint) writeLoop() {
 		e.mu.Unlock()
 
 		var written uint64
+		batchBytes := 0
+		for _, f := range batch {
+			batchBytes += len(f.Data)
+		}
 		eof := false
 		var err error
 		for i, f := range batch {
@@ -274,6 +289,7 @@ func (e *Endpoint) writeLoop() {
 		}
 		e.mu.Lock()
 		e.spare = batch[:0]
+		e.queued -= batchBytes
 		e.expect += written
 		e.delivered += written
 		delivered := e.delivered

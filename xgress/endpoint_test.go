@@ -301,3 +301,23 @@ func TestDatagramsKeepBoundaries(t *testing.T) {
 		}
 	}
 }
+
+// TestOverrunFails: a sender that ignores its window (a faulty or hostile peer) ends the
+// circuit instead of making the receiving end buffer without bound.
+func TestOverrunFails(t *testing.T) {
+	t.Parallel()
+	c := newCircuit(t)
+	// The server does not read: everything sent queues at the egress end.
+	pool := NewPool()
+	seq := uint64(0)
+	for range 1024 { // 64 MiB: far more than the socket buffers and the window
+		f := pool.Get(MaxData)
+		f.Type, f.Origin, f.Circuit, f.Seq = Payload, Initiator, 7, seq
+		f.Grow(MaxData)
+		seq += MaxData
+		c.egress.Receive(f)
+	}
+	if err := waitDone(t, "egress", c.egressDone); !errors.Is(err, errOverrun) {
+		t.Fatalf("egress ended with %v", err)
+	}
+}

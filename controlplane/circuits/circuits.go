@@ -28,6 +28,10 @@ type Routers interface {
 	Channel(routerID string) (*channel.Channel, bool)
 }
 
+// maxCircuits bounds the circuit table, so that routers cannot make the controller hold
+// unbounded memory by reporting circuits.
+const maxCircuits = 2_000_000
+
 // RouteTimeout bounds the work of one router on a Route, a dial at the egress included.
 const RouteTimeout = 10 * time.Second
 
@@ -186,6 +190,17 @@ func (s *Service) authorize(ingress string, svc *model.Service, req *channel.Cir
 	if !ok {
 		return fail(channel.ErrCodeServiceNotFound, "no service policy without posture checks lets identity %s dial service %q", identity, svc.Name)
 	}
+	if identity != ingress {
+		// A client at a transport listener: the edge router policies must let it use this
+		// router for this service.
+		routers, err := s.m.EdgeRoutersFor(identity, svc.ID)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(routers, func(r *model.EdgeRouter) bool { return r.ID == ingress }) {
+			return fail(channel.ErrCodeServiceNotFound, "no edge router policy lets identity %s use router %s for service %q", identity, ingress, svc.Name)
+		}
+	}
 	return nil
 }
 
@@ -290,6 +305,14 @@ func (s *Service) Remove(id uint64, reason string) bool {
 // failed, or a link it used went down. The circuit is removed from the other routers. Ends
 // are logged at debug level: a busy network ends thousands of circuits a second.
 func (s *Service) Fault(router string, f *channel.Fault) {
+	s.mu.Lock()
+	c, ok := s.circuits[f.CircuitID]
+	onPath := ok && slices.Contains(c.Path, router)
+	s.mu.Unlock()
+	if ok && !onPath {
+		s.log.Warn("fault ignored: the router is not on the circuit's path", "circuit", f.CircuitID, "router", router)
+		return
+	}
 	if s.Remove(f.CircuitID, "ended at router "+router+": "+f.Reason) {
 		s.log.Debug("circuit ended", "circuit", f.CircuitID, "router", router, "reason", f.Reason)
 	}
@@ -312,6 +335,10 @@ func (s *Service) Adopt(router string, ids []uint64) {
 		if _, gone := s.ended[id]; gone {
 			stale = append(stale, id)
 			continue
+		}
+		if _, known := s.circuits[id]; !known && len(s.circuits) >= maxCircuits {
+			s.log.Warn("circuits reported by a router not adopted: the controller's circuit table is full", "router", router, "max", maxCircuits)
+			return
 		}
 		c, ok := s.circuits[id]
 		if !ok {

@@ -14,7 +14,7 @@ func (s *Service) Register(router string, ch *channel.Channel, mesh *Mesh) {
 	ch.HandleAsync(channel.TypeCircuitRequest, func(ctx context.Context, msg channel.Message) (channel.Message, error) {
 		return s.Create(ctx, router, msg.(*channel.CircuitRequest)), nil
 	})
-	ch.Handle(channel.TypeFault, func(_ context.Context, msg channel.Message) (channel.Message, error) {
+	ch.HandleAsync(channel.TypeFault, func(_ context.Context, msg channel.Message) (channel.Message, error) {
 		s.Fault(router, msg.(*channel.Fault))
 		return nil, nil
 	})
