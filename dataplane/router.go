@@ -41,11 +41,13 @@ type Router struct {
 	proxyAddr     map[string]string // tunnel proxy service → listening address, once listening
 	transportAddr []string          // where the transport listeners listen
 	ready         chan struct{}
-	requests      atomic.Uint64  // ids of circuit requests
-	faults        []pendingFault // faults the controller could not be told yet; guarded by mu
-	reportMu      sync.Mutex     // orders the link reports to the controller
-	linksUp       int            // links reported up and not yet down; guarded by mu
-	linkGone      sync.Cond      // signalled, with mu, when a link is down
+	requests      atomic.Uint64       // ids of circuit requests
+	faults        []pendingFault      // faults the controller could not be told yet; guarded by mu
+	trust         map[string][]string // current certificate fingerprints of other routers; guarded by mu
+	trusted       sync.Cond           // signalled, with mu, when trust changes
+	reportMu      sync.Mutex          // orders the link reports to the controller
+	linksUp       int                 // links reported up and not yet down; guarded by mu
+	linkGone      sync.Cond           // signalled, with mu, when a link is down
 }
 
 // New loads the router's identity files and builds the router.
@@ -58,6 +60,9 @@ func New(cfg *config.Router, version string, log *slog.Logger) (*Router, error) 
 		pool: xgress.NewPool(), fw: NewForwarder(), ends: map[uint64]*xgress.Endpoint{},
 		proxyAddr: map[string]string{}, ready: make(chan struct{})}
 	r.linkGone.L = &r.mu
+	r.trusted.L = &r.mu
+	r.trust = map[string][]string{}
+	r.ident.Authorize = r.authorizePeer
 	return r, nil
 }
 
@@ -203,7 +208,14 @@ func (r *Router) handlers(ch *channel.Channel) {
 		return nil, nil
 	})
 	ch.Handle(channel.TypePeerState, func(_ context.Context, m channel.Message) (channel.Message, error) {
-		if p := m.(*channel.PeerState); r.dialer != nil {
+		p := m.(*channel.PeerState)
+		switch {
+		case p.Revoked:
+			r.trustPeer(p.RouterID, nil)
+		case len(p.Fingerprints) > 0:
+			r.trustPeer(p.RouterID, p.Fingerprints)
+		}
+		if r.dialer != nil {
 			r.dialer.SetPeerOnline(p.RouterID, p.Online)
 		}
 		return nil, nil

@@ -18,6 +18,11 @@ type Identity struct {
 	Client   tls.Certificate // presented when dialing another router
 	Server   tls.Certificate // presented by link listeners
 	CAs      *x509.CertPool  // the network CA
+	// Authorize, when set, is asked about every peer's certificate once it verified against
+	// the CA and names the router: it accepts only the router's current certificates, so that
+	// another certificate of the network (an identity's, an older one of the router) cannot
+	// make a link.
+	Authorize func(routerID string, leaf *x509.Certificate) error
 }
 
 // check verifies that the identity is complete and that both certificates name RouterID.
@@ -66,6 +71,9 @@ func (id Identity) serverTLS() *tls.Config {
 			if len(cs.PeerCertificates) == 0 || cs.PeerCertificates[0].Subject.CommonName == "" {
 				return errors.New("the client certificate names no router")
 			}
+			if id.Authorize != nil {
+				return id.Authorize(cs.PeerCertificates[0].Subject.CommonName, cs.PeerCertificates[0])
+			}
 			return nil
 		},
 	}
@@ -81,7 +89,13 @@ func (id Identity) clientTLS(peerID string) *tls.Config {
 		NextProtos:         []string{ALPN},
 		InsecureSkipVerify: true, // verification is done by VerifyConnection
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyPeer(cs.PeerCertificates, id.CAs, peerID)
+			if err := verifyPeer(cs.PeerCertificates, id.CAs, peerID); err != nil {
+				return err
+			}
+			if id.Authorize != nil {
+				return id.Authorize(peerID, cs.PeerCertificates[0])
+			}
+			return nil
 		},
 	}
 }

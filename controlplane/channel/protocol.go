@@ -233,6 +233,12 @@ func (*LinkState) MessageType() Type { return TypeLinkState }
 type PeerState struct {
 	RouterID string `json:"routerId"`
 	Online   bool   `json:"online"`
+	// Fingerprints are the SHA-1 fingerprints of the router's current client and server
+	// certificates (sent when it comes online): links are accepted only with these.
+	Fingerprints []string `json:"fingerprints,omitempty"`
+	// Revoked: the router's certificates are no longer its own (it was deleted or
+	// re-enrolled); links with them are refused.
+	Revoked bool `json:"revoked,omitempty"`
 }
 
 func (*PeerState) MessageType() Type { return TypePeerState }

@@ -42,6 +42,9 @@ type Circuit struct {
 	Path       []string // router ids, ingress first
 	Terminator string
 	Created    time.Time
+	// Adopted: made by an earlier run of the controller and reported by routers since; Path
+	// holds only the routers that reported it.
+	Adopted bool
 }
 
 // Service creates and removes circuits.
@@ -307,7 +310,7 @@ func (s *Service) Remove(id uint64, reason string) bool {
 func (s *Service) Fault(router string, f *channel.Fault) {
 	s.mu.Lock()
 	c, ok := s.circuits[f.CircuitID]
-	onPath := ok && slices.Contains(c.Path, router)
+	onPath := ok && (c.Adopted || slices.Contains(c.Path, router)) // an adopted path is partial
 	s.mu.Unlock()
 	if ok && !onPath {
 		s.log.Warn("fault ignored: the router is not on the circuit's path", "circuit", f.CircuitID, "router", router)
@@ -342,7 +345,7 @@ func (s *Service) Adopt(router string, ids []uint64) {
 		}
 		c, ok := s.circuits[id]
 		if !ok {
-			c = &Circuit{ID: id, Created: time.Now()}
+			c = &Circuit{ID: id, Created: time.Now(), Adopted: true}
 			s.circuits[id] = c
 		}
 		if !slices.Contains(c.Path, router) {

@@ -26,14 +26,15 @@ func NewMesh(graph *paths.Graph, rs interface{ All() []*routers.Router }, log *s
 	return &Mesh{graph: graph, routers: rs, log: log}
 }
 
-// Connected tells the other routers that a router is online, and it and them to dial each
-// other.
+// Connected tells the other routers that a router is online and which certificates are its
+// own, tells it the same of them, and tells it and them to dial each other.
 func (m *Mesh) Connected(rt *routers.Router) {
 	for _, other := range m.routers.All() {
 		if other.ID == rt.ID {
 			continue
 		}
-		m.tell(other, &channel.PeerState{RouterID: rt.ID, Online: true})
+		m.tell(other, &channel.PeerState{RouterID: rt.ID, Online: true, Fingerprints: rt.Fingerprints()})
+		m.tell(rt, &channel.PeerState{RouterID: other.ID, Online: true, Fingerprints: other.Fingerprints()})
 		m.dial(rt, other)
 		m.dial(other, rt)
 	}
@@ -60,7 +61,7 @@ func (m *Mesh) Disconnected(rt *routers.Router) {
 	m.graph.RouterGone(rt.ID)
 	for _, other := range m.routers.All() {
 		if other.ID != rt.ID {
-			m.tell(other, &channel.PeerState{RouterID: rt.ID, Online: false})
+			m.tell(other, &channel.PeerState{RouterID: rt.ID, Online: false, Revoked: rt.Revoked()})
 		}
 	}
 }

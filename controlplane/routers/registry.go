@@ -17,10 +17,22 @@ type Router struct {
 	Since    time.Time     // when its Hello was accepted
 	Channel  *channel.Channel
 
-	fingerprint string            // of the certificate it connected with
-	protocols   map[string]string // its edge listeners, e.g. "tls" → "tls://host:3022"
-	metrics     atomic.Pointer[channel.Metrics]
+	fingerprint       string            // of the certificate it connected with
+	serverFingerprint string            // of its current server certificate
+	revoked           bool              // its certificates stopped being its own (deleted, re-enrolled)
+	protocols         map[string]string // its edge listeners, e.g. "tls" → "tls://host:3022"
+	metrics           atomic.Pointer[channel.Metrics]
 }
+
+// Fingerprints returns the fingerprints of the router's current client and server
+// certificates.
+func (rt *Router) Fingerprints() []string {
+	return []string{rt.fingerprint, rt.serverFingerprint}
+}
+
+// Revoked reports whether the router was disconnected because the certificates it
+// connected with stopped being its own.
+func (rt *Router) Revoked() bool { return rt.revoked }
 
 // Metrics returns the router's latest metrics report, if it sent one on this connection.
 func (rt *Router) Metrics() *channel.Metrics { return rt.metrics.Load() }

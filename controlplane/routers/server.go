@@ -122,7 +122,7 @@ func (s *Server) serveConn(ctx context.Context, raw net.Conn) {
 	}
 	ch := channel.New(ctx, conn, s.log.With("router", r.ID), s.cfg.Channel)
 	log = log.With("router", r.ID, "name", r.Name)
-	rt := &Router{ID: r.ID, Name: r.Name, Channel: ch, fingerprint: r.Fingerprint}
+	rt := &Router{ID: r.ID, Name: r.Name, Channel: ch, fingerprint: r.Fingerprint, serverFingerprint: r.ServerFingerprint}
 	hello := make(chan struct{})
 	greeted := false // the handler runs on the channel's reader only: no lock needed
 	ch.Handle(channel.TypeHello, func(_ context.Context, m channel.Message) (channel.Message, error) {
@@ -213,6 +213,9 @@ func (s *Server) routerChanged(id string) {
 		return
 	}
 	s.log.Info("closing a router's control channel", "router", id, "reason", reason)
-	s.reg.remove(rt) // offline at once, not once the channel has wound down
+	rt.revoked = true
+	if s.reg.remove(rt) && s.cfg.OnDisconnect != nil { // offline at once, not once the channel has wound down
+		go s.cfg.OnDisconnect(rt)
+	}
 	go rt.Channel.Close()
 }
