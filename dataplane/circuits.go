@@ -193,7 +193,7 @@ func (r *Router) HandleFrame(l *link.Link, f *xgress.Frame) {
 		l.Send(c) // released by the link when it cannot be sent
 		return
 	}
-	r.fw.Forward(f)
+	r.fw.ForwardFrom(f, linkHop{l})
 }
 
 // endDone is called when a circuit end on this router finished.

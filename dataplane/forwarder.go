@@ -63,6 +63,19 @@ func (fw *Forwarder) Forward(f *xgress.Frame) {
 	hop.Send(f)
 }
 
+// ForwardFrom is Forward for a frame that arrived from hop from (a link): it is dropped
+// unless from is the circuit's hop toward the frame's origin, so that a peer cannot inject
+// frames into circuits that do not pass through it.
+func (fw *Forwarder) ForwardFrom(f *xgress.Frame, from Hop) {
+	v, ok := fw.routes.Load(f.Circuit)
+	if !ok || v.(*route).toward[f.Origin] != from {
+		fw.Dropped.Add(1)
+		f.Release()
+		return
+	}
+	fw.Forward(f)
+}
+
 // Route installs or replaces the route of a circuit: frames travelling toward the initiator go
 // to toInitiator, those travelling toward the terminator to toTerminator.
 func (fw *Forwarder) Route(circuit uint64, toInitiator, toTerminator Hop) {

@@ -81,3 +81,23 @@ func BenchmarkForward(b *testing.B) {
 		i++
 	}
 }
+
+// ForwardFrom drops a frame that does not come from the circuit's hop toward its origin.
+func TestForwardFromChecksTheHop(t *testing.T) {
+	t.Parallel()
+	fw := NewForwarder()
+	pool := xgress.NewPool()
+	toI, toT := &recorder{}, &recorder{}
+	fw.Route(9, toI, toT)
+	send := func(from Hop) {
+		f := pool.Get(0)
+		f.Type, f.Origin, f.Circuit = xgress.Payload, xgress.Initiator, 9
+		fw.ForwardFrom(f, from)
+	}
+	send(toI) // from the initiator's side: forwarded toward the terminator
+	send(toT) // from the terminator's side claiming to be the initiator: dropped
+	send(&recorder{})
+	if len(toT.frames) != 1 || fw.Dropped.Load() != 2 {
+		t.Fatalf("forwarded %d, dropped %d", len(toT.frames), fw.Dropped.Load())
+	}
+}
