@@ -117,3 +117,28 @@ func TestAdopt(t *testing.T) {
 		t.Fatalf("removed circuits came back: %v", v)
 	}
 }
+
+// TestLinksNeedBothEnds: a link counts in the graph once both of its routers reported it.
+func TestLinksNeedBothEnds(t *testing.T) {
+	t.Parallel()
+	graph := paths.NewGraph()
+	m := NewMesh(graph, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m.LinkState("A", &channel.LinkState{LinkID: "l1", PeerRouterID: "B", Up: true, Latency: time.Millisecond})
+	if len(graph.Links()) != 0 {
+		t.Fatal("a link reported by one end entered the graph")
+	}
+	// B reports a different peer for the same link id: still one-sided.
+	m.LinkState("B", &channel.LinkState{LinkID: "l1", PeerRouterID: "C", Up: true})
+	if len(graph.Links()) != 0 {
+		t.Fatal("mismatched reports made a link")
+	}
+	m.LinkState("B", &channel.LinkState{LinkID: "l1", PeerRouterID: "A", Up: true, Latency: 3 * time.Millisecond})
+	links := graph.Links()
+	if len(links) != 1 || links[0].Latency != 3*time.Millisecond {
+		t.Fatalf("links: %+v", links)
+	}
+	m.LinkState("A", &channel.LinkState{LinkID: "l1", PeerRouterID: "B", Up: false})
+	if len(graph.Links()) != 0 {
+		t.Fatal("a link reported down stayed")
+	}
+}

@@ -3,6 +3,7 @@ package circuits
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/channel"
@@ -19,11 +20,20 @@ type Mesh struct {
 	graph   *paths.Graph
 	routers interface{ All() []*routers.Router }
 	log     *slog.Logger
+
+	mu sync.Mutex
+	// reports holds the up reports of links by link id and reporting router: a link enters
+	// the graph only once both of its routers reported it, so that one router cannot add
+	// edges to routers it has no link with.
+	reports map[string]map[string]paths.Link
 }
+
+// maxLinkReports bounds the link reports kept.
+const maxLinkReports = 100_000
 
 // NewMesh returns the mesh manager.
 func NewMesh(graph *paths.Graph, rs interface{ All() []*routers.Router }, log *slog.Logger) *Mesh {
-	return &Mesh{graph: graph, routers: rs, log: log}
+	return &Mesh{graph: graph, routers: rs, log: log, reports: map[string]map[string]paths.Link{}}
 }
 
 // Connected tells the other routers that a router is online and which certificates are its
@@ -59,6 +69,16 @@ func (m *Mesh) dial(from, to *routers.Router) {
 // Disconnected drops the links of a router that left, and tells the others it is offline.
 func (m *Mesh) Disconnected(rt *routers.Router) {
 	m.graph.RouterGone(rt.ID)
+	m.mu.Lock()
+	for id, byRouter := range m.reports {
+		// The other routers' reports stay: when this one is back and reports its links again,
+		// they count at once.
+		delete(byRouter, rt.ID)
+		if len(byRouter) == 0 {
+			delete(m.reports, id)
+		}
+	}
+	m.mu.Unlock()
 	for _, other := range m.routers.All() {
 		if other.ID != rt.ID {
 			m.tell(other, &channel.PeerState{RouterID: rt.ID, Online: false, Revoked: rt.Revoked()})
@@ -66,11 +86,30 @@ func (m *Mesh) Disconnected(rt *routers.Router) {
 	}
 }
 
-// LinkState records a router's report about one of its links.
+// LinkState records a router's report about one of its links. A link counts once both of its
+// routers reported it up, at the larger of their latencies; a down report from either takes
+// it out.
 func (m *Mesh) LinkState(router string, st *channel.LinkState) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if !st.Up {
+		delete(m.reports, st.LinkID)
 		m.graph.Down(st.LinkID)
 		return
 	}
-	m.graph.Up(paths.Link{ID: st.LinkID, A: router, B: st.PeerRouterID, Latency: st.Latency, Reported: time.Now()})
+	byRouter := m.reports[st.LinkID]
+	if byRouter == nil {
+		if len(m.reports) >= maxLinkReports {
+			m.log.Warn("link report ignored: too many links reported", "router", router, "link", st.LinkID)
+			return
+		}
+		byRouter = map[string]paths.Link{}
+		m.reports[st.LinkID] = byRouter
+	}
+	l := paths.Link{ID: st.LinkID, A: router, B: st.PeerRouterID, Latency: st.Latency, Reported: time.Now()}
+	byRouter[router] = l
+	if other, ok := byRouter[st.PeerRouterID]; ok && other.B == router {
+		l.Latency = max(l.Latency, other.Latency)
+		m.graph.Up(l)
+	}
 }
