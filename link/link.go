@@ -52,6 +52,8 @@ type conn struct {
 	queue    chan *xgress.Frame
 	bw       *bufio.Writer
 	readDone chan struct{} // closed when the reader ends
+	// writeTimeout bounds the write of one batch.
+	writeTimeout time.Duration
 
 	framesOut, bytesOut, framesIn, bytesIn atomic.Uint64
 }
@@ -73,11 +75,12 @@ func newLink(reg *Registry, id, peerID, dialerID, transport string, streams ...s
 	}
 	for i, s := range streams {
 		l.conns = append(l.conns, &conn{
-			role:     roles[i],
-			s:        s,
-			queue:    make(chan *xgress.Frame, reg.opts.QueueLength),
-			bw:       bufio.NewWriterSize(s, bufferSize),
-			readDone: make(chan struct{}),
+			role:         roles[i],
+			s:            s,
+			queue:        make(chan *xgress.Frame, reg.opts.QueueLength),
+			writeTimeout: reg.opts.WriteTimeout,
+			bw:           bufio.NewWriterSize(s, bufferSize),
+			readDone:     make(chan struct{}),
 		})
 	}
 	l.payload, l.ack = l.conns[0], l.conns[len(l.conns)-1]

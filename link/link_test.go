@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -307,5 +308,29 @@ func TestCloseSendsQueuedFramesFirst(t *testing.T) {
 			}
 			b.waitDown(t)
 		})
+	}
+}
+
+// TestStalledPeerTakesTheLinkDown: a peer that stops reading makes the sender's writes stop;
+// after the write timeout the link goes down instead of blocking its senders for good.
+func TestStalledPeerTakesTheLinkDown(t *testing.T) {
+	t.Parallel()
+	ca := newCA(t)
+	stall := make(chan struct{})
+	t.Cleanup(func() { close(stall) })
+	a := newNode(t, ca, "router-a", releaseAll, func(o *Options) { o.WriteTimeout = 300 * time.Millisecond })
+	b := newNode(t, ca, "router-b", handlerFunc(func(l *Link, f *xgress.Frame) { <-stall; f.Release() }), nil)
+	la, _ := connect(t, a, b, b.listen(t, config.TransportTLS, 0), true)
+	data := make([]byte, xgress.MaxData)
+	go func() {
+		for {
+			if la.Send(frame(a.reg.opts.Pool, xgress.Payload, 1, 0, data)) != nil {
+				return
+			}
+		}
+	}()
+	ev := a.waitDown(t)
+	if ev.l != la || !errors.Is(ev.err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Down(%v, %v), want the stalled link down by its write timeout", ev.l, ev.err)
 	}
 }

@@ -47,6 +47,10 @@ type Options struct {
 	// PairTimeout is how long a listener keeps one connection of a split link waiting for
 	// the other.
 	PairTimeout time.Duration
+	// WriteTimeout bounds how long one batch of frames may take to write: a peer that stops
+	// reading for that long is taken for dead and the link goes down, rather than stalling
+	// every circuit and every link that forwards into it. DefaultWriteTimeout when zero.
+	WriteTimeout time.Duration
 }
 
 // Defaults of the options and of forwarder keys left at zero.
@@ -54,6 +58,7 @@ const (
 	DefaultQueueLength      = 128
 	DefaultHandshakeTimeout = 10 * time.Second
 	DefaultPairTimeout      = 10 * time.Second
+	DefaultWriteTimeout     = 30 * time.Second
 	// DefaultProbeInterval is used when forwarder.latencyProbeInterval is 0; the
 	// configuration's own default is the same 10 s.
 	DefaultProbeInterval = 10 * time.Second
@@ -83,6 +88,9 @@ func (o *Options) fill() {
 	}
 	if o.PairTimeout <= 0 {
 		o.PairTimeout = DefaultPairTimeout
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
 	}
 	if o.Forwarder.LatencyProbeInterval <= 0 {
 		o.Forwarder.LatencyProbeInterval = int(DefaultProbeInterval / time.Millisecond)

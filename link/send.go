@@ -3,6 +3,7 @@ package link
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/zmesh/zmesh/xgress"
 )
@@ -71,8 +72,13 @@ func (l *Link) write(c *conn) {
 	}
 }
 
-// writeBatch writes f and every frame queued behind it, then flushes.
+// writeBatch writes f and every frame queued behind it, then flushes, within the
+// connection's write timeout (Options.WriteTimeout).
 func (c *conn) writeBatch(f *xgress.Frame) error {
+	if err := c.s.SetWriteDeadline(time.Now().Add(c.writeTimeout)); err != nil {
+		f.Release()
+		return err
+	}
 	for {
 		b := f.Bytes()
 		_, err := c.bw.Write(b)
