@@ -20,14 +20,15 @@ func (r *Router) snapshot(now time.Time) *channel.Metrics {
 	ends, faults := len(r.ends), len(r.faults)
 	r.mu.Unlock()
 	m := &channel.Metrics{Timestamp: now, Values: map[string]float64{
-		"forwarder.circuits":  float64(r.fw.Circuits()),
-		"forwarder.forwarded": float64(r.fw.Forwarded.Load()),
-		"forwarder.dropped":   float64(r.fw.Dropped.Load()),
-		"xgress.dial.queued":  float64(queued),
-		"xgress.dial.busy":    float64(busy),
-		"xgress.circuit_ends": float64(ends),
-		"ctrl.pending_faults": float64(faults),
-		"link.count":          float64(len(links)),
+		"forwarder.circuits":            float64(r.fw.Circuits()),
+		"forwarder.forwarded":           float64(r.fw.Forwarded.Load()),
+		"forwarder.dropped":             float64(r.fw.Dropped.Load()),
+		"xgress.dial.queued":            float64(queued),
+		"xgress.dial.busy":              float64(busy),
+		"xgress.circuit_ends":           float64(ends),
+		"ctrl.pending_faults":           float64(faults),
+		"link.count":                    float64(len(links)),
+		"xgress.frames.double_releases": float64(r.pool.DoubleReleases()),
 	}}
 	for _, l := range links {
 		m.Values["link."+l.PeerID()+".latency_seconds"] = l.Latency().Seconds()

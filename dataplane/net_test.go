@@ -71,13 +71,19 @@ func newTestNet(t testing.TB) *testNet {
 	return n
 }
 
-// stop stops every router, then the controller.
+// stop stops every router, then the controller. A router that released a frame twice (a
+// bug that could mix circuits' data) fails the test.
 func (n *testNet) stop() {
 	var wg sync.WaitGroup
 	for _, r := range n.routers {
 		wg.Go(r.stop)
 	}
 	wg.Wait()
+	for _, r := range n.routers {
+		if d := r.r.pool.DoubleReleases(); d > 0 {
+			n.t.Errorf("router %s released %d frames twice", r.name, d)
+		}
+	}
 	n.stopController()
 }
 

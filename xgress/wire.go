@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 )
 
 // The wire format of circuit traffic, shared by links and the ends of circuits. Every frame is
@@ -95,24 +96,33 @@ type Frame struct {
 	// Data is the frame's data, a slice of buf after the header.
 	Data []byte
 
-	buf  []byte // HeaderSize + capacity of the frame's size class
-	pool *sync.Pool
-	free bool // in the pool: a second Release would hand the frame to two owners
+	buf   []byte // HeaderSize + capacity of the frame's size class
+	pool  *Pool
+	large bool // of the large size class
+	free  bool // in the pool: a second Release would hand the frame to two owners
 }
 
 // SmallData is the data capacity of small frames.
 const SmallData = 2 << 10
 
 // Pool recycles frames so that the forwarding path allocates nothing in steady state.
-type Pool struct{ small, large sync.Pool }
+type Pool struct {
+	small, large   sync.Pool
+	doubleReleases atomic.Uint64
+}
 
 // NewPool returns an empty pool.
 func NewPool() *Pool {
 	p := &Pool{}
-	p.small.New = func() any { return &Frame{buf: make([]byte, HeaderSize+SmallData), pool: &p.small} }
-	p.large.New = func() any { return &Frame{buf: make([]byte, HeaderSize+MaxData), pool: &p.large} }
+	p.small.New = func() any { return &Frame{buf: make([]byte, HeaderSize+SmallData), pool: p} }
+	p.large.New = func() any { return &Frame{buf: make([]byte, HeaderSize+MaxData), pool: p, large: true} }
 	return p
 }
+
+// DoubleReleases counts the frames released again while already in the pool: a bug of the
+// caller, refused so that the pool never hands one frame to two owners. Routers report it in
+// their metrics; it should stay 0.
+func (p *Pool) DoubleReleases() uint64 { return p.doubleReleases.Load() }
 
 // Get returns a frame with no data and room for at least size bytes (at most MaxData).
 func (p *Pool) Get(size int) *Frame {
@@ -127,16 +137,22 @@ func (p *Pool) Get(size int) *Frame {
 	return f
 }
 
-// Release returns the frame to its pool. The frame must not be used afterwards. Releasing a
-// frame twice panics: the pool would give it to two owners, and one circuit's data could
-// leave on another.
+// Release returns the frame to its pool. The frame must not be used afterwards. A frame
+// released while already in the pool is not put back a second time (the pool would give it
+// to two owners, and one circuit's data could leave on another): the release is counted in
+// Pool.DoubleReleases and otherwise ignored.
 func (f *Frame) Release() {
 	if f.free {
-		panic("xgress: frame released twice")
+		f.pool.doubleReleases.Add(1)
+		return
 	}
 	f.Type, f.Flags, f.Origin, f.Circuit, f.Seq, f.Data = 0, 0, 0, 0, 0, nil
 	f.free = true
-	f.pool.Put(f)
+	if f.large {
+		f.pool.large.Put(f)
+	} else {
+		f.pool.small.Put(f)
+	}
 }
 
 // Room returns the free data space of the frame, for reading data into it; Grow(n) then
