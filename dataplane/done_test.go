@@ -278,16 +278,8 @@ func TestLinkKilledMidTransfer(t *testing.T) {
 				t.Fatalf("router A has links %v; want the one to B", a.Links())
 			}
 			const size = 1 << 30
-			cl, err := dialClient(addr, size, size)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cl, sent := bulkTransfer(t, addr, size, 16<<20)
 			defer cl.c.Close()
-			cl.c.SetDeadline(time.Now().Add(2 * time.Minute))
-			sent := make(chan error, 1)
-			go func() { sent <- cl.send() }()
-			go cl.receive()
-			waitFor(t, "16 MiB through the circuit", func() bool { return cl.got.n.Load() >= 16<<20 })
 
 			old.Sever()
 			cut := time.Now()
@@ -535,16 +527,8 @@ func TestRouterStopEndsCircuits(t *testing.T) {
 			t.Parallel()
 			n, srv, addr := line(t, "tls", true)
 			const size = 1 << 30
-			cl, err := dialClient(addr, size, size)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cl, sent := bulkTransfer(t, addr, size, 8<<20)
 			defer cl.c.Close()
-			cl.c.SetDeadline(time.Now().Add(2 * time.Minute))
-			sent := make(chan error, 1)
-			go func() { sent <- cl.send() }()
-			go cl.receive()
-			waitFor(t, "8 MiB through the circuit", func() bool { return cl.got.n.Load() >= 8<<20 })
 			if tc.noCtrl {
 				n.stopController()
 			}
@@ -610,4 +594,20 @@ func TestNoGoroutineLeftAfterStop(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// bulkTransfer starts sending and receiving size bytes each way through addr, and returns
+// once atLeast bytes arrived from the server; sent receives the end of the sending side.
+func bulkTransfer(t *testing.T, addr string, size, atLeast int64) (*client, <-chan error) {
+	t.Helper()
+	cl, err := dialClient(addr, size, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.c.SetDeadline(time.Now().Add(2 * time.Minute))
+	sent := make(chan error, 1)
+	go func() { sent <- cl.send() }()
+	go cl.receive()
+	waitFor(t, fmt.Sprintf("%d MiB through the circuit", atLeast>>20), func() bool { return cl.got.n.Load() >= atLeast })
+	return cl, sent
 }
