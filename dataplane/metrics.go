@@ -27,6 +27,8 @@ func (r *Router) snapshot(now time.Time) *channel.Metrics {
 		"xgress.dial.busy":              float64(busy),
 		"xgress.circuit_ends":           float64(ends),
 		"ctrl.pending_faults":           float64(faults),
+		"ctrl.rate_limited.queued":      float64(len(r.ctrlOps)),
+		"ctrl.rate_limited.busy":        float64(r.ctrlOpsBusy.Load()),
 		"link.count":                    float64(len(links)),
 		"xgress.frames.double_releases": float64(r.pool.DoubleReleases()),
 	}}

@@ -33,6 +33,9 @@ type Router struct {
 	links *link.Registry
 	ctrl  *ctrlClient
 	dials *xgress.DialPool
+	// ctrlOps is the rate-limited queue of requests to the controller (terminators.go).
+	ctrlOps     chan *ctrlOp
+	ctrlOpsBusy atomic.Int64 // workers running a request
 
 	mu            sync.Mutex
 	ends          map[uint64]*xgress.Endpoint // the circuit ends on this router
@@ -58,7 +61,8 @@ func New(cfg *config.Router, version string, log *slog.Logger) (*Router, error) 
 	}
 	r := &Router{cfg: cfg, id: ident.RouterID, version: version, log: log.With("router", ident.RouterID), ident: ident,
 		pool: xgress.NewPool(), fw: NewForwarder(), ends: map[uint64]*xgress.Endpoint{},
-		proxyAddr: map[string]string{}, ready: make(chan struct{})}
+		proxyAddr: map[string]string{}, ready: make(chan struct{}),
+		ctrlOps: make(chan *ctrlOp, cfg.Forwarder.RateLimitedQueueLength)}
 	r.linkGone.L = &r.mu
 	r.trusted.L = &r.mu
 	r.trust = map[string][]string{}
@@ -164,6 +168,9 @@ func (r *Router) Run(ctx context.Context) error {
 	wg.Go(func() { r.idleLoop(ctx) })
 	wg.Go(func() { r.faultLoop(ctx) })
 	wg.Go(func() { r.metricsLoop(ctx) })
+	for range fc.RateLimitedWorkerCount {
+		wg.Go(func() { r.rateLimitedWorker(ctx) })
+	}
 	<-ctx.Done()
 	r.closeEnds("the router is shutting down")
 	stopLinks()

@@ -246,14 +246,19 @@ func (*PeerState) MessageType() Type { return TypePeerState }
 // --- Terminators ---
 
 // TerminatorCreate creates a terminator on the sending router (router → controller);
-// the answer is a TerminatorCreateReply.
+// the answer is a TerminatorCreateReply. The terminator is hosted by the router's own
+// identity, which a Bind policy must grant the service, or, with SessionToken, by the
+// identity whose Bind session of the service that is (an SDK hosting through this router).
+// Creating a terminator the router already has (same service, binding, address, identity
+// and host) updates its cost and precedence and answers its id.
 type TerminatorCreate struct {
-	Service    string `json:"service"` // id or name
-	Binding    string `json:"binding"`
-	Address    string `json:"address"`
-	Identity   string `json:"identity,omitempty"`
-	Cost       int    `json:"cost,omitempty"`
-	Precedence string `json:"precedence,omitempty"` // default, required or failed
+	Service      string `json:"service"` // id or name
+	Binding      string `json:"binding"`
+	Address      string `json:"address"`
+	Identity     string `json:"identity,omitempty"`
+	Cost         int    `json:"cost,omitempty"`
+	Precedence   string `json:"precedence,omitempty"` // default, required or failed
+	SessionToken string `json:"sessionToken,omitempty"`
 }
 
 func (*TerminatorCreate) MessageType() Type { return TypeTerminatorCreate }

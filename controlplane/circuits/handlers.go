@@ -2,7 +2,8 @@ package circuits
 
 import (
 	"context"
-	"fmt"
+	"errors"
+	"slices"
 
 	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/model"
@@ -33,20 +34,81 @@ func (s *Service) Register(router string, ch *channel.Channel, mesh *Mesh) {
 	})
 }
 
+// createTerminator answers a router's TerminatorCreate: the hosting identity is checked
+// (see hostOf), and a terminator the router already has is updated rather than duplicated,
+// so a router that creates its terminators again after a restart leaves one of each.
 func (s *Service) createTerminator(router string, req *channel.TerminatorCreate) *channel.TerminatorCreateReply {
+	failed := func(err error) *channel.TerminatorCreateReply {
+		var ce *channel.Error
+		if !errors.As(err, &ce) {
+			ce = &channel.Error{Code: channel.ErrCodeInvalid, Message: err.Error()}
+		}
+		return &channel.TerminatorCreateReply{Outcome: channel.Failed(ce.Code, ce.Message)}
+	}
 	svc, err := s.service(&channel.CircuitRequest{ServiceID: req.Service})
 	if err != nil {
 		svc, err = s.service(&channel.CircuitRequest{ServiceName: req.Service})
 	}
 	if err != nil {
-		return &channel.TerminatorCreateReply{Outcome: channel.Failed(channel.ErrCodeServiceNotFound, fmt.Sprintf("service %q not found", req.Service))}
+		return failed(fail(channel.ErrCodeServiceNotFound, "service %q not found", req.Service))
+	}
+	host, err := s.hostOf(router, svc, req.SessionToken)
+	if err != nil {
+		return failed(err)
+	}
+	terms, err := s.m.TerminatorsOf(svc.ID)
+	if err != nil {
+		return failed(err)
+	}
+	for _, t := range terms {
+		if t.RouterID == router && t.Binding == req.Binding && t.Address == req.Address && t.Identity == req.Identity && t.HostID == host {
+			if _, err := s.m.UpdateTerminator(t.ID, func(t *model.Terminator) error {
+				t.Cost, t.Precedence = req.Cost, req.Precedence
+				return nil
+			}); err != nil {
+				return failed(err)
+			}
+			return &channel.TerminatorCreateReply{TerminatorID: t.ID}
+		}
 	}
 	t := &model.Terminator{ServiceID: svc.ID, RouterID: router, Binding: req.Binding, Address: req.Address,
-		Identity: req.Identity, Cost: req.Cost, Precedence: req.Precedence}
+		Identity: req.Identity, HostID: host, Cost: req.Cost, Precedence: req.Precedence}
 	if err := s.m.CreateTerminator(t); err != nil {
-		return &channel.TerminatorCreateReply{Outcome: channel.Failed(channel.ErrCodeInvalid, err.Error())}
+		return failed(err)
 	}
 	return &channel.TerminatorCreateReply{TerminatorID: t.ID}
+}
+
+// hostOf returns the identity that hosts a terminator router asks for: with a session token,
+// the identity of that Bind session of the service, which the edge router policies must let
+// use this router for it; without, the router's own identity, which a Bind policy without
+// posture checks must grant the service.
+func (s *Service) hostOf(router string, svc *model.Service, token string) (string, error) {
+	if token != "" {
+		sess, err := s.m.DialSession(token, svc.ID, model.PolicyBind)
+		if model.CodeOf(err) == model.CodeNotFound {
+			return "", fail(channel.ErrCodeInvalidSession, "no bind session of service %q has this token", svc.Name)
+		}
+		if err != nil {
+			return "", err
+		}
+		routers, err := s.m.EdgeRoutersFor(sess.IdentityID, svc.ID)
+		if err != nil {
+			return "", err
+		}
+		if !slices.ContainsFunc(routers, func(r *model.EdgeRouter) bool { return r.ID == router }) {
+			return "", fail(channel.ErrCodeServiceNotFound, "no edge router policy lets identity %s use router %s for service %q", sess.IdentityID, router, svc.Name)
+		}
+		return sess.IdentityID, nil
+	}
+	ok, err := s.m.AllowedWithoutPosture(router, svc.ID, model.PolicyBind)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", fail(channel.ErrCodeServiceNotFound, "no service policy without posture checks lets router identity %s bind service %q", router, svc.Name)
+	}
+	return router, nil
 }
 
 func (s *Service) removeTerminator(router string, req *channel.TerminatorRemove) *channel.TerminatorRemoveReply {

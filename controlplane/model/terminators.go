@@ -22,11 +22,14 @@ const MaxTerminatorCost = 65535
 // tunnel named by identity.
 type Terminator struct {
 	Base
-	ServiceID      string `json:"serviceId"`
-	RouterID       string `json:"routerId"`
-	Binding        string `json:"binding"`
-	Address        string `json:"address"`
-	Identity       string `json:"identity,omitempty"`
+	ServiceID string `json:"serviceId"`
+	RouterID  string `json:"routerId"`
+	Binding   string `json:"binding"`
+	Address   string `json:"address"`
+	Identity  string `json:"identity,omitempty"`
+	// HostID is the identity hosting the terminator when a router created it: the router's
+	// own identity, or the identity whose Bind session the router presented.
+	HostID         string `json:"hostId,omitempty"`
 	IdentitySecret []byte `json:"identitySecret,omitempty"`
 	Cost           int    `json:"cost"`
 	Precedence     string `json:"precedence"`
