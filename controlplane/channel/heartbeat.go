@@ -107,12 +107,21 @@ func (c *Channel) answerPing(h header, body []byte) {
 	c.reply(h, &Pong{T: p.T})
 }
 
+// notePong takes a Pong that echoes a heartbeat this side sent and is the first answer to
+// it: that Ping and every earlier one are answered. A Pong echoing no Ping of ours, or an
+// earlier one answered already, changes nothing, so a peer cannot keep the channel looking
+// alive, nor set its latency, with Pongs of its own making.
 func (c *Channel) notePong(body []byte) {
 	var p Pong
-	if len(body) > 0 && json.Unmarshal(body, &p) == nil {
-		if rtt := c.clock() - p.T; p.T > 0 && rtt >= 0 {
-			c.latency.Store(rtt)
-		}
+	if len(body) == 0 || json.Unmarshal(body, &p) != nil {
+		return
 	}
-	c.unanswered.Store(-1)
+	since := c.unanswered.Load()
+	if since < 0 || p.T < since || p.T > c.lastPingOut.Load() {
+		return
+	}
+	if rtt := c.clock() - p.T; rtt >= 0 {
+		c.latency.Store(rtt)
+	}
+	c.unanswered.CompareAndSwap(since, -1)
 }

@@ -52,6 +52,23 @@ func TestHeartbeatClosesUnresponsivePeer(t *testing.T) {
 				}
 			}
 		}},
+		{"peer that sends pongs of its own making but never reads", func(t *testing.T, conn io.Writer, stop <-chan struct{}) {
+			for seq := uint32(1); ; seq++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				// Echoes of no ping sent: too early, too late, and none.
+				for _, body := range []string{`{"t":1}`, `{"t":9000000000000000000}`, `{}`} {
+					var h [headerSize]byte
+					(&header{typ: TypePong, seq: seq, size: uint32(len(body))}).put(h[:])
+					if _, err := conn.Write(append(h[:], body...)); err != nil {
+						return
+					}
+				}
+			}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
