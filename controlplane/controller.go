@@ -24,6 +24,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/api"
 	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/circuits"
+	"github.com/zmesh/zmesh/controlplane/edgesync"
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/paths"
 	"github.com/zmesh/zmesh/controlplane/pki"
@@ -49,8 +50,10 @@ type Controller struct {
 	// circuits and mesh serve the routers' circuit and link messages.
 	circuits *circuits.Service
 	mesh     *circuits.Mesh
-	cert     tls.Certificate
-	closed   bool
+	// edge keeps the connected routers' copies of the API sessions and sessions current.
+	edge   *edgesync.Syncer
+	cert   tls.Certificate
+	closed bool
 }
 
 // Open locks and loads the data directory, creating the store, the CA, the API's server
@@ -88,6 +91,7 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 		SigningKID:     pki.Fingerprint(c.cert.Leaf),
 		ReservedHosts:  apiHosts(cfg),
 	})
+	c.edge = edgesync.New(c.model, log, edgesync.Options{})
 	if err := c.model.EnsureBuiltinConfigTypes(); err != nil {
 		return nil, fmt.Errorf("built-in config types: %w", err)
 	}
@@ -108,7 +112,9 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 		ControllerID: controllerID, Endpoints: []string{ctrlEndpoint(cfg)}, Log: log,
 		Handlers: func(id string, ch *channel.Channel) { c.circuits.Register(id, ch, c.mesh) },
 		OnConnect: func(rt *routers.Router) {
+			c.edge.Connected(rt.ID, rt.Channel) // does not block: the state is sent by its own goroutine
 			c.circuits.Adopt(rt.ID, rt.Hello.Circuits)
+			c.circuits.PruneTerminators(rt.ID, rt.Hello.Terminators)
 			c.mesh.Connected(rt)
 		},
 		OnDisconnect: func(rt *routers.Router) { c.mesh.Disconnected(rt) },
@@ -257,6 +263,10 @@ func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, r
 	defer stop()
 	go c.store.RunGC(bg, 10*time.Minute)
 	go c.expireSessions(bg)
+	edgeDone := make(chan struct{})
+	go func() { c.edge.Run(bg); close(edgeDone) }()
+	// The edge state senders stop before the store closes.
+	defer func() { stop(); <-edgeDone }()
 
 	ctrlErr := make(chan error, 1)
 	if ctrl != nil {

@@ -34,22 +34,9 @@ func (r *Router) dialCircuit(ctx context.Context, conn net.Conn, service string)
 // carry asks the controller for the circuit req describes and, when it is made, carries
 // conn as its initiator; otherwise conn is closed.
 func (r *Router) carry(ctx context.Context, conn net.Conn, req *channel.CircuitRequest) {
-	service := req.ServiceName
-	req.RequestID = strconv.FormatUint(r.requests.Add(1), 10)
-	rctx, cancel := context.WithTimeout(ctx, r.requestTimeout()+15*time.Second)
-	defer cancel()
-	ch, err := r.ctrl.channel(rctx)
+	reply, err := r.requestCircuit(ctx, req)
 	if err != nil {
-		r.log.Warn("circuit refused: no controller", "service", service, "err", err)
-		conn.Close()
-		return
-	}
-	reply, err := channel.Call[*channel.CircuitReply](rctx, ch, req)
-	if err == nil {
-		err = reply.Err()
-	}
-	if err != nil {
-		r.log.Info("circuit refused", "service", service, "err", err)
+		r.log.Info("circuit refused", "service", req.ServiceName+req.ServiceID, "err", err)
 		conn.Close()
 		return
 	}
@@ -58,6 +45,26 @@ func (r *Router) carry(ctx context.Context, conn net.Conn, req *channel.CircuitR
 		conn.Close()
 		r.fault(reply.CircuitID, err.Error())
 	}
+}
+
+// requestCircuit asks the controller for a circuit, waiting for the control channel within
+// the request timeout.
+func (r *Router) requestCircuit(ctx context.Context, req *channel.CircuitRequest) (*channel.CircuitReply, error) {
+	req.RequestID = strconv.FormatUint(r.requests.Add(1), 10)
+	rctx, cancel := context.WithTimeout(ctx, r.requestTimeout()+15*time.Second)
+	defer cancel()
+	ch, err := r.ctrl.channel(rctx)
+	if err != nil {
+		return nil, err
+	}
+	reply, err := channel.Call[*channel.CircuitReply](rctx, ch, req)
+	if err == nil {
+		err = reply.Err()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return reply, nil
 }
 
 // attachIngress installs the ingress end of a circuit the controller made and starts it.
@@ -99,7 +106,7 @@ func (r *Router) route(ctx context.Context, m *channel.Route) *channel.RouteRepl
 		r.fw.Route(m.CircuitID, toInitiator, toTerminator)
 		return reply
 	}
-	conn, err := r.dial(ctx, m.Forward.Xgress, m.Timeout)
+	conn, err := r.dial(ctx, m.Forward.Xgress, m.CircuitID, m.Timeout)
 	if err != nil {
 		code := channel.ErrCodeDialFailed
 		if errors.Is(err, xgress.ErrDialQueueFull) {
@@ -147,10 +154,19 @@ func (r *Router) hop(h channel.Hop) (Hop, error) {
 	return nil, errors.New("the route names no hop")
 }
 
-// dial connects to a terminator's address through the dial pool.
-func (r *Router) dial(ctx context.Context, x *channel.Xgress, timeout time.Duration) (net.Conn, error) {
+// dial connects to a terminator's address through the dial pool, or to the SDK client that
+// hosts it (binding edge).
+func (r *Router) dial(ctx context.Context, x *channel.Xgress, circuitID uint64, timeout time.Duration) (net.Conn, error) {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
+	}
+	if x.Binding == BindingEdge {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return r.edge.connect(ctx, x, circuitID)
+	}
+	if x.Binding == BindingTunnel {
+		return r.overlay.connect(x, circuitID)
 	}
 	type result struct {
 		c   net.Conn
@@ -184,6 +200,9 @@ func (r *Router) dial(ctx context.Context, x *channel.Xgress, timeout time.Durat
 // HandleFrame takes a frame from a link: the forwarder moves it on. A payload of a circuit
 // that has no route here is answered with a Close, so that its sender stops.
 func (r *Router) HandleFrame(l *link.Link, f *xgress.Frame) {
+	if tap := r.tap.Load(); tap != nil {
+		(*tap)(f)
+	}
 	if f.Type == xgress.Payload && !r.fw.Routed(f.Circuit) {
 		c := r.pool.Get(0)
 		c.Type, c.Origin, c.Circuit = xgress.Close, f.Origin.Other(), f.Circuit

@@ -225,6 +225,13 @@ func (c *ctrlClient) channel(ctx context.Context) (*channel.Channel, error) {
 	}
 }
 
+// isConnected tells whether the control channel is up.
+func (c *ctrlClient) isConnected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ch != nil
+}
+
 // send sends a one-way message if connected.
 func (c *ctrlClient) send(ctx context.Context, msg channel.Message) error {
 	c.mu.Lock()

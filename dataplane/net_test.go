@@ -35,6 +35,7 @@ type testNet struct {
 	ctrl    *controlplane.Controller
 	ctrlLn  net.Listener
 	ctrlAdr string
+	apiAddr string // the controller's HTTPS API
 	m       *model.Model
 	stopCtl context.CancelFunc
 	ctlDone chan error
@@ -113,6 +114,7 @@ func (n *testNet) startController() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.ctrl, n.m, n.stopCtl, n.ctlDone = ctrl, ctrl.Model(), cancel, make(chan error, 1)
+	n.apiAddr = apiLn.Addr().String()
 	ready := make(chan struct{})
 	ln := n.ctrlLn
 	go func() { n.ctlDone <- ctrl.ServeWithCtrl(ctx, apiLn, ln, func(net.Addr) { close(ready) }) }()

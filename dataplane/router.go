@@ -35,7 +35,10 @@ type Router struct {
 	dials *xgress.DialPool
 	// ctrlOps is the rate-limited queue of requests to the controller (terminators.go).
 	ctrlOps     chan *ctrlOp
-	ctrlOpsBusy atomic.Int64 // workers running a request
+	edge        *edgeServer
+	edgeState   *edgeState
+	overlay     *routerOverlay // the tunnel's way into the overlay
+	ctrlOpsBusy atomic.Int64   // workers running a request
 
 	mu            sync.Mutex
 	ends          map[uint64]*xgress.Endpoint // the circuit ends on this router
@@ -43,7 +46,9 @@ type Router struct {
 	linkLns       []*link.Listener
 	proxyAddr     map[string]string // tunnel proxy service → listening address, once listening
 	transportAddr []string          // where the transport listeners listen
+	edgeAddr      []string          // where the edge listeners listen
 	ready         chan struct{}
+	stopped       chan struct{}       // closed when Run's context ends
 	requests      atomic.Uint64       // ids of circuit requests
 	faults        []pendingFault      // faults the controller could not be told yet; guarded by mu
 	trust         map[string][]string // current certificate fingerprints of other routers; guarded by mu
@@ -51,6 +56,9 @@ type Router struct {
 	reportMu      sync.Mutex          // orders the link reports to the controller
 	linksUp       int                 // links reported up and not yet down; guarded by mu
 	linkGone      sync.Cond           // signalled, with mu, when a link is down
+	// tap, when set (by tests), sees every frame that arrives from a link before it is
+	// forwarded, and may change it.
+	tap atomic.Pointer[func(*xgress.Frame)]
 }
 
 // New loads the router's identity files and builds the router.
@@ -61,12 +69,20 @@ func New(cfg *config.Router, version string, log *slog.Logger) (*Router, error) 
 	}
 	r := &Router{cfg: cfg, id: ident.RouterID, version: version, log: log.With("router", ident.RouterID), ident: ident,
 		pool: xgress.NewPool(), fw: NewForwarder(), ends: map[uint64]*xgress.Endpoint{},
-		proxyAddr: map[string]string{}, ready: make(chan struct{}),
+		proxyAddr: map[string]string{}, ready: make(chan struct{}), stopped: make(chan struct{}),
 		ctrlOps: make(chan *ctrlOp, cfg.Forwarder.RateLimitedQueueLength)}
 	r.linkGone.L = &r.mu
 	r.trusted.L = &r.mu
 	r.trust = map[string][]string{}
 	r.ident.Authorize = r.authorizePeer
+	r.edge = newEdgeServer(r)
+	r.overlay = newRouterOverlay(r)
+	r.edgeState = newEdgeState(r.edge.removed)
+	if cfg.Edge != nil && cfg.Edge.DB != "" {
+		if err := r.edgeState.load(cfg.Edge.DB); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
 }
 
@@ -163,6 +179,16 @@ func (r *Router) Run(ctx context.Context) error {
 	if err := r.startTransportListeners(ctx, &wg); err != nil {
 		return err
 	}
+	if err := r.startEdgeListeners(ctx, &wg); err != nil {
+		return err
+	}
+	if e := r.cfg.Edge; e != nil && e.DB != "" {
+		wg.Go(func() {
+			r.edgeState.saveLoop(ctx, e.DB, time.Duration(e.DBSaveIntervalSeconds)*time.Second, func(err error) {
+				r.log.Warn("cannot save the edge state", "err", err)
+			})
+		})
+	}
 	close(r.ready)
 	wg.Go(func() { r.ctrl.run(ctx) })
 	wg.Go(func() { r.idleLoop(ctx) })
@@ -172,6 +198,7 @@ func (r *Router) Run(ctx context.Context) error {
 		wg.Go(func() { r.rateLimitedWorker(ctx) })
 	}
 	<-ctx.Done()
+	close(r.stopped)
 	r.closeEnds("the router is shutting down")
 	stopLinks()
 	r.mu.Lock()
@@ -188,6 +215,7 @@ func (r *Router) Run(ctx context.Context) error {
 func (r *Router) hello() *channel.Hello {
 	h := &channel.Hello{RouterID: r.id, Version: r.version, Protocol: channel.ProtocolVersion}
 	r.fw.Each(func(id uint64, _, _ Hop) { h.Circuits = append(h.Circuits, id) })
+	h.Terminators = append(r.edge.terminators(), r.overlay.terminators()...)
 	h.Hostname, _ = os.Hostname()
 	for _, ln := range r.linkLns {
 		adv := ln.Advertise()
@@ -225,6 +253,10 @@ func (r *Router) handlers(ch *channel.Channel) {
 		if r.dialer != nil {
 			r.dialer.SetPeerOnline(p.RouterID, p.Online)
 		}
+		return nil, nil
+	})
+	ch.Handle(channel.TypeEdgeState, func(_ context.Context, m channel.Message) (channel.Message, error) {
+		r.edgeState.apply(m.(*channel.EdgeState))
 		return nil, nil
 	})
 	ch.Handle(channel.TypeLinkDial, func(_ context.Context, m channel.Message) (channel.Message, error) {

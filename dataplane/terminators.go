@@ -67,6 +67,11 @@ func (r *Router) RemoveTerminator(ctx context.Context, id string) error {
 func (r *Router) rateLimited(ctx context.Context, call func(context.Context, *channel.Channel) error) error {
 	op := &ctrlOp{ctx: ctx, call: call, done: make(chan error, 1)}
 	select {
+	case <-r.stopped:
+		return fmt.Errorf("%w: the router is shutting down", ErrNoController)
+	default:
+	}
+	select {
 	case r.ctrlOps <- op:
 	default:
 		return ErrRateLimitedQueueFull
@@ -76,6 +81,8 @@ func (r *Router) rateLimited(ctx context.Context, call func(context.Context, *ch
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-r.stopped:
+		return fmt.Errorf("%w: the router is shutting down", ErrNoController)
 	}
 }
 

@@ -3,32 +3,67 @@ package dataplane
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sync"
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/tunnel"
 )
 
-// startTunnels opens the on-ramps of the tunnel listeners this version runs: proxy mode.
+// startTunnels starts the tunnel listeners' modes. Every mode hosts the services the
+// router's identity may bind (host mode); proxy mode also listens on its ports, and tproxy
+// mode intercepts the services the identity may dial and answers DNS for them. A mode that
+// fails after the start (nftables refused, the resolver's port taken) is logged as an error
+// and the rest of the router goes on.
 func (r *Router) startTunnels(ctx context.Context, wg *sync.WaitGroup) error {
 	for _, l := range r.cfg.Listeners {
-		if l.Binding != config.BindingTunnel || l.Tunnel == nil || l.Tunnel.Mode != config.TunnelProxy {
+		if l.Binding != config.BindingTunnel || l.Tunnel == nil {
 			continue
 		}
-		host := ""
-		if l.Bind != nil {
-			host = l.Bind.Host
+		log := r.log.With("tunnel", l.Tunnel.Mode)
+		run := func(what string, f func() error) {
+			wg.Go(func() {
+				if err := f(); err != nil && ctx.Err() == nil {
+					log.Error("tunnel "+what+" stopped", "err", err)
+				}
+			})
 		}
-		p, err := tunnel.ListenProxy(host, l.Tunnel.Services)
-		if err != nil {
-			return fmt.Errorf("listeners: %w", err)
+		switch l.Tunnel.Mode {
+		case config.TunnelProxy:
+			host := ""
+			if l.Bind != nil {
+				host = l.Bind.Host
+			}
+			p, err := tunnel.ListenProxy(host, l.Tunnel.Services)
+			if err != nil {
+				return fmt.Errorf("listeners: %w", err)
+			}
+			r.mu.Lock()
+			for _, s := range l.Tunnel.Services {
+				r.proxyAddr[s.Service] = p.Addr(s.Service)
+			}
+			r.mu.Unlock()
+			wg.Go(func() { p.Serve(ctx, r.dialCircuit) })
+			h := &tunnel.Host{}
+			run("host", func() error { return h.Run(ctx, r.overlay, tunnel.HostOptions{Logger: log}) })
+		case config.TunnelHost:
+			h := &tunnel.Host{}
+			run("host", func() error { return h.Run(ctx, r.overlay, tunnel.HostOptions{Logger: log}) })
+		case config.TunnelTProxy:
+			opts := tunnel.TProxyOptions{Host: &tunnel.HostOptions{}, Logger: log}
+			if res := l.Tunnel.Resolver; res != nil {
+				addr, err := netip.ParseAddr(res.Host)
+				if err != nil {
+					return fmt.Errorf("listeners: tunnel resolver %q: %w", res.Addr(), err)
+				}
+				opts.Resolver = netip.AddrPortFrom(addr, uint16(res.Port))
+			}
+			if p := l.Tunnel.DNSSvcIPRange; p != nil {
+				opts.DNSSvcIPRange = *p
+			}
+			t := &tunnel.TProxy{}
+			run("tproxy", func() error { return t.Run(ctx, r.overlay, opts) })
 		}
-		r.mu.Lock()
-		for _, s := range l.Tunnel.Services {
-			r.proxyAddr[s.Service] = p.Addr(s.Service)
-		}
-		r.mu.Unlock()
-		wg.Go(func() { p.Serve(ctx, r.dialCircuit) })
 	}
 	return nil
 }

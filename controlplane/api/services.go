@@ -216,13 +216,16 @@ func renderEdgeRouter(r *model.EdgeRouter, withURLs bool, info Info) map[string]
 		"isOnline": false, "isVerified": false, "hostname": "", "supportedProtocols": map[string]string{},
 		"syncStatus": "SYNC_UNKNOWN", "fingerprint": "",
 	}
+	protocols := map[string]string{}
 	if info.Routers != nil {
-		if online, hostname, protocols := info.Routers.Online(r.ID); online {
-			out["isOnline"], out["hostname"], out["supportedProtocols"] = true, hostname, protocols
+		if online, hostname, p := info.Routers.Online(r.ID); online {
+			protocols = p
+			out["isOnline"], out["hostname"], out["supportedProtocols"] = true, hostname, p
 		}
 	}
 	if withURLs {
-		out["urls"] = map[string]string{}
+		// Where SDK clients reach the router's edge listeners: known while it is online.
+		out["urls"] = protocols
 	}
 	return out
 }

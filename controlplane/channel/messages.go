@@ -49,6 +49,11 @@ const (
 
 	// Metrics.
 	TypeMetrics Type = 50
+
+	// Edge state.
+	TypeEdgeState           Type = 60
+	TypeTunnelServices      Type = 61
+	TypeTunnelServicesReply Type = 62
 )
 
 // Message is a body the channel carries: a struct encoded as JSON.
@@ -94,6 +99,12 @@ func newMessage(t Type) Message {
 		return new(LinkState)
 	case TypePeerState:
 		return new(PeerState)
+	case TypeEdgeState:
+		return new(EdgeState)
+	case TypeTunnelServices:
+		return new(TunnelServices)
+	case TypeTunnelServicesReply:
+		return new(TunnelServicesReply)
 	case TypeTerminatorCreate:
 		return new(TerminatorCreate)
 	case TypeTerminatorCreateReply:

@@ -1,6 +1,7 @@
 package channel
 
 import (
+	"encoding/json"
 	"time"
 )
 
@@ -53,6 +54,10 @@ type Hello struct {
 	// Circuits are the ids of the circuits routed on the router, so that a controller that
 	// restarted learns the circuits that outlived it.
 	Circuits []uint64 `json:"circuits,omitempty"`
+	// Terminators are the ids of the terminators the router hosts now for SDK clients and its
+	// tunnel (bindings edge and tunnel); the controller removes the router's other
+	// terminators of those bindings, left from before a restart of the router.
+	Terminators []string `json:"terminators,omitempty"`
 }
 
 func (*Hello) MessageType() Type { return TypeHello }
@@ -111,7 +116,13 @@ type CircuitRequest struct {
 	ClientCert []byte `json:"clientCert,omitempty"`
 	// TerminatorIdentity selects the terminator hosted by that identity, if set.
 	TerminatorIdentity string `json:"terminatorIdentity,omitempty"`
+	// AppData is passed to the hosting end as is (at most MaxAppData bytes): what a tunnel
+	// intercepted, so that a host config can forward to the same destination.
+	AppData json.RawMessage `json:"appData,omitempty"`
 }
+
+// MaxAppData bounds CircuitRequest.AppData.
+const MaxAppData = 4 << 10
 
 func (*CircuitRequest) MessageType() Type { return TypeCircuitRequest }
 
@@ -134,6 +145,9 @@ type TerminatorRef struct {
 	RouterID string `json:"routerId,omitempty"`
 	Binding  string `json:"binding,omitempty"`
 	Address  string `json:"address,omitempty"`
+	// HostID is the identity hosting the terminator, when a router created it for itself
+	// or for an SDK: the identity the initiator's end-to-end encryption must find there.
+	HostID string `json:"hostId,omitempty"`
 }
 
 // Route installs a circuit's forwarding entry on one router (controller → router); the
@@ -161,6 +175,11 @@ type Hop struct {
 type Xgress struct {
 	Binding string `json:"binding"`           // the dialer (egress) or listener (ingress) binding
 	Address string `json:"address,omitempty"` // the egress's address to dial
+	// InitiatorID is the identity that dialed the circuit (egress only), which a hosting
+	// end checks in the end-to-end key exchange.
+	InitiatorID string `json:"initiatorId,omitempty"`
+	// AppData is the initiator's CircuitRequest.AppData (egress only).
+	AppData json.RawMessage `json:"appData,omitempty"`
 }
 
 // RouteReply answers Route (router → controller).
@@ -289,6 +308,74 @@ type TerminatorRemoveReply struct {
 }
 
 func (*TerminatorRemoveReply) MessageType() Type { return TypeTerminatorRemoveReply }
+
+// --- Edge state ---
+
+// EdgeState carries the controller's API sessions and sessions to a router
+// (controller → router), which authorizes SDK clients with them even while the controller is
+// away. After each Hello the controller sends the full state: the first message has Reset
+// set (the router drops what it had and is not in the state), the last has Complete set, and
+// large states span several messages. Then updates follow as they happen: entries to add or
+// replace, and ids removed. Applying an update twice changes nothing.
+type EdgeState struct {
+	Reset       bool             `json:"reset,omitempty"`
+	Complete    bool             `json:"complete,omitempty"`
+	APISessions []EdgeAPISession `json:"apiSessions,omitempty"`
+	Sessions    []EdgeSession    `json:"sessions,omitempty"`
+	// RemovedAPISessions and RemovedSessions are ids.
+	RemovedAPISessions []string `json:"removedApiSessions,omitempty"`
+	RemovedSessions    []string `json:"removedSessions,omitempty"`
+}
+
+func (*EdgeState) MessageType() Type { return TypeEdgeState }
+
+// EdgeAPISession is an API session as routers know it.
+type EdgeAPISession struct {
+	ID         string `json:"id"`
+	Token      string `json:"token"`
+	IdentityID string `json:"identityId"`
+}
+
+// EdgeSession is a session (Dial or Bind of a service) as routers know it.
+type EdgeSession struct {
+	ID           string `json:"id"`
+	Token        string `json:"token"`
+	APISessionID string `json:"apiSessionId"`
+	IdentityID   string `json:"identityId"`
+	ServiceID    string `json:"serviceId"`
+	Type         string `json:"type"` // Dial or Bind
+}
+
+// TunnelServices asks for the services the router's own identity may dial or bind, with
+// their configs, for its tunnel (router → controller); the answer is a TunnelServicesReply.
+// With Since set to the LastChange of an earlier reply, an unchanged list is answered with
+// NotModified and no services.
+type TunnelServices struct {
+	Since int64 `json:"since,omitempty"`
+}
+
+func (*TunnelServices) MessageType() Type { return TypeTunnelServices }
+
+// TunnelServicesReply answers TunnelServices (controller → router).
+type TunnelServicesReply struct {
+	// LastChange moves whenever services, configs or policies change (unix nanoseconds).
+	LastChange  int64           `json:"lastChange"`
+	NotModified bool            `json:"notModified,omitempty"`
+	Services    []TunnelService `json:"services,omitempty"`
+	Outcome
+}
+
+func (*TunnelServicesReply) MessageType() Type { return TypeTunnelServicesReply }
+
+// TunnelService is a service a router's tunnel may use.
+type TunnelService struct {
+	ID                 string   `json:"id"`
+	Name               string   `json:"name"`
+	EncryptionRequired bool     `json:"encryptionRequired"`
+	Permissions        []string `json:"permissions"` // Dial, Bind
+	// Configs holds the service's configs by config type name (intercept.v1, host.v1, ...).
+	Configs map[string]json.RawMessage `json:"configs,omitempty"`
+}
 
 // --- Metrics ---
 

@@ -41,6 +41,8 @@ type Circuit struct {
 	ServiceID  string
 	Path       []string // router ids, ingress first
 	Terminator string
+	Initiator  string // the identity that dialed
+	appData    []byte // for the egress; not kept after the route
 	Created    time.Time
 	// Adopted: made by an earlier run of the controller and reported by routers since; Path
 	// holds only the routers that reported it.
@@ -87,7 +89,7 @@ func (s *Service) Create(ctx context.Context, ingress string, req *channel.Circu
 		return reply
 	}
 	reply.CircuitID, reply.Path = c.ID, c.Path
-	reply.Terminator = channel.TerminatorRef{ID: term.ID, RouterID: term.RouterID, Binding: term.Binding, Address: term.Address}
+	reply.Terminator = channel.TerminatorRef{ID: term.ID, RouterID: term.RouterID, Binding: term.Binding, Address: term.Address, HostID: term.HostID}
 	return reply
 }
 
@@ -100,8 +102,12 @@ func (s *Service) create(ctx context.Context, ingress string, req *channel.Circu
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := s.authorize(ingress, svc, req); err != nil {
+	initiator, err := s.authorize(ingress, svc, req)
+	if err != nil {
 		return nil, nil, err
+	}
+	if len(req.AppData) > channel.MaxAppData {
+		return nil, nil, fail(channel.ErrCodeInvalid, "app data of %d bytes; at most %d", len(req.AppData), channel.MaxAppData)
 	}
 	terms, err := s.m.TerminatorsOf(svc.ID)
 	if err != nil {
@@ -116,6 +122,9 @@ func (s *Service) create(ctx context.Context, ingress string, req *channel.Circu
 		if req.TerminatorIdentity != "" && t.Identity != req.TerminatorIdentity {
 			continue
 		}
+		if svc.EncryptionRequired && !model.EndToEndCapable(t.Binding) {
+			continue // made before the rule; it cannot do end-to-end encryption
+		}
 		byID[t.ID] = t
 		candidates = append(candidates, paths.Terminator{ID: t.ID, Router: t.RouterID, Cost: t.Cost, Precedence: t.Precedence})
 	}
@@ -127,13 +136,15 @@ func (s *Service) create(ctx context.Context, ingress string, req *channel.Circu
 		return nil, nil, fail(channel.ErrCodeNoPath, "service %q: %v", svc.Name, err)
 	}
 	term := byID[choice.Terminator.ID]
-	c := &Circuit{ID: newCircuitID(), ServiceID: svc.ID, Terminator: term.ID, Created: time.Now()}
+	c := &Circuit{ID: newCircuitID(), ServiceID: svc.ID, Terminator: term.ID, Initiator: initiator, Created: time.Now()}
+	c.appData = req.AppData
 	for _, h := range choice.Path {
 		c.Path = append(c.Path, h.Router)
 	}
 	if err := s.install(ctx, c, term); err != nil {
 		return nil, nil, err
 	}
+	c.appData = nil
 	s.mu.Lock()
 	s.circuits[c.ID] = c
 	s.created++
@@ -158,51 +169,58 @@ func (s *Service) service(req *channel.CircuitRequest) (*model.Service, error) {
 	return svc, err
 }
 
-// authorize checks that the circuit's initiator may dial the service: the SDK client's dial
+// authorize checks that the circuit's initiator may dial the service and returns its identity: the SDK client's dial
 // session; the identity of the client certificate presented at a transport listener; or, for
 // the router's own tunnel, the router's identity.
-func (s *Service) authorize(ingress string, svc *model.Service, req *channel.CircuitRequest) error {
+func (s *Service) authorize(ingress string, svc *model.Service, req *channel.CircuitRequest) (string, error) {
 	if req.SessionToken != "" {
-		if _, err := s.m.DialSession(req.SessionToken, svc.ID, model.PolicyDial); err != nil {
+		sess, err := s.m.DialSession(req.SessionToken, svc.ID, model.PolicyDial)
+		if err != nil {
 			if model.CodeOf(err) == model.CodeNotFound {
-				return fail(channel.ErrCodeInvalidSession, "no dial session of service %q has this token", svc.Name)
+				return "", fail(channel.ErrCodeInvalidSession, "no dial session of service %q has this token", svc.Name)
 			}
-			return err
+			return "", err
 		}
-		return nil
+		return sess.IdentityID, s.checkEdgeRouter(sess.IdentityID, ingress, svc)
 	}
 	identity := ingress
 	if len(req.ClientCert) > 0 {
 		cert, err := x509.ParseCertificate(req.ClientCert)
 		if err != nil {
-			return fail(channel.ErrCodeInvalid, "the client certificate: %v", err)
+			return "", fail(channel.ErrCodeInvalid, "the client certificate: %v", err)
 		}
 		id, err := s.m.IdentityByCert([]*x509.Certificate{cert})
 		if err != nil {
-			return fail(channel.ErrCodeInvalidSession, "the client certificate authenticates no identity: %v", err)
+			return "", fail(channel.ErrCodeInvalidSession, "the client certificate authenticates no identity: %v", err)
 		}
 		identity = id.ID
 	} else if req.IngressIdentityID != ingress {
-		return fail(channel.ErrCodeInvalid, "a router's tunnel dials as the router's identity %s, not %q", ingress, req.IngressIdentityID)
+		return "", fail(channel.ErrCodeInvalid, "a router's tunnel dials as the router's identity %s, not %q", ingress, req.IngressIdentityID)
 	}
 	// Without an API session there is no posture data: only policies that ask for none count.
 	ok, err := s.m.AllowedWithoutPosture(identity, svc.ID, model.PolicyDial)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if !ok {
-		return fail(channel.ErrCodeServiceNotFound, "no service policy without posture checks lets identity %s dial service %q", identity, svc.Name)
+		return "", fail(channel.ErrCodeServiceNotFound, "no service policy without posture checks lets identity %s dial service %q", identity, svc.Name)
 	}
 	if identity != ingress {
-		// A client at a transport listener: the edge router policies must let it use this
-		// router for this service.
-		routers, err := s.m.EdgeRoutersFor(identity, svc.ID)
-		if err != nil {
-			return err
-		}
-		if !slices.ContainsFunc(routers, func(r *model.EdgeRouter) bool { return r.ID == ingress }) {
-			return fail(channel.ErrCodeServiceNotFound, "no edge router policy lets identity %s use router %s for service %q", identity, ingress, svc.Name)
-		}
+		// A client at a transport listener.
+		return identity, s.checkEdgeRouter(identity, ingress, svc)
+	}
+	return identity, nil
+}
+
+// checkEdgeRouter checks that the edge router policies let a client identity use the router
+// for the service.
+func (s *Service) checkEdgeRouter(identity, router string, svc *model.Service) error {
+	routers, err := s.m.EdgeRoutersFor(identity, svc.ID)
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(routers, func(r *model.EdgeRouter) bool { return r.ID == router }) {
+		return fail(channel.ErrCodeServiceNotFound, "no edge router policy lets identity %s use router %s for service %q", identity, router, svc.Name)
 	}
 	return nil
 }
@@ -219,7 +237,7 @@ func (s *Service) install(ctx context.Context, c *Circuit, term *model.Terminato
 		}
 		r := &channel.Route{CircuitID: c.ID, Timeout: RouteTimeout}
 		if i == n-1 {
-			r.Forward.Xgress = &channel.Xgress{Binding: term.Binding, Address: term.Address}
+			r.Forward.Xgress = &channel.Xgress{Binding: term.Binding, Address: term.Address, InitiatorID: c.Initiator, AppData: c.appData}
 		} else {
 			r.Forward.Router = c.Path[i+1]
 		}

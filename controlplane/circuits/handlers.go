@@ -29,6 +29,9 @@ func (s *Service) Register(router string, ch *channel.Channel, mesh *Mesh) {
 	ch.HandleAsync(channel.TypeTerminatorCreate, func(_ context.Context, msg channel.Message) (channel.Message, error) {
 		return s.createTerminator(router, msg.(*channel.TerminatorCreate)), nil
 	})
+	ch.HandleAsync(channel.TypeTunnelServices, func(_ context.Context, msg channel.Message) (channel.Message, error) {
+		return s.tunnelServices(router, msg.(*channel.TunnelServices)), nil
+	})
 	ch.HandleAsync(channel.TypeTerminatorRemove, func(_ context.Context, msg channel.Message) (channel.Message, error) {
 		return s.removeTerminator(router, msg.(*channel.TerminatorRemove)), nil
 	})
@@ -134,4 +137,22 @@ func (s *Service) removeTerminator(router string, req *channel.TerminatorRemove)
 func (s *Service) serviceNamed(id, name string) bool {
 	svc, err := s.m.Service(id)
 	return err == nil && svc.Name == name
+}
+
+// PruneTerminators removes the terminators of bindings edge and tunnel that a router no
+// longer hosts: those not in alive, the list of its Hello.
+func (s *Service) PruneTerminators(router string, alive []string) {
+	terms, err := s.m.Terminators()
+	if err != nil {
+		s.log.Warn("cannot list terminators to prune", "router", router, "err", err)
+		return
+	}
+	for _, t := range terms {
+		if t.RouterID != router || (t.Binding != "edge" && t.Binding != "tunnel") || slices.Contains(alive, t.ID) {
+			continue
+		}
+		if err := s.m.DeleteTerminator(t.ID); err != nil && model.CodeOf(err) != model.CodeNotFound {
+			s.log.Warn("cannot remove a terminator the router no longer hosts", "router", router, "terminator", t.ID, "err", err)
+		}
+	}
 }

@@ -52,6 +52,8 @@ type Model struct {
 	lastChange atomic.Int64 // unix nanoseconds of the last policy-relevant change
 
 	routerHooks routerHooks
+	// apiSessionHooks and sessionHooks are told of committed changes of those collections.
+	apiSessionHooks, sessionHooks changeHooks
 }
 
 // New returns the model over an open store and the controller's CA.
@@ -63,6 +65,8 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, opts Options) *Model {
 		opts.EnrollmentDuration = DefaultEnrollmentDuration
 	}
 	m := &Model{st: st, ca: ca, opts: opts, log: log, c: newCollections(), limiter: newLimiter(opts.Now)}
+	m.c.apiSessions.OnChange = m.apiSessionHooks.watch
+	m.c.sessions.OnChange = m.sessionHooks.watch
 	m.lastChange.Store(opts.Now().UnixNano())
 	return m
 }

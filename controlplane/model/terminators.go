@@ -35,6 +35,17 @@ type Terminator struct {
 	Precedence     string `json:"precedence"`
 }
 
+// EndToEndCapable tells whether a terminator of this binding can take part in end-to-end
+// encryption: those of SDKs (edge) and host-mode tunnels (tunnel) can; a router's proxy and
+// transport dialers, which hand plain bytes to the service, cannot.
+func EndToEndCapable(binding string) bool {
+	switch binding {
+	case "proxy", "proxy_udp", "transport", "transport_udp":
+		return false
+	}
+	return true
+}
+
 func checkBinding(b string) error {
 	if b == "" {
 		return invalid("binding", b, "is required, e.g. transport, edge or tunnel")
@@ -59,6 +70,13 @@ func (m *Model) terminatorKind() kind[Terminator, *Terminator] {
 			}
 			if err := checkBinding(t.Binding); err != nil {
 				return err
+			}
+			if svc, err := m.c.services.Get(tx, t.ServiceID); err != nil {
+				return fmt.Errorf("look up service %q: %w", t.ServiceID, err)
+			} else if svc.EncryptionRequired && !EndToEndCapable(t.Binding) {
+				return invalid("binding", t.Binding, "cannot end circuits of service %q, which requires end-to-end encryption: "+
+					"a router's %s dialer cannot take part in it; host the service with an SDK or a host-mode tunnel, "+
+					"or create the service with encryptionRequired false", svc.Name, t.Binding)
 			}
 			if t.Address == "" {
 				return invalid("address", t.Address, "is required")

@@ -32,6 +32,12 @@ type Collection[T any] struct {
 	name    string
 	id      func(*T) string
 	indexes []Index[T]
+
+	// OnChange, when set, is called with the record's id after each successful Put (and so
+	// Create) or Delete, in the caller's transaction: it may read tx and register
+	// tx.OnCommit for effects that must wait for the commit (Update may run a transaction
+	// several times, and one that fails never commits). Set it before the collection is used.
+	OnChange func(tx *Tx, id string)
 }
 
 // NewCollection describes a collection; it stores nothing until used in a transaction.
@@ -135,7 +141,18 @@ func (c *Collection[T]) Put(tx *Tx, rec *T) error {
 	if err != nil {
 		return fmt.Errorf("encode %s %q: %w", c.name, id, err)
 	}
-	return tx.txn.Set(c.recordKey(id), data)
+	if err := tx.txn.Set(c.recordKey(id), data); err != nil {
+		return err
+	}
+	c.changed(tx, id)
+	return nil
+}
+
+// changed calls OnChange, if set.
+func (c *Collection[T]) changed(tx *Tx, id string) {
+	if c.OnChange != nil {
+		c.OnChange(tx, id)
+	}
 }
 
 // Create stores rec, which must not exist yet.
@@ -163,7 +180,11 @@ func (c *Collection[T]) Delete(tx *Tx, id string) error {
 			}
 		}
 	}
-	return tx.txn.Delete(c.recordKey(id))
+	if err := tx.txn.Delete(c.recordKey(id)); err != nil {
+		return err
+	}
+	c.changed(tx, id)
+	return nil
 }
 
 func (c *Collection[T]) entryKey(idx *Index[T], value, id string) []byte {

@@ -1,0 +1,285 @@
+package dataplane
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/controlplane/pki"
+)
+
+// The router's copy of the controller's API sessions and sessions, with which the edge
+// listener authorizes SDK clients. The controller sends it whole after each Hello and then
+// every change (channel.EdgeState). It is written, gzipped, to edge.db every
+// edge.dbSaveIntervalSeconds and when the router stops, and read at start, so that a router
+// restarted while the controller is away still admits the clients it admitted before.
+// When an API session or a session goes away, whatever uses it here is closed at once.
+
+// edgeStateVersion is the version of the edge.db file format.
+const edgeStateVersion = 1
+
+// edgeState is the router's copy of the edge data.
+type edgeState struct {
+	mu          sync.Mutex
+	apiSessions map[string]channel.EdgeAPISession // by token
+	apiByID     map[string]string                 // id → token
+	sessions    map[string]channel.EdgeSession    // by token
+	sessByID    map[string]string                 // id → token
+	loading     bool                              // a Reset arrived and Complete has not yet
+	seen        map[string]bool                   // ids in the state being loaded
+	changed     bool                              // since the last save
+	applied     chan struct{}                     // closed and replaced by each apply
+	// removed is called, without mu, with the tokens of the API sessions and sessions that
+	// went away.
+	removed func(apiSessions, sessions []string)
+}
+
+func newEdgeState(removed func(apiSessions, sessions []string)) *edgeState {
+	return &edgeState{apiSessions: map[string]channel.EdgeAPISession{}, apiByID: map[string]string{},
+		sessions: map[string]channel.EdgeSession{}, sessByID: map[string]string{}, removed: removed,
+		applied: make(chan struct{})}
+}
+
+// apiSession returns the API session with this token.
+func (s *edgeState) apiSession(token string) (channel.EdgeAPISession, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.apiSessions[token]
+	return a, ok
+}
+
+// session returns the session with this token.
+func (s *edgeState) session(token string) (channel.EdgeSession, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, ok := s.sessions[token]
+	return se, ok
+}
+
+// stateWait bounds how long a client's unknown token waits for the controller's next
+// updates: a client that just made its API session or session reaches the router moments
+// before the controller's update does.
+const stateWait = 2 * time.Second
+
+// awaitAPISession returns the API session with this token, waiting up to stateWait for it to arrive
+// while connected tells that updates can come.
+func (s *edgeState) awaitAPISession(token string, connected func() bool) (channel.EdgeAPISession, bool) {
+	var a channel.EdgeAPISession
+	ok := s.await(func() bool { _, ok := s.apiSessions[token]; return ok }, connected)
+	if ok {
+		a, _ = s.apiSession(token)
+	}
+	return a, ok
+}
+
+// awaitSession is awaitAPISession for sessions.
+func (s *edgeState) awaitSession(token string, connected func() bool) (channel.EdgeSession, bool) {
+	var se channel.EdgeSession
+	ok := s.await(func() bool { _, ok := s.sessions[token]; return ok }, connected)
+	if ok {
+		se, _ = s.session(token)
+	}
+	return se, ok
+}
+
+// await waits until has (called with mu) holds, for at most stateWait and only while
+// connected.
+func (s *edgeState) await(has func() bool, connected func() bool) bool {
+	deadline := time.NewTimer(stateWait)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		ok, next := has(), s.applied
+		s.mu.Unlock()
+		if ok {
+			return true
+		}
+		if !connected() {
+			return false
+		}
+		select {
+		case <-next:
+		case <-deadline.C:
+			return false
+		}
+	}
+}
+
+// apply takes one EdgeState message. A full state (Reset … Complete) replaces the copy:
+// what it does not hold is removed once it is complete.
+func (s *edgeState) apply(m *channel.EdgeState) {
+	var goneAPI, goneSess []string
+	s.mu.Lock()
+	if m.Reset {
+		s.loading, s.seen = true, map[string]bool{}
+	}
+	for _, id := range m.RemovedAPISessions {
+		goneAPI = s.dropAPISession(id, goneAPI)
+	}
+	for _, id := range m.RemovedSessions {
+		goneSess = s.dropSession(id, goneSess)
+	}
+	for _, a := range m.APISessions {
+		if old, ok := s.apiByID[a.ID]; ok && old != a.Token {
+			goneAPI = s.dropAPISession(a.ID, goneAPI)
+		}
+		s.apiSessions[a.Token], s.apiByID[a.ID] = a, a.Token
+		if s.loading {
+			s.seen["a/"+a.ID] = true
+		}
+	}
+	for _, se := range m.Sessions {
+		if old, ok := s.sessByID[se.ID]; ok && old != se.Token {
+			goneSess = s.dropSession(se.ID, goneSess)
+		}
+		s.sessions[se.Token], s.sessByID[se.ID] = se, se.Token
+		if s.loading {
+			s.seen["s/"+se.ID] = true
+		}
+	}
+	if m.Complete && s.loading {
+		for id := range s.apiByID {
+			if !s.seen["a/"+id] {
+				goneAPI = s.dropAPISession(id, goneAPI)
+			}
+		}
+		for id := range s.sessByID {
+			if !s.seen["s/"+id] {
+				goneSess = s.dropSession(id, goneSess)
+			}
+		}
+		s.loading, s.seen = false, nil
+	}
+	s.changed = true
+	close(s.applied)
+	s.applied = make(chan struct{})
+	s.mu.Unlock()
+	if (len(goneAPI) > 0 || len(goneSess) > 0) && s.removed != nil {
+		s.removed(goneAPI, goneSess)
+	}
+}
+
+// dropAPISession removes an API session and the sessions made in it; with mu.
+func (s *edgeState) dropAPISession(id string, gone []string) []string {
+	token, ok := s.apiByID[id]
+	if !ok {
+		return gone
+	}
+	delete(s.apiByID, id)
+	delete(s.apiSessions, token)
+	return append(gone, token)
+}
+
+// dropSession removes a session; with mu.
+func (s *edgeState) dropSession(id string, gone []string) []string {
+	token, ok := s.sessByID[id]
+	if !ok {
+		return gone
+	}
+	delete(s.sessByID, id)
+	delete(s.sessions, token)
+	return append(gone, token)
+}
+
+// edgeStateFile is the content of edge.db, before gzip.
+type edgeStateFile struct {
+	V           int                      `json:"v"`
+	Saved       time.Time                `json:"saved"`
+	APISessions []channel.EdgeAPISession `json:"apiSessions"`
+	Sessions    []channel.EdgeSession    `json:"sessions"`
+}
+
+// save writes the state to path, gzipped, atomically, if it changed since the last save.
+func (s *edgeState) save(path string) error {
+	s.mu.Lock()
+	if !s.changed {
+		s.mu.Unlock()
+		return nil
+	}
+	f := edgeStateFile{V: edgeStateVersion, Saved: time.Now().UTC(),
+		APISessions: make([]channel.EdgeAPISession, 0, len(s.apiSessions)), Sessions: make([]channel.EdgeSession, 0, len(s.sessions))}
+	for _, a := range s.apiSessions {
+		f.APISessions = append(f.APISessions, a)
+	}
+	for _, se := range s.sessions {
+		f.Sessions = append(f.Sessions, se)
+	}
+	s.changed = false
+	s.mu.Unlock()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if err := json.NewEncoder(zw).Encode(&f); err != nil {
+		return fmt.Errorf("edge.db %s: encode: %w", path, err)
+	}
+	if err := zw.Close(); err != nil {
+		return fmt.Errorf("edge.db %s: compress: %w", path, err)
+	}
+	if err := pki.WriteFileAtomic(path, buf.Bytes(), 0o600); err != nil {
+		s.mu.Lock()
+		s.changed = true
+		s.mu.Unlock()
+		return fmt.Errorf("edge.db %s: %w", path, err)
+	}
+	return nil
+}
+
+// load reads the state saved at path; a missing file is an empty state.
+func (s *edgeState) load(path string) error {
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("edge.db %s: %w", path, err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		return fmt.Errorf("edge.db %s: not a gzip file: %w", path, err)
+	}
+	var f edgeStateFile
+	if err := json.NewDecoder(io.LimitReader(zr, 1<<30)).Decode(&f); err != nil {
+		return fmt.Errorf("edge.db %s: decode: %w", path, err)
+	}
+	if f.V != edgeStateVersion {
+		return fmt.Errorf("edge.db %s: version %d; this router reads version %d", path, f.V, edgeStateVersion)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range f.APISessions {
+		s.apiSessions[a.Token], s.apiByID[a.ID] = a, a.Token
+	}
+	for _, se := range f.Sessions {
+		s.sessions[se.Token], s.sessByID[se.ID] = se, se.Token
+	}
+	return nil
+}
+
+// saveLoop saves the state every interval until ctx ends, and once more then.
+func (s *edgeState) saveLoop(ctx context.Context, path string, interval time.Duration, log func(error)) {
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if err := s.save(path); err != nil {
+				log(err)
+			}
+		case <-ctx.Done():
+			if err := s.save(path); err != nil {
+				log(err)
+			}
+			return
+		}
+	}
+}

@@ -1,0 +1,328 @@
+package dataplane
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/e2ee"
+	"github.com/zmesh/zmesh/edge"
+	"github.com/zmesh/zmesh/tunnel"
+)
+
+// The router's tunnel reaches the overlay as the router's own identity (tunnel.Overlay):
+// it learns the services that identity may dial or bind from the controller, dials circuits
+// for what it intercepts and hosts the services it binds with terminators of binding
+// tunnel. The tunnel's end of a circuit is one end of a socket pair whose other end is the
+// circuit's xgress endpoint; with end-to-end encryption required, the tunnel's end is
+// wrapped in the key exchange and record layer of package e2ee, keyed by the router's
+// identity certificate.
+
+// BindingTunnel is the terminator binding of services hosted by a router's tunnel.
+const BindingTunnel = "tunnel"
+
+// tunnelServicesPoll is how often the tunnel asks whether its services changed.
+const tunnelServicesPoll = 5 * time.Second
+
+// routerOverlay is the router's tunnel.Overlay.
+type routerOverlay struct {
+	r *Router
+
+	mu    sync.Mutex
+	binds map[string]*tunnelBind // by terminator address (the service id)
+}
+
+func newRouterOverlay(r *Router) *routerOverlay {
+	return &routerOverlay{r: r, binds: map[string]*tunnelBind{}}
+}
+
+// WatchServices polls the controller for the services of the router's identity.
+func (o *routerOverlay) WatchServices(ctx context.Context, f func([]tunnel.Service)) error {
+	var since int64
+	t := time.NewTicker(tunnelServicesPoll)
+	defer t.Stop()
+	for {
+		if list, last, err := o.services(ctx, since); err != nil {
+			o.r.log.Warn("tunnel: cannot list the router identity's services", "err", err)
+		} else if list != nil {
+			since = last
+			f(list)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// services returns the list, or nil when it did not change since the given LastChange.
+func (o *routerOverlay) services(ctx context.Context, since int64) ([]tunnel.Service, int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.r.requestTimeout())
+	defer cancel()
+	ch, err := o.r.ctrl.channel(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	reply, err := channel.Call[*channel.TunnelServicesReply](ctx, ch, &channel.TunnelServices{Since: since})
+	if err == nil {
+		err = reply.Err()
+	}
+	if err != nil || reply.NotModified {
+		return nil, 0, err
+	}
+	list := make([]tunnel.Service, 0, len(reply.Services))
+	for _, s := range reply.Services {
+		ts := tunnel.Service{ID: s.ID, Name: s.Name, EncryptionRequired: s.EncryptionRequired, Configs: s.Configs}
+		for _, p := range s.Permissions {
+			switch p {
+			case "Dial":
+				ts.Dial = true
+			case "Bind":
+				ts.Bind = true
+			}
+		}
+		list = append(list, ts)
+	}
+	return list, reply.LastChange, nil
+}
+
+// Dial carries a circuit to the service from one end of a socket pair and returns the
+// other, through the end-to-end encryption when the service requires it.
+func (o *routerOverlay) Dial(ctx context.Context, svc tunnel.Service, app tunnel.AppData) (net.Conn, error) {
+	appJSON, err := json.Marshal(app)
+	if err != nil {
+		return nil, err
+	}
+	circuitEnd, tunnelEnd, err := socketPair()
+	if err != nil {
+		return nil, err
+	}
+	reply, err := o.r.requestCircuit(ctx, &channel.CircuitRequest{ServiceID: svc.ID, IngressIdentityID: o.r.id, AppData: appJSON})
+	if err != nil {
+		circuitEnd.Close()
+		tunnelEnd.Close()
+		return nil, fmt.Errorf("dial service %q: %w", svc.Name, err)
+	}
+	if err := o.r.attachIngress(reply, circuitEnd); err != nil {
+		circuitEnd.Close()
+		tunnelEnd.Close()
+		o.r.fault(reply.CircuitID, err.Error())
+		return nil, fmt.Errorf("dial service %q: %w", svc.Name, err)
+	}
+	if !svc.EncryptionRequired {
+		return tunnelEnd, nil
+	}
+	cfg, err := o.e2ee(reply.Terminator.HostID, edge.E2EEContext(reply.CircuitID, svc.ID))
+	if err != nil {
+		tunnelEnd.Close()
+		return nil, err
+	}
+	c, err := e2ee.Client(tunnelEnd, cfg)
+	if err != nil {
+		tunnelEnd.Close()
+		return nil, fmt.Errorf("dial service %q: end-to-end key exchange with %s: %w", svc.Name, reply.Terminator.HostID, err)
+	}
+	return c, nil
+}
+
+// e2ee returns the router identity's end-to-end configuration, expecting identity peer.
+func (o *routerOverlay) e2ee(peer, context string) (e2ee.Config, error) {
+	cert := o.r.ident.Client
+	key, ok := cert.PrivateKey.(crypto.Signer)
+	if !ok {
+		return e2ee.Config{}, errors.New("the router's identity key cannot sign")
+	}
+	var chain []*x509.Certificate
+	for _, der := range cert.Certificate {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return e2ee.Config{}, fmt.Errorf("the router's identity certificate: %w", err)
+		}
+		chain = append(chain, c)
+	}
+	return e2ee.Config{Certificates: chain, PrivateKey: key, Context: context,
+		VerifyPeer: func(peerChain []*x509.Certificate) error { return o.verifyPeer(peerChain, peer) }}, nil
+}
+
+// verifyPeer checks that a chain comes from the network's CA and names identity want.
+func (o *routerOverlay) verifyPeer(chain []*x509.Certificate, want string) error {
+	if len(chain) == 0 {
+		return errors.New("no certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := chain[0].Verify(x509.VerifyOptions{Roots: o.r.ident.CAs, Intermediates: inter,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return fmt.Errorf("the peer's certificate is not of this network: %w", err)
+	}
+	if got := chain[0].Subject.CommonName; got != want {
+		return fmt.Errorf("the peer is identity %q, not %q", got, want)
+	}
+	return nil
+}
+
+// tunnelBind is a service the tunnel hosts.
+type tunnelBind struct {
+	o            *routerOverlay
+	svc          tunnel.Service
+	address      string
+	terminatorID string
+	incoming     chan accepted
+	done         chan struct{}
+	once         sync.Once
+}
+
+type accepted struct {
+	c   net.Conn
+	app tunnel.AppData
+}
+
+// Bind creates the router's terminator of the service; circuits reaching it come out of
+// the listener's Accept.
+func (o *routerOverlay) Bind(ctx context.Context, svc tunnel.Service) (tunnel.Listener, error) {
+	b := &tunnelBind{o: o, svc: svc, address: svc.ID, incoming: make(chan accepted, 64), done: make(chan struct{})}
+	o.mu.Lock()
+	if _, dup := o.binds[b.address]; dup {
+		o.mu.Unlock()
+		return nil, fmt.Errorf("service %q is bound already", svc.Name)
+	}
+	o.binds[b.address] = b
+	o.mu.Unlock()
+	id, err := o.r.CreateTerminator(ctx, &channel.TerminatorCreate{Service: svc.ID, Binding: BindingTunnel, Address: b.address})
+	if err != nil {
+		o.mu.Lock()
+		delete(o.binds, b.address)
+		o.mu.Unlock()
+		return nil, err
+	}
+	o.mu.Lock()
+	b.terminatorID = id
+	o.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() { b.Close() })
+	go func() { <-b.done; stop() }()
+	return b, nil
+}
+
+// terminators returns the ids of the tunnel's terminators.
+func (o *routerOverlay) terminators() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []string
+	for _, b := range o.binds {
+		if b.terminatorID != "" {
+			out = append(out, b.terminatorID)
+		}
+	}
+	return out
+}
+
+func (b *tunnelBind) Accept() (net.Conn, tunnel.AppData, error) {
+	select {
+	case a := <-b.incoming:
+		return a.c, a.app, nil
+	case <-b.done:
+		return nil, tunnel.AppData{}, net.ErrClosed
+	}
+}
+
+// Close removes the terminator and refuses further circuits.
+func (b *tunnelBind) Close() error {
+	var err error
+	b.once.Do(func() {
+		close(b.done)
+		b.o.mu.Lock()
+		delete(b.o.binds, b.address)
+		b.o.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), edge.HandshakeTimeout)
+		defer cancel()
+		err = b.o.r.RemoveTerminator(ctx, b.terminatorID)
+	})
+	return err
+}
+
+// connect is the egress dial of binding tunnel: it hands one end of a socket pair to the
+// service's listener (after the key exchange, when required) and returns the other for the
+// circuit's endpoint.
+func (o *routerOverlay) connect(x *channel.Xgress, circuitID uint64) (net.Conn, error) {
+	o.mu.Lock()
+	b := o.binds[x.Address]
+	o.mu.Unlock()
+	if b == nil {
+		return nil, fmt.Errorf("the tunnel hosts no service %s here any more", x.Address)
+	}
+	var app tunnel.AppData
+	if len(x.AppData) > 0 {
+		if err := json.Unmarshal(x.AppData, &app); err != nil {
+			return nil, fmt.Errorf("the circuit's app data: %w", err)
+		}
+	}
+	circuitEnd, tunnelEnd, err := socketPair()
+	if err != nil {
+		return nil, err
+	}
+	hand := func(c net.Conn) {
+		select {
+		case b.incoming <- accepted{c, app}:
+		case <-b.done:
+			c.Close()
+		}
+	}
+	if !b.svc.EncryptionRequired {
+		go hand(tunnelEnd)
+		return circuitEnd, nil
+	}
+	cfg, err := o.e2ee(x.InitiatorID, edge.E2EEContext(circuitID, b.svc.ID))
+	if err != nil {
+		circuitEnd.Close()
+		tunnelEnd.Close()
+		return nil, err
+	}
+	// The key exchange runs once the circuit is up: the initiator speaks first.
+	go func() {
+		c, err := e2ee.Server(tunnelEnd, cfg)
+		if err != nil {
+			o.r.log.Info("tunnel: end-to-end key exchange failed", "service", b.svc.Name, "circuit", circuitID, "initiator", x.InitiatorID, "err", err)
+			tunnelEnd.Close()
+			return
+		}
+		hand(c)
+	}()
+	return circuitEnd, nil
+}
+
+// socketPair returns the two ends of a connected Unix stream socket pair; both support
+// CloseWrite, so half-close crosses it.
+func socketPair() (net.Conn, net.Conn, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socket pair: %w", err)
+	}
+	var conns [2]net.Conn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			if i == 1 {
+				conns[0].Close()
+			} else {
+				syscall.Close(fds[1])
+			}
+			return nil, nil, fmt.Errorf("socket pair: %w", err)
+		}
+		conns[i] = c
+	}
+	return conns[0], conns[1], nil
+}

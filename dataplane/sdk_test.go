@@ -1,0 +1,167 @@
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/zmesh/zmesh/controlplane/edgeclient"
+	"github.com/zmesh/zmesh/e2ee"
+	"github.com/zmesh/zmesh/sdk"
+	"github.com/zmesh/zmesh/xgress"
+)
+
+// identityFile writes what zmesh enroll would for an enrolled identity.
+func (n *testNet) identityFile(cert tls.Certificate) *edgeclient.IdentityFile {
+	caPEM, err := os.ReadFile(filepath.Join(n.dir, "ca.pem"))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	id := &edgeclient.IdentityFile{ZtAPI: "https://" + n.apiAddr}
+	id.ID.Cert = "pem:" + string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}))
+	id.ID.Key = "pem:" + string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
+	id.ID.CA = "pem:" + string(caPEM)
+	return id
+}
+
+// The Go SDK dials a service another SDK client hosts, through two routers, with
+// end-to-end encryption: the payloads router H forwards hold none of the plaintext, a bit
+// flipped on the way is rejected by the far end, and deleting the dialing identity ends its
+// live circuit within a second.
+func TestSDKEndToEndEncrypted(t *testing.T) {
+	t.Parallel()
+	n, svc, dialerCert, hostCert, dialerID := buildEdgeNet(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	open := func(cert tls.Certificate) *sdk.Context {
+		c, err := sdk.New(n.identityFile(cert), sdk.Options{Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	host, dialer := open(hostCert), open(dialerCert)
+	ln, err := host.Listen(ctx, svc.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// The host answers every circuit: it reports what it read and echoes it back.
+	type served struct {
+		data []byte
+		err  error
+	}
+	got := make(chan served, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				b, err := io.ReadAll(c)
+				if err == nil {
+					_, err = c.Write(b)
+				}
+				got <- served{b, err}
+			}()
+		}
+	}()
+
+	// Router H sees the frames coming from the link to E: record them, and flip a bit when
+	// asked.
+	var (
+		mu      sync.Mutex
+		seen    bytes.Buffer
+		corrupt atomic.Bool
+	)
+	tap := func(f *xgress.Frame) {
+		if f.Type != xgress.Payload || len(f.Data) == 0 {
+			return
+		}
+		if corrupt.CompareAndSwap(true, false) {
+			f.Data[len(f.Data)/2] ^= 0x10
+		}
+		mu.Lock()
+		seen.Write(f.Data)
+		mu.Unlock()
+	}
+	n.routers["H"].r.tap.Store(&tap)
+
+	marker := []byte("plaintext the routers must never see ")
+	msg := bytes.Repeat(marker, 4096)
+	var c net.Conn
+	waitFor(t, "the routers to know the sessions", func() bool {
+		c, err = dialer.Dial(ctx, svc.Name)
+		return err == nil
+	})
+	if sc, ok := c.(*sdk.Conn); !ok || !sc.Encrypted() {
+		t.Fatalf("the dial is not end-to-end encrypted: %T", c)
+	}
+	c.Write(msg)
+	c.(interface{ CloseWrite() error }).CloseWrite()
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	back, err := io.ReadAll(c)
+	if err != nil || !bytes.Equal(back, msg) {
+		t.Fatalf("echo: %d bytes (%v), sent %d", len(back), err, len(msg))
+	}
+	if s := <-got; !bytes.Equal(s.data, msg) {
+		t.Fatalf("the host read %d bytes (%v)", len(s.data), s.err)
+	}
+	mu.Lock()
+	if seen.Len() < len(msg) || bytes.Contains(seen.Bytes(), marker) {
+		t.Fatalf("router H forwarded %d bytes, the plaintext among them: %v", seen.Len(), bytes.Contains(seen.Bytes(), marker))
+	}
+	mu.Unlock()
+
+	// A bit flipped on the way: the host's end refuses the record.
+	c2, err := dialer.Dial(ctx, svc.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	corrupt.Store(true)
+	c2.Write(msg)
+	c2.(interface{ CloseWrite() error }).CloseWrite()
+	if s := <-got; !errors.Is(s.err, e2ee.ErrAuthentication) {
+		t.Fatalf("the host read a corrupted record: %d bytes, err %v", len(s.data), s.err)
+	}
+	c2.Close()
+
+	// The dialing identity goes: its live circuit ends within a second.
+	c3, err := dialer.Dial(ctx, svc.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := make([]byte, 1024)
+	rand.Read(payload)
+	if _, err := c3.Write(payload); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.m.DeleteIdentity(dialerID.ID); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c3.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = io.ReadAll(c3)
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("the deleted identity's circuit ended after %v (%v)", d, err)
+	}
+}

@@ -1,0 +1,195 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/xtaci/smux"
+
+	"github.com/zmesh/zmesh/edge"
+)
+
+// Addr is an end of a zmesh connection: an identity using a service.
+type Addr struct {
+	Service  string // the service's name
+	Identity string // the identity's id
+}
+
+// Network returns "zmesh".
+func (a Addr) Network() string { return "zmesh" }
+
+// String returns identity@service.
+func (a Addr) String() string { return a.Identity + "@" + a.Service }
+
+// Conn is a connection over a zmesh circuit: from Dial, or from a Listener's Accept. Its
+// deadlines work as net.Conn's. When the service requires encryption, the bytes are end-to-end
+// encrypted between the two ends (package e2ee) and the routers see only ciphertext.
+type Conn struct {
+	inner     net.Conn // the router stream, or the encrypted conn over it
+	stream    *smux.Stream
+	circuitID uint64
+	local     Addr
+	remote    Addr
+	encrypted bool
+}
+
+var _ net.Conn = (*Conn)(nil)
+
+// Read reads from the circuit.
+func (c *Conn) Read(p []byte) (int, error) { return c.inner.Read(p) }
+
+// Write writes to the circuit.
+func (c *Conn) Write(p []byte) (int, error) { return c.inner.Write(p) }
+
+// Close closes the connection both ways (an encrypted Conn first tells the other end it
+// has finished writing).
+func (c *Conn) Close() error { return c.inner.Close() }
+
+// SetDeadline sets the read and write deadlines.
+func (c *Conn) SetDeadline(t time.Time) error { return c.inner.SetDeadline(t) }
+
+// SetReadDeadline sets the read deadline.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.inner.SetReadDeadline(t) }
+
+// SetWriteDeadline sets the write deadline.
+func (c *Conn) SetWriteDeadline(t time.Time) error { return c.inner.SetWriteDeadline(t) }
+
+// LocalAddr returns this end: this identity and the service.
+func (c *Conn) LocalAddr() net.Addr { return c.local }
+
+// RemoteAddr returns the other end: the identity hosting the service (for a dialed Conn) or
+// the identity that dialed (for an accepted one), and the service.
+func (c *Conn) RemoteAddr() net.Addr { return c.remote }
+
+// CircuitID returns the id of the circuit the Conn runs over.
+func (c *Conn) CircuitID() uint64 { return c.circuitID }
+
+// Encrypted reports whether the Conn is end-to-end encrypted.
+func (c *Conn) Encrypted() bool { return c.encrypted }
+
+// CloseWrite half-closes the Conn: the other end reads EOF once it has read everything
+// written before, and this end can still read. (The smux stream sends its FIN; an encrypted
+// Conn first sends its authenticated close-write record.)
+func (c *Conn) CloseWrite() error {
+	if cw, ok := c.inner.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.New("sdk: the connection does not support half-close")
+}
+
+// DialOptions tune a Dial.
+type DialOptions struct {
+	// Identity, when set, reaches the terminator a host bound under this name
+	// (ListenOptions.Identity) rather than any terminator of the service.
+	Identity string
+}
+
+// Dial connects to a service by name: it creates (or reuses) a Dial session, asks the
+// fastest connected edge router of the session for a circuit, and returns the stream as a
+// *Conn once the circuit is up (and, when the service requires encryption, once the key
+// exchange with the hosting identity succeeded). On a router that cannot connect, refuses or
+// fails, Dial tries the session's next router; a session the router does not know any more
+// is replaced once.
+func (c *Context) Dial(ctx context.Context, service string) (net.Conn, error) {
+	return c.DialWithOptions(ctx, service, DialOptions{})
+}
+
+// DialWithOptions is Dial with options.
+func (c *Context) DialWithOptions(ctx context.Context, service string, opts DialOptions) (net.Conn, error) {
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	svc, err := c.ServiceByName(ctx, service)
+	if err != nil {
+		return nil, fmt.Errorf("sdk: dial %s: %w", service, err)
+	}
+	var errs []error
+	for attempt := 0; attempt < 2; attempt++ {
+		s, err := c.session(ctx, svc.ID, TypeDial)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, ErrClosed) {
+				c.forgetService(service) // it may have changed or gone
+			}
+			return nil, fmt.Errorf("sdk: dial %s: %w", service, err)
+		}
+		conn, renew, err := c.dialSession(ctx, svc, s, opts)
+		if err == nil {
+			return conn, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("sdk: dial %s: %w", service, ctx.Err())
+		}
+		errs = append(errs, err)
+		if !renew {
+			break
+		}
+		c.dropSession(s)
+	}
+	return nil, fmt.Errorf("sdk: dial %s: %w", service, errors.Join(errs...))
+}
+
+// dialSession dials with session s through its routers, fastest first, until one succeeds
+// or fails in a way another would too. renew tells whether to try again with a new session:
+// the router refused s, or no router could be reached or answered (their connections may
+// have died: a new session lists the current routers, which are connected again).
+func (c *Context) dialSession(ctx context.Context, svc Service, s *edgeSession, opts DialOptions) (_ *Conn, renew bool, _ error) {
+	routers, err := c.routersFor(ctx, s)
+	if err != nil {
+		return nil, true, err
+	}
+	req := edge.Request{Op: edge.OpDial, SessionToken: s.token, ServiceID: svc.ID, Identity: opts.Identity}
+	var errs []error
+	answered := false
+	for _, rc := range routers {
+		conn, err := c.dialVia(ctx, rc, svc, req)
+		if err == nil {
+			return conn, false, nil
+		}
+		if ctx.Err() != nil {
+			return nil, false, ctx.Err()
+		}
+		errs = append(errs, fmt.Errorf("via %s: %w", rc.name, err))
+		var ee *edge.Error
+		if errors.As(err, &ee) && ee.Code == edge.CodeInvalidSession {
+			return nil, true, errors.Join(errs...)
+		}
+		if !retriable(err) {
+			return nil, false, errors.Join(errs...)
+		}
+		answered = answered || ee != nil
+		rc.log.Info("dial failed; trying the next router", "service", svc.Name, "err", err)
+	}
+	return nil, !answered, errors.Join(errs...)
+}
+
+// retriable reports whether a failure on one router may not happen on another: anything but
+// a refusal of the request as malformed, or a failed end-to-end handshake.
+func retriable(err error) bool {
+	var ee *edge.Error
+	if errors.As(err, &ee) {
+		return ee.Code != edge.CodeInvalid
+	}
+	var he *handshakeError
+	return !errors.As(err, &he)
+}
+
+// dialVia asks router rc for a circuit and, when the service requires it, runs the
+// end-to-end key exchange with the host the router reached.
+func (c *Context) dialVia(ctx context.Context, rc *routerConn, svc Service, req edge.Request) (*Conn, error) {
+	st, resp, err := rc.open(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	conn := &Conn{inner: st, stream: st, circuitID: resp.CircuitID,
+		local: Addr{Service: svc.Name, Identity: c.id}, remote: Addr{Service: svc.Name, Identity: resp.HostID}}
+	if svc.EncryptionRequired {
+		if err := c.encryptClient(ctx, conn, svc); err != nil {
+			return nil, err
+		}
+	}
+	rc.log.Debug("dialed", "service", svc.Name, "circuit", resp.CircuitID, "host", resp.HostID)
+	return conn, nil
+}

@@ -1,0 +1,500 @@
+package sdk
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zmesh/zmesh/e2ee"
+	"github.com/zmesh/zmesh/edge"
+)
+
+// serveEcho accepts connections and answers each with what it read, upper-cased, once the
+// dialer half-closed.
+func serveEcho(t *testing.T, l net.Listener) {
+	t.Helper()
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				data, err := io.ReadAll(conn)
+				if err != nil {
+					return
+				}
+				conn.Write(bytes.ToUpper(data))
+			}()
+		}
+	}()
+}
+
+// roundTrip dials service, sends msg, half-closes and returns the answer.
+func roundTrip(t *testing.T, c *Context, service, msg string) (string, error) {
+	t.Helper()
+	conn, err := c.Dial(testCtx(t), service)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write([]byte(msg)); err != nil {
+		return "", err
+	}
+	if err := conn.(*Conn).CloseWrite(); err != nil {
+		return "", err
+	}
+	got, err := io.ReadAll(conn)
+	return string(got), err
+}
+
+func listen(t *testing.T, c *Context, service string, opts ListenOptions) *listener {
+	t.Helper()
+	l, err := c.ListenWithOptions(testCtx(t), service, opts)
+	check(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l.(*listener)
+}
+
+// The Context connects to the session's routers, says hello, measures their latency with
+// pings, keeps pinging, and dials through the fastest.
+func TestHelloAndLatency(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	fast, slow := e.router("fast"), e.router("slow")
+	slow.pingDelay.Store(int64(80 * time.Millisecond))
+	e.service("echo", false)
+	host, client := e.sdk("host"), e.sdk("client")
+	serveEcho(t, listen(t, host, "echo", ListenOptions{}))
+	eventually(t, "a terminator on each router", func() bool { return fast.terminators() == 1 && slow.terminators() == 1 })
+
+	if got, err := roundTrip(t, client, "echo", "hi"); err != nil || got != "HI" {
+		t.Fatalf("round trip: %q %v", got, err)
+	}
+	if fast.dials.Load() != 1 || slow.dials.Load() != 0 {
+		t.Errorf("dials: fast %d, slow %d; want the fast router", fast.dials.Load(), slow.dials.Load())
+	}
+	if fast.hellos.Load() != 2 || slow.hellos.Load() != 2 {
+		t.Errorf("hellos: fast %d, slow %d; want one per Context", fast.hellos.Load(), slow.hellos.Load())
+	}
+	client.mu.Lock()
+	for rc := range client.conns {
+		lat := rc.Latency()
+		if rc.routerID == slow.id && lat < 80*time.Millisecond || rc.routerID == fast.id && (lat <= 0 || lat >= 80*time.Millisecond) {
+			t.Errorf("latency of %s: %v", rc.name, lat)
+		}
+	}
+	client.mu.Unlock()
+	before := fast.pings.Load()
+	time.Sleep(500 * time.Millisecond)
+	if n := fast.pings.Load() - before; n < 4 {
+		t.Errorf("%d pings in 500ms at 100ms, from two Contexts", n)
+	}
+}
+
+// Dial and Accept meet through a router: bytes both ways, half-close, addresses, circuit
+// ids, deadlines.
+func TestDialAccept(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.router("r")
+	e.service("echo", false)
+	host, client := e.sdk("host"), e.sdk("client")
+	l := listen(t, host, "echo", ListenOptions{})
+	if a := l.Addr().(Addr); a.Service != "echo" || a.Identity != host.IdentityID() || a.Network() != "zmesh" {
+		t.Errorf("listener address %v", a)
+	}
+	accepted := make(chan *Conn, 1)
+	go func() {
+		conn, err := l.Accept()
+		if err != nil {
+			t.Error(err)
+			close(accepted)
+			return
+		}
+		accepted <- conn.(*Conn)
+	}()
+	nc, err := client.Dial(testCtx(t), "echo")
+	check(t, err)
+	defer nc.Close()
+	conn := nc.(*Conn)
+	hc := <-accepted
+	if hc == nil {
+		t.FailNow()
+	}
+	defer hc.Close()
+	if conn.RemoteAddr().(Addr).Identity != host.IdentityID() || conn.LocalAddr().(Addr).Identity != client.IdentityID() {
+		t.Errorf("dialer addresses %v -> %v", conn.LocalAddr(), conn.RemoteAddr())
+	}
+	if hc.RemoteAddr().(Addr).Identity != client.IdentityID() || hc.LocalAddr().String() != host.IdentityID()+"@echo" {
+		t.Errorf("host addresses %v <- %v", hc.LocalAddr(), hc.RemoteAddr())
+	}
+	if conn.CircuitID() == 0 || conn.CircuitID() != hc.CircuitID() || conn.Encrypted() || hc.Encrypted() {
+		t.Errorf("circuit %d/%d encrypted %v/%v", conn.CircuitID(), hc.CircuitID(), conn.Encrypted(), hc.Encrypted())
+	}
+
+	// A deadline interrupts a Read; the connection stays usable.
+	conn.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	var ne net.Error
+	if _, err := conn.Read(make([]byte, 1)); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("read past the deadline: %v", err)
+	}
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	hc.SetDeadline(time.Now().Add(10 * time.Second))
+
+	// Half-close each way: the host reads to EOF, then answers on the still open direction.
+	payload := bytes.Repeat([]byte("0123456789"), 100_000)
+	go func() {
+		conn.Write(payload)
+		conn.CloseWrite()
+	}()
+	got, err := io.ReadAll(hc)
+	if err != nil || !bytes.Equal(got, payload) {
+		t.Fatalf("host read %d bytes, %v", len(got), err)
+	}
+	if _, err := hc.Write([]byte("done")); err != nil {
+		t.Fatal(err)
+	}
+	check(t, hc.CloseWrite())
+	back, err := io.ReadAll(conn)
+	if err != nil || string(back) != "done" {
+		t.Fatalf("dialer read %q %v", back, err)
+	}
+}
+
+// A router that refuses a dial (FAILED) or has gone makes Dial try the next one; a refusal
+// as INVALID does not.
+func TestDialFailover(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a, b := e.router("a"), e.router("b")
+	b.pingDelay.Store(int64(30 * time.Millisecond))
+	e.service("echo", false)
+	host, client := e.sdk("host"), e.sdk("client")
+	serveEcho(t, listen(t, host, "echo", ListenOptions{}))
+
+	a.refuseDial.Store(edge.CodeFailed)
+	if got, err := roundTrip(t, client, "echo", "one"); err != nil || got != "ONE" {
+		t.Fatalf("with a refusing: %q %v", got, err)
+	}
+	if a.dials.Load() != 1 || b.dials.Load() != 1 {
+		t.Errorf("dials a %d, b %d", a.dials.Load(), b.dials.Load())
+	}
+	a.refuseDial.Store(edge.CodeInvalid)
+	if _, err := client.Dial(testCtx(t), "echo"); err == nil || !strings.Contains(err.Error(), edge.CodeInvalid) {
+		t.Errorf("refused as invalid: %v", err)
+	}
+	if b.dials.Load() != 1 {
+		t.Errorf("a dial refused as INVALID was tried on b")
+	}
+	a.refuseDial.Store("")
+
+	// a dies: its connections end, Dial goes through b, then a new Dial finds a again once
+	// it is back (the host binds there again).
+	a.stop()
+	if got, err := roundTrip(t, client, "echo", "two"); err != nil || got != "TWO" {
+		t.Fatalf("with a down: %q %v", got, err)
+	}
+	if b.dials.Load() != 2 {
+		t.Errorf("b dials %d", b.dials.Load())
+	}
+	a.start()
+	eventually(t, "the host binds on a again", func() bool { return a.terminators() == 1 })
+	eventually(t, "the client dials through a again", func() bool {
+		got, err := roundTrip(t, client, "echo", "three")
+		return err == nil && got == "THREE" && a.dials.Load() > 2
+	})
+}
+
+// A listener keeps hosting through a restart of its only router.
+func TestListenerRebinds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.router("r")
+	e.service("echo", false)
+	host, client := e.sdk("host"), e.sdk("client")
+	l := listen(t, host, "echo", ListenOptions{})
+	serveEcho(t, l)
+	if got, err := roundTrip(t, client, "echo", "before"); err != nil || got != "BEFORE" {
+		t.Fatalf("%q %v", got, err)
+	}
+	r.stop()
+	eventually(t, "the bind ends", func() bool { return l.count() == 0 })
+	time.Sleep(300 * time.Millisecond) // a rebind attempt or two fail
+	r.start()
+	eventually(t, "the host binds again", func() bool { return r.terminators() == 1 && l.count() == 1 })
+	if got, err := roundTrip(t, client, "echo", "after"); err != nil || got != "AFTER" {
+		t.Fatalf("%q %v", got, err)
+	}
+}
+
+// A session the router does not know any more is replaced once; an API session that ended
+// is replaced too (401 from the controller), and the router connection with it.
+func TestSessionRefresh(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.router("r")
+	svc := e.service("echo", false)
+	host, client := e.sdk("host"), e.sdk("client")
+	serveEcho(t, listen(t, host, "echo", ListenOptions{}))
+	if got, err := roundTrip(t, client, "echo", "a"); err != nil || got != "A" {
+		t.Fatalf("%q %v", got, err)
+	}
+	sessionOf := func() *edgeSession {
+		client.mu.Lock()
+		defer client.mu.Unlock()
+		if e := client.sessions[sessionKey{svc.ID, TypeDial}]; e != nil {
+			return e.s
+		}
+		return nil
+	}
+	first := sessionOf()
+	check(t, e.m.DeleteSession(first.id))
+	if got, err := roundTrip(t, client, "echo", "b"); err != nil || got != "B" {
+		t.Fatalf("after the session ended: %q %v", got, err)
+	}
+	if s := sessionOf(); s == nil || s.id == first.id {
+		t.Error("the session was not replaced")
+	}
+	if r.dials.Load() != 3 {
+		t.Errorf("%d dials, want 3 (ok, refused, ok)", r.dials.Load())
+	}
+
+	// The API session ends: the router refuses the session, the controller answers 401,
+	// the Context authenticates again and reconnects to the router with the new API session.
+	apiSessions, err := e.m.APISessions()
+	check(t, err)
+	for _, s := range apiSessions {
+		if s.IdentityID == client.IdentityID() {
+			check(t, e.m.DeleteAPISession(s.ID))
+		}
+	}
+	if got, err := roundTrip(t, client, "echo", "c"); err != nil || got != "C" {
+		t.Fatalf("after the API session ended: %q %v", got, err)
+	}
+	if r.hellos.Load() != 3 {
+		t.Errorf("%d hellos, want 3 (host, client, client again)", r.hellos.Load())
+	}
+}
+
+// Streams the router opened stay alive while they wait in the Accept queue and while they
+// carry data, however often the garbage collector runs (smux issue 116: a finalizer on
+// accepted streams closed them once unreachable).
+func TestAcceptedStreamsSurviveGC(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.router("r")
+	e.service("echo", false)
+	host, client := e.sdk("host"), e.sdk("client")
+	l := listen(t, host, "echo", ListenOptions{})
+	payload := bytes.Repeat([]byte("abcdefgh"), 64<<10) // 512 KiB, within a stream's window
+	conn, err := client.Dial(testCtx(t), "echo")
+	check(t, err)
+	defer conn.Close()
+	if _, err := conn.Write(payload); err != nil {
+		t.Fatal(err)
+	}
+	check(t, conn.(*Conn).CloseWrite())
+	eventually(t, "the connection waits for Accept", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.pending) == 1
+	})
+	for range 5 {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	hc, err := l.Accept()
+	check(t, err)
+	defer hc.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				runtime.GC()
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}()
+	hc.SetDeadline(time.Now().Add(10 * time.Second))
+	var got bytes.Buffer
+	buf := make([]byte, 4096)
+	for {
+		n, err := hc.Read(buf)
+		got.Write(buf[:n])
+		if err == io.EOF {
+			break
+		}
+		check(t, err)
+		runtime.GC()
+	}
+	if !bytes.Equal(got.Bytes(), payload) {
+		t.Fatalf("read %d bytes of %d", got.Len(), len(payload))
+	}
+	// And the other way, through the dialer's stream.
+	go func() { hc.Write(payload); hc.(*Conn).CloseWrite() }()
+	back, err := io.ReadAll(conn)
+	if err != nil || !bytes.Equal(back, payload) {
+		t.Fatalf("dialer read %d bytes, %v", len(back), err)
+	}
+}
+
+// Closing a listener removes its terminators and refuses connects to them; Accept returns
+// net.ErrClosed. Closing the Context closes its listeners.
+func TestListenerClose(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.router("r")
+	e.service("echo", false)
+	host := e.sdk("host")
+	l := listen(t, host, "echo", ListenOptions{Cost: 7, Precedence: "required"})
+	eventually(t, "a terminator", func() bool { return r.terminators() == 1 })
+	e.mu.Lock()
+	var term fakeTerm
+	for _, t := range e.terms {
+		term = *t
+	}
+	e.mu.Unlock()
+	check(t, l.Close())
+	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Accept after Close: %v", err)
+	}
+	eventually(t, "the terminator is removed", func() bool { return r.terminators() == 0 })
+	st, resp, err := e.connect(&term, edge.Request{Op: edge.OpConnect, TerminatorID: term.id, CircuitID: 9, InitiatorID: "x"})
+	check(t, err)
+	st.Close()
+	if resp.OK || resp.Code != edge.CodeUnavailable {
+		t.Errorf("connect to a closed listener: %+v", resp)
+	}
+
+	listen(t, host, "echo", ListenOptions{})
+	eventually(t, "a terminator", func() bool { return r.terminators() == 1 })
+	check(t, host.Close())
+	eventually(t, "the terminator is removed", func() bool { return r.terminators() == 0 })
+	if _, err := host.Listen(testCtx(t), "echo"); !errors.Is(err, ErrClosed) {
+		t.Errorf("Listen after Close: %v", err)
+	}
+}
+
+// A service that requires encryption is encrypted end to end: the router sees no plaintext.
+func TestEncrypted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.router("r")
+	e.service("secret", true)
+	e.service("plain", false)
+	host, client := e.sdk("host"), e.sdk("client")
+	ls, lp := listen(t, host, "secret", ListenOptions{}), listen(t, host, "plain", ListenOptions{})
+	serveEcho(t, lp)
+	encrypted := make(chan bool, 1)
+	go func() {
+		conn, err := ls.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		encrypted <- conn.(*Conn).Encrypted()
+		data, _ := io.ReadAll(conn)
+		conn.Write(bytes.ToUpper(data))
+	}()
+	secret := "attack at dawn, in plain sight of the routers"
+	conn, err := client.Dial(testCtx(t), "secret")
+	check(t, err)
+	defer conn.Close()
+	if !conn.(*Conn).Encrypted() || !<-encrypted {
+		t.Fatal("not encrypted")
+	}
+	conn.Write([]byte(secret))
+	conn.(*Conn).CloseWrite()
+	got, err := io.ReadAll(conn)
+	if err != nil || string(got) != strings.ToUpper(secret) {
+		t.Fatalf("%q %v", got, err)
+	}
+	if r.sawPlaintext([]byte(secret)) {
+		t.Error("the router saw the plaintext of an encrypted service")
+	}
+	if got, err := roundTrip(t, client, "plain", secret); err != nil || got != strings.ToUpper(secret) {
+		t.Fatalf("plain: %q %v", got, err)
+	}
+	if !r.sawPlaintext([]byte(secret)) {
+		t.Error("the router did not see the plaintext of a plain service: the check above proves nothing")
+	}
+}
+
+// The key exchange fails when the host is not the identity the router named, or the
+// dialer not the initiator the router named.
+func TestEncryptedPeerMismatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.router("r")
+	e.service("secret", true)
+	host, client := e.sdk("host"), e.sdk("client")
+	l := listen(t, host, "secret", ListenOptions{})
+	serveEcho(t, l)
+
+	r.wrongHost.Store(true)
+	_, err := client.Dial(testCtx(t), "secret")
+	if !errors.Is(err, e2ee.ErrAuthentication) || !strings.Contains(err.Error(), "someone-else") {
+		t.Errorf("host mismatch: %v", err)
+	}
+	if r.dials.Load() != 1 {
+		t.Errorf("%d dials: a failed key exchange was retried", r.dials.Load())
+	}
+	r.wrongHost.Store(false)
+
+	r.wrongInit.Store(true)
+	if _, err := client.Dial(testCtx(t), "secret"); err == nil {
+		t.Error("initiator mismatch: dialed")
+	}
+	eventually(t, "the host drops the connection", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.pending) == 0
+	})
+	if !strings.Contains(e.logs.String(), `initiator=someone-else`) {
+		t.Error("the host did not log the refused connection")
+	}
+	r.wrongInit.Store(false)
+
+	if got, err := roundTrip(t, client, "secret", "ok"); err != nil || got != "OK" {
+		t.Fatalf("%q %v", got, err)
+	}
+}
+
+// Dial of an unknown service fails without a session; a canceled context stops Dial.
+func TestDialErrors(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.router("r")
+	e.service("echo", false)
+	client := e.sdk("client")
+	if _, err := client.Dial(testCtx(t), "nope"); !errors.Is(err, ErrNoService) {
+		t.Errorf("unknown service: %v", err)
+	}
+	// No terminator: the router fails the dial.
+	if _, err := client.Dial(testCtx(t), "echo"); err == nil || !strings.Contains(err.Error(), "no terminator") {
+		t.Errorf("no host: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := client.Dial(ctx, "echo"); !errors.Is(err, context.Canceled) {
+		t.Errorf("canceled: %v", err)
+	}
+	// The only router is down: nothing to dial through.
+	r.stop()
+	if _, err := client.Dial(testCtx(t), "echo"); err == nil || !strings.Contains(err.Error(), "no edge router") {
+		t.Errorf("router down: %v", err)
+	}
+}

@@ -1,0 +1,93 @@
+package sdk
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"fmt"
+
+	"github.com/zmesh/zmesh/e2ee"
+)
+
+// handshakeError is a failed end-to-end key exchange.
+type handshakeError struct{ err error }
+
+func (e *handshakeError) Error() string { return "end-to-end encryption: " + e.err.Error() }
+func (e *handshakeError) Unwrap() error { return e.err }
+
+// e2eeContext is the context string both ends of a circuit bind their key exchange to.
+func e2eeContext(circuitID uint64, serviceID string) string {
+	return fmt.Sprintf("zmesh circuit %d service %s", circuitID, serviceID)
+}
+
+// e2eeConfig returns this identity's e2ee configuration for a circuit whose other end must
+// be identity peerID.
+func (c *Context) e2eeConfig(circuitID uint64, serviceID, peerID string) (e2ee.Config, error) {
+	key, ok := c.cert.PrivateKey.(crypto.Signer)
+	if !ok {
+		return e2ee.Config{}, fmt.Errorf("the identity's key (%T) cannot sign", c.cert.PrivateKey)
+	}
+	return e2ee.Config{
+		Certificates: c.chain,
+		PrivateKey:   key,
+		Context:      e2eeContext(circuitID, serviceID),
+		VerifyPeer:   func(chain []*x509.Certificate) error { return c.verifyPeer(chain, peerID) },
+	}, nil
+}
+
+// verifyPeer checks that chain is an identity certificate of the network (it chains to the
+// identity's CAs) of identity want (its common name, which the controller sets to the
+// identity's id).
+func (c *Context) verifyPeer(chain []*x509.Certificate, want string) error {
+	inter := x509.NewCertPool()
+	for _, cert := range chain[1:] {
+		inter.AddCert(cert)
+	}
+	if _, err := chain[0].Verify(x509.VerifyOptions{Roots: c.roots, Intermediates: inter,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return fmt.Errorf("the peer's certificate is not an identity certificate of this network: %w", err)
+	}
+	if got := chain[0].Subject.CommonName; want == "" || got != want {
+		return fmt.Errorf("the peer is identity %q, but the router said the circuit reached %q", got, want)
+	}
+	return nil
+}
+
+// encryptClient runs the dialing end's key exchange over conn's stream, expecting the
+// hosting identity the router named; ctx can abort it.
+func (c *Context) encryptClient(ctx context.Context, conn *Conn, svc Service) error {
+	cfg, err := c.e2eeConfig(conn.circuitID, svc.ID, conn.remote.Identity)
+	if err != nil {
+		conn.stream.Close()
+		return &handshakeError{err}
+	}
+	stop := context.AfterFunc(ctx, func() { conn.stream.Close() })
+	ec, err := e2ee.Client(conn.stream, cfg)
+	if !stop() {
+		if err == nil {
+			ec.Close()
+		}
+		return ctx.Err()
+	}
+	if err != nil {
+		return &handshakeError{err} // e2ee.Client closed the stream
+	}
+	conn.inner, conn.encrypted = ec, true
+	return nil
+}
+
+// encryptServer runs the hosting end's key exchange over conn's stream, expecting the
+// dialing identity the router named.
+func (c *Context) encryptServer(conn *Conn, serviceID string) error {
+	cfg, err := c.e2eeConfig(conn.circuitID, serviceID, conn.remote.Identity)
+	if err != nil {
+		conn.stream.Close()
+		return &handshakeError{err}
+	}
+	ec, err := e2ee.Server(conn.stream, cfg)
+	if err != nil {
+		return &handshakeError{err}
+	}
+	conn.inner, conn.encrypted = ec, true
+	return nil
+}

@@ -1,0 +1,544 @@
+package sdk
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xtaci/smux"
+
+	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/controlplane"
+	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/controlplane/edgeclient"
+	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/edge"
+)
+
+// testEnv is a controller on loopback whose policies let every identity dial and bind every
+// service over every edge router, and the fake edge routers of a test.
+type testEnv struct {
+	t        *testing.T
+	ctrl     *controlplane.Controller
+	m        *model.Model
+	apiURL   string
+	ctrlAddr string
+	logs     *logBuffer
+
+	mu     sync.Mutex
+	terms  map[string]*fakeTerm // the terminators of every fake router, by id
+	nextID uint64               // circuits and terminators
+}
+
+// logBuffer collects logs, shown when the test fails.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func newEnv(t *testing.T) *testEnv {
+	t.Helper()
+	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrlLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := apiLn.Addr().String()
+	cfg := &config.Controller{
+		V: 1, DataDir: t.TempDir(),
+		API:            config.ControllerAPI{Listen: addr, Advertise: addr},
+		Ctrl:           config.ControllerCtrl{Listen: config.Address{Transport: "tls", Host: "127.0.0.1", Port: ctrlLn.Addr().(*net.TCPAddr).Port}},
+		Admin:          config.Admin{Username: "admin", Password: "admin-pass"},
+		SessionTimeout: config.Duration(30 * time.Minute),
+	}
+	logs := &logBuffer{}
+	ctrl, err := controlplane.Open(cfg, slog.New(slog.NewTextHandler(logs, nil)), controlplane.Build{Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() { done <- ctrl.ServeWithCtrl(ctx, apiLn, ctrlLn, func(net.Addr) { close(ready) }) }()
+	<-ready
+	e := &testEnv{t: t, ctrl: ctrl, m: ctrl.Model(), apiURL: "https://" + addr, ctrlAddr: ctrlLn.Addr().String(),
+		logs: logs, terms: map[string]*fakeTerm{}}
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs)
+		}
+	})
+	all := []string{"#all"}
+	check(t, e.m.CreateEdgeRouterPolicy(&model.EdgeRouterPolicy{Name: "all", Semantic: model.SemanticAny, IdentityRoles: all, EdgeRouterRoles: all}))
+	check(t, e.m.CreateServiceEdgeRouterPolicy(&model.ServiceEdgeRouterPolicy{Name: "all", Semantic: model.SemanticAny, ServiceRoles: all, EdgeRouterRoles: all}))
+	for _, typ := range []string{model.PolicyDial, model.PolicyBind} {
+		check(t, e.m.CreateServicePolicy(&model.ServicePolicy{Name: typ, Type: typ, Semantic: model.SemanticAny, IdentityRoles: all, ServiceRoles: all}))
+	}
+	return e
+}
+
+func check(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newKey(t testing.TB) *ecdsa.PrivateKey {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	check(t, err)
+	return key
+}
+
+func csrPEM(t testing.TB, key *ecdsa.PrivateKey, ips ...net.IP) []byte {
+	t.Helper()
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "x"}, IPAddresses: ips}, key)
+	check(t, err)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+}
+
+func keyPEM(t testing.TB, key *ecdsa.PrivateKey) []byte {
+	t.Helper()
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	check(t, err)
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+}
+
+// identity creates an identity, enrolls it with its one-time token and returns its identity
+// file, as zmesh enroll writes it.
+func (e *testEnv) identity(name string) *edgeclient.IdentityFile {
+	t := e.t
+	t.Helper()
+	id, err := e.m.CreateIdentity(model.IdentityCreate{Name: name, Enrollment: &model.EnrollmentRequest{OTT: true}})
+	check(t, err)
+	ens, err := e.m.EnrollmentsOf(id.ID)
+	check(t, err)
+	key := newKey(t)
+	certPEM, err := e.m.EnrollOTT(ens[0].Token, csrPEM(t, key))
+	check(t, err)
+	f := &edgeclient.IdentityFile{ZtAPI: e.apiURL}
+	f.ID.Cert = "pem:" + string(certPEM)
+	f.ID.Key = "pem:" + string(keyPEM(t, key))
+	f.ID.CA = "pem:" + string(e.ctrl.CA().PEM())
+	return f
+}
+
+// sdk returns a Context of a new identity, closed at the end of the test.
+func (e *testEnv) sdk(name string) *Context {
+	t := e.t
+	t.Helper()
+	c, err := New(e.identity(name), e.options(name))
+	check(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// options are the Options of the tests' Contexts: logs into the test's log, short pings.
+func (e *testEnv) options(name string) Options {
+	return Options{
+		Logger:         slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("sdk", name),
+		ConnectTimeout: 5 * time.Second,
+		RouterGrace:    200 * time.Millisecond,
+		PingInterval:   100 * time.Millisecond,
+	}
+}
+
+func (e *testEnv) service(name string, encrypted bool) *model.Service {
+	e.t.Helper()
+	s := &model.Service{Name: name, EncryptionRequired: encrypted}
+	check(e.t, e.m.CreateService(s))
+	return s
+}
+
+// --- A fake edge router ---
+
+// fakeRouter is an edge router as edge.go describes it, enough to test the SDK: it is
+// enrolled, connected to the controller (which then lists its edge listener in sessions),
+// and serves hello, ping, dial, bind and connect, checking API sessions and sessions with the
+// model. Dials reach the binds of any fake router of the environment.
+type fakeRouter struct {
+	e       *testEnv
+	name    string
+	id      string
+	tls     *tls.Config
+	addr    string // the edge listener's host:port
+	channel *channel.Channel
+
+	pingDelay  atomic.Int64  // delays ping answers (latency), in nanoseconds
+	refuseDial atomic.Value  // string: a refusal code for every dial
+	wrongHost  atomic.Bool   // name another host in dial responses
+	wrongInit  atomic.Bool   // name another initiator in connect requests
+	hellos     atomic.Int32  // accepted hellos
+	pings      atomic.Int32  // answered pings
+	dials      atomic.Int32  // dial requests
+	seen       *bytes.Buffer // what dialers sent over circuits through this router, up to 64 KiB
+	seenMu     sync.Mutex
+
+	mu      sync.Mutex
+	ln      net.Listener
+	clients map[*smux.Session]struct{}
+}
+
+// fakeTerm is a bind on a fake router.
+type fakeTerm struct {
+	id, serviceID, hostID, identity string
+	router                          *fakeRouter
+	client                          *smux.Session
+}
+
+// router enrolls and starts a fake edge router and connects it to the controller.
+func (e *testEnv) router(name string) *fakeRouter {
+	t := e.t
+	t.Helper()
+	er := &model.EdgeRouter{Name: name}
+	check(t, e.m.CreateEdgeRouter(er))
+	enr, err := e.m.RouterEnrollment(er.ID)
+	check(t, err)
+	key := newKey(t)
+	certs, err := e.m.EnrollErOtt(enr.Token, csrPEM(t, key), csrPEM(t, key, net.ParseIP("127.0.0.1")))
+	check(t, err)
+	server, err := tls.X509KeyPair(certs.ServerCert, keyPEM(t, key))
+	check(t, err)
+	client, err := tls.X509KeyPair(certs.Cert, keyPEM(t, key))
+	check(t, err)
+	r := &fakeRouter{e: e, name: name, id: er.ID, clients: map[*smux.Session]struct{}{}, seen: &bytes.Buffer{},
+		tls: &tls.Config{Certificates: []tls.Certificate{server}, ClientAuth: tls.RequireAndVerifyClientCert,
+			ClientCAs: e.ctrl.CA().Pool(), MinVersion: tls.VersionTLS13}}
+	r.refuseDial.Store("")
+	r.start()
+	t.Cleanup(r.stop)
+
+	conn, err := tls.Dial("tcp", e.ctrlAddr, &tls.Config{Certificates: []tls.Certificate{client}, RootCAs: e.ctrl.CA().Pool(),
+		ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13})
+	check(t, err)
+	r.channel = channel.New(context.Background(), conn, slog.New(slog.NewTextHandler(io.Discard, nil)), channel.Options{RequestTimeout: 5 * time.Second})
+	r.channel.Start()
+	t.Cleanup(func() { r.channel.Close() })
+	reply, err := channel.Call[*channel.HelloReply](context.Background(), r.channel, &channel.Hello{
+		RouterID: er.ID, Version: "test", Protocol: channel.ProtocolVersion, Hostname: "127.0.0.1",
+		Listeners: []channel.Listener{{Binding: "edge", Address: "tls:" + r.addr}}})
+	check(t, err)
+	if !reply.Accepted {
+		t.Fatalf("the controller refused fake router %s: %s", name, reply.Reason)
+	}
+	return r
+}
+
+// start listens on the router's edge address (a new one the first time).
+func (r *fakeRouter) start() {
+	addr := r.addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	check(r.e.t, err)
+	r.mu.Lock()
+	r.ln, r.addr = ln, ln.Addr().String()
+	r.mu.Unlock()
+	go func() {
+		for {
+			raw, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go r.serve(raw)
+		}
+	}()
+}
+
+// stop closes the edge listener and every client connection, as a router that died.
+func (r *fakeRouter) stop() {
+	r.mu.Lock()
+	if r.ln != nil {
+		r.ln.Close()
+		r.ln = nil
+	}
+	clients := r.clients
+	r.clients = map[*smux.Session]struct{}{}
+	r.mu.Unlock()
+	for s := range clients {
+		s.Close()
+	}
+}
+
+func (r *fakeRouter) serve(raw net.Conn) {
+	tc := tls.Server(raw, r.tls)
+	tc.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := tc.Handshake(); err != nil {
+		raw.Close()
+		return
+	}
+	tc.SetDeadline(time.Time{})
+	leaf := tc.ConnectionState().PeerCertificates[0]
+	mux, err := smux.Server(tc, edge.Smux())
+	if err != nil {
+		tc.Close()
+		return
+	}
+	defer mux.Close()
+	r.mu.Lock()
+	if r.ln == nil {
+		r.mu.Unlock()
+		return
+	}
+	r.clients[mux] = struct{}{}
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.clients, mux)
+		r.mu.Unlock()
+	}()
+
+	ctl, err := mux.AcceptStream()
+	if err != nil {
+		return
+	}
+	var hello edge.Request
+	if err := edge.Read(ctl, &hello); err != nil {
+		return
+	}
+	if hello.Op != edge.OpHello || hello.Version != edge.ProtocolVersion {
+		edge.Write(ctl, edge.Response{Code: edge.CodeInvalid, Error: "expected hello"})
+		return
+	}
+	_, ident, err := r.e.m.SessionByToken(hello.APISessionToken)
+	if err != nil || ident.ID != leaf.Subject.CommonName {
+		edge.Write(ctl, edge.Response{Code: edge.CodeInvalidSession, Error: "unknown API session"})
+		return
+	}
+	if err := edge.Write(ctl, edge.Response{OK: true, RouterID: r.id}); err != nil {
+		return
+	}
+	r.hellos.Add(1)
+	go r.serveControl(mux, ctl)
+	for {
+		st, err := mux.AcceptStream()
+		if err != nil {
+			return
+		}
+		go r.serveStream(mux, st, ident.ID)
+	}
+}
+
+// serveControl answers pings, after pingDelay.
+func (r *fakeRouter) serveControl(mux *smux.Session, ctl *smux.Stream) {
+	defer mux.Close()
+	for {
+		var req edge.Request
+		if err := edge.Read(ctl, &req); err != nil {
+			return
+		}
+		if req.Op != edge.OpPing {
+			edge.Write(ctl, edge.Response{Code: edge.CodeInvalid, Error: "expected ping"})
+			return
+		}
+		time.Sleep(time.Duration(r.pingDelay.Load()))
+		if err := edge.Write(ctl, edge.Response{OK: true, Seq: req.Seq}); err != nil {
+			return
+		}
+		r.pings.Add(1)
+	}
+}
+
+func (r *fakeRouter) serveStream(mux *smux.Session, st *smux.Stream, identityID string) {
+	defer st.Close()
+	var req edge.Request
+	if err := edge.Read(st, &req); err != nil {
+		return
+	}
+	switch req.Op {
+	case edge.OpDial:
+		r.dials.Add(1)
+		if code := r.refuseDial.Load().(string); code != "" {
+			edge.Write(st, edge.Response{Code: code, Error: "refused by the test"})
+			return
+		}
+		if _, err := r.e.m.DialSession(req.SessionToken, req.ServiceID, model.PolicyDial); err != nil {
+			edge.Write(st, edge.Response{Code: edge.CodeInvalidSession, Error: err.Error()})
+			return
+		}
+		term, circuit := r.e.pick(req.ServiceID, req.Identity)
+		if term == nil {
+			edge.Write(st, edge.Response{Code: edge.CodeFailed, Error: "no terminator"})
+			return
+		}
+		initiator := identityID
+		if r.wrongInit.Load() {
+			initiator = "someone-else"
+		}
+		host, resp, err := r.e.connect(term, edge.Request{Op: edge.OpConnect, TerminatorID: term.id, CircuitID: circuit, InitiatorID: initiator})
+		if err != nil {
+			edge.Write(st, edge.Response{Code: edge.CodeFailed, Error: err.Error()})
+			return
+		}
+		if !resp.OK {
+			host.Close()
+			edge.Write(st, edge.Response{Code: edge.CodeFailed, Error: "the host refused: " + resp.Error})
+			return
+		}
+		hostID := term.hostID
+		if r.wrongHost.Load() {
+			hostID = "someone-else"
+		}
+		if err := edge.Write(st, edge.Response{OK: true, CircuitID: circuit, HostID: hostID}); err != nil {
+			host.Close()
+			return
+		}
+		r.pipe(st, host)
+	case edge.OpBind:
+		if _, err := r.e.m.DialSession(req.SessionToken, req.ServiceID, model.PolicyBind); err != nil {
+			edge.Write(st, edge.Response{Code: edge.CodeInvalidSession, Error: err.Error()})
+			return
+		}
+		term := &fakeTerm{id: r.e.newID("t"), serviceID: req.ServiceID, hostID: identityID, identity: req.Identity, router: r, client: mux}
+		r.e.mu.Lock()
+		r.e.terms[term.id] = term
+		r.e.mu.Unlock()
+		defer func() {
+			r.e.mu.Lock()
+			delete(r.e.terms, term.id)
+			r.e.mu.Unlock()
+		}()
+		if err := edge.Write(st, edge.Response{OK: true, TerminatorID: term.id}); err != nil {
+			return
+		}
+		io.Copy(io.Discard, st) // until the client closes the bind
+	default:
+		edge.Write(st, edge.Response{Code: edge.CodeInvalid, Error: "unexpected " + string(req.Op)})
+	}
+}
+
+// pipe carries a circuit between the dialer's and the host's streams, half-close included,
+// and keeps the start of what the dialer sent.
+func (r *fakeRouter) pipe(dialer, host *smux.Stream) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		io.Copy(host, io.TeeReader(dialer, writerFunc(func(p []byte) {
+			r.seenMu.Lock()
+			defer r.seenMu.Unlock()
+			if r.seen.Len() < 64<<10 {
+				r.seen.Write(p)
+			}
+		})))
+		host.CloseWrite()
+	})
+	wg.Go(func() {
+		io.Copy(dialer, host)
+		dialer.CloseWrite()
+	})
+	wg.Wait()
+	host.Close()
+}
+
+type writerFunc func([]byte)
+
+func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
+
+func (r *fakeRouter) sawPlaintext(p []byte) bool {
+	r.seenMu.Lock()
+	defer r.seenMu.Unlock()
+	return bytes.Contains(r.seen.Bytes(), p)
+}
+
+func (r *fakeRouter) terminators() int {
+	r.e.mu.Lock()
+	defer r.e.mu.Unlock()
+	n := 0
+	for _, term := range r.e.terms {
+		if term.router == r {
+			n++
+		}
+	}
+	return n
+}
+
+func (e *testEnv) newID(prefix string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.nextID++
+	return fmt.Sprintf("%s%d", prefix, e.nextID)
+}
+
+// pick returns a terminator of the service (hosted under identity, if set) and a new
+// circuit id.
+func (e *testEnv) pick(serviceID, identity string) (*fakeTerm, uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.nextID++
+	for _, term := range e.terms {
+		if term.serviceID == serviceID && (identity == "" || identity == term.identity) {
+			return term, e.nextID
+		}
+	}
+	return nil, 0
+}
+
+// connect opens a connect stream to the client hosting term and returns its answer.
+func (e *testEnv) connect(term *fakeTerm, req edge.Request) (*smux.Stream, *edge.Response, error) {
+	st, err := term.client.OpenStream()
+	if err != nil {
+		return nil, nil, err
+	}
+	st.SetDeadline(time.Now().Add(10 * time.Second))
+	var resp edge.Response
+	if err := edge.Write(st, req); err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	if err := edge.Read(st, &resp); err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	st.SetDeadline(time.Time{})
+	return st, &resp, nil
+}
+
+// eventually waits up to 10 s for cond.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still not the case after 10s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

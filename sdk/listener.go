@@ -1,0 +1,338 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/xtaci/smux"
+
+	"github.com/zmesh/zmesh/edge"
+)
+
+// Defaults of ListenOptions.
+const (
+	DefaultMaxBinds   = 2
+	DefaultMaxPending = 64
+)
+
+// Delays between attempts to bring a listener back to its number of binds.
+const (
+	minRebindDelay = 500 * time.Millisecond
+	maxRebindDelay = 15 * time.Second
+)
+
+// ListenOptions tune a Listen.
+type ListenOptions struct {
+	// Cost is the terminators' cost, which the controller adds to the path cost when it
+	// chooses a terminator.
+	Cost int
+	// Precedence is the terminators' precedence: default, required or failed ("" means the
+	// router's default).
+	Precedence string
+	// Identity, when set, hosts the service under this name, which dialers can ask for
+	// (DialOptions.Identity).
+	Identity string
+	// MaxBinds is how many edge routers host the service at once, each with its own
+	// terminator (DefaultMaxBinds): more than one keeps the service reachable while a router
+	// restarts.
+	MaxBinds int
+	// MaxPending bounds the connections the routers opened that Accept has not returned yet,
+	// key exchanges in progress included (DefaultMaxPending). Beyond it, routers are refused.
+	MaxPending int
+}
+
+// Listen hosts a service by name: it creates (or reuses) a Bind session and binds on the
+// fastest connected edge routers of the session (up to ListenOptions.MaxBinds), each bind
+// making the router create a terminator. It returns once one bind succeeded. The listener
+// binds again when a bind or its router connection ends, with a backoff, so that it keeps
+// hosting through router restarts. Close removes the terminators.
+func (c *Context) Listen(ctx context.Context, service string) (net.Listener, error) {
+	return c.ListenWithOptions(ctx, service, ListenOptions{})
+}
+
+// ListenWithOptions is Listen with options.
+func (c *Context) ListenWithOptions(ctx context.Context, service string, opts ListenOptions) (net.Listener, error) {
+	if opts.MaxBinds <= 0 {
+		opts.MaxBinds = DefaultMaxBinds
+	}
+	if opts.MaxPending <= 0 {
+		opts.MaxPending = DefaultMaxPending
+	}
+	svc, err := c.ServiceByName(ctx, service)
+	if err != nil {
+		return nil, fmt.Errorf("sdk: listen %s: %w", service, err)
+	}
+	l := &listener{c: c, svc: svc, opts: opts, log: c.log.With("service", svc.Name),
+		accepted: make(chan *Conn), done: make(chan struct{}), changed: make(chan struct{}, 1),
+		binds: map[*bind]struct{}{}, pending: map[*Conn]struct{}{}}
+	l.ctx, l.cancel = context.WithCancel(c.life)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		l.cancel()
+		return nil, ErrClosed
+	}
+	c.listeners[l] = struct{}{}
+	c.mu.Unlock()
+
+	var errs []error
+	for attempt := 0; attempt < 2 && l.count() == 0; attempt++ {
+		if err := l.bindMore(ctx); err != nil {
+			errs = append(errs, err)
+			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+				break
+			}
+		}
+	}
+	if l.count() == 0 {
+		l.Close()
+		if ctx.Err() == nil {
+			c.forgetService(service) // it may have changed or gone
+		}
+		return nil, fmt.Errorf("sdk: listen %s: %w", service, errors.Join(errs...))
+	}
+	if !c.spawn(l.maintain) {
+		l.Close()
+		return nil, ErrClosed
+	}
+	return l, nil
+}
+
+// listener hosts a service through binds on edge routers.
+type listener struct {
+	c        *Context
+	svc      Service
+	opts     ListenOptions
+	log      *slog.Logger
+	ctx      context.Context // ends at Close
+	cancel   context.CancelFunc
+	accepted chan *Conn    // connections handed to Accept
+	done     chan struct{} // closed at Close
+	changed  chan struct{} // a bind ended
+
+	mu      sync.Mutex
+	closed  bool
+	binds   map[*bind]struct{}
+	pending map[*Conn]struct{} // connected by a router, not yet returned by Accept
+}
+
+// Accept returns the next connection a router opened to one of the listener's binds.
+func (l *listener) Accept() (net.Conn, error) {
+	select {
+	case conn := <-l.accepted:
+		return conn, nil
+	case <-l.done:
+		return nil, fmt.Errorf("sdk: accept %s: %w", l.svc.Name, net.ErrClosed)
+	}
+}
+
+// Addr returns this identity hosting the service.
+func (l *listener) Addr() net.Addr { return Addr{Service: l.svc.Name, Identity: l.c.id} }
+
+// Close stops hosting: it closes the bind streams (the routers remove the terminators) and
+// the connections not accepted yet. Connections already accepted stay open.
+func (l *listener) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	binds, pending := l.binds, l.pending
+	l.binds, l.pending = map[*bind]struct{}{}, map[*Conn]struct{}{}
+	l.mu.Unlock()
+	close(l.done)
+	l.cancel()
+	for b := range binds {
+		b.st.Close()
+	}
+	for conn := range pending {
+		conn.stream.Close()
+	}
+	l.c.mu.Lock()
+	delete(l.c.listeners, l)
+	l.c.mu.Unlock()
+	l.log.Info("stopped hosting")
+	return nil
+}
+
+// count returns the number of live binds.
+func (l *listener) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.binds)
+}
+
+// hostedOn reports whether a live bind runs over a connection to the router at url.
+func (l *listener) hostedOn(url string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for b := range l.binds {
+		if b.rc.url == url && b.rc.alive() {
+			return true
+		}
+	}
+	return false
+}
+
+// add records a new bind; false when the listener is closed or the bind already ended.
+func (l *listener) add(b *bind) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-b.ended:
+		return false
+	default:
+	}
+	if l.closed {
+		return false
+	}
+	l.binds[b] = struct{}{}
+	return true
+}
+
+// bindEnded forgets a bind whose stream ended and wakes the maintainer.
+func (l *listener) bindEnded(b *bind) {
+	l.mu.Lock()
+	_, live := l.binds[b]
+	delete(l.binds, b)
+	closed := l.closed
+	l.mu.Unlock()
+	if live && !closed {
+		l.log.Info("bind ended", "router", b.rc.name, "terminator", b.terminatorID)
+	}
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+}
+
+// bindMore binds on the session's fastest routers that do not host the service yet, until
+// the listener has MaxBinds binds. It fails when no bind is left.
+func (l *listener) bindMore(ctx context.Context) error {
+	c := l.c
+	s, err := c.session(ctx, l.svc.ID, TypeBind)
+	if err != nil {
+		return err
+	}
+	routers, err := c.routersFor(ctx, s)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.dropSession(s) // a new session lists the current routers
+		}
+		return err
+	}
+	req := edge.Request{Op: edge.OpBind, SessionToken: s.token, ServiceID: l.svc.ID, Identity: l.opts.Identity,
+		Cost: l.opts.Cost, Precedence: l.opts.Precedence}
+	var errs []error
+	for _, rc := range routers {
+		if l.count() >= l.opts.MaxBinds {
+			break
+		}
+		if l.hostedOn(rc.url) {
+			continue
+		}
+		b, err := rc.bind(ctx, l, req)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("bind via %s: %w", rc.name, err))
+			var ee *edge.Error
+			if errors.As(err, &ee) && ee.Code == edge.CodeInvalidSession {
+				c.dropSession(s)
+				break
+			}
+			continue
+		}
+		if !l.add(b) {
+			b.st.Close()
+			continue
+		}
+		l.log.Info("hosting", "router", rc.name, "terminator", b.terminatorID, "latency", rc.Latency())
+	}
+	if l.count() == 0 {
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
+// maintain brings the listener back to MaxBinds binds after a bind ended, and retries while
+// it has fewer, with a backoff from minRebindDelay to maxRebindDelay, until Close.
+func (l *listener) maintain() {
+	delay := minRebindDelay
+	for {
+		var wait <-chan time.Time
+		if before := l.count(); before < l.opts.MaxBinds {
+			ctx, cancel := context.WithTimeout(l.ctx, l.c.opts.ConnectTimeout+edge.HandshakeTimeout)
+			err := l.bindMore(ctx)
+			cancel()
+			if l.ctx.Err() != nil {
+				return
+			}
+			after := l.count()
+			if err != nil && after == 0 {
+				l.log.Warn("not hosted by any router; retrying", "in", delay, "err", err)
+			}
+			if after > before {
+				delay = minRebindDelay
+			}
+			if after < l.opts.MaxBinds {
+				wait = time.After(delay)
+				delay = min(2*delay, maxRebindDelay)
+			}
+		}
+		select {
+		case <-l.done:
+			return
+		case <-l.changed:
+			delay = minRebindDelay
+		case <-wait:
+		}
+	}
+}
+
+// serveConnect answers a router's connect request to one of the listener's binds and hands
+// the stream to Accept, after the key exchange when the service requires encryption. The
+// stream stays referenced by this goroutine, or by the pending set, until then.
+func (l *listener) serveConnect(st *smux.Stream, req edge.Request) {
+	conn := &Conn{inner: st, stream: st, circuitID: req.CircuitID,
+		local:  Addr{Service: l.svc.Name, Identity: l.c.id},
+		remote: Addr{Service: l.svc.Name, Identity: req.InitiatorID}}
+	l.mu.Lock()
+	switch {
+	case l.closed:
+		l.mu.Unlock()
+		refuse(st, edge.CodeUnavailable, "the listener is closed")
+		return
+	case len(l.pending) >= l.opts.MaxPending:
+		l.mu.Unlock()
+		refuse(st, edge.CodeFailed, "too many connections waiting to be accepted")
+		return
+	}
+	l.pending[conn] = struct{}{}
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		delete(l.pending, conn)
+		l.mu.Unlock()
+	}()
+	if err := edge.Write(st, edge.Response{OK: true}); err != nil {
+		st.Close()
+		return
+	}
+	st.SetDeadline(time.Time{})
+	if l.svc.EncryptionRequired {
+		if err := l.c.encryptServer(conn, l.svc.ID); err != nil {
+			l.log.Warn("refused a connection", "circuit", req.CircuitID, "initiator", req.InitiatorID, "err", err)
+			return
+		}
+	}
+	select {
+	case l.accepted <- conn:
+	case <-l.done:
+		conn.Close()
+	}
+}

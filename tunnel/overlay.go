@@ -1,0 +1,51 @@
+package tunnel
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+)
+
+// Service is a service a tunnel may serve, with its configs by config type name
+// (intercept.v1, host.v1, host.v2, ...) as the controller gives them.
+type Service struct {
+	ID                 string
+	Name               string
+	EncryptionRequired bool
+	Dial, Bind         bool // what the tunnel's identity may do with it
+	Configs            map[string]json.RawMessage
+}
+
+// AppData tells the hosting end of a circuit what the dialing end intercepted, so that a
+// host config's forwardProtocol, forwardAddress and forwardPort can follow it. It travels
+// with the circuit request as JSON (field names as in OpenZiti's tunnelers).
+type AppData struct {
+	Protocol    string `json:"dst_protocol,omitempty"` // tcp or udp
+	DstIP       string `json:"dst_ip,omitempty"`
+	DstPort     string `json:"dst_port,omitempty"`
+	DstHostname string `json:"dst_hostname,omitempty"`
+	SrcIP       string `json:"src_ip,omitempty"`
+	SrcPort     string `json:"src_port,omitempty"`
+}
+
+// Overlay is what a tunnel reaches services through: the router's own identity in an
+// in-router tunnel, or an SDK context in the standalone tunneler. A circuit is a byte
+// stream either way; UDP flows cross it as length-prefixed datagrams (see udp.go), so both
+// ends of a UDP service must be tunnels (or SDK applications that speak that framing).
+type Overlay interface {
+	// WatchServices calls f with the full list of services now and again whenever it
+	// changes, until ctx ends; it returns ctx's error then.
+	WatchServices(ctx context.Context, f func([]Service)) error
+	// Dial opens a circuit to the service, carrying app to the hosting end. With end-to-end
+	// encryption required, the returned conn is already the decrypted stream.
+	Dial(ctx context.Context, svc Service, app AppData) (net.Conn, error)
+	// Bind hosts the service until the listener is closed or ctx ends.
+	Bind(ctx context.Context, svc Service) (Listener, error)
+}
+
+// Listener hands out the circuits that reach a bound service.
+type Listener interface {
+	// Accept returns the next circuit with the app data of its dialing end.
+	Accept() (net.Conn, AppData, error)
+	Close() error
+}
