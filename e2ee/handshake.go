@@ -1,0 +1,478 @@
+package e2ee
+
+import (
+	"crypto"
+	"crypto/ecdh"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net"
+	"slices"
+	"time"
+
+	"golang.org/x/crypto/cryptobyte"
+	"golang.org/x/sys/cpu"
+)
+
+const (
+	protocolVersion = 1
+	protocolLabel   = "zmesh e2ee v1"
+
+	msgClientHello    = 1
+	msgServerHello    = 2
+	msgClientAuth     = 3
+	msgServerFinished = 4
+
+	// maxHandshakeMessage caps a handshake message body, certificate chain included.
+	maxHandshakeMessage = 32 << 10
+	// maxChainLength caps the number of certificates a peer may present.
+	maxChainLength = 8
+
+	keyLen      = 32
+	finishedLen = 32
+)
+
+// Client runs the handshake as the dialing end of conn and returns the encrypted Conn. It
+// returns once the server has authenticated this end and confirmed the keys. On error, conn
+// is closed. conn's deadline is set for the handshake and cleared after it.
+func Client(conn net.Conn, cfg Config) (*Conn, error) {
+	return handshake(conn, &cfg, true)
+}
+
+// Server runs the handshake as the hosting end of conn and returns the encrypted Conn. On
+// error, conn is closed. conn's deadline is set for the handshake and cleared after it.
+func Server(conn net.Conn, cfg Config) (*Conn, error) {
+	return handshake(conn, &cfg, false)
+}
+
+func handshake(conn net.Conn, cfg *Config, client bool) (*Conn, error) {
+	c, err := runHandshake(conn, cfg, client)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func runHandshake(conn net.Conn, cfg *Config, client bool) (*Conn, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if err := conn.SetDeadline(time.Now().Add(cfg.HandshakeTimeout)); err != nil {
+		return nil, fmt.Errorf("e2ee: set handshake deadline: %w", err)
+	}
+	h := &handshakeState{conn: conn, cfg: cfg, transcript: sha256.New()}
+	h.transcript.Write([]byte(protocolLabel))
+	h.transcript.Write(binary.BigEndian.AppendUint16(nil, uint16(len(cfg.Context))))
+	h.transcript.Write([]byte(cfg.Context))
+	var err error
+	if client {
+		err = h.runClient()
+	} else {
+		err = h.runServer()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.SetDeadline(time.Time{}); err != nil {
+		return nil, fmt.Errorf("e2ee: clear handshake deadline: %w", err)
+	}
+	return newConn(conn, cfg, h, client)
+}
+
+// handshakeState is one end's view of a handshake in progress.
+type handshakeState struct {
+	conn       net.Conn
+	cfg        *Config
+	transcript hash.Hash
+
+	ephemeral *ecdh.PrivateKey
+	shared    []byte
+	cipher    Cipher
+	peerChain []*x509.Certificate
+
+	// Results of the key schedule.
+	clientKey, clientIV, serverKey, serverIV, finished []byte
+}
+
+// runClient: send ClientHello, receive and verify ServerHello, send ClientAuth, receive and
+// check ServerFinished.
+func (h *handshakeState) runClient() error {
+	var err error
+	if h.ephemeral, err = ecdh.X25519().GenerateKey(rand.Reader); err != nil {
+		return fmt.Errorf("e2ee: generate ephemeral key: %w", err)
+	}
+	offer := cipherPreference(h.cfg.Cipher)
+	var hello cryptobyte.Builder
+	hello.AddUint8(protocolVersion)
+	hello.AddBytes(h.ephemeral.PublicKey().Bytes())
+	hello.AddUint8LengthPrefixed(func(b *cryptobyte.Builder) {
+		for _, c := range offer {
+			b.AddUint8(uint8(c))
+		}
+	})
+	body := hello.BytesOrPanic()
+	h.addToTranscript(msgClientHello, body)
+	if err := h.writeMessage(msgClientHello, body); err != nil {
+		return err
+	}
+
+	if body, err = h.readMessage(msgServerHello); err != nil {
+		return err
+	}
+	s := cryptobyte.String(body)
+	var version, chosen uint8
+	var serverKey []byte
+	if !s.ReadUint8(&version) || !s.ReadBytes(&serverKey, keyLen) || !s.ReadUint8(&chosen) {
+		return errors.New("e2ee: malformed ServerHello")
+	}
+	if version != protocolVersion {
+		return fmt.Errorf("e2ee: server speaks protocol version %d, not %d", version, protocolVersion)
+	}
+	if h.cipher = Cipher(chosen); !slices.Contains(offer, h.cipher) {
+		return fmt.Errorf("e2ee: server chose %v, which was not offered", h.cipher)
+	}
+	if err := h.computeShared(serverKey); err != nil {
+		return err
+	}
+	if err := h.verifyPeer(msgServerHello, body, len(body)-len(s), serverRole); err != nil {
+		return err
+	}
+
+	var auth cryptobyte.Builder
+	addChain(&auth, h.cfg.Certificates)
+	body, err = h.sign(msgClientAuth, auth.BytesOrPanic(), clientRole)
+	if err != nil {
+		return err
+	}
+	if err := h.writeMessage(msgClientAuth, body); err != nil {
+		return err
+	}
+	if err := h.deriveKeys(); err != nil {
+		return err
+	}
+
+	finished, err := h.readMessage(msgServerFinished)
+	if err != nil {
+		return fmt.Errorf("%w (the server may have rejected this identity)", err)
+	}
+	if !hmac.Equal(finished, h.finished) {
+		return fmt.Errorf("%w: wrong ServerFinished", ErrAuthentication)
+	}
+	return nil
+}
+
+// runServer: receive ClientHello, send ServerHello, receive and verify ClientAuth, send
+// ServerFinished.
+func (h *handshakeState) runServer() error {
+	body, err := h.readMessage(msgClientHello)
+	if err != nil {
+		return err
+	}
+	s := cryptobyte.String(body)
+	var version uint8
+	var clientKey, offered []byte
+	if !s.ReadUint8(&version) || !s.ReadBytes(&clientKey, keyLen) ||
+		!s.ReadUint8LengthPrefixed((*cryptobyte.String)(&offered)) || !s.Empty() {
+		return errors.New("e2ee: malformed ClientHello")
+	}
+	if version != protocolVersion {
+		return fmt.Errorf("e2ee: client speaks protocol version %d, not %d", version, protocolVersion)
+	}
+	h.addToTranscript(msgClientHello, body)
+	if h.cipher, err = chooseCipher(h.cfg.Cipher, offered); err != nil {
+		return err
+	}
+	if h.ephemeral, err = ecdh.X25519().GenerateKey(rand.Reader); err != nil {
+		return fmt.Errorf("e2ee: generate ephemeral key: %w", err)
+	}
+	if err := h.computeShared(clientKey); err != nil {
+		return err
+	}
+
+	var hello cryptobyte.Builder
+	hello.AddUint8(protocolVersion)
+	hello.AddBytes(h.ephemeral.PublicKey().Bytes())
+	hello.AddUint8(uint8(h.cipher))
+	addChain(&hello, h.cfg.Certificates)
+	if body, err = h.sign(msgServerHello, hello.BytesOrPanic(), serverRole); err != nil {
+		return err
+	}
+	if err := h.writeMessage(msgServerHello, body); err != nil {
+		return err
+	}
+
+	if body, err = h.readMessage(msgClientAuth); err != nil {
+		return err
+	}
+	if err := h.verifyPeer(msgClientAuth, body, 0, clientRole); err != nil {
+		return err
+	}
+	if err := h.deriveKeys(); err != nil {
+		return err
+	}
+	return h.writeMessage(msgServerFinished, h.finished)
+}
+
+// computeShared computes the X25519 shared secret with the peer's ephemeral key.
+func (h *handshakeState) computeShared(peerKey []byte) error {
+	pub, err := ecdh.X25519().NewPublicKey(peerKey)
+	if err != nil {
+		return fmt.Errorf("%w: peer ephemeral key: %w", ErrAuthentication, err)
+	}
+	// ECDH fails on a low-order peer key, which would make the secret predictable.
+	if h.shared, err = h.ephemeral.ECDH(pub); err != nil {
+		return fmt.Errorf("%w: key exchange: %w", ErrAuthentication, err)
+	}
+	return nil
+}
+
+// Role labels, signed with the transcript so that one end's signature never passes for the
+// other's.
+const (
+	serverRole = protocolLabel + " server signature"
+	clientRole = protocolLabel + " client signature"
+)
+
+// sign adds the message of type typ whose body so far is body (this end's chain at its end) to
+// the transcript, signs the transcript as role, and returns body with the signature appended,
+// also added to the transcript.
+func (h *handshakeState) sign(typ uint8, body []byte, role string) ([]byte, error) {
+	h.addToTranscript(typ, body)
+	sig, err := signContent(h.cfg.PrivateKey, h.signedContent(role))
+	if err != nil {
+		return nil, fmt.Errorf("e2ee: sign the handshake: %w", err)
+	}
+	var b cryptobyte.Builder
+	b.AddUint16LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes(sig) })
+	tail := b.BytesOrPanic()
+	h.transcript.Write(tail)
+	return append(body, tail...), nil
+}
+
+// verifyPeer reads the chain and signature that fill body from offset chainAt, checks that the
+// signature over the transcript (with body up to the signature) was made, as role, with the
+// key of the chain's leaf, then has Config.VerifyPeer check the chain.
+func (h *handshakeState) verifyPeer(typ uint8, body []byte, chainAt int, role string) error {
+	s := cryptobyte.String(body[chainAt:])
+	var chain, sig cryptobyte.String
+	if !s.ReadUint24LengthPrefixed(&chain) {
+		return fmt.Errorf("e2ee: malformed handshake message %d", typ)
+	}
+	sigAt := len(body) - len(s)
+	if !s.ReadUint16LengthPrefixed(&sig) || !s.Empty() {
+		return fmt.Errorf("e2ee: malformed handshake message %d", typ)
+	}
+	for !chain.Empty() {
+		var der []byte
+		if len(h.peerChain) == maxChainLength || !chain.ReadUint24LengthPrefixed((*cryptobyte.String)(&der)) {
+			return fmt.Errorf("e2ee: malformed or too long peer certificate chain")
+		}
+		cert, err := x509.ParseCertificate(der)
+		if err != nil {
+			return fmt.Errorf("e2ee: peer certificate %d: %w", len(h.peerChain), err)
+		}
+		h.peerChain = append(h.peerChain, cert)
+	}
+	if len(h.peerChain) == 0 {
+		return fmt.Errorf("%w: the peer presented no certificate", ErrAuthentication)
+	}
+
+	h.addToTranscript(typ, body[:sigAt])
+	if err := verifySignature(h.peerChain[0].PublicKey, h.signedContent(role), sig); err != nil {
+		return fmt.Errorf("%w: peer handshake signature: %w", ErrAuthentication, err)
+	}
+	h.transcript.Write(body[sigAt:])
+	if err := h.cfg.VerifyPeer(h.peerChain); err != nil {
+		return fmt.Errorf("%w: peer identity rejected: %w", ErrAuthentication, err)
+	}
+	return nil
+}
+
+// deriveKeys runs the key schedule over the shared secret and the whole transcript.
+func (h *handshakeState) deriveKeys() error {
+	secret, err := hkdf.Extract(sha256.New, h.shared, h.transcript.Sum(nil))
+	if err != nil {
+		return fmt.Errorf("e2ee: derive keys: %w", err)
+	}
+	for _, k := range []struct {
+		out   *[]byte
+		label string
+		size  int
+	}{
+		{&h.clientKey, "c2s key", keyLen},
+		{&h.clientIV, "c2s iv", nonceLen},
+		{&h.serverKey, "s2c key", keyLen},
+		{&h.serverIV, "s2c iv", nonceLen},
+		{&h.finished, "server finished", finishedLen},
+	} {
+		if *k.out, err = hkdf.Expand(sha256.New, secret, protocolLabel+" "+k.label, k.size); err != nil {
+			return fmt.Errorf("e2ee: derive keys: %w", err)
+		}
+	}
+	return nil
+}
+
+func (h *handshakeState) addToTranscript(typ uint8, body []byte) {
+	h.transcript.Write([]byte{typ})
+	h.transcript.Write(body)
+}
+
+// signedContent is what a signature as role covers: the role label and the transcript hash.
+func (h *handshakeState) signedContent(role string) []byte {
+	return h.transcript.Sum(append([]byte(role), 0))
+}
+
+// writeMessage sends one handshake message in one Write, which datagram mode relies on.
+func (h *handshakeState) writeMessage(typ uint8, body []byte) error {
+	if len(body) > maxHandshakeMessage {
+		return fmt.Errorf("e2ee: handshake message %d of %d bytes exceeds %d (certificate chain too long?)", typ, len(body), maxHandshakeMessage)
+	}
+	msg := append([]byte{typ, byte(len(body) >> 16), byte(len(body) >> 8), byte(len(body))}, body...)
+	if _, err := h.conn.Write(msg); err != nil {
+		return fmt.Errorf("e2ee: send handshake message %d: %w", typ, err)
+	}
+	return nil
+}
+
+// readMessage receives the handshake message of type want and returns its body: in stream
+// mode a header then the body; in datagram mode one whole message.
+func (h *handshakeState) readMessage(want uint8) ([]byte, error) {
+	var msg []byte
+	if h.cfg.Datagram {
+		buf := make([]byte, headerLen+maxHandshakeMessage+1)
+		n, err := h.conn.Read(buf)
+		if err != nil {
+			return nil, handshakeReadError(want, err)
+		}
+		msg = buf[:n]
+	} else {
+		msg = make([]byte, headerLen)
+		if _, err := io.ReadFull(h.conn, msg); err != nil {
+			return nil, handshakeReadError(want, err)
+		}
+	}
+	if len(msg) < headerLen {
+		return nil, fmt.Errorf("e2ee: short handshake message")
+	}
+	typ, length := msg[0], int(msg[1])<<16|int(msg[2])<<8|int(msg[3])
+	if typ != want {
+		return nil, fmt.Errorf("e2ee: got handshake message %d, expected %d", typ, want)
+	}
+	if length > maxHandshakeMessage {
+		return nil, fmt.Errorf("e2ee: handshake message %d of %d bytes exceeds %d", typ, length, maxHandshakeMessage)
+	}
+	if h.cfg.Datagram {
+		if len(msg) != headerLen+length {
+			return nil, fmt.Errorf("e2ee: handshake message %d has %d bytes, its header says %d", typ, len(msg)-headerLen, length)
+		}
+		return msg[headerLen:], nil
+	}
+	body := make([]byte, length)
+	if _, err := io.ReadFull(h.conn, body); err != nil {
+		return nil, handshakeReadError(want, err)
+	}
+	return body, nil
+}
+
+func handshakeReadError(want uint8, err error) error {
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("e2ee: receive handshake message %d: %w", want, err)
+}
+
+func addChain(b *cryptobyte.Builder, chain []*x509.Certificate) {
+	b.AddUint24LengthPrefixed(func(b *cryptobyte.Builder) {
+		for _, cert := range chain {
+			b.AddUint24LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes(cert.Raw) })
+		}
+	})
+}
+
+// signContent signs content with key: Ed25519 directly, ECDSA and RSA-PSS over its SHA-256.
+func signContent(key crypto.Signer, content []byte) ([]byte, error) {
+	digest := sha256.Sum256(content)
+	switch key.Public().(type) {
+	case ed25519.PublicKey:
+		return key.Sign(rand.Reader, content, crypto.Hash(0))
+	case *ecdsa.PublicKey:
+		return key.Sign(rand.Reader, digest[:], crypto.SHA256)
+	case *rsa.PublicKey:
+		return key.Sign(rand.Reader, digest[:], &rsa.PSSOptions{SaltLength: rsa.PSSSaltLengthEqualsHash, Hash: crypto.SHA256})
+	default:
+		return nil, fmt.Errorf("unsupported key type %T", key.Public())
+	}
+}
+
+// verifySignature checks a signature made by signContent.
+func verifySignature(pub crypto.PublicKey, content, sig []byte) error {
+	digest := sha256.Sum256(content)
+	switch pub := pub.(type) {
+	case ed25519.PublicKey:
+		if !ed25519.Verify(pub, content, sig) {
+			return errors.New("invalid Ed25519 signature")
+		}
+	case *ecdsa.PublicKey:
+		if !ecdsa.VerifyASN1(pub, digest[:], sig) {
+			return errors.New("invalid ECDSA signature")
+		}
+	case *rsa.PublicKey:
+		return rsa.VerifyPSS(pub, crypto.SHA256, digest[:], sig, &rsa.PSSOptions{SaltLength: rsa.PSSSaltLengthEqualsHash})
+	default:
+		return fmt.Errorf("unsupported key type %T", pub)
+	}
+	return nil
+}
+
+// cipherPreference is what a client offers, preferred first.
+func cipherPreference(forced Cipher) []Cipher {
+	switch {
+	case forced != CipherAuto:
+		return []Cipher{forced}
+	case hasAESHardware():
+		return []Cipher{CipherAES256GCM, CipherChaCha20Poly1305}
+	default:
+		return []Cipher{CipherChaCha20Poly1305, CipherAES256GCM}
+	}
+}
+
+// chooseCipher is the server's pick among the client's offer: the forced cipher if any, else
+// AES-256-GCM only if both ends prefer it (both have AES hardware), else ChaCha20-Poly1305.
+func chooseCipher(forced Cipher, offered []byte) (Cipher, error) {
+	offer := make([]Cipher, len(offered))
+	for i, c := range offered {
+		offer[i] = Cipher(c)
+	}
+	var pick []Cipher
+	switch {
+	case forced != CipherAuto:
+		pick = []Cipher{forced}
+	case len(offer) > 0 && offer[0] == CipherAES256GCM && hasAESHardware():
+		pick = []Cipher{CipherAES256GCM, CipherChaCha20Poly1305}
+	default:
+		pick = []Cipher{CipherChaCha20Poly1305, CipherAES256GCM}
+	}
+	for _, c := range pick {
+		if slices.Contains(offer, c) {
+			return c, nil
+		}
+	}
+	return 0, fmt.Errorf("e2ee: no common cipher: the client offers %v, this server accepts %v", offer, pick)
+}
+
+// hasAESHardware reports whether AES-GCM runs in hardware here, which makes it faster than
+// ChaCha20-Poly1305.
+func hasAESHardware() bool {
+	return cpu.X86.HasAES && cpu.X86.HasPCLMULQDQ || cpu.ARM64.HasAES
+}
