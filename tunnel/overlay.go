@@ -32,6 +32,9 @@ type AppData struct {
 // in-router tunnel, or an SDK context in the standalone tunneler. A circuit is a byte
 // stream either way; UDP flows cross it as length-prefixed datagrams (see udp.go), so both
 // ends of a UDP service must be tunnels (or SDK applications that speak that framing).
+// Host mode calls Bind once per service; WatchServices may be called by several engines at
+// once. Sockets the overlay opens toward addresses a tproxy tunnel intercepts would loop
+// into the tunnel unless they carry the interceptor's bypass mark.
 type Overlay interface {
 	// WatchServices calls f with the full list of services now and again whenever it
 	// changes, until ctx ends; it returns ctx's error then.
