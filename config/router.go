@@ -175,10 +175,13 @@ const (
 // TunnelOptions are the options of the tunnel listener. Resolver and DNSSvcIPRange are set in
 // tproxy mode only, Services in proxy mode only.
 type TunnelOptions struct {
-	Mode          string          `json:"mode" yaml:"mode"`
-	Resolver      *Resolver       `json:"resolver,omitempty" yaml:"resolver,omitempty"`
-	DNSSvcIPRange *netip.Prefix   `json:"dnsSvcIpRange,omitempty" yaml:"dnsSvcIpRange,omitempty"`
-	Services      []TunnelService `json:"services,omitempty" yaml:"services,omitempty"`
+	Mode          string        `json:"mode" yaml:"mode"`
+	Resolver      *Resolver     `json:"resolver,omitempty" yaml:"resolver,omitempty"`
+	DNSSvcIPRange *netip.Prefix `json:"dnsSvcIpRange,omitempty" yaml:"dnsSvcIpRange,omitempty"`
+	// Upstreams are where the tproxy resolver forwards names it does not intercept; the
+	// nameservers of /etc/resolv.conf when empty.
+	Upstreams []netip.AddrPort `json:"upstreams,omitempty" yaml:"upstreams,omitempty"`
+	Services  []TunnelService  `json:"services,omitempty" yaml:"services,omitempty"`
 }
 
 // Resolver is where the tproxy tunnel's DNS server listens, written udp://<host>:<port>.

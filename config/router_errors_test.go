@@ -113,6 +113,9 @@ func TestRouterErrors(t *testing.T) {
 			`r.yml:11: listeners[0].options.resolver: "udp://dns.local:53": the resolver listens on an IP address, not a name`,
 			`r.yml:11: listeners[0].options.dnsSvcIpRange: "nonsense" is not a CIDR range such as 100.64.0.1/10`,
 		}},
+		{"tproxy upstreams", minimalRouter + "edge: {}\nlisteners:\n  - binding: tunnel\n    options: {mode: tproxy, upstreams: [192.0.2.53, '192.0.2.54:5353', dns.example]}\n", []string{
+			`r.yml:11: listeners[0].options.upstreams[2]: "dns.example" is not an upstream resolver; write an IP address with an optional port, e.g. 192.0.2.53 or 192.0.2.53:5353`,
+		}},
 		{"tunnel mode", minimalRouter + "edge: {}\nlisteners:\n  - binding: tunnel\n    options: {mode: tun}\n", []string{
 			`r.yml:11: listeners[0].options.mode: "tun" is not allowed; allowed: host, tproxy, proxy`,
 		}},

@@ -312,6 +312,7 @@ func (r *reader) tunnelOptions(m *mapping) *TunnelOptions {
 	}
 	onlyIn("resolver", TunnelTProxy)
 	onlyIn("dnsSvcIpRange", TunnelTProxy)
+	onlyIn("upstreams", TunnelTProxy)
 	onlyIn("services", TunnelProxy)
 	switch t.Mode {
 	case TunnelTProxy:
@@ -335,10 +336,32 @@ func (r *reader) tunnelOptions(m *mapping) *TunnelOptions {
 			}
 		}
 		t.DNSSvcIPRange = &p
+		t.Upstreams = r.upstreams(m)
 	case TunnelProxy:
 		t.Services = r.tunnelServices(m)
 	}
 	return t
+}
+
+// upstreams reads the tproxy resolver's upstream servers: IP addresses, with a port
+// (ip:port, [ipv6]:port) or without (port 53).
+func (r *reader) upstreams(m *mapping) []netip.AddrPort {
+	var out []netip.AddrPort
+	for i, n := range m.list("upstreams") {
+		path := index(m.keyPath("upstreams"), i)
+		s, ok := r.scalar(n, path)
+		if !ok {
+			continue
+		}
+		if ap, err := netip.ParseAddrPort(s); err == nil && ap.Port() != 0 {
+			out = append(out, ap)
+		} else if a, err := netip.ParseAddr(s); err == nil {
+			out = append(out, netip.AddrPortFrom(a, 53))
+		} else {
+			r.errorf(n.Line, path, "%q is not an upstream resolver; write an IP address with an optional port, e.g. 192.0.2.53 or 192.0.2.53:5353", s)
+		}
+	}
+	return out
 }
 
 func (r *reader) resolver(n *yaml.Node, path string) (Resolver, bool) {

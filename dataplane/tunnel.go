@@ -61,6 +61,9 @@ func (r *Router) startTunnels(ctx context.Context, wg *sync.WaitGroup) error {
 			if p := l.Tunnel.DNSSvcIPRange; p != nil {
 				opts.DNSSvcIPRange = *p
 			}
+			for _, u := range l.Tunnel.Upstreams {
+				opts.Upstreams = append(opts.Upstreams, u.String())
+			}
 			t := &tunnel.TProxy{}
 			run("tproxy", func() error { return t.Run(ctx, r.overlay, opts) })
 		}

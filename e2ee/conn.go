@@ -32,8 +32,8 @@ const (
 	// is how many fit in the buffer a Read fills from the underlying conn. The buffers start
 	// at one record and grow to that when the traffic calls for it, so that a Conn carrying
 	// little costs little memory.
-	writeBatch = 1
-	readAhead  = 1
+	writeBatch = 4
+	readAhead  = 4
 
 	maxMaxDatagram = 1 << 20
 
@@ -74,6 +74,7 @@ type direction struct {
 	nonce [nonceLen]byte
 }
 
+// newConn sets up the record layer over conn with what the handshake h established.
 func newConn(conn net.Conn, cfg *Config, h *handshakeState, client bool) (*Conn, error) {
 	c := &Conn{
 		conn:        conn,
@@ -129,8 +130,8 @@ func (d *direction) nonceFor(seq uint64) []byte {
 	return d.nonce[:]
 }
 
-// next takes the next sequence number of a stream direction and returns its nonce. The last
-// number is never used, so that a nonce never repeats.
+// next takes the direction's next sequence number and returns its nonce. The last number is
+// never used, so that the count cannot wrap around to a nonce already used.
 func (d *direction) next() ([]byte, error) {
 	if d.seq == math.MaxUint64 {
 		return nil, errors.New("e2ee: record sequence numbers exhausted")
@@ -156,8 +157,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 	}
 	written := 0
 	for len(p) > 0 {
+		// Seal up to writeBatch records into wbuf, then send them in one write.
 		batch, sealed := c.wbuf[:0], 0
-		for len(p) > sealed && len(batch)+headerLen+min(len(p)-sealed, RecordSize)+tagSize <= cap(batch) {
+		for i := 0; i < writeBatch && sealed < len(p); i++ {
 			chunk := p[sealed:min(len(p), sealed+RecordSize)]
 			var err error
 			if batch, err = c.seal(batch, recordData, chunk); err != nil {
@@ -175,8 +177,8 @@ func (c *Conn) Write(p []byte) (int, error) {
 	return written, nil
 }
 
-// seal appends to dst a stream record of type typ carrying plaintext, encrypted in place
-// behind its header, which is the additional data.
+// seal appends to dst a stream record of type typ carrying plaintext: its header, which is the
+// additional data, then the ciphertext and tag, sealed straight into dst.
 func (c *Conn) seal(dst []byte, typ byte, plaintext []byte) ([]byte, error) {
 	nonce, err := c.out.next()
 	if err != nil {

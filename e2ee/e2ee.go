@@ -58,7 +58,7 @@ import (
 var ErrAuthentication = errors.New("e2ee: authentication failed")
 
 // RecordSize is the most plaintext a stream record carries. Write splits larger buffers.
-const RecordSize = 64 << 10
+const RecordSize = 16 << 10
 
 // DatagramOverhead is what datagram mode adds to each message: header and AEAD tag.
 const DatagramOverhead = datagramHeaderLen + tagSize

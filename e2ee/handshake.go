@@ -64,6 +64,8 @@ func handshake(conn net.Conn, cfg *Config, client bool) (*Conn, error) {
 	return c, nil
 }
 
+// runHandshake validates cfg, runs one end of the handshake under its deadline and sets up the
+// record layer.
 func runHandshake(conn net.Conn, cfg *Config, client bool) (*Conn, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err

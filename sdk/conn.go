@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -34,6 +35,7 @@ type Conn struct {
 	local     Addr
 	remote    Addr
 	encrypted bool
+	appData   json.RawMessage
 }
 
 var _ net.Conn = (*Conn)(nil)
@@ -64,6 +66,10 @@ func (c *Conn) LocalAddr() net.Addr { return c.local }
 // the identity that dialed (for an accepted one), and the service.
 func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 
+// AppData returns the app data the dialing end sent (DialOptions.AppData), on a connection
+// from a Listener's Accept.
+func (c *Conn) AppData() json.RawMessage { return c.appData }
+
 // CircuitID returns the id of the circuit the Conn runs over.
 func (c *Conn) CircuitID() uint64 { return c.circuitID }
 
@@ -85,6 +91,9 @@ type DialOptions struct {
 	// Identity, when set, reaches the terminator a host bound under this name
 	// (ListenOptions.Identity) rather than any terminator of the service.
 	Identity string
+	// AppData travels with the circuit to the hosting end (Conn.AppData there), at most
+	// 4 KiB: a tunnel sends what it intercepted.
+	AppData json.RawMessage
 }
 
 // Dial connects to a service by name: it creates (or reuses) a Dial session, asks the
@@ -140,7 +149,7 @@ func (c *Context) dialSession(ctx context.Context, svc Service, s *edgeSession, 
 	if err != nil {
 		return nil, true, err
 	}
-	req := edge.Request{Op: edge.OpDial, SessionToken: s.token, ServiceID: svc.ID, Identity: opts.Identity}
+	req := edge.Request{Op: edge.OpDial, SessionToken: s.token, ServiceID: svc.ID, Identity: opts.Identity, AppData: opts.AppData}
 	var errs []error
 	answered := false
 	for _, rc := range routers {

@@ -300,7 +300,7 @@ func (l *listener) maintain() {
 func (l *listener) serveConnect(st *smux.Stream, req edge.Request) {
 	conn := &Conn{inner: st, stream: st, circuitID: req.CircuitID,
 		local:  Addr{Service: l.svc.Name, Identity: l.c.id},
-		remote: Addr{Service: l.svc.Name, Identity: req.InitiatorID}}
+		remote: Addr{Service: l.svc.Name, Identity: req.InitiatorID}, appData: req.AppData}
 	l.mu.Lock()
 	switch {
 	case l.closed:

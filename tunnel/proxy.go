@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
@@ -81,4 +82,59 @@ func (p *Proxy) Close() {
 	for _, ln := range p.lns {
 		ln.Close()
 	}
+}
+
+// ServeOverlay serves the proxy ports through an overlay until ctx ends, once the overlay has
+// listed its services: each connection is dialed to its service (found by name) and joined
+// to it.
+func (p *Proxy) ServeOverlay(ctx context.Context, overlay Overlay, log *slog.Logger) {
+	var (
+		mu       sync.Mutex
+		services = map[string]Service{}
+	)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	listed := make(chan struct{})
+	var once sync.Once
+	go overlay.WatchServices(watchCtx, func(list []Service) {
+		byName := make(map[string]Service, len(list))
+		for _, s := range list {
+			byName[s.Name] = s
+		}
+		mu.Lock()
+		services = byName
+		mu.Unlock()
+		once.Do(func() { close(listed) })
+	})
+	// Connections wait in the listeners' backlogs until the services are known.
+	select {
+	case <-listed:
+	case <-ctx.Done():
+		p.Close()
+		return
+	}
+	p.Serve(ctx, func(ctx context.Context, conn net.Conn, name string) {
+		mu.Lock()
+		svc, ok := services[name]
+		mu.Unlock()
+		if !ok || !svc.Dial {
+			log.Info("tunnel proxy: no service of this name may be dialed", "service", name)
+			conn.Close()
+			return
+		}
+		app := AppData{Protocol: "tcp"}
+		if a, ok := conn.LocalAddr().(*net.TCPAddr); ok {
+			app.DstIP, app.DstPort = a.IP.String(), strconv.Itoa(a.Port)
+		}
+		if a, ok := conn.RemoteAddr().(*net.TCPAddr); ok {
+			app.SrcIP, app.SrcPort = a.IP.String(), strconv.Itoa(a.Port)
+		}
+		circuit, err := overlay.Dial(ctx, svc, app)
+		if err != nil {
+			log.Info("tunnel proxy: dial failed", "service", name, "err", err)
+			conn.Close()
+			return
+		}
+		join(ctx, conn, circuit)
+	})
 }
