@@ -12,14 +12,20 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane/edgeclient"
+	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/e2ee"
 	"github.com/zmesh/zmesh/sdk"
+	"github.com/zmesh/zmesh/tunnel"
+	"github.com/zmesh/zmesh/tunneler"
 	"github.com/zmesh/zmesh/xgress"
 )
 
@@ -163,5 +169,58 @@ func TestSDKEndToEndEncrypted(t *testing.T) {
 	_, err = io.ReadAll(c3)
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("the deleted identity's circuit ended after %v (%v)", d, err)
+	}
+}
+
+// The standalone tunneler: one identity's proxy mode dials a service that another identity's
+// host mode hosts, both through the SDK, and the host dials the host.v1 config's address.
+func TestStandaloneTunneler(t *testing.T) {
+	t.Parallel()
+	n, svc, dialerCert, hostCert, _ := buildEdgeNet(t, true)
+	types, err := n.m.ConfigTypes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hostV1 string
+	for _, ct := range types {
+		if ct.Name == "host.v1" {
+			hostV1 = ct.ID
+		}
+	}
+	echo := echoServer(t)
+	host, port, _ := strings.Cut(echo, ":")
+	portNum, _ := strconv.Atoi(port)
+	cfg := &model.Config{Name: "echo-host", ConfigTypeID: hostV1, Data: map[string]any{"protocol": "tcp", "address": host, "port": portNum}}
+	if err := n.m.CreateConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.m.UpdateService(svc.ID, func(s *model.Service) error { s.Configs = []string{cfg.ID}; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	open := func(cert tls.Certificate) tunnel.Overlay {
+		c, err := sdk.New(n.identityFile(cert), sdk.Options{Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return tunneler.Overlay{C: c}
+	}
+	hostDone := make(chan error, 1)
+	go func() { hostDone <- (&tunnel.Host{}).Run(ctx, open(hostCert), tunnel.HostOptions{Logger: testLogger(t)}) }()
+	p, err := tunnel.ListenProxy("127.0.0.1", []config.TunnelService{{Service: svc.Name, Port: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.ServeOverlay(ctx, open(dialerCert), testLogger(t))
+	var got string
+	waitFor(t, "the hosted service to answer through the proxy", func() bool {
+		got, err = echoOnce(p.Addr(svc.Name), "through two standalone tunnelers")
+		return err == nil && got == "through two standalone tunnelers"
+	})
+	cancel()
+	if err := <-hostDone; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("host mode: %v", err)
 	}
 }

@@ -26,6 +26,7 @@ func newRootCommand(stdout, stderr io.Writer, lookupEnv env) *cobra.Command {
 		newVersionCommand(),
 		newEnrollCommand(),
 		newEdgeCommand(),
+		newTunnelCommand(),
 		newBenchCommand(selfExec), newBenchWorkerCommand(),
 	)
 	return root

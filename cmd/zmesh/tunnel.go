@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/sdk"
+	"github.com/zmesh/zmesh/tunnel"
+	"github.com/zmesh/zmesh/tunneler"
+)
+
+// zmesh tunnel proxy|tproxy|host: the tunnel modes driven by an enrolled identity through
+// the SDK, without a router.
+
+func newTunnelCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "tunnel", Short: "Run a standalone tunneler with an identity file"}
+	var identity, logLevel string
+	cmd.PersistentFlags().StringVar(&identity, "identity", "", "the `FILE` of an identity, as zmesh enroll wrote it (required)")
+	cmd.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	// start loads the identity and returns the overlay; the SDK context closes with ctx.
+	start := func(cmd *cobra.Command) (context.Context, tunnel.Overlay, *slog.Logger, error) {
+		log, err := newLogger(cmd.ErrOrStderr(), logLevel)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if identity == "" {
+			return nil, nil, nil, fmt.Errorf("--identity is required: the identity file of an enrolled identity")
+		}
+		c, err := sdk.Load(identity, sdk.Options{Logger: log})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		ctx := cmd.Context()
+		context.AfterFunc(ctx, func() { c.Close() })
+		return ctx, tunneler.Overlay{C: c}, log, nil
+	}
+
+	var services []string
+	var bind string
+	proxy := &cobra.Command{
+		Use:   "proxy --identity FILE --service NAME:PORT...",
+		Short: "Listen on local TCP ports, one per service, and carry each connection to its service",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var list []config.TunnelService
+			for _, s := range services {
+				cut := strings.LastIndexByte(s, ':')
+				port, err := strconv.Atoi(s[cut+1:])
+				if cut <= 0 || err != nil || port < 1 || port > 65535 {
+					return fmt.Errorf("--service %q is not <service>:<port> with a port from 1 to 65535", s)
+				}
+				list = append(list, config.TunnelService{Service: s[:cut], Port: port})
+			}
+			if len(list) == 0 {
+				return fmt.Errorf("--service is required: <service>:<port>, once per service")
+			}
+			ctx, overlay, log, err := start(cmd)
+			if err != nil {
+				return err
+			}
+			p, err := tunnel.ListenProxy(bind, list)
+			if err != nil {
+				return err
+			}
+			for _, s := range list {
+				fmt.Fprintf(cmd.OutOrStdout(), "service %s on %s\n", s.Service, p.Addr(s.Service))
+			}
+			h := &tunnel.Host{}
+			done := make(chan error, 1)
+			go func() { done <- h.Run(ctx, overlay, tunnel.HostOptions{Logger: log}) }()
+			p.ServeOverlay(ctx, overlay, log)
+			return ignoreCanceled(<-done)
+		},
+	}
+	proxy.Flags().StringArrayVar(&services, "service", nil, "a service and the local port to listen on for it, <service>:<port> (repeatable)")
+	proxy.Flags().StringVar(&bind, "bind", "127.0.0.1", "the address the ports listen on")
+
+	var resolverAddr, dnsRange string
+	var upstreams []string
+	tproxy := &cobra.Command{
+		Use:   "tproxy --identity FILE",
+		Short: "Intercept the identity's services transparently (Linux, CAP_NET_ADMIN) and answer DNS for their names",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts := tunnel.TProxyOptions{Host: &tunnel.HostOptions{}, Upstreams: upstreams}
+			addr, err := netip.ParseAddrPort(strings.TrimPrefix(resolverAddr, "udp://"))
+			if err != nil || !strings.HasPrefix(resolverAddr, "udp://") {
+				return fmt.Errorf("--resolver %q is not udp://<ip>:<port>, e.g. udp://127.0.0.1:53", resolverAddr)
+			}
+			opts.Resolver = addr
+			if opts.DNSSvcIPRange, err = netip.ParsePrefix(dnsRange); err != nil {
+				return fmt.Errorf("--dns-svc-ip-range %q is not a CIDR range such as 100.64.0.1/10", dnsRange)
+			}
+			ctx, overlay, log, err := start(cmd)
+			if err != nil {
+				return err
+			}
+			opts.Logger = log
+			t := &tunnel.TProxy{}
+			return ignoreCanceled(t.Run(ctx, overlay, opts))
+		},
+	}
+	tproxy.Flags().StringVar(&resolverAddr, "resolver", "udp://127.0.0.1:53", "where the DNS server listens, udp://<ip>:<port>")
+	tproxy.Flags().StringVar(&dnsRange, "dns-svc-ip-range", "100.64.0.1/10", "the range intercepted names get their addresses from")
+	tproxy.Flags().StringArrayVar(&upstreams, "upstream", nil, "a DNS server other names are forwarded to, <ip>:<port> (repeatable; default: /etc/resolv.conf)")
+
+	host := &cobra.Command{
+		Use:   "host --identity FILE",
+		Short: "Host the services the identity may bind that have a host.v1 or host.v2 config",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, overlay, log, err := start(cmd)
+			if err != nil {
+				return err
+			}
+			h := &tunnel.Host{}
+			return ignoreCanceled(h.Run(ctx, overlay, tunnel.HostOptions{Logger: log}))
+		},
+	}
+	cmd.AddCommand(proxy, tproxy, host)
+	return cmd
+}
+
+// ignoreCanceled treats the end of the command's context (SIGINT, SIGTERM) as a clean stop.
+func ignoreCanceled(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
