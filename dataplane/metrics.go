@@ -35,6 +35,7 @@ func (r *Router) snapshot(now time.Time) *channel.Metrics {
 	for _, l := range links {
 		m.Values["link."+l.PeerID()+".latency_seconds"] = l.Latency().Seconds()
 	}
+	r.tunnelMetrics(m.Values)
 	return m
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/link"
+	"github.com/zmesh/zmesh/tunnel"
 	"github.com/zmesh/zmesh/xgress"
 )
 
@@ -38,6 +39,8 @@ type Router struct {
 	edge        *edgeServer
 	edgeState   *edgeState
 	overlay     *routerOverlay // the tunnel's way into the overlay
+	tproxy      *tunnel.TProxy // the tunnel in mode tproxy, if any; set before Run starts it
+	tunnelHost  *tunnel.Host   // the tunnel's host mode in modes proxy and host
 	ctrlOpsBusy atomic.Int64   // workers running a request
 
 	mu            sync.Mutex

@@ -208,7 +208,9 @@ func TestStandaloneTunneler(t *testing.T) {
 		return tunneler.Overlay{C: c}
 	}
 	hostDone := make(chan error, 1)
-	go func() { hostDone <- (&tunnel.Host{}).Run(ctx, open(hostCert), tunnel.HostOptions{Logger: testLogger(t)}) }()
+	go func() {
+		hostDone <- (&tunnel.Host{}).Run(ctx, open(hostCert), tunnel.HostOptions{Logger: testLogger(t)})
+	}()
 	p, err := tunnel.ListenProxy("127.0.0.1", []config.TunnelService{{Service: svc.Name, Port: 0}})
 	if err != nil {
 		t.Fatal(err)

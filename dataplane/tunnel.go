@@ -45,9 +45,11 @@ func (r *Router) startTunnels(ctx context.Context, wg *sync.WaitGroup) error {
 			r.mu.Unlock()
 			wg.Go(func() { p.Serve(ctx, r.dialCircuit) })
 			h := &tunnel.Host{}
+			r.tunnelHost = h
 			run("host", func() error { return h.Run(ctx, r.overlay, tunnel.HostOptions{Logger: log}) })
 		case config.TunnelHost:
 			h := &tunnel.Host{}
+			r.tunnelHost = h
 			run("host", func() error { return h.Run(ctx, r.overlay, tunnel.HostOptions{Logger: log}) })
 		case config.TunnelTProxy:
 			opts := tunnel.TProxyOptions{Host: &tunnel.HostOptions{}, Logger: log}
@@ -65,8 +67,42 @@ func (r *Router) startTunnels(ctx context.Context, wg *sync.WaitGroup) error {
 				opts.Upstreams = append(opts.Upstreams, u.String())
 			}
 			t := &tunnel.TProxy{}
+			r.tproxy = t
 			run("tproxy", func() error { return t.Run(ctx, r.overlay, opts) })
 		}
 	}
 	return nil
+}
+
+// tunnelMetrics adds the tunnel's counters to a metrics report: interceptions and DNS
+// answers in tproxy mode, hosted services in every mode.
+func (r *Router) tunnelMetrics(v map[string]float64) {
+	var host tunnel.HostStats
+	if t := r.tproxy; t != nil {
+		s := t.Stats()
+		host = s.Host
+		v["tunnel.intercept.services"] = float64(s.Services)
+		v["tunnel.intercept.interceptions"] = float64(s.Interceptions)
+		v["tunnel.intercept.tcp"] = float64(s.TCPIntercepted)
+		v["tunnel.intercept.udp_flows"] = float64(s.UDPFlows)
+		v["tunnel.intercept.udp_dropped"] = float64(s.UDPDropped)
+		v["tunnel.intercept.unmatched"] = float64(s.Unmatched)
+		v["tunnel.intercept.dial_failures"] = float64(s.DialFailures)
+		v["tunnel.intercept.active"] = float64(s.Active)
+		v["tunnel.dns.intercepted"] = float64(s.Resolver.Intercepted)
+		v["tunnel.dns.empty"] = float64(s.Resolver.EmptyAAAA + s.Resolver.EmptyOther)
+		v["tunnel.dns.forwarded"] = float64(s.Resolver.Forwarded)
+		v["tunnel.dns.refused"] = float64(s.Resolver.Refused)
+		v["tunnel.dns.servfail"] = float64(s.Resolver.ServFail)
+		v["tunnel.dns.assignments"] = float64(s.Resolver.Assignments)
+	} else if h := r.tunnelHost; h != nil {
+		host = h.Stats()
+	} else {
+		return
+	}
+	v["tunnel.host.bound"] = float64(host.Bound)
+	v["tunnel.host.circuits"] = float64(host.Circuits)
+	v["tunnel.host.refused"] = float64(host.Refused)
+	v["tunnel.host.dial_failures"] = float64(host.DialFailures)
+	v["tunnel.host.active"] = float64(host.Active)
 }
