@@ -114,7 +114,7 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 		OnConnect: func(rt *routers.Router) {
 			c.edge.Connected(rt.ID, rt.Channel) // does not block: the state is sent by its own goroutine
 			c.circuits.Adopt(rt.ID, rt.Hello.Circuits)
-			c.circuits.PruneTerminators(rt.ID, rt.Hello.Terminators)
+			c.circuits.PruneTerminators(rt.ID, rt.Hello.Terminators, rt.Since)
 			c.mesh.Connected(rt)
 		},
 		OnDisconnect: func(rt *routers.Router) { c.mesh.Disconnected(rt) },

@@ -150,10 +150,9 @@ func (s *edgeServer) serve(ctx context.Context, c *tls.Conn) {
 		s.mu.Unlock()
 		log.Debug("edge client gone")
 	}()
-	go s.control(ec, control)
-
 	var streams sync.WaitGroup
 	defer streams.Wait()
+	streams.Go(func() { s.control(ec, control) })
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {

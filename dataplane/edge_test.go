@@ -425,3 +425,31 @@ func TestEdgeStateSurvivesRestartWithoutController(t *testing.T) {
 		t.Fatalf("a client admitted before the restart: %v", err)
 	}
 }
+
+// A router that restarts drops the terminators of the binds its SDK clients had: its Hello
+// lists the terminators it still hosts, and the controller removes the others.
+func TestEdgeTerminatorsPrunedAfterRestart(t *testing.T) {
+	t.Parallel()
+	n, svc, _, hostCert, _ := edgeNet(t)
+	h := n.routers["H"]
+	host, err := n.connectSDK(h.r.EdgeAddresses()[0], hostCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bindTok := n.sdkSession(host, svc.ID, "Bind")
+	_, resp, err := host.open(&edge.Request{Op: edge.OpBind, SessionToken: bindTok, ServiceID: svc.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.stopController() // the router cannot remove the terminator as it stops
+	h.stop()
+	n.startController()
+	if _, err := n.m.Terminator(resp.TerminatorID); err != nil {
+		t.Fatalf("the bind's terminator before the router restarts: %v", err)
+	}
+	h.start(t)
+	waitFor(t, "the restarted router's old terminator to go", func() bool {
+		_, err := n.m.Terminator(resp.TerminatorID)
+		return model.CodeOf(err) == model.CodeNotFound
+	})
+}

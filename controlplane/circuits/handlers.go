@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/model"
@@ -140,15 +141,16 @@ func (s *Service) serviceNamed(id, name string) bool {
 }
 
 // PruneTerminators removes the terminators of bindings edge and tunnel that a router no
-// longer hosts: those not in alive, the list of its Hello.
-func (s *Service) PruneTerminators(router string, alive []string) {
+// longer hosts: those not in alive, the list of its Hello, and not made or renewed since the
+// Hello (at since): the router may create them again as soon as it is answered.
+func (s *Service) PruneTerminators(router string, alive []string, since time.Time) {
 	terms, err := s.m.Terminators()
 	if err != nil {
 		s.log.Warn("cannot list terminators to prune", "router", router, "err", err)
 		return
 	}
 	for _, t := range terms {
-		if t.RouterID != router || (t.Binding != "edge" && t.Binding != "tunnel") || slices.Contains(alive, t.ID) {
+		if t.RouterID != router || (t.Binding != "edge" && t.Binding != "tunnel") || slices.Contains(alive, t.ID) || !t.UpdatedAt.Before(since) {
 			continue
 		}
 		if err := s.m.DeleteTerminator(t.ID); err != nil && model.CodeOf(err) != model.CodeNotFound {
