@@ -73,36 +73,13 @@ func (r *Router) startEdgeListeners(ctx context.Context, wg *sync.WaitGroup) err
 		if l.Binding != config.BindingEdge || l.Bind == nil {
 			continue
 		}
-		ln, err := net.Listen("tcp", l.Bind.HostPort())
+		addr, err := r.listenClients(ctx, wg, "edge", l.Bind, r.edge.serve)
 		if err != nil {
-			return fmt.Errorf("listeners: edge %s: %w", l.Bind, err)
+			return err
 		}
 		r.mu.Lock()
-		r.edgeAddr = append(r.edgeAddr, ln.Addr().String())
+		r.edgeAddr = append(r.edgeAddr, addr)
 		r.mu.Unlock()
-		tc := &tls.Config{
-			Certificates: []tls.Certificate{r.ident.Server},
-			ClientAuth:   tls.RequireAndVerifyClientCert,
-			ClientCAs:    r.ident.CAs,
-			MinVersion:   tls.VersionTLS13,
-		}
-		stop := context.AfterFunc(ctx, func() { ln.Close() })
-		wg.Go(func() {
-			defer stop()
-			var conns sync.WaitGroup
-			defer conns.Wait()
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					if errors.Is(err, net.ErrClosed) {
-						return
-					}
-					time.Sleep(5 * time.Millisecond)
-					continue
-				}
-				conns.Go(func() { r.edge.serve(ctx, tls.Server(c, tc)) })
-			}
-		})
 	}
 	return nil
 }

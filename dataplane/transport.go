@@ -28,38 +28,52 @@ func (r *Router) startTransportListeners(ctx context.Context, wg *sync.WaitGroup
 		if l.Binding != config.BindingTransport || l.Bind == nil {
 			continue
 		}
-		ln, err := net.Listen("tcp", l.Bind.HostPort())
+		addr, err := r.listenClients(ctx, wg, "transport", l.Bind, r.serveTransport)
 		if err != nil {
-			return fmt.Errorf("listeners: transport %s: %w", l.Bind, err)
+			return err
 		}
 		r.mu.Lock()
-		r.transportAddr = append(r.transportAddr, ln.Addr().String())
+		r.transportAddr = append(r.transportAddr, addr)
 		r.mu.Unlock()
-		tc := &tls.Config{
-			Certificates: []tls.Certificate{r.ident.Server},
-			ClientAuth:   tls.RequireAndVerifyClientCert,
-			ClientCAs:    r.ident.CAs,
-			MinVersion:   tls.VersionTLS13,
-		}
-		stop := context.AfterFunc(ctx, func() { ln.Close() })
-		wg.Go(func() {
-			defer stop()
-			var conns sync.WaitGroup
-			defer conns.Wait()
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					if errors.Is(err, net.ErrClosed) {
-						return
-					}
-					time.Sleep(5 * time.Millisecond)
-					continue
-				}
-				conns.Go(func() { r.serveTransport(ctx, tls.Server(c, tc)) })
-			}
-		})
 	}
 	return nil
+}
+
+// listenClients listens on bind for clients that present a certificate of an identity of
+// the network over TLS 1.3, and serves each connection with serve on its own goroutine until
+// ctx ends; it returns the address it listens on.
+func (r *Router) listenClients(ctx context.Context, wg *sync.WaitGroup, kind string, bind *config.Address, serve func(context.Context, *tls.Conn)) (string, error) {
+	ln, err := net.Listen("tcp", bind.HostPort())
+	if err != nil {
+		return "", fmt.Errorf("listeners: %s %s: %w", kind, bind, err)
+	}
+	tc := &tls.Config{
+		Certificates: []tls.Certificate{r.ident.Server},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    r.ident.CAs,
+		MinVersion:   tls.VersionTLS13,
+	}
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	wg.Go(func() {
+		defer stop()
+		var conns sync.WaitGroup
+		defer conns.Wait()
+		var wait time.Duration // after a failed accept (e.g. out of file descriptors)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				wait = min(max(2*wait, 5*time.Millisecond), time.Second)
+				time.Sleep(wait)
+				continue
+			}
+			wait = 0
+			conns.Go(func() { serve(ctx, tls.Server(c, tc)) })
+		}
+	})
+	return ln.Addr().String(), nil
 }
 
 // TransportAddresses returns where the transport listeners listen, once ready.

@@ -1,9 +1,6 @@
 package dataplane
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -47,23 +44,8 @@ func TestTransportListener(t *testing.T) {
     advertise: tls:127.0.0.1:{{same}}
 `})
 	n.service("echo", "C", echoServer(t))
-	// An identity with a certificate of the network, enrolled with its one-time token.
 	newIdentity := func(name string, attrs ...string) tls.Certificate {
-		id, err := n.m.CreateIdentity(model.IdentityCreate{Name: name, RoleAttributes: attrs, Enrollment: &model.EnrollmentRequest{OTT: true}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ens, _ := n.m.EnrollmentsOf(id.ID)
-		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		certPEM, err := n.m.EnrollOTT(ens[0].Token, csr(t, key))
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, _ := x509.MarshalECPrivateKey(key)
-		cert, err := tls.X509KeyPair(certPEM, pemBlock("EC PRIVATE KEY", keyDER))
-		if err != nil {
-			t.Fatal(err)
-		}
+		cert, _ := n.enrolled(name, attrs...)
 		return cert
 	}
 	allowed := newIdentity("app", "apps")
