@@ -52,6 +52,7 @@ type Router struct {
 	edgeAddr      []string          // where the edge listeners listen
 	ready         chan struct{}
 	stopped       chan struct{}       // closed when Run's context ends
+	stopErrs      []error             // what did not stop cleanly; guarded by mu
 	requests      atomic.Uint64       // ids of circuit requests
 	faults        []pendingFault      // faults the controller could not be told yet; guarded by mu
 	trust         map[string][]string // current certificate fingerprints of other routers; guarded by mu
@@ -210,6 +211,13 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	wg.Wait()
+	r.mu.Lock()
+	err = errors.Join(r.stopErrs...)
+	r.mu.Unlock()
+	if err != nil {
+		r.log.Error("router stopped, but not cleanly", "err", err)
+		return err
+	}
 	r.log.Info("router stopped")
 	return nil
 }

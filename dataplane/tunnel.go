@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -14,17 +15,26 @@ import (
 // router's identity may bind (host mode); proxy mode also listens on its ports, and tproxy
 // mode intercepts the services the identity may dial and answers DNS for them. A mode that
 // fails after the start (nftables refused, the resolver's port taken) is logged as an error
-// and the rest of the router goes on.
+// and the rest of the router goes on; one that fails to stop cleanly (the interception rules
+// could not be removed) is logged and makes Run return the error.
 func (r *Router) startTunnels(ctx context.Context, wg *sync.WaitGroup) error {
 	for _, l := range r.cfg.Listeners {
 		if l.Binding != config.BindingTunnel || l.Tunnel == nil {
 			continue
 		}
-		log := r.log.With("tunnel", l.Tunnel.Mode)
+		log := r.log // the modes name themselves in their logs
 		run := func(what string, f func() error) {
 			wg.Go(func() {
-				if err := f(); err != nil && ctx.Err() == nil {
+				err := f()
+				switch {
+				case err == nil || errors.Is(err, context.Canceled):
+				case ctx.Err() == nil:
 					log.Error("tunnel "+what+" stopped", "err", err)
+				default:
+					log.Error("tunnel "+what+" did not stop cleanly", "err", err)
+					r.mu.Lock()
+					r.stopErrs = append(r.stopErrs, fmt.Errorf("tunnel %s: %w", what, err))
+					r.mu.Unlock()
 				}
 			})
 		}

@@ -1,0 +1,162 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+)
+
+// buildZmesh builds cmd/zmesh into dir and returns the binary's path. With the race
+// detector on in the test, the binary is built with it too.
+func buildZmesh(t *testing.T, dir string) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go") // go test puts its GOROOT/bin first in PATH
+	if err != nil {
+		t.Fatalf("the go command, to build cmd/zmesh: %v", err)
+	}
+	bin := filepath.Join(dir, "zmesh")
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command(goTool, append(args, "github.com/zmesh/zmesh/cmd/zmesh")...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build cmd/zmesh: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// logBuffer collects a process's output; it may be read while the process writes.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// proc is a process of the test, started in a network namespace.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	out  *logBuffer // stdout and stderr
+	done chan struct{}
+	err  error // Wait's result, once done is closed
+}
+
+// procOptions are the optional settings of start.
+type procOptions struct {
+	env []string // added to the test's environment
+}
+
+// start runs argv in network namespace ns. The process is stopped (SIGTERM, then SIGKILL)
+// at the end of the test if it still runs, and its output is logged when the test failed.
+func start(t *testing.T, ns netns.NsHandle, name string, opts procOptions, argv ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, out: &logBuffer{}, done: make(chan struct{})}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(cmd.Env, opts.env...)
+	// SIGKILL when the thread that started it ends: a crashed test leaves no process behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p.cmd = cmd
+	if err := inNS(ns, cmd.Start); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if err := p.stop(syscall.SIGTERM, 10*time.Second); err != nil {
+			t.Logf("%s: %v", name, err)
+		}
+		if t.Failed() {
+			t.Logf("----- output of %s (%s) -----\n%s----- end of %s -----", name, strings.Join(argv, " "), p.out, name)
+		}
+	})
+	return p
+}
+
+// stop sends sig and waits up to timeout for the process to end, then kills it. It returns
+// how the process ended (nil for exit status 0).
+func (p *proc) stop(sig syscall.Signal, timeout time.Duration) error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("signal %v: %w", sig, err)
+	}
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(timeout):
+		p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("did not end within %v of %v; killed (%v)", timeout, sig, p.err)
+	}
+}
+
+// exited reports whether the process has ended, and how.
+func (p *proc) exited() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// waitOutput waits until the process's output holds s, failing the test when the process
+// ends first or deadline passes.
+func (p *proc) waitOutput(t *testing.T, deadline time.Time, s string) {
+	t.Helper()
+	eventually(t, deadline, fmt.Sprintf("%s logs %q", p.name, s), func() error {
+		if strings.Contains(p.out.String(), s) {
+			return nil
+		}
+		if done, err := p.exited(); done {
+			t.Fatalf("%s ended (%v) before logging %q", p.name, err, s)
+		}
+		return errors.New("not yet")
+	})
+}
+
+// run runs argv in namespace ns to its end and returns its output, failing the test when it
+// does not exit with status 0 within timeout.
+func run(t *testing.T, ns netns.NsHandle, timeout time.Duration, argv ...string) string {
+	t.Helper()
+	p := start(t, ns, filepath.Base(argv[0])+" "+strings.Join(argv[1:min(3, len(argv))], " "), procOptions{}, argv...)
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+	if p.err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), p.err, p.out)
+	}
+	return p.out.String()
+}
