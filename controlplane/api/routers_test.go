@@ -214,6 +214,7 @@ func TestTerminators(t *testing.T) {
 	f := newFixture(t)
 	svc := f.create(t, "/services", `{"name":"web","roleAttributes":["web"]}`)
 	other := f.create(t, "/services", `{"name":"other"}`)
+	sealed := f.create(t, "/services", `{"name":"sealed","encryptionRequired":true}`)
 	er := f.create(t, "/edge-routers", `{"name":"er1"}`)
 	er2 := f.create(t, "/edge-routers", `{"name":"er2"}`)
 
@@ -225,6 +226,9 @@ func TestTerminators(t *testing.T) {
 		{`{"service":"` + svc + `","router":"` + er + `","binding":"transport","address":""}`, "address"},
 		{`{"service":"` + svc + `","router":"` + er + `","binding":"transport","address":"x","cost":70000}`, "cost"},
 		{`{"service":"` + svc + `","router":"` + er + `","binding":"transport","address":"x","precedence":"best"}`, "precedence"},
+		// A router's dialers cannot take part in end-to-end encryption.
+		{`{"service":"` + sealed + `","router":"` + er + `","binding":"proxy","address":"127.0.0.1:80"}`, "binding"},
+		{`{"service":"` + sealed + `","router":"` + er + `","binding":"transport_udp","address":"udp:127.0.0.1:53"}`, "binding"},
 	} {
 		rec := f.do("POST", ManagementBase+"/terminators", f.admin, tc.body)
 		if rec.Code != 400 || errorCode(t, rec) != "COULD_NOT_VALIDATE" || !strings.Contains(rec.Body.String(), `"field":"`+tc.field+`"`) {
