@@ -37,6 +37,7 @@ type edgeState struct {
 	seen        map[string]bool                   // ids in the state being loaded
 	changed     bool                              // since the last save
 	applied     chan struct{}                     // closed and replaced by each apply
+	tunnel      []channel.TunnelService           // the tunnel's services, as last listed
 	// removed is called, without mu, with the tokens of the API sessions and sessions that
 	// went away.
 	removed func(apiSessions, sessions []string)
@@ -195,6 +196,22 @@ type edgeStateFile struct {
 	Saved       time.Time                `json:"saved"`
 	APISessions []channel.EdgeAPISession `json:"apiSessions"`
 	Sessions    []channel.EdgeSession    `json:"sessions"`
+	// TunnelServices are the services of the router's identity its tunnel last listed.
+	TunnelServices []channel.TunnelService `json:"tunnelServices,omitempty"`
+}
+
+// setTunnelServices keeps the tunnel's latest list of services, to be saved.
+func (s *edgeState) setTunnelServices(list []channel.TunnelService) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tunnel, s.changed = list, true
+}
+
+// tunnelServices returns the tunnel's services as last listed or loaded, nil if never.
+func (s *edgeState) tunnelServices() []channel.TunnelService {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tunnel
 }
 
 // save writes the state to path, gzipped, atomically, if it changed since the last save.
@@ -205,7 +222,8 @@ func (s *edgeState) save(path string) error {
 		return nil
 	}
 	f := edgeStateFile{V: edgeStateVersion, Saved: time.Now().UTC(),
-		APISessions: make([]channel.EdgeAPISession, 0, len(s.apiSessions)), Sessions: make([]channel.EdgeSession, 0, len(s.sessions))}
+		APISessions: make([]channel.EdgeAPISession, 0, len(s.apiSessions)), Sessions: make([]channel.EdgeSession, 0, len(s.sessions)),
+		TunnelServices: s.tunnel}
 	for _, a := range s.apiSessions {
 		f.APISessions = append(f.APISessions, a)
 	}
@@ -259,6 +277,7 @@ func (s *edgeState) load(path string) error {
 	for _, se := range f.Sessions {
 		s.sessions[se.Token], s.sessByID[se.ID] = se, se.Token
 	}
+	s.tunnel = f.TunnelServices
 	return nil
 }
 

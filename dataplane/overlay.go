@@ -45,9 +45,14 @@ func newRouterOverlay(r *Router) *routerOverlay {
 	return &routerOverlay{r: r, binds: map[string]*tunnelBind{}}
 }
 
-// WatchServices polls the controller for the services of the router's identity.
+// WatchServices polls the controller for the services of the router's identity. Until the
+// controller first answers, the list saved in edge.db by an earlier run stands, so that a
+// router restarted while the controller is away goes on serving what it served.
 func (o *routerOverlay) WatchServices(ctx context.Context, f func([]tunnel.Service)) error {
 	var since int64
+	if saved := o.r.edgeState.tunnelServices(); saved != nil {
+		f(convertServices(saved))
+	}
 	t := time.NewTicker(tunnelServicesPoll)
 	defer t.Stop()
 	for {
@@ -80,8 +85,14 @@ func (o *routerOverlay) services(ctx context.Context, since int64) ([]tunnel.Ser
 	if err != nil || reply.NotModified {
 		return nil, 0, err
 	}
-	list := make([]tunnel.Service, 0, len(reply.Services))
-	for _, s := range reply.Services {
+	o.r.edgeState.setTunnelServices(reply.Services)
+	return convertServices(reply.Services), reply.LastChange, nil
+}
+
+// convertServices turns the controller's list into the tunnel's.
+func convertServices(in []channel.TunnelService) []tunnel.Service {
+	list := make([]tunnel.Service, 0, len(in))
+	for _, s := range in {
 		ts := tunnel.Service{ID: s.ID, Name: s.Name, EncryptionRequired: s.EncryptionRequired, Configs: s.Configs}
 		for _, p := range s.Permissions {
 			switch p {
@@ -93,7 +104,7 @@ func (o *routerOverlay) services(ctx context.Context, since int64) ([]tunnel.Ser
 		}
 		list = append(list, ts)
 	}
-	return list, reply.LastChange, nil
+	return list
 }
 
 // Dial carries a circuit to the service from one end of a socket pair and returns the

@@ -112,4 +112,14 @@ func TestTunnelOverlay(t *testing.T) {
 			}
 		})
 	}
+
+	// A router restarted while the controller is away still knows its tunnel's services
+	// from edge.db.
+	n.stopController()
+	h := n.routers["H"]
+	h.stop()
+	h.start(t)
+	if got := services(h.r); !got["plain"].Bind || !got["encrypted"].Bind {
+		t.Fatalf("services after a restart without the controller: %+v", got)
+	}
 }
