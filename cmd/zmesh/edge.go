@@ -52,18 +52,19 @@ func newEdgeCommand() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&f.sessionFile, "session-file", defaultSessionFile(), "where the login session is kept")
 	cmd.PersistentFlags().StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	cmd.AddCommand(newEdgeLoginCommand(f), newEdgeCreateCommand(f), newEdgeListCommand(f), newEdgeGetCommand(f),
-		newEdgeUpdateCommand(f), newEdgeDeleteCommand(f))
+		newEdgeUpdateCommand(f), newEdgeDeleteCommand(f), newEdgeMFACommand(f))
 	return cmd
 }
 
 func newEdgeLoginCommand(f *edgeFlags) *cobra.Command {
-	var username, password string
+	var username, password, mfaCode string
 	var yes bool
 	cmd := &cobra.Command{
 		Use:   "login URL --username U --password P",
 		Short: "Log in to a controller and keep the session for later commands",
 		Long: "Log in to the controller at URL (https://host:port). The controller's CA is fetched from its\n" +
-			"EST endpoint and trusted after its fingerprint is shown and confirmed (or --yes).",
+			"EST endpoint and trusted after its fingerprint is shown and confirmed (or --yes). An identity\n" +
+			"with MFA also gives a code (--mfa-code, or asked for).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			u, err := url.Parse(args[0])
@@ -109,6 +110,9 @@ func newEdgeLoginCommand(f *edgeFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := passMFA(cmd, client, sess, mfaCode); err != nil {
+				return err
+			}
 			if err := saveSession(f.sessionFile, edgeSession{URL: base, Token: sess.Token, Username: username, CA: caPEM.String()}); err != nil {
 				return err
 			}
@@ -119,6 +123,7 @@ func newEdgeLoginCommand(f *edgeFlags) *cobra.Command {
 	cmd.Flags().StringVarP(&username, "username", "u", "", "username")
 	cmd.Flags().StringVarP(&password, "password", "p", "", "password; asked for when absent")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "trust the controller's CA without asking")
+	cmd.Flags().StringVar(&mfaCode, "mfa-code", "", "a code of the authenticator app, or a recovery code, when the identity has MFA; asked for when needed and absent")
 	cmd.MarkFlagRequired("username")
 	return cmd
 }

@@ -381,6 +381,12 @@ func (e *edgeCall) value(fs *pflag.FlagSet, fd field, useDefault bool) (any, err
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		return jsonObject(name+" "+text, data)
+	case textFileValue:
+		data, err := os.ReadFile(text)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		return string(data), nil
 	}
 	return text, nil
 }

@@ -146,7 +146,13 @@ func (c crudCase) run(t *testing.T, edge edgeFunc) {
 	}
 	hasFields(t, "updated", after, c.updated)
 	name, _ := after["name"].(string)
-	if out := edge.must(t, append(c.updateCmd(), id, "--tags-json", `{"k":"v"}`)...); out != "updated "+strings.ReplaceAll(c.typ, "-", " ")+" "+name+" ("+id+")\n" {
+	what := strings.ReplaceAll(c.typ, "-", " ")
+	for _, et := range edgeTypes() {
+		if et.name == c.typ {
+			what = et.what
+		}
+	}
+	if out := edge.must(t, append(c.updateCmd(), id, "--tags-json", `{"k":"v"}`)...); out != "updated "+what+" "+name+" ("+id+")\n" {
 		t.Errorf("update text: %q", out)
 	}
 

@@ -19,6 +19,7 @@ const (
 	jsonValue                      // a JSON object
 	jsonFileValue                  // a file holding a JSON object
 	osValue                        // operating systems TYPE[:VERSION...], comma-separated or repeated
+	textFileValue                  // a file whose text is the value (a PEM certificate)
 )
 
 // field is one flag of an entity type and the request body field it sets.
@@ -107,6 +108,7 @@ func edgeTypes() []*entityType {
 					usage: "identity type: User, Device, Service, Router or Default"},
 				{flag: "admin", kind: boolValue, body: "isAdmin", def: "false", usage: "make the identity an administrator"},
 				{flag: "external-id", kind: textValue, body: "externalId", usage: "the identity's id in an external identity provider"},
+				{flag: "auth-policy", kind: refValue, ref: "auth-policies", body: "authPolicyId", usage: "its authentication policy, name or id (default: the default policy)"},
 				roleAttributesField(),
 				{flag: "ott", kind: boolValue, body: "enrollment.ott", createOnly: true, usage: "enroll with a one-time token and a certificate of the network"},
 				{flag: "updb", kind: textValue, body: "enrollment.updb", createOnly: true, usage: "enroll with a one-time token that sets a password for this username"},
@@ -208,6 +210,58 @@ func edgeTypes() []*entityType {
 			},
 			columns: []column{{"ID", "id"}, {"NAME", "name"}, {"SEMANTIC", "semantic"},
 				{"SERVICE ROLES", "serviceRoles"}, {"EDGE ROUTER ROLES", "edgeRouterRoles"}},
+		},
+		{
+			name: "ext-jwt-signer", plural: "external-jwt-signers", what: "external JWT signer", aliases: []string{"ejs"},
+			short: "an external identity provider whose JWTs authenticate (and may enroll) identities",
+			fields: []field{
+				{flag: "issuer", kind: textValue, body: "issuer", required: true, usage: "the iss claim of its tokens"},
+				{flag: "audience", kind: textValue, body: "audience", required: true, usage: "the aud claim its tokens must hold"},
+				{flag: "jwks-endpoint", kind: textValue, body: "jwksEndpoint", required: true,
+					usage: "https:// URL of its key set (keys may rotate); or --cert-file with --kid"},
+				{flag: "cert-file", kind: textFileValue, body: "certPem", needs: []string{"kid"},
+					usage: "PEM file of its static signing certificate, instead of --jwks-endpoint"},
+				{flag: "kid", kind: textValue, body: "kid", usage: "the kid header of tokens signed with --cert-file's key"},
+				{flag: "enabled", kind: onOffValue, body: "enabled", def: "on", usage: "whether its tokens are accepted: on or off"},
+				{flag: "claims-property", kind: textValue, body: "claimsProperty", usage: "the claim naming the identity (default sub)"},
+				{flag: "use-external-id", kind: boolValue, body: "useExternalId", usage: "match the claim to identities' externalId instead of their id"},
+				{flag: "enroll-to-cert", kind: boolValue, body: "enrollToCertEnabled", usage: "let a token enroll a new identity with a certificate (POST /enroll/token with a CSR)"},
+				{flag: "enroll-to-token", kind: boolValue, body: "enrollToTokenEnabled", usage: "let a token enroll a new identity that authenticates with tokens"},
+				{flag: "enroll-auth-policy", kind: refValue, ref: "auth-policies", body: "enrollAuthPolicyId", usage: "authentication policy of enrolled identities, name or id (default: the default policy)"},
+				{flag: "enroll-name-selector", kind: textValue, body: "enrollNameClaimsSelector", usage: "claim (name or JSON pointer) naming enrolled identities (default /sub)"},
+				{flag: "enroll-attribute-selector", kind: textValue, body: "enrollAttributeClaimsSelector", usage: "claim (name or JSON pointer, a string or strings) giving enrolled identities' role attributes"},
+				{flag: "external-auth-url", kind: textValue, body: "externalAuthUrl", usage: "URL where clients start authentication with the provider"},
+				{flag: "openid-configuration-url", kind: textValue, body: "openIdConfigurationUrl", usage: "URL of the provider's OIDC discovery document"},
+				{flag: "client-id", kind: textValue, body: "clientId", usage: "OAuth2/OIDC client id clients use"},
+				{flag: "scopes", kind: listValue, body: "scopes", usage: "OAuth2 scopes clients ask for, comma-separated"},
+				{flag: "target-token", kind: choiceValue, body: "targetToken", choices: []string{"ACCESS", "ID"}, usage: "which token of an OIDC flow clients send: ACCESS or ID"},
+			},
+			exclusive: [][]string{{"jwks-endpoint", "cert-file"}},
+			columns: []column{{"ID", "id"}, {"NAME", "name"}, {"ENABLED", "enabled"}, {"ISSUER", "issuer"}, {"AUDIENCE", "audience"},
+				{"KEYS", "jwksEndpoint"}, {"KID", "kid"}},
+		},
+		{
+			name: "auth-policy", plural: "auth-policies", what: "authentication policy", aliases: []string{"ap"},
+			short: "an authentication policy: the mechanisms its identities may authenticate with",
+			fields: []field{
+				{flag: "cert", kind: onOffValue, body: "primary.cert.allowed", def: "on", usage: "client certificates: on or off"},
+				{flag: "allow-expired-certs", kind: boolValue, body: "primary.cert.allowExpiredCerts", def: "false", usage: "accept expired client certificates"},
+				{flag: "updb", kind: onOffValue, body: "primary.updb.allowed", def: "on", usage: "usernames and passwords: on or off"},
+				{flag: "min-password-length", kind: intValue, body: "primary.updb.minPasswordLength", min: 5, max: 100, def: "5", usage: "shortest password allowed"},
+				{flag: "require-special-char", kind: boolValue, body: "primary.updb.requireSpecialChar", def: "false", usage: "passwords need a character that is not a letter or digit"},
+				{flag: "require-number-char", kind: boolValue, body: "primary.updb.requireNumberChar", def: "false", usage: "passwords need a digit"},
+				{flag: "require-mixed-case", kind: boolValue, body: "primary.updb.requireMixedCase", def: "false", usage: "passwords need upper and lower case letters"},
+				{flag: "max-attempts", kind: intValue, body: "primary.updb.maxAttempts", min: 0, max: 1000, def: "0", usage: "failed password logins that lock the account (0: no lockout)", needs: []string{"lockout-minutes"}},
+				{flag: "lockout-minutes", kind: intValue, body: "primary.updb.lockoutDurationMinutes", min: 0, max: 525600, def: "0", usage: "how long --max-attempts failures lock the account"},
+				{flag: "ext-jwt", kind: onOffValue, body: "primary.extJwt.allowed", def: "on", usage: "JWTs of external signers: on or off"},
+				{flag: "allowed-signers", kind: refsValue, ref: "external-jwt-signers", body: "primary.extJwt.allowedSigners", def: "all",
+					usage: "external JWT signers allowed, names or ids, comma-separated (none given: all)"},
+				{flag: "require-totp", kind: boolValue, body: "secondary.requireTotp", def: "false", usage: "require a TOTP code (MFA) after primary authentication"},
+				{flag: "require-ext-jwt-signer", kind: refValue, ref: "external-jwt-signers", body: "secondary.requireExtJwtSigner",
+					usage: "require a JWT of this signer (name or id) on every API call"},
+			},
+			columns: []column{{"ID", "id"}, {"NAME", "name"}, {"CERT", "primary.cert.allowed"}, {"UPDB", "primary.updb.allowed"},
+				{"EXT-JWT", "primary.extJwt.allowed"}, {"TOTP", "secondary.requireTotp"}, {"JWT ON EVERY CALL", "secondary.requireExtJwtSigner"}},
 		},
 		{
 			name: "posture-check", plural: "posture-checks", what: "posture check", aliases: []string{"pc"},

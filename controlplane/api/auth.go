@@ -8,7 +8,7 @@ import (
 )
 
 func (s *Server) registerAuth() {
-	s.handle(both, "POST", "/authenticate", public, "Authenticates with a password or a client certificate and opens an API session", s.authenticate)
+	s.handle(both, "POST", "/authenticate", public, "Authenticates with a password, a client certificate or a JWT of an external signer and opens an API session", s.authenticate)
 	s.handle(both, "GET", "/current-api-session", session, "Returns the current API session", s.currentSession)
 	s.handle(both, "DELETE", "/current-api-session", session, "Ends the current API session (logout)", s.logout)
 	s.handle(both, "GET", "/current-identity", session, "Returns the identity of the current API session", s.currentIdentity)
@@ -86,8 +86,8 @@ func (b *authenticateBody) check(method string) error {
 
 func (s *Server) authenticate(c *call) error {
 	method := c.r.URL.Query().Get("method")
-	if method != model.MethodPassword && method != model.MethodCertAuth {
-		return fieldErr("method", method, "is not an authentication method; allowed: password, cert")
+	if method != model.MethodPassword && method != model.MethodCertAuth && method != model.MethodExtJWT {
+		return fieldErr("method", method, "is not an authentication method; allowed: password, cert, ext-jwt")
 	}
 	var body authenticateBody
 	if c.r.ContentLength != 0 || method == model.MethodPassword {
@@ -102,10 +102,13 @@ func (s *Server) authenticate(c *call) error {
 	var sess *model.APISession
 	var ident *model.Identity
 	var err error
-	if method == model.MethodPassword {
+	switch method {
+	case model.MethodPassword:
 		sess, ident, err = s.m.AuthenticatePassword(*body.Username, *body.Password, login)
-	} else {
+	case model.MethodCertAuth:
 		sess, ident, err = s.m.AuthenticateCert(c.peerChain(), login)
+	default:
+		sess, ident, err = s.m.AuthenticateExtJWT(c.r.Context(), c.bearer(), login)
 	}
 	if err != nil {
 		return err
@@ -124,10 +127,38 @@ func (s *Server) authenticate(c *call) error {
 		}
 	}
 	c.w.Header().Set(SessionHeader, sess.Token)
-	return c.data(http.StatusOK, s.renderSession(sess, ident))
+	out, err := s.renderSession(c, sess, ident)
+	if err != nil {
+		return err
+	}
+	return c.data(http.StatusOK, out)
 }
 
-func (s *Server) renderSession(sess *model.APISession, ident *model.Identity) map[string]any {
+// authQueries renders the steps the API session has still to pass: MFA, and a JWT of the
+// external signer the identity's policy requires on every call when this request carries
+// none that is valid.
+func (s *Server) authQueries(c *call, sess *model.APISession, ident *model.Identity, mfa model.SessionMFA) ([]any, error) {
+	out := []any{}
+	for _, q := range sess.AuthQueries {
+		out = append(out, map[string]any{
+			"typeId": q.TypeID, "provider": q.Provider, "format": q.Format, "httpMethod": q.HTTPMethod,
+			"httpUrl": q.HTTPURL, "minLength": q.MinLength, "maxLength": q.MaxLength, "isTotpEnrolled": mfa.TOTPEnabled,
+		})
+	}
+	signer, err := s.m.RequiredSigner(ident)
+	if err != nil {
+		return nil, err
+	}
+	if signer != nil && s.m.CheckSecondaryJWT(c.r.Context(), ident, c.bearer()) != nil {
+		out = append(out, map[string]any{
+			"typeId": model.AuthQueryExtJWT, "provider": "url", "id": signer.ID, "httpUrl": signer.ExternalAuthURL,
+			"clientId": signer.ClientID, "scopes": nonNil(signer.Scopes),
+		})
+	}
+	return out, nil
+}
+
+func (s *Server) renderSession(c *call, sess *model.APISession, ident *model.Identity) (map[string]any, error) {
 	expires := s.m.ExpiresAt(sess)
 	var extendable bool
 	if sess.CertFingerprint != "" {
@@ -135,9 +166,13 @@ func (s *Server) renderSession(sess *model.APISession, ident *model.Identity) ma
 			extendable = a.IssuedByNetwork && a.Fingerprint == sess.CertFingerprint
 		}
 	}
-	queries := []any{}
-	for _, q := range sess.AuthQueries {
-		queries = append(queries, q)
+	mfa, err := s.m.SessionMFAOf(sess)
+	if err != nil {
+		return nil, err
+	}
+	queries, err := s.authQueries(c, sess, ident, mfa)
+	if err != nil {
+		return nil, err
 	}
 	configTypes := sess.ConfigTypes
 	if configTypes == nil {
@@ -157,12 +192,12 @@ func (s *Server) renderSession(sess *model.APISession, ident *model.Identity) ma
 		"isCertExtendRequested":  false,
 		"isCertExtendable":       extendable,
 		"isCertKeyRollRequested": false,
-		"isMfaComplete":          false,
-		"isMfaRequired":          false,
+		"isMfaComplete":          mfa.Complete,
+		"isMfaRequired":          mfa.Required,
 		"token":                  sess.Token,
 		"expirationSeconds":      int(expires.Sub(s.m.Now()).Seconds()),
 		"expiresAt":              expires,
-	}
+	}, nil
 }
 
 func tagsOf(t model.Tags) map[string]any {
@@ -173,7 +208,11 @@ func tagsOf(t model.Tags) map[string]any {
 }
 
 func (s *Server) currentSession(c *call) error {
-	return c.data(http.StatusOK, s.renderSession(c.session, c.identity))
+	out, err := s.renderSession(c, c.session, c.identity)
+	if err != nil {
+		return err
+	}
+	return c.data(http.StatusOK, out)
 }
 
 func (s *Server) logout(c *call) error {

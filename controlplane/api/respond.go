@@ -78,7 +78,7 @@ func statusOf(code string) int {
 	switch code {
 	case model.CodeNotFound:
 		return http.StatusNotFound
-	case model.CodeInvalidAuth, model.CodeUnauthorized:
+	case model.CodeInvalidAuth, model.CodeUnauthorized, model.CodeMFAInvalidToken:
 		return http.StatusUnauthorized
 	case model.CodeRateLimited:
 		return http.StatusTooManyRequests
@@ -86,7 +86,7 @@ func statusOf(code string) int {
 		return http.StatusGone
 	case model.CodeCertInUse, model.CodeCAAlreadyVerified, model.CodeCannotDeleteDefaultAdmin,
 		model.CodeCannotUpdateDefaultAdmin, model.CodeCanNotDeleteReferenced, model.CodeNoAuthenticatorToVerify,
-		model.CodeInvalidPosture:
+		model.CodeInvalidPosture, model.CodeMFAExists, model.CodeEnrollmentIdentityExists:
 		return http.StatusConflict
 	case codeMethodNotAllowed:
 		return http.StatusMethodNotAllowed

@@ -86,6 +86,8 @@ type route struct {
 	access  access
 	summary string
 	creates bool // answers 201 with the new entity's id
+	// pending: an API session that must still pass MFA may call it (pendingMFARoutes).
+	pending bool
 	handler func(*call) error
 }
 
@@ -186,7 +188,7 @@ func (s *Server) serve(rt route, base string) http.Handler {
 				writeError(w, s.log, c.requestID, newErr(codeUnhandled, "internal error; see the controller log for request %s", c.requestID))
 			}
 		}()
-		if err := s.authorize(c, rt.access); err != nil {
+		if err := s.authorize(c, rt); err != nil {
 			writeError(w, s.log, c.requestID, err)
 			return
 		}
@@ -196,9 +198,15 @@ func (s *Server) serve(rt route, base string) http.Handler {
 	})
 }
 
-// authorize resolves the API session of the request when the route needs one.
-func (s *Server) authorize(c *call, acc access) error {
-	if acc == public {
+// errMFAPending answers an API session that must pass MFA before anything else.
+var errMFAPending = newErr(codeUnauthorized, "the API session must pass MFA first: POST %s/authenticate/mfa with a code", ClientBase)
+
+// authorize resolves the API session of the request when the route needs one. A session
+// that must still pass MFA may only call the routes marked pending; when the identity's
+// authentication policy requires a JWT of an external signer, every call must carry one
+// (Authorization: Bearer).
+func (s *Server) authorize(c *call, rt route) error {
+	if rt.access == public {
 		return nil
 	}
 	sess, ident, err := s.m.SessionByToken(c.r.Header.Get(SessionHeader))
@@ -206,10 +214,28 @@ func (s *Server) authorize(c *call, acc access) error {
 		return err
 	}
 	c.session, c.identity = sess, ident
-	if acc == adminOnly && !ident.IsAdmin {
+	if model.PendingMFA(sess) && !rt.pending {
+		return errMFAPending
+	}
+	if err := s.m.CheckSecondaryJWT(c.r.Context(), ident, c.bearer()); err != nil {
+		return err
+	}
+	if rt.access == adminOnly && !ident.IsAdmin {
 		return errForbidden
 	}
 	return nil
+}
+
+// bearer is the token of the request's Authorization: Bearer header, or "".
+func (c *call) bearer() string { return model.BearerToken(c.r.Header.Get("Authorization")) }
+
+// pendingMFARoutes are what an API session that must still pass MFA may do: pass it, read
+// and end itself, read its identity, and enroll in MFA when its policy requires TOTP.
+var pendingMFARoutes = []string{
+	"POST /authenticate/mfa",
+	"GET /current-api-session", "DELETE /current-api-session", "GET /current-identity",
+	"GET /current-identity/mfa", "POST /current-identity/mfa", "GET /current-identity/mfa/qr-code",
+	"POST /current-identity/mfa/verify",
 }
 
 // ServeHTTP serves both APIs.
@@ -237,6 +263,13 @@ func (s *Server) register() {
 	s.registerServices()
 	s.registerPosture()
 	s.registerRouters()
+	s.registerMFA()
+	s.registerExtJWT()
+	s.registerAuthPolicies()
+	s.registerTokenEnroll()
+	for i := range s.routes {
+		s.routes[i].pending = slices.Contains(pendingMFARoutes, s.routes[i].method+" "+s.routes[i].path)
+	}
 	s.mount()
 }
 

@@ -9,13 +9,13 @@ package channel
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,8 +34,14 @@ const (
 const (
 	readBufferSize  = 32 << 10
 	writeBufferSize = 32 << 10
+	// maxKeptBody bounds the body buffer the reader keeps between frames; a larger body is
+	// read into a buffer of its own.
+	maxKeptBody = 64 << 10
 	// closeFlushTimeout bounds how long closing waits to write what is queued.
 	closeFlushTimeout = time.Second
+	// asyncIdle is how long an async handler's goroutine waits for another message before
+	// it ends.
+	asyncIdle = 2 * time.Second
 )
 
 var (
@@ -95,9 +101,24 @@ type frame struct {
 	body []byte
 }
 
-// Channel is one control connection. It is safe for concurrent use. One goroutine reads
-// and dispatches, one writes (batching queued frames into one flush), one sends
-// heartbeats; async handlers run on their own goroutines.
+// result is a reply as the reader decoded it, for the request waiting for it.
+type result struct {
+	msg Message
+	err error
+}
+
+// asyncJob is a message for an async handler.
+type asyncJob struct {
+	fn  Handler
+	h   header
+	msg Message
+}
+
+// Channel is one control connection. It is safe for concurrent use. One goroutine reads,
+// decodes and dispatches, one writes (batching queued frames into one flush), one sends
+// heartbeats; async handlers run on goroutines that, once done, wait a moment for the next
+// message rather than end, so that a busy channel does not start (and grow the stack of) a
+// goroutine per message.
 type Channel struct {
 	conn    net.Conn
 	log     *slog.Logger
@@ -108,9 +129,10 @@ type Channel struct {
 	out     chan frame
 	seq     atomic.Uint32
 	async   chan struct{} // semaphore of async handlers
+	jobs    chan asyncJob // to the async goroutines waiting for a message
 
 	mu      sync.Mutex
-	pending map[uint32]chan frame
+	pending map[uint32]chan result
 
 	hmu      sync.RWMutex
 	handlers map[Type]handlerEntry
@@ -136,7 +158,8 @@ func New(ctx context.Context, conn net.Conn, log *slog.Logger, opts Options) *Ch
 		maxBody:  uint32(opts.MaxBodySize),
 		out:      make(chan frame, opts.QueueSize),
 		async:    make(chan struct{}, opts.MaxAsyncHandlers),
-		pending:  make(map[uint32]chan frame),
+		jobs:     make(chan asyncJob),
+		pending:  make(map[uint32]chan result),
 		handlers: make(map[Type]handlerEntry),
 		done:     make(chan struct{}),
 		epoch:    time.Now(),
@@ -153,8 +176,8 @@ func New(ctx context.Context, conn net.Conn, log *slog.Logger, opts Options) *Ch
 // order: h must be quick. Ping and Pong are answered by the channel itself.
 func (c *Channel) Handle(t Type, h Handler) { c.register(t, handlerEntry{fn: h}) }
 
-// HandleAsync registers h for messages of type t, each run on its own goroutine: for
-// handlers that wait (on the store, on other requests).
+// HandleAsync registers h for messages of type t, each run on a goroutine of its own while it
+// runs: for handlers that wait (on the store, on other requests).
 func (c *Channel) HandleAsync(t Type, h Handler) { c.register(t, handlerEntry{fn: h, async: true}) }
 
 func (c *Channel) register(t Type, e handlerEntry) {
@@ -228,6 +251,25 @@ func (c *Channel) Send(ctx context.Context, msg Message) error {
 	return c.enqueue(ctx, f)
 }
 
+// SendWithin is Send waiting at most d while the queue is full. A message that finds room
+// in the queue costs no timer.
+func (c *Channel) SendWithin(d time.Duration, msg Message) error {
+	f, err := c.encode(msg, 0, 0)
+	if err != nil {
+		return err
+	}
+	if c.ctx.Err() == nil {
+		select {
+		case c.out <- f:
+			return nil
+		default:
+		}
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, d)
+	defer cancel()
+	return c.enqueue(ctx, f)
+}
+
 // Request sends msg and waits for the reply until ctx's deadline, or for at most
 // Options.RequestTimeout when ctx has none. A reply of type Error is returned as an error
 // wrapping the *Error.
@@ -241,7 +283,7 @@ func (c *Channel) Request(ctx context.Context, msg Message) (Message, error) {
 		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
 		defer cancel()
 	}
-	reply := make(chan frame, 1)
+	reply := make(chan result, 1)
 	c.mu.Lock()
 	c.pending[f.h.seq] = reply
 	c.mu.Unlock()
@@ -253,19 +295,28 @@ func (c *Channel) Request(ctx context.Context, msg Message) (Message, error) {
 	if err := c.enqueue(ctx, f); err != nil {
 		return nil, err
 	}
-	select {
-	case r := <-reply:
-		m, err := decodeMessage(r.h.typ, r.body)
-		if err != nil {
-			return nil, fmt.Errorf("channel: reply to %s: %w", f.h.typ, err)
+	answer := func(r result) (Message, error) {
+		if r.err != nil {
+			return nil, fmt.Errorf("channel: reply to %s: %w", f.h.typ, r.err)
 		}
-		if e, ok := m.(*Error); ok {
+		if e, ok := r.msg.(*Error); ok {
 			return nil, fmt.Errorf("channel: %s request refused: %w", f.h.typ, e)
 		}
-		return m, nil
+		return r.msg, nil
+	}
+	select {
+	case r := <-reply:
+		return answer(r)
 	case <-ctx.Done():
 		return nil, fmt.Errorf("channel: %s request: no reply: %w", f.h.typ, ctx.Err())
 	case <-c.ctx.Done():
+		// The reader delivers a reply before it closes the channel: one that came last
+		// (ReplyAndClose) is here.
+		select {
+		case r := <-reply:
+			return answer(r)
+		default:
+		}
 		return nil, fmt.Errorf("channel: %s request: %w", f.h.typ, c.Err())
 	}
 }
@@ -294,7 +345,7 @@ func (c *Channel) nextSeq() uint32 {
 }
 
 func (c *Channel) encode(msg Message, flags uint16, replyTo uint32) (frame, error) {
-	body, err := json.Marshal(msg)
+	body, err := encodeBody(msg)
 	if err != nil {
 		return frame{}, fmt.Errorf("channel: encode %s: %w", msg.MessageType(), err)
 	}
@@ -345,13 +396,22 @@ func (c *Channel) writeLoop() {
 		select {
 		case f := <-c.out:
 			err := write(f)
-			for more := true; more && err == nil; { // batch what is queued into one flush
+			// Batch what is queued into one flush. Once the queue is empty, the writer lets
+			// the goroutines that are ready run first, once: those about to send (a handler
+			// finishing, the reader answering a ping) join this flush rather than cost a
+			// write of their own. With nothing else ready, it goes on at once.
+			for yielded := false; err == nil; {
 				select {
 				case f = <-c.out:
 					err = write(f)
+					continue
 				default:
-					more = false
 				}
+				if yielded {
+					break
+				}
+				runtime.Gosched()
+				yielded = true
 			}
 			if err == nil {
 				err = bw.Flush()
@@ -379,8 +439,10 @@ func (c *Channel) writeLoop() {
 func (c *Channel) readLoop() {
 	br := bufio.NewReaderSize(c.conn, readBufferSize)
 	var hbuf [headerSize]byte
+	// Bodies are decoded before the next frame is read, so that one buffer serves them all.
+	buf := make([]byte, 0, 4<<10)
 	for {
-		h, body, err := readFrame(br, hbuf[:], c.maxBody)
+		h, body, err := readFrameInto(br, hbuf[:], buf[:cap(buf)], c.maxBody)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = ErrPeerClosed
@@ -391,6 +453,9 @@ func (c *Channel) readLoop() {
 			return
 		}
 		c.dispatch(h, body)
+		if cap(body) > cap(buf) && cap(body) <= maxKeptBody {
+			buf = body[:0]
+		}
 	}
 }
 
@@ -408,7 +473,8 @@ func (c *Channel) dispatch(h header, body []byte) {
 		delete(c.pending, h.replyTo)
 		c.mu.Unlock()
 		if waiter != nil {
-			waiter <- frame{h: h, body: body}
+			m, err := decodeMessage(h.typ, body)
+			waiter <- result{m, err}
 		} else if h.typ != TypePong {
 			c.log.Debug("reply to no pending request (it timed out?)", "type", h.typ, "replyTo", h.replyTo)
 		}
@@ -441,10 +507,31 @@ func (c *Channel) dispatch(h header, body []byte) {
 	case <-c.ctx.Done():
 		return
 	}
-	go func() {
-		defer func() { <-c.async }()
-		c.handle(e.fn, h, msg)
-	}()
+	job := asyncJob{fn: e.fn, h: h, msg: msg}
+	select {
+	case c.jobs <- job: // a goroutine that finished its last message takes it
+	default:
+		go c.asyncLoop(job)
+	}
+}
+
+// asyncLoop runs job, then the messages dispatch hands it, until none comes for asyncIdle.
+func (c *Channel) asyncLoop(job asyncJob) {
+	idle := time.NewTimer(asyncIdle)
+	defer idle.Stop()
+	for {
+		c.handle(job.fn, job.h, job.msg)
+		<-c.async
+		job = asyncJob{} // no reference kept while idle
+		idle.Reset(asyncIdle)
+		select {
+		case job = <-c.jobs:
+		case <-idle.C:
+			return
+		case <-c.ctx.Done():
+			return
+		}
+	}
 }
 
 // ReplyAndClose marks a handler's reply as the channel's last message: the channel sends

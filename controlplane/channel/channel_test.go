@@ -295,3 +295,58 @@ func TestReplyAndClose(t *testing.T) {
 		t.Errorf("other end: Err = %v", err)
 	}
 }
+
+// TestAsyncHandlersRunTogether: async handlers run at the same time, on goroutines that serve
+// later messages once they are done.
+func TestAsyncHandlersRunTogether(t *testing.T) {
+	t.Parallel()
+	const n = 8
+	var arrived sync.WaitGroup
+	arrived.Add(n)
+	release := make(chan struct{})
+	router, _ := pair(t, Options{}, func(c *Channel) {
+		c.HandleAsync(TypeCircuitRequest, func(ctx context.Context, m Message) (Message, error) {
+			if m.(*CircuitRequest).ServiceName == "wait" {
+				arrived.Done()
+				<-release
+			}
+			return circuitReplier(ctx, m)
+		})
+	})
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := Call[*CircuitReply](context.Background(), router, &CircuitRequest{RequestID: strconv.Itoa(i), ServiceName: "wait"})
+			errs <- err
+		}()
+	}
+	arrived.Wait() // every handler is running: none waits for another
+	close(release)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 100 { // the goroutines of the first ones serve these
+		if _, err := Call[*CircuitReply](context.Background(), router, &CircuitRequest{RequestID: strconv.Itoa(i), ServiceName: "s"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestSendWithin: a message queued at once needs no wait; with the queue full, SendWithin
+// gives up after its time.
+func TestSendWithin(t *testing.T) {
+	t.Parallel()
+	cc, _ := tlsPair(t) // the peer never reads: the writer stalls once the socket is full
+	ch := New(context.Background(), cc, quietLog(), Options{QueueSize: 1})
+	t.Cleanup(func() { ch.Close() })
+	if err := ch.SendWithin(time.Second, &Fault{CircuitID: 1}); err != nil {
+		t.Fatal(err) // not started: the queue holds it
+	}
+	start := time.Now()
+	err := ch.SendWithin(50*time.Millisecond, &Fault{CircuitID: 2})
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) < 50*time.Millisecond {
+		t.Fatalf("send to a full queue: %v after %s", err, time.Since(start))
+	}
+}

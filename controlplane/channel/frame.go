@@ -66,6 +66,12 @@ func parseHeader(b []byte) header {
 // for the header. A clean end of stream before a header is io.EOF; within a frame it is
 // io.ErrUnexpectedEOF.
 func readFrame(r io.Reader, hbuf []byte, maxBody uint32) (header, []byte, error) {
+	return readFrameInto(r, hbuf, nil, maxBody)
+}
+
+// readFrameInto is readFrame reading the body into buf when it is large enough: the body
+// is valid until buf is used again.
+func readFrameInto(r io.Reader, hbuf, buf []byte, maxBody uint32) (header, []byte, error) {
 	if _, err := io.ReadFull(r, hbuf[:headerSize]); err != nil {
 		return header{}, nil, err
 	}
@@ -79,7 +85,12 @@ func readFrame(r io.Reader, hbuf []byte, maxBody uint32) (header, []byte, error)
 	if h.size == 0 {
 		return h, nil, nil
 	}
-	body := make([]byte, h.size)
+	var body []byte
+	if int(h.size) <= cap(buf) {
+		body = buf[:h.size]
+	} else {
+		body = make([]byte, h.size)
+	}
 	if _, err := io.ReadFull(r, body); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF

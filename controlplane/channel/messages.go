@@ -1,7 +1,6 @@
 package channel
 
 import (
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -141,7 +140,8 @@ func decodeMessage(t Type, body []byte) (Message, error) {
 	if len(body) == 0 {
 		return m, nil
 	}
-	if err := json.Unmarshal(body, m); err != nil {
+	m, err := decodeBody(t, body)
+	if err != nil {
 		return nil, fmt.Errorf("channel: decode %s body: %w", t, err)
 	}
 	return m, nil

@@ -204,6 +204,10 @@ func (*Unroute) MessageType() Type { return TypeUnroute }
 type Fault struct {
 	CircuitID uint64 `json:"circuitId"`
 	Reason    string `json:"reason"`
+	// Unrouted: the router has already removed the circuit's route and closed its end there,
+	// so the controller unroutes it on the other routers only. A controller that does not
+	// know the field sends the router an Unroute that changes nothing.
+	Unrouted bool `json:"unrouted,omitempty"`
 }
 
 func (*Fault) MessageType() Type { return TypeFault }

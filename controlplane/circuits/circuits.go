@@ -109,7 +109,7 @@ func (s *Service) create(ctx context.Context, ingress string, req *channel.Circu
 	if len(req.AppData) > channel.MaxAppData {
 		return nil, nil, fail(channel.ErrCodeInvalid, "app data of %d bytes; at most %d", len(req.AppData), channel.MaxAppData)
 	}
-	terms, err := s.m.TerminatorsOf(svc.ID)
+	terms, err := s.m.CachedTerminatorsOf(svc.ID)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -157,9 +157,9 @@ func (s *Service) service(req *channel.CircuitRequest) (*model.Service, error) {
 	var err error
 	switch {
 	case req.ServiceID != "":
-		svc, err = s.m.Service(req.ServiceID)
+		svc, err = s.m.CachedService(req.ServiceID)
 	case req.ServiceName != "":
-		svc, err = s.m.ServiceByName(req.ServiceName)
+		svc, err = s.m.CachedServiceByName(req.ServiceName)
 	default:
 		return nil, fail(channel.ErrCodeInvalid, "the request names no service")
 	}
@@ -215,11 +215,11 @@ func (s *Service) authorize(ingress string, svc *model.Service, req *channel.Cir
 // checkEdgeRouter checks that the edge router policies let a client identity use the router
 // for the service.
 func (s *Service) checkEdgeRouter(identity, router string, svc *model.Service) error {
-	routers, err := s.m.EdgeRoutersFor(identity, svc.ID)
+	ok, err := s.m.EdgeRouterAllows(identity, router, svc.ID)
 	if err != nil {
 		return err
 	}
-	if !slices.ContainsFunc(routers, func(r *model.EdgeRouter) bool { return r.ID == router }) {
+	if !ok {
 		return fail(channel.ErrCodeServiceNotFound, "no edge router policy lets identity %s use router %s for service %q", identity, router, svc.Name)
 	}
 	return nil
@@ -280,11 +280,9 @@ func (s *Service) route(ctx context.Context, router string, r *channel.Route) er
 func (s *Service) unroute(id uint64, routers []string, reason string) {
 	for _, r := range routers {
 		if ch, ok := s.routers.Channel(r); ok {
-			ctx, cancel := context.WithTimeout(context.Background(), RouteTimeout)
-			if err := ch.Send(ctx, &channel.Unroute{CircuitID: id, Reason: reason}); err != nil {
+			if err := ch.SendWithin(RouteTimeout, &channel.Unroute{CircuitID: id, Reason: reason}); err != nil {
 				s.log.Debug("unroute", "circuit", id, "router", r, "err", err)
 			}
-			cancel()
 		}
 	}
 }
@@ -300,7 +298,10 @@ type endedCircuit struct {
 
 // Remove ends a circuit on every router of its path; it reports whether the circuit was
 // known.
-func (s *Service) Remove(id uint64, reason string) bool {
+func (s *Service) Remove(id uint64, reason string) bool { return s.remove(id, "", reason) }
+
+// remove is Remove without telling router skip, if not "".
+func (s *Service) remove(id uint64, skip, reason string) bool {
 	now := time.Now()
 	s.mu.Lock()
 	c, ok := s.circuits[id]
@@ -317,7 +318,11 @@ func (s *Service) Remove(id uint64, reason string) bool {
 	s.endedOrder = s.endedOrder[drop:]
 	s.mu.Unlock()
 	if ok {
-		s.unroute(id, c.Path, reason)
+		for _, r := range c.Path {
+			if r != skip {
+				s.unroute(id, []string{r}, reason)
+			}
+		}
 	}
 	return ok
 }
@@ -334,7 +339,11 @@ func (s *Service) Fault(router string, f *channel.Fault) {
 		s.log.Warn("fault ignored: the router is not on the circuit's path", "circuit", f.CircuitID, "router", router)
 		return
 	}
-	if s.Remove(f.CircuitID, "ended at router "+router+": "+f.Reason) {
+	var skip string
+	if f.Unrouted {
+		skip = router // it removed the circuit itself
+	}
+	if s.remove(f.CircuitID, skip, "ended at router "+router+": "+f.Reason) {
 		s.log.Debug("circuit ended", "circuit", f.CircuitID, "router", router, "reason", f.Reason)
 	}
 }

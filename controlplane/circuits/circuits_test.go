@@ -5,8 +5,11 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -140,5 +143,83 @@ func TestLinksNeedBothEnds(t *testing.T) {
 	m.LinkState("A", &channel.LinkState{LinkID: "l1", PeerRouterID: "B", Up: false})
 	if len(graph.Links()) != 0 {
 		t.Fatal("a link reported down stayed")
+	}
+}
+
+// pipeRouters connects routers over in-memory channels and records the Unroutes they get.
+type pipeRouters struct {
+	chans    map[string]*channel.Channel
+	unroutes chan string // "<router> <circuit>"
+}
+
+func newPipeRouters(t *testing.T, names ...string) *pipeRouters {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	p := &pipeRouters{chans: map[string]*channel.Channel{}, unroutes: make(chan string, 100)}
+	var all []*channel.Channel
+	for _, name := range names {
+		a, b := net.Pipe()
+		ctrlEnd := channel.New(context.Background(), a, log, channel.Options{})
+		routerEnd := channel.New(context.Background(), b, log, channel.Options{})
+		routerEnd.Handle(channel.TypeUnroute, func(_ context.Context, m channel.Message) (channel.Message, error) {
+			p.unroutes <- fmt.Sprintf("%s %d", name, m.(*channel.Unroute).CircuitID)
+			return nil, nil
+		})
+		ctrlEnd.Start()
+		routerEnd.Start()
+		p.chans[name] = ctrlEnd
+		all = append(all, ctrlEnd, routerEnd)
+	}
+	t.Cleanup(func() {
+		for _, c := range all {
+			c.Close()
+		}
+	})
+	return p
+}
+
+func (p *pipeRouters) Channel(id string) (*channel.Channel, bool) {
+	c, ok := p.chans[id]
+	return c, ok
+}
+
+// got returns the Unroutes received within a moment, sorted.
+func (p *pipeRouters) got() []string {
+	var out []string
+	for {
+		select {
+		case u := <-p.unroutes:
+			out = append(out, u)
+		case <-time.After(200 * time.Millisecond):
+			slices.Sort(out)
+			return out
+		}
+	}
+}
+
+// TestFaultUnroutesTheOthers: a fault unroutes the circuit on every router of its path, but
+// for the reporting router when it says it removed the circuit itself.
+func TestFaultUnroutesTheOthers(t *testing.T) {
+	t.Parallel()
+	_, m := newService(t)
+	rs := newPipeRouters(t, "A", "B")
+	s := New(m, paths.NewGraph(), rs, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s.Adopt("A", []uint64{1, 2})
+	s.Adopt("B", []uint64{1, 2})
+
+	s.Fault("A", &channel.Fault{CircuitID: 1, Reason: "closed", Unrouted: true})
+	if got := rs.got(); !slices.Equal(got, []string{"B 1"}) {
+		t.Errorf("unroutes after a fault of a router that removed the circuit: %v", got)
+	}
+	s.Fault("B", &channel.Fault{CircuitID: 1, Reason: "closed", Unrouted: true})
+	if got := rs.got(); len(got) != 0 {
+		t.Errorf("unroutes after the second fault: %v", got)
+	}
+	s.Fault("B", &channel.Fault{CircuitID: 2, Reason: "the client left"})
+	if got := rs.got(); !slices.Equal(got, []string{"A 2", "B 2"}) {
+		t.Errorf("unroutes after a fault of a router that still has the circuit: %v", got)
+	}
+	if v := s.Valid([]uint64{1, 2}); len(v) != 0 {
+		t.Errorf("circuits still known: %v", v)
 	}
 }

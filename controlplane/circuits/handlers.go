@@ -96,11 +96,11 @@ func (s *Service) hostOf(router string, svc *model.Service, token string) (strin
 		if err != nil {
 			return "", err
 		}
-		routers, err := s.m.EdgeRoutersFor(sess.IdentityID, svc.ID)
+		ok, err := s.m.EdgeRouterAllows(sess.IdentityID, router, svc.ID)
 		if err != nil {
 			return "", err
 		}
-		if !slices.ContainsFunc(routers, func(r *model.EdgeRouter) bool { return r.ID == router }) {
+		if !ok {
 			return "", fail(channel.ErrCodeServiceNotFound, "no edge router policy lets identity %s use router %s for service %q", sess.IdentityID, router, svc.Name)
 		}
 		return sess.IdentityID, nil

@@ -84,6 +84,11 @@ type Pagination struct {
 // JSON when not nil, and decodes the answer's data into out when not nil. It returns the
 // answer's pagination when there is one.
 func (c *Client) Do(ctx context.Context, method, path string, body, out any) (*Pagination, error) {
+	return c.DoHeader(ctx, method, path, nil, body, out)
+}
+
+// DoHeader is Do with extra request headers.
+func (c *Client) DoHeader(ctx context.Context, method, path string, header http.Header, body, out any) (*Pagination, error) {
 	var rd io.Reader
 	if body != nil {
 		data, err := json.Marshal(body)
@@ -92,7 +97,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) (*P
 		}
 		rd = bytes.NewReader(data)
 	}
-	resp, err := c.raw(ctx, method, path, "application/json", rd)
+	resp, err := c.raw(ctx, method, path, "application/json", rd, header)
 	if err != nil {
 		return nil, err
 	}
@@ -121,11 +126,17 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) (*P
 	return env.Meta.Pagination, nil
 }
 
-// raw sends a request with the session header and returns the response as is.
-func (c *Client) raw(ctx context.Context, method, path, contentType string, body io.Reader) (*http.Response, error) {
+// raw sends a request with the session header (and header, when not nil) and returns the
+// response as is.
+func (c *Client) raw(ctx context.Context, method, path, contentType string, body io.Reader, header ...http.Header) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, c.URL+path, body)
 	if err != nil {
 		return nil, err
+	}
+	for _, h := range header {
+		for k, v := range h {
+			req.Header[k] = v
+		}
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", contentType)
@@ -171,6 +182,26 @@ type Session struct {
 	Identity   struct {
 		Name string `json:"name"`
 	} `json:"identity"`
+	// AuthQueries are the steps the session must still pass, e.g. MFA.
+	AuthQueries []AuthQuery `json:"authQueries"`
+}
+
+// AuthQuery is a further authentication step an API session must pass.
+type AuthQuery struct {
+	TypeID   string `json:"typeId"`
+	Provider string `json:"provider"`
+	ID       string `json:"id"`
+	HTTPURL  string `json:"httpUrl"`
+}
+
+// NeedsMFA reports whether the session must pass MFA before anything else.
+func (s *Session) NeedsMFA() bool {
+	for _, q := range s.AuthQueries {
+		if q.TypeID == "MFA" {
+			return true
+		}
+	}
+	return false
 }
 
 // AuthenticatePassword opens an API session with a username and password.

@@ -36,11 +36,15 @@ func (m *Model) AuthenticatePassword(username, password string, login Login) (*A
 		return nil, nil, rateLimited(wait)
 	}
 	var auth *Authenticator
+	var policy *AuthPolicy
 	err := m.st.View(func(tx *store.Tx) (err error) {
-		auth, err = m.c.authenticators.Lookup(tx, "username", username)
+		if auth, err = m.c.authenticators.Lookup(tx, "username", username); err != nil {
+			return err
+		}
+		_, policy, err = m.identityPolicy(tx, auth.IdentityID)
 		return err
 	})
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) || CodeOf(err) == CodeNotFound {
 		// Spend the time a real check takes, so that timing does not reveal usernames.
 		checkPassword(dummyHash, password)
 		m.limiter.failed("updb:"+username, login.Source)
@@ -49,11 +53,17 @@ func (m *Model) AuthenticatePassword(username, password string, login Login) (*A
 	if err != nil {
 		return nil, nil, err
 	}
-	if !checkPassword(auth.PasswordHash, password) {
+	// A locked account fails whatever the password, after the same work.
+	locked := m.auth.lockouts.locked(auth.IdentityID, m.now())
+	if !checkPassword(auth.PasswordHash, password) || locked {
 		m.limiter.failed("updb:"+username, login.Source)
+		if !locked {
+			m.auth.lockouts.failed(auth.IdentityID, policy.Primary.Updb, m.now())
+		}
 		return nil, nil, errInvalidAuth
 	}
 	m.limiter.succeeded("updb:"+username, login.Source)
+	m.auth.lockouts.succeeded(auth.IdentityID)
 	return m.openSession(auth, MethodPassword, "", login)
 }
 
@@ -91,20 +101,29 @@ func (m *Model) certAuthenticator(chain []*x509.Certificate) (*Authenticator, er
 	fp := pki.Fingerprint(chain[0])
 	var auth *Authenticator
 	var cas []*CA
+	var policy *AuthPolicy
 	err := m.st.View(func(tx *store.Tx) (err error) {
 		if auth, err = m.c.authenticators.Lookup(tx, "fingerprint", fp); err != nil {
+			return err
+		}
+		if _, policy, err = m.identityPolicy(tx, auth.IdentityID); err != nil {
 			return err
 		}
 		cas, err = m.c.cas.All(tx)
 		return err
 	})
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) || CodeOf(err) == CodeNotFound {
 		return nil, errInvalidAuth
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := m.verifyChain(chain, cas); err != nil {
+	err = m.verifyChain(chain, cas)
+	if err != nil && policy.Primary.Cert.AllowExpiredCerts && m.opts.Now().After(chain[0].NotAfter) {
+		// The identity's policy accepts an expired certificate that was valid otherwise.
+		err = m.verifyChainAt(chain, cas, chain[0].NotAfter.Add(-time.Second))
+	}
+	if err != nil {
 		return nil, &Error{Code: CodeInvalidAuth, Message: "the client certificate is not valid", Cause: err}
 	}
 	return auth, nil
@@ -116,6 +135,18 @@ func (m *Model) verifyChain(chain []*x509.Certificate, cas []*CA) error {
 	if err := m.ca.VerifyClient(chain[0], chain[1:]); err == nil {
 		return nil
 	}
+	return m.verifyThirdParty(chain, cas, m.opts.Now())
+}
+
+// verifyChainAt is verifyChain at another time than now.
+func (m *Model) verifyChainAt(chain []*x509.Certificate, cas []*CA, at time.Time) error {
+	if err := pki.VerifyChain(chain[0], chain[1:], m.ca.Pool(), at); err == nil {
+		return nil
+	}
+	return m.verifyThirdParty(chain, cas, at)
+}
+
+func (m *Model) verifyThirdParty(chain []*x509.Certificate, cas []*CA, at time.Time) error {
 	roots := x509.NewCertPool()
 	n := 0
 	for _, ca := range cas {
@@ -130,16 +161,23 @@ func (m *Model) verifyChain(chain []*x509.Certificate, cas []*CA) error {
 	if n == 0 {
 		return errors.New("the certificate is not issued by the network's CA or a verified certificate authority")
 	}
-	return pki.VerifyChain(chain[0], chain[1:], roots, m.opts.Now())
+	return pki.VerifyChain(chain[0], chain[1:], roots, at)
 }
 
 // openSession stores a new API session for the authenticator's identity.
 func (m *Model) openSession(auth *Authenticator, method, fingerprint string, login Login) (*APISession, *Identity, error) {
+	return m.openSessionFor(auth.IdentityID, auth.ID, method, fingerprint, login, "")
+}
+
+// openSessionFor stores a new API session for the identity once its authentication policy
+// allows the method (and, for ext-jwt, the signer). The session must still pass MFA when
+// the identity has a verified MFA enrollment or its policy requires TOTP.
+func (m *Model) openSessionFor(identityID, authenticatorID, method, fingerprint string, login Login, signerID string) (*APISession, *Identity, error) {
 	s := &APISession{
 		Base:            m.newBase(nil),
 		Token:           newToken(),
-		IdentityID:      auth.IdentityID,
-		AuthenticatorID: auth.ID,
+		IdentityID:      identityID,
+		AuthenticatorID: authenticatorID,
 		AuthMethod:      method,
 		IPAddress:       login.Source,
 		ConfigTypes:     login.ConfigTypes,
@@ -147,9 +185,32 @@ func (m *Model) openSession(auth *Authenticator, method, fingerprint string, log
 	}
 	s.LastActivityAt = s.CreatedAt
 	var id *Identity
-	err := m.st.Update(func(tx *store.Tx) (err error) {
-		if id, err = m.c.identities.Get(tx, auth.IdentityID); err != nil {
-			return missing(err, "identity", auth.IdentityID)
+	err := m.st.Update(func(tx *store.Tx) error {
+		ident, policy, err := m.identityPolicy(tx, identityID)
+		if err != nil {
+			return err
+		}
+		id = ident
+		var allowed bool
+		switch method {
+		case MethodPassword:
+			allowed = policy.Primary.Updb.Allowed
+		case MethodCertAuth:
+			allowed = policy.Primary.Cert.Allowed
+		case MethodExtJWT:
+			allowed = policy.allowsSigner(signerID)
+		}
+		if !allowed {
+			m.log.Info("authentication refused by policy", "identity", identityID, "method", method, "authPolicy", policy.ID)
+			return errInvalidAuth
+		}
+		mfa, err := m.mfaTx(tx, identityID)
+		if err != nil {
+			return err
+		}
+		s.AuthQueries = nil
+		if (mfa != nil && mfa.IsVerified) || policy.Secondary.RequireTotp {
+			s.AuthQueries = []AuthQuery{MFAQuery()}
 		}
 		return m.c.apiSessions.Create(tx, s)
 	})

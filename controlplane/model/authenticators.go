@@ -103,6 +103,11 @@ func (m *Model) ChangeCredentials(identityID, id string, ch CredentialsChange) e
 		if cur.PasswordHash != a.PasswordHash {
 			return &Error{Code: CodeUnauthorized, Field: "currentPassword", Message: "the password changed meanwhile"}
 		}
+		if ch.Password != nil {
+			if err := m.checkPasswordPolicy(tx, cur.IdentityID, "password", *ch.Password); err != nil {
+				return err
+			}
+		}
 		if ch.Username != nil {
 			cur.Username = *ch.Username
 		}

@@ -101,6 +101,9 @@ func (m *Model) EnrollUpdb(token, password string) error {
 		if err != nil {
 			return err
 		}
+		if err := m.checkPasswordPolicy(tx, e.IdentityID, "password", password); err != nil {
+			return err
+		}
 		a := &Authenticator{Base: m.newBase(nil), IdentityID: e.IdentityID, Method: MethodUpdb,
 			Username: e.Username, PasswordHash: hash}
 		return m.finishEnrollment(tx, e, a)

@@ -117,9 +117,6 @@ func (m *Model) CreateIdentity(in IdentityCreate) (*Identity, error) {
 	if in.AuthPolicyID == "" {
 		in.AuthPolicyID = DefaultAuthPolicyID
 	}
-	if in.AuthPolicyID != DefaultAuthPolicyID {
-		return nil, invalid("authPolicyId", in.AuthPolicyID, "no authentication policy with this id; allowed: %s", DefaultAuthPolicyID)
-	}
 	if e := in.Enrollment; e != nil {
 		set := 0
 		for _, on := range []bool{e.OTT, e.OTTCA != "", e.Updb != ""} {
@@ -149,6 +146,9 @@ func (m *Model) CreateIdentity(in IdentityCreate) (*Identity, error) {
 		Permissions:    in.Permissions,
 	}
 	err := m.st.Update(func(tx *store.Tx) error {
+		if err := m.checkAuthPolicyRef(tx, "authPolicyId", in.AuthPolicyID); err != nil {
+			return err
+		}
 		if err := m.c.identities.Create(tx, id); err != nil {
 			return conflict(err)
 		}
@@ -308,8 +308,11 @@ func (m *Model) UpdateIdentity(id string, change func(*Identity) error) (*Identi
 		if err := checkHosting(next.Hosting); err != nil {
 			return err
 		}
-		if next.AuthPolicyID != DefaultAuthPolicyID {
-			return invalid("authPolicyId", next.AuthPolicyID, "no authentication policy with this id; allowed: %s", DefaultAuthPolicyID)
+		if next.AuthPolicyID == "" {
+			next.AuthPolicyID = DefaultAuthPolicyID
+		}
+		if err := m.checkAuthPolicyRef(tx, "authPolicyId", next.AuthPolicyID); err != nil {
+			return err
 		}
 		if cur.IsDefaultAdmin && (next.IsAdmin != cur.IsAdmin || next.Type != cur.Type) {
 			return errorf(CodeCannotUpdateDefaultAdmin, "the default administrator stays an administrator")
@@ -368,6 +371,9 @@ func (m *Model) deleteIdentityTx(tx *store.Tx, id string) error {
 	if err := m.deleteSessionsWhere(tx, "identityId", id); err != nil {
 		return err
 	}
+	if err := m.deleteMFAOf(tx, id); err != nil {
+		return err
+	}
 	m.changed(tx)
 	return m.c.identities.Delete(tx, id)
 }
@@ -390,7 +396,8 @@ func (m *Model) deleteAll(ids func(*store.Tx, string, string) ([]string, error),
 }
 
 // EnsureDefaultAdmin creates the default administrator with a username and password
-// authenticator on the controller's first start. Later starts find it and change nothing.
+// authenticator, and stores the built-in default authentication policy, on the controller's
+// first start. Later starts find them and change nothing.
 func (m *Model) EnsureDefaultAdmin(username, password string) (created bool, err error) {
 	if err := checkLength("admin.username", username, MinUsernameLen, MaxUsernameLen); err != nil {
 		return false, err
@@ -404,6 +411,9 @@ func (m *Model) EnsureDefaultAdmin(username, password string) (created bool, err
 	}
 	err = m.st.Update(func(tx *store.Tx) error {
 		created = false
+		if err := m.ensureDefaultAuthPolicy(tx); err != nil {
+			return err
+		}
 		exists := false
 		if err := m.c.identities.Each(tx, func(i *Identity) error {
 			if i.IsDefaultAdmin {
@@ -435,6 +445,8 @@ type IdentityView struct {
 	Enrollments    []*Enrollment
 	CAs            map[string]*CA // the CAs of ottca enrollments, by id
 	HasAPISession  bool
+	AuthPolicyName string
+	MFAEnabled     bool // the identity has a verified MFA enrollment
 }
 
 func (m *Model) identityView(tx *store.Tx, id *Identity) (*IdentityView, error) {
@@ -453,6 +465,14 @@ func (m *Model) identityView(tx *store.Tx, id *Identity) (*IdentityView, error) 
 			}
 		}
 	}
+	if p, err := m.authPolicyTx(tx, id.AuthPolicyID); err == nil {
+		v.AuthPolicyName = p.Name
+	}
+	x, err := m.mfaTx(tx, id.ID)
+	if err != nil {
+		return nil, err
+	}
+	v.MFAEnabled = x != nil && x.IsVerified
 	sessions, err := m.c.apiSessions.IDsWith(tx, "identityId", id.ID)
 	v.HasAPISession = len(sessions) > 0
 	return v, err

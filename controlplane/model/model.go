@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +34,11 @@ type Options struct {
 	ReservedHosts []string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// JWKSClient fetches the key sets of external JWT signers; nil: a client that trusts
+	// the system's roots. JWKSRefetchInterval is how often at most a key set is fetched
+	// again for a key id it lacks; 0: DefaultJWKSRefetchInterval.
+	JWKSClient          *http.Client
+	JWKSRefetchInterval time.Duration
 }
 
 // DefaultEnrollmentDuration is the validity of enrollment tokens when Options leaves it zero.
@@ -48,8 +54,12 @@ type Model struct {
 	limiter *limiter
 
 	cache      indexCache
+	reads      readCaches
 	schemas    schemaCache
 	lastChange atomic.Int64 // unix nanoseconds of the last policy-relevant change
+
+	// auth holds the authentication policies, MFA enrollments and external JWT signers.
+	auth *authState
 
 	routerHooks routerHooks
 	// apiSessionHooks and sessionHooks are told of committed changes of those collections.
@@ -64,9 +74,8 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, opts Options) *Model {
 	if opts.EnrollmentDuration == 0 {
 		opts.EnrollmentDuration = DefaultEnrollmentDuration
 	}
-	m := &Model{st: st, ca: ca, opts: opts, log: log, c: newCollections(), limiter: newLimiter(opts.Now)}
-	m.c.apiSessions.OnChange = m.apiSessionHooks.watch
-	m.c.sessions.OnChange = m.sessionHooks.watch
+	m := &Model{st: st, ca: ca, opts: opts, log: log, c: newCollections(), limiter: newLimiter(opts.Now), auth: newAuthState(opts)}
+	m.watchReads()
 	m.lastChange.Store(opts.Now().UnixNano())
 	return m
 }

@@ -132,13 +132,15 @@ type policyIndex struct {
 	services   *population
 	routers    *population
 	serviceRec []*Service
-	routerRec  []*EdgeRouter
-	checks     *population // posture checks
-	checkRec   []*PostureCheck
-	timed      bool // a service policy names a posture check that time alone can fail
-	dial, bind []grant
-	erp        []grant // identities -> routers
-	serp       []grant // services (in identities' place) -> routers
+	// serviceNames are the positions of services by name.
+	serviceNames map[string]int
+	routerRec    []*EdgeRouter
+	checks       *population // posture checks
+	checkRec     []*PostureCheck
+	timed        bool // a service policy names a posture check that time alone can fail
+	dial, bind   []grant
+	erp          []grant // identities -> routers
+	serp         []grant // services (in identities' place) -> routers
 }
 
 type indexCache struct {
@@ -196,8 +198,10 @@ func (m *Model) policies() (*policyIndex, error) {
 			return err
 		}
 		idx.services = newPopulation(len(idx.serviceRec))
-		for _, s := range idx.serviceRec {
+		idx.serviceNames = make(map[string]int, len(idx.serviceRec))
+		for i, s := range idx.serviceRec {
 			idx.services.add(s.ID, s.RoleAttributes, len(idx.serviceRec))
+			idx.serviceNames[s.Name] = i
 		}
 		if idx.routerRec, err = m.c.edgeRouters.All(tx); err != nil {
 			return err
@@ -358,6 +362,41 @@ func (m *Model) EdgeRoutersFor(identityID, serviceID string) ([]*EdgeRouter, err
 	})
 	slices.SortFunc(out, func(a, b *EdgeRouter) int { return compareStr(a.ID, b.ID) })
 	return out, nil
+}
+
+// EdgeRouterAllows reports whether the identity may use the edge router for the service: what
+// EdgeRoutersFor answers for one router, without listing the others.
+func (m *Model) EdgeRouterAllows(identityID, routerID, serviceID string) (bool, error) {
+	idx, err := m.policies()
+	if err != nil {
+		return false, err
+	}
+	i, ok := idx.identities.pos[identityID]
+	if !ok {
+		return false, notFound("identity", identityID)
+	}
+	s, ok := idx.services.pos[serviceID]
+	if !ok {
+		return false, notFound("service", serviceID)
+	}
+	r, ok := idx.routers.pos[routerID]
+	if !ok {
+		return false, nil
+	}
+	if rec := idx.routerRec[r]; rec.Disabled || !rec.IsVerified {
+		return false, nil
+	}
+	return grants(idx.erp, i, r) && grants(idx.serp, s, r), nil
+}
+
+// grants reports whether one of the grants gives target t to entity position i.
+func grants(list []grant, i, t int) bool {
+	for _, g := range list {
+		if g.identities.has(i) && g.targets.has(t) {
+			return true
+		}
+	}
+	return false
 }
 
 func compareStr(a, b string) int {

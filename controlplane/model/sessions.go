@@ -228,24 +228,31 @@ func (m *Model) SessionByTokenOf(apiSessionID, token string) (*Session, error) {
 
 // DialSession returns the session with token when it is a session of type typ for the
 // service and its API session still exists: what a router checks before it carries a
-// client's circuit.
+// client's circuit. Sessions come from a read cache that every committed change of sessions,
+// and every deletion of an API session, empties; the session returned is shared with other
+// callers and must not be modified.
 func (m *Model) DialSession(token, serviceID, typ string) (*Session, error) {
-	var out *Session
-	err := m.st.View(func(tx *store.Tx) error {
-		s, err := m.c.sessions.Lookup(tx, "token", token)
+	c := &m.reads.sessions
+	s, gen, ok := c.get(token)
+	if !ok {
+		err := m.st.View(func(tx *store.Tx) (err error) {
+			if s, err = m.c.sessions.Lookup(tx, "token", token); err != nil {
+				return missing(err, "session", "")
+			}
+			if ok, err := m.c.apiSessions.Has(tx, s.APISessionID); err != nil {
+				return err
+			} else if !ok {
+				return notFound("session", "")
+			}
+			return nil
+		})
 		if err != nil {
-			return missing(err, "session", "")
+			return nil, err
 		}
-		if s.ServiceID != serviceID || s.Type != typ {
-			return notFound("session", "")
-		}
-		if ok, err := m.c.apiSessions.Has(tx, s.APISessionID); err != nil {
-			return err
-		} else if !ok {
-			return notFound("session", "")
-		}
-		out = s
-		return nil
-	})
-	return out, err
+		c.put(token, s, gen)
+	}
+	if s.ServiceID != serviceID || s.Type != typ {
+		return nil, notFound("session", "")
+	}
+	return s, nil
 }
