@@ -46,12 +46,18 @@ func (m *Model) OnAPISessionChange(f func(apiSessionID string)) { m.apiSessionHo
 // revocation after a policy or posture change.
 func (m *Model) OnSessionChange(f func(sessionID string)) { m.sessionHooks.add(f) }
 
-// SessionState returns every API session and every session, read in one transaction, in id
+// SessionState returns every API session (but those owing MFA) and every session, read in one transaction, in id
 // order: the edge state routers receive when they connect.
 func (m *Model) SessionState() (apiSessions []*APISession, sessions []*Session, err error) {
 	err = m.st.View(func(tx *store.Tx) error {
-		if apiSessions, err = m.c.apiSessions.All(tx); err != nil {
+		all, err := m.c.apiSessions.All(tx)
+		if err != nil {
 			return err
+		}
+		for _, a := range all {
+			if routable(a) {
+				apiSessions = append(apiSessions, a)
+			}
 		}
 		sessions, err = m.c.sessions.All(tx)
 		return err
@@ -73,7 +79,9 @@ func (m *Model) SessionStateOf(apiSessionIDs, sessionIDs []string) (map[string]*
 			if err != nil {
 				return err
 			}
-			apis[id] = s
+			if routable(s) {
+				apis[id] = s
+			}
 		}
 		for _, id := range sessionIDs {
 			s, err := m.c.sessions.Get(tx, id)
@@ -92,3 +100,8 @@ func (m *Model) SessionStateOf(apiSessionIDs, sessionIDs []string) (map[string]*
 	}
 	return apis, sessions, nil
 }
+
+// routable tells whether routers may admit clients with an API session: not while it owes
+// an authentication query (MFA). Such a session reaches routers, as an update, once it has
+// passed.
+func routable(a *APISession) bool { return len(a.AuthQueries) == 0 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/zmesh/zmesh/controlplane/store"
 )
 
 // changeLog records what OnAPISessionChange and OnSessionChange report, and whether each
@@ -228,5 +230,21 @@ func TestSessionState(t *testing.T) {
 	}
 	if len(byID) != 1 || byID[want[0]] == nil || len(ses) != 0 {
 		t.Errorf("lookup: %v %v", byID, ses)
+	}
+	// An API session that owes MFA stays out until it has passed.
+	if err := m.st.Update(func(tx *store.Tx) error {
+		a, err := m.c.apiSessions.Get(tx, want[1])
+		if err != nil {
+			return err
+		}
+		a.AuthQueries = []AuthQuery{{}}
+		return m.c.apiSessions.Put(tx, a)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	apis, _, _ = m.SessionState()
+	byID, _, _ = m.SessionStateOf([]string{want[1]}, nil)
+	if len(apis) != 2 || byID[want[1]] != nil {
+		t.Errorf("an API session owing MFA reached the edge state: %d in the snapshot, lookup %v", len(apis), byID)
 	}
 }
