@@ -215,18 +215,23 @@ func (r *Router) HandleFrame(l *link.Link, f *xgress.Frame) {
 	r.fw.ForwardFrom(f, linkHop{l})
 }
 
-// endDone is called when a circuit end on this router finished.
+// endDone is called when a circuit end on this router finished. The controller is told
+// once per router: when the route was gone already, whoever removed it (the circuit's other
+// end on this router, a link going down, or the controller's Unroute) told the controller,
+// or was told by it.
 func (r *Router) endDone(id uint64, err error) {
 	r.mu.Lock()
 	delete(r.ends, id)
 	r.mu.Unlock()
-	r.fw.Unroute(id)
+	if !r.fw.Unroute(id) {
+		return
+	}
 	reason := "closed"
 	if err != nil {
 		reason = err.Error()
 	}
 	r.log.Debug("circuit end finished", "circuit", id, "reason", reason)
-	r.fault(id, reason)
+	r.faultUnrouted(id, reason)
 }
 
 // endCircuit removes a circuit from this router; its local end, if any, is closed, telling
@@ -248,8 +253,9 @@ func (r *Router) endCircuit(id uint64, reason string, tell bool) {
 
 // pendingFault is a fault the controller could not be told when it happened.
 type pendingFault struct {
-	circuit uint64
-	reason  string
+	circuit  uint64
+	reason   string
+	unrouted bool
 }
 
 // maxPendingFaults bounds the faults kept while the controller is unreachable; beyond it the
@@ -259,21 +265,29 @@ const maxPendingFaults = 100_000
 // fault tells the controller that a circuit ended here, so that it unroutes it everywhere.
 // While the controller cannot be told, the fault is kept and sent on reconnection and every
 // forwarder.faultTxInterval.
-func (r *Router) fault(id uint64, reason string) {
-	if err := r.sendFault(id, reason); err != nil {
-		r.log.Debug("fault kept for later", "circuit", id, "err", err)
+func (r *Router) fault(id uint64, reason string) { r.tellFault(pendingFault{id, reason, false}) }
+
+// faultUnrouted is fault for a circuit this router has already removed: its route is gone
+// and its end here closed, so the controller need not unroute it here.
+func (r *Router) faultUnrouted(id uint64, reason string) { r.tellFault(pendingFault{id, reason, true}) }
+
+func (r *Router) tellFault(f pendingFault) {
+	if err := r.sendFault(f); err != nil {
+		r.log.Debug("fault kept for later", "circuit", f.circuit, "err", err)
 		r.mu.Lock()
 		if len(r.faults) < maxPendingFaults {
-			r.faults = append(r.faults, pendingFault{id, reason})
+			r.faults = append(r.faults, f)
 		}
 		r.mu.Unlock()
 	}
 }
 
-func (r *Router) sendFault(id uint64, reason string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	return r.ctrl.send(ctx, &channel.Fault{CircuitID: id, Reason: reason})
+func (r *Router) sendFault(f pendingFault) error {
+	ch := r.ctrl.current()
+	if ch == nil {
+		return ErrNoController
+	}
+	return ch.SendWithin(time.Second, &channel.Fault{CircuitID: f.circuit, Reason: f.reason, Unrouted: f.unrouted})
 }
 
 // flushFaults sends the kept faults; those that still cannot be sent are kept.
@@ -283,7 +297,7 @@ func (r *Router) flushFaults() {
 	r.faults = nil
 	r.mu.Unlock()
 	for i, f := range pending {
-		if err := r.sendFault(f.circuit, f.reason); err != nil {
+		if err := r.sendFault(f); err != nil {
 			r.mu.Lock()
 			r.faults = append(pending[i:], r.faults...)
 			r.mu.Unlock()
@@ -356,7 +370,7 @@ func (r *Router) linkDown(l *link.Link, err error) {
 	})
 	for _, id := range dead {
 		r.endCircuit(id, "the link to router "+l.PeerID()+" went down", true)
-		r.fault(id, "link to "+l.PeerID()+" down")
+		r.faultUnrouted(id, "link to "+l.PeerID()+" down")
 	}
 	if len(dead) > 0 {
 		r.log.Info("circuits ended by a link going down", "peer", l.PeerID(), "count", len(dead), "err", err)

@@ -234,11 +234,16 @@ func (c *ctrlClient) isConnected() bool {
 
 // send sends a one-way message if connected.
 func (c *ctrlClient) send(ctx context.Context, msg channel.Message) error {
-	c.mu.Lock()
-	ch := c.ch
-	c.mu.Unlock()
+	ch := c.current()
 	if ch == nil {
 		return ErrNoController
 	}
 	return ch.Send(ctx, msg)
+}
+
+// current returns the channel, or nil while there is none.
+func (c *ctrlClient) current() *channel.Channel {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ch
 }

@@ -114,36 +114,72 @@ func (o *routerOverlay) Dial(ctx context.Context, svc tunnel.Service, app tunnel
 	if err != nil {
 		return nil, err
 	}
-	circuitEnd, tunnelEnd, err := socketPair()
-	if err != nil {
-		return nil, err
-	}
 	reply, err := o.r.requestCircuit(ctx, &channel.CircuitRequest{ServiceID: svc.ID, IngressIdentityID: o.r.id, AppData: appJSON})
 	if err != nil {
-		circuitEnd.Close()
-		tunnelEnd.Close()
 		return nil, fmt.Errorf("dial service %q: %w", svc.Name, err)
+	}
+	c, err := o.attach(reply)
+	if err != nil {
+		return nil, fmt.Errorf("dial service %q: %w", svc.Name, err)
+	}
+	return c, nil
+}
+
+// attach starts the circuit of reply on one end of a socket pair and returns the other,
+// after the end-to-end key exchange with the terminator's host when the service requires
+// it.
+func (o *routerOverlay) attach(reply *channel.CircuitReply) (net.Conn, error) {
+	circuitEnd, tunnelEnd, err := socketPair()
+	if err != nil {
+		o.r.fault(reply.CircuitID, err.Error())
+		return nil, err
 	}
 	if err := o.r.attachIngress(reply, circuitEnd); err != nil {
 		circuitEnd.Close()
 		tunnelEnd.Close()
 		o.r.fault(reply.CircuitID, err.Error())
-		return nil, fmt.Errorf("dial service %q: %w", svc.Name, err)
+		return nil, err
 	}
-	if !svc.EncryptionRequired {
+	if !reply.EncryptionRequired {
 		return tunnelEnd, nil
 	}
-	cfg, err := o.e2ee(reply.Terminator.HostID, edge.E2EEContext(reply.CircuitID, svc.ID))
+	cfg, err := o.e2ee(reply.Terminator.HostID, edge.E2EEContext(reply.CircuitID, reply.ServiceID))
 	if err != nil {
 		tunnelEnd.Close()
 		return nil, err
 	}
 	c, err := e2ee.Client(tunnelEnd, cfg)
 	if err != nil {
-		tunnelEnd.Close()
-		return nil, fmt.Errorf("dial service %q: end-to-end key exchange with %s: %w", svc.Name, reply.Terminator.HostID, err)
+		return nil, fmt.Errorf("end-to-end key exchange with %s: %w", reply.Terminator.HostID, err)
 	}
 	return c, nil
+}
+
+// dialProxy carries a connection accepted by the tunnel's proxy mode to its service, as
+// the router's identity: straight onto the circuit, or through the end-to-end encryption
+// when the service requires it.
+func (r *Router) dialProxy(ctx context.Context, conn net.Conn, service string) {
+	reply, err := r.requestCircuit(ctx, &channel.CircuitRequest{ServiceName: service, IngressIdentityID: r.id})
+	if err != nil {
+		r.log.Info("circuit refused", "service", service, "err", err)
+		conn.Close()
+		return
+	}
+	if !reply.EncryptionRequired {
+		if err := r.attachIngress(reply, conn); err != nil {
+			r.log.Warn("circuit failed at the ingress", "circuit", reply.CircuitID, "err", err)
+			conn.Close()
+			r.fault(reply.CircuitID, err.Error())
+		}
+		return
+	}
+	c, err := r.overlay.attach(reply)
+	if err != nil {
+		r.log.Warn("circuit failed at the ingress", "service", service, "circuit", reply.CircuitID, "err", err)
+		conn.Close()
+		return
+	}
+	tunnel.Join(ctx, conn, c)
 }
 
 // e2ee returns the router identity's end-to-end configuration, expecting identity peer.

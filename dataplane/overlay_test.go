@@ -26,6 +26,11 @@ func TestTunnelOverlay(t *testing.T) {
 	n.addRouter("A", true, `link:
   dialers:
     - binding: transport
+listeners:
+  - binding: tunnel
+    options:
+      mode: proxy
+      services: [encrypted:{{port}}]
 `)
 	waitFor(t, "link A–H", func() bool { return n.linked("A", "H") })
 	for _, encrypted := range []bool{false, true} {
@@ -112,6 +117,27 @@ func TestTunnelOverlay(t *testing.T) {
 			}
 		})
 	}
+
+	// The proxy mode's connections to a service that requires encryption go through the
+	// key exchange too.
+	t.Run("proxy mode", func(t *testing.T) {
+		ln, err := n.routers["H"].r.overlay.Bind(ctx, hostSvc["encrypted"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			c, _, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			io.Copy(c, c)
+		}()
+		if got, err := echoOnce(n.routers["A"].r.ProxyAddress("encrypted"), "through the proxy port"); err != nil || got != "through the proxy port" {
+			t.Fatalf("proxy mode to an encrypted service: %q (%v)", got, err)
+		}
+	})
 
 	// A router restarted while the controller is away still knows its tunnel's services
 	// from edge.db.

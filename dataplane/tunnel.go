@@ -53,7 +53,7 @@ func (r *Router) startTunnels(ctx context.Context, wg *sync.WaitGroup) error {
 				r.proxyAddr[s.Service] = p.Addr(s.Service)
 			}
 			r.mu.Unlock()
-			wg.Go(func() { p.Serve(ctx, r.dialCircuit) })
+			wg.Go(func() { p.Serve(ctx, r.dialProxy) })
 			h := &tunnel.Host{}
 			r.tunnelHost = h
 			run("host", func() error { return h.Run(ctx, r.overlay, tunnel.HostOptions{Logger: log}) })

@@ -324,7 +324,7 @@ func (r *hostRun) carry(ctx context.Context, b *binding, c net.Conn, app AppData
 		if tg.Protocol == intercept.UDP {
 			r.relayUDP(ctx, c, conn, log.With("target", tg))
 		} else {
-			join(ctx, c, conn)
+			Join(ctx, c, conn)
 		}
 		return
 	}

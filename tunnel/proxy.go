@@ -135,6 +135,6 @@ func (p *Proxy) ServeOverlay(ctx context.Context, overlay Overlay, log *slog.Log
 			conn.Close()
 			return
 		}
-		join(ctx, conn, circuit)
+		Join(ctx, conn, circuit)
 	})
 }

@@ -12,11 +12,11 @@ import (
 // sockets, the SDK's and the router's circuit ends).
 type closeWriter interface{ CloseWrite() error }
 
-// join copies a to b and b to a until both directions have ended, or ctx ends, and closes
+// Join copies a to b and b to a until both directions have ended, or ctx ends, and closes
 // both. A direction that reads EOF ends the other side's sending direction (CloseWrite), so
 // that a half-closed connection keeps carrying the other way; when the side cannot
 // half-close, or a direction fails, both connections are closed at once.
-func join(ctx context.Context, a, b net.Conn) {
+func Join(ctx context.Context, a, b net.Conn) {
 	var once sync.Once
 	closeBoth := func() {
 		once.Do(func() {

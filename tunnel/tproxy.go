@@ -741,7 +741,7 @@ func (r *tproxyRun) carryTCP(ctx context.Context, c net.Conn) {
 		return
 	}
 	r.log.Debug("tunnel tproxy: carrying connection", "service", is.svc.Name, "src", src, "dst", dst, "hostname", hostname)
-	join(ctx, c, circuit)
+	Join(ctx, c, circuit)
 }
 
 func addrPort(a net.Addr) netip.AddrPort {

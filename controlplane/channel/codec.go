@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"reflect"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -17,6 +20,11 @@ import (
 // exactly, each once; strings without escapes; integers; true and false); any other body,
 // valid or not, is decoded by encoding/json, so that every body decodes as encoding/json
 // decodes it.
+//
+// Each codec lists the JSON fields it writes (codecFields). A message type whose fields, as
+// encoding/json sees them, are not exactly those (a field was added to the struct and not to
+// its codec) is left to encoding/json altogether, so that no field is ever dropped; a test
+// checks that every codec is current.
 
 // fastMessage is a message with its own JSON encoder and decoder.
 type fastMessage interface {
@@ -30,7 +38,7 @@ type fastMessage interface {
 
 // encodeBody returns the JSON body of msg.
 func encodeBody(msg Message) ([]byte, error) {
-	if fm, ok := msg.(fastMessage); ok {
+	if fm, ok := msg.(fastMessage); ok && currentCodecs[msg.MessageType()] {
 		if b, ok := fm.appendJSON(make([]byte, 0, 256)); ok {
 			return b, nil
 		}
@@ -41,7 +49,7 @@ func encodeBody(msg Message) ([]byte, error) {
 // decodeBody decodes body into a new message of type t (known to newMessage).
 func decodeBody(t Type, body []byte) (Message, error) {
 	m := newMessage(t)
-	if fm, ok := m.(fastMessage); ok {
+	if fm, ok := m.(fastMessage); ok && currentCodecs[t] {
 		d := decoder{b: body}
 		if fm.decodeJSON(&d) && d.end() {
 			return m, nil
@@ -49,6 +57,67 @@ func decodeBody(t Type, body []byte) (Message, error) {
 		m = newMessage(t) // without what the fast decoder set
 	}
 	return m, json.Unmarshal(body, m)
+}
+
+// codecFields lists, for each type the codecs write, its JSON fields in the order they are
+// written (those of embedded structs in their place).
+var codecFields = map[reflect.Type][]string{
+	reflect.TypeFor[CircuitRequest](): {"requestId", "sessionToken", "serviceId", "serviceName", "ingressIdentityId", "clientCert",
+		"terminatorIdentity", "appData"},
+	reflect.TypeFor[CircuitReply](): {"requestId", "circuitId", "path", "terminator", "serviceId", "encryptionRequired",
+		"errorCode", "errorMessage"},
+	reflect.TypeFor[TerminatorRef](): {"id", "routerId", "binding", "address", "hostId"},
+	reflect.TypeFor[Route]():         {"circuitId", "forward", "reverse", "timeout"},
+	reflect.TypeFor[Hop]():           {"router", "xgress"},
+	reflect.TypeFor[Xgress]():        {"binding", "address", "initiatorId", "appData"},
+	reflect.TypeFor[RouteReply]():    {"circuitId", "errorCode", "errorMessage"},
+	reflect.TypeFor[Fault]():         {"circuitId", "reason", "unrouted"},
+	reflect.TypeFor[Unroute]():       {"circuitId", "reason"},
+}
+
+// codecTypes lists, for each message type with a codec, the types its codec writes.
+var codecTypes = map[Type][]reflect.Type{
+	TypeCircuitRequest: {reflect.TypeFor[CircuitRequest]()},
+	TypeCircuitReply:   {reflect.TypeFor[CircuitReply](), reflect.TypeFor[TerminatorRef]()},
+	TypeRoute:          {reflect.TypeFor[Route](), reflect.TypeFor[Hop](), reflect.TypeFor[Xgress]()},
+	TypeRouteReply:     {reflect.TypeFor[RouteReply]()},
+	TypeFault:          {reflect.TypeFor[Fault]()},
+	TypeUnroute:        {reflect.TypeFor[Unroute]()},
+}
+
+// currentCodecs tells which message types' codecs write every field of their types. It is
+// computed once and never changed.
+var currentCodecs = func() map[Type]bool {
+	current := map[Type]bool{}
+	for t, types := range codecTypes {
+		current[t] = true
+		for _, rt := range types {
+			if !slices.Equal(jsonFields(rt), codecFields[rt]) {
+				current[t] = false
+			}
+		}
+	}
+	return current
+}()
+
+// jsonFields returns the JSON names of a struct's fields as encoding/json writes them, in
+// order, with the fields of untagged embedded structs in their place.
+func jsonFields(t reflect.Type) []string {
+	var out []string
+	for f := range t.Fields() {
+		tag := f.Tag.Get("json")
+		name, _, _ := strings.Cut(tag, ",")
+		switch {
+		case !f.IsExported() && !f.Anonymous, name == "-":
+		case f.Anonymous && tag == "" && f.Type.Kind() == reflect.Struct:
+			out = append(out, jsonFields(f.Type)...)
+		case name == "":
+			out = append(out, f.Name)
+		default:
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // --- Encoding ---
@@ -210,6 +279,8 @@ func (m *CircuitReply) appendJSON(b []byte) ([]byte, bool) {
 	e.strOmit("address", t.Address)
 	e.strOmit("hostId", t.HostID)
 	e.close()
+	e.strOmit("serviceId", m.ServiceID)
+	e.boolOmit("encryptionRequired", m.EncryptionRequired)
 	e.outcome(m.Outcome)
 	e.close()
 	return e.b, e.ok
@@ -505,7 +576,7 @@ func (m *CircuitRequest) decodeJSON(d *decoder) bool {
 }
 
 var (
-	circuitReplyKeys  = []string{"requestId", "circuitId", "path", "terminator", "errorCode", "errorMessage"}
+	circuitReplyKeys  = []string{"requestId", "circuitId", "path", "terminator", "serviceId", "encryptionRequired", "errorCode", "errorMessage"}
 	terminatorRefKeys = []string{"id", "routerId", "binding", "address", "hostId"}
 )
 
@@ -523,8 +594,12 @@ func (m *CircuitReply) decodeJSON(d *decoder) bool {
 			return d.object(terminatorRefKeys, func(k int) bool {
 				return d.str([]*string{&t.ID, &t.RouterID, &t.Binding, &t.Address, &t.HostID}[k])
 			})
+		case 4:
+			return d.str(&m.ServiceID)
+		case 5:
+			return d.bool(&m.EncryptionRequired)
 		default:
-			return d.outcome(&m.Outcome, k-4)
+			return d.outcome(&m.Outcome, k-6)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -47,7 +48,7 @@ func randomMessage(r *rand.Rand, t Type) Message {
 		}
 		return m
 	case TypeCircuitReply:
-		m := &CircuitReply{RequestID: s(), CircuitID: u(), Outcome: outcome(),
+		m := &CircuitReply{RequestID: s(), CircuitID: u(), Outcome: outcome(), ServiceID: s(), EncryptionRequired: r.IntN(2) == 0,
 			Terminator: TerminatorRef{ID: s(), RouterID: s(), Binding: s(), Address: s(), HostID: s()}}
 		for range r.IntN(3) {
 			m.Path = append(m.Path, s())
@@ -171,6 +172,74 @@ func TestFastDecodeOtherShapes(t *testing.T) {
 		for _, b := range list {
 			checkDecode(t, typ, []byte(b))
 		}
+	}
+}
+
+// TestCodecsCurrent: every codec writes every field of its types. (A field added to a message
+// and not to its codec makes the message go through encoding/json, slower but whole.)
+func TestCodecsCurrent(t *testing.T) {
+	for typ, types := range codecTypes {
+		for _, rt := range types {
+			if !slices.Equal(jsonFields(rt), codecFields[rt]) {
+				t.Errorf("%s: the codec writes %v; encoding/json writes %v", rt, codecFields[rt], jsonFields(rt))
+			}
+		}
+		if !currentCodecs[typ] {
+			t.Errorf("%s goes through encoding/json", typ)
+		}
+	}
+}
+
+// fill sets every field of v, recursively, to a value that is not empty.
+func fill(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				fill(v.Field(i))
+			}
+		}
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem())
+	case reflect.String:
+		v.SetString("value")
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int64:
+		v.SetInt(7)
+	case reflect.Uint64:
+		v.SetUint(7)
+	case reflect.Slice:
+		switch {
+		case v.Type() == reflect.TypeFor[json.RawMessage]():
+			v.SetBytes([]byte(`{"k":[1,"x"]}`))
+		case v.Type().Elem().Kind() == reflect.Uint8:
+			v.SetBytes([]byte("bytes"))
+		default:
+			v.Set(reflect.MakeSlice(v.Type(), 2, 2))
+			fill(v.Index(0))
+			fill(v.Index(1))
+		}
+	default:
+		panic("fill: no value for " + v.Type().String())
+	}
+}
+
+// TestFastCodecEveryField encodes and decodes messages with every field set.
+func TestFastCodecEveryField(t *testing.T) {
+	for _, typ := range fastTypes {
+		m := newMessage(typ)
+		fill(reflect.ValueOf(m).Elem())
+		want, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := m.(fastMessage).appendJSON(nil)
+		if !ok || !bytes.Equal(got, want) {
+			t.Errorf("%s: fast encoder (ok %v) wrote %s; encoding/json %s", typ, ok, got, want)
+		}
+		checkDecode(t, typ, want)
 	}
 }
 

@@ -134,6 +134,10 @@ type CircuitReply struct {
 	// Path lists the router ids from the ingress (first) to the egress (last).
 	Path       []string      `json:"path,omitempty"`
 	Terminator TerminatorRef `json:"terminator"`
+	// ServiceID is the service's id; EncryptionRequired tells the ingress to run the
+	// end-to-end key exchange with Terminator.HostID before carrying the client's bytes.
+	ServiceID          string `json:"serviceId,omitempty"`
+	EncryptionRequired bool   `json:"encryptionRequired,omitempty"`
 	Outcome
 }
 

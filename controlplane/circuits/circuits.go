@@ -43,6 +43,7 @@ type Circuit struct {
 	Terminator string
 	Initiator  string // the identity that dialed
 	appData    []byte // for the egress; not kept after the route
+	encrypted  bool   // the service requires end-to-end encryption
 	Created    time.Time
 	// Adopted: made by an earlier run of the controller and reported by routers since; Path
 	// holds only the routers that reported it.
@@ -89,6 +90,7 @@ func (s *Service) Create(ctx context.Context, ingress string, req *channel.Circu
 		return reply
 	}
 	reply.CircuitID, reply.Path = c.ID, c.Path
+	reply.ServiceID, reply.EncryptionRequired = c.ServiceID, c.encrypted
 	reply.Terminator = channel.TerminatorRef{ID: term.ID, RouterID: term.RouterID, Binding: term.Binding, Address: term.Address, HostID: term.HostID}
 	return reply
 }
@@ -105,6 +107,9 @@ func (s *Service) create(ctx context.Context, ingress string, req *channel.Circu
 	initiator, err := s.authorize(ingress, svc, req)
 	if err != nil {
 		return nil, nil, err
+	}
+	if svc.EncryptionRequired && len(req.ClientCert) > 0 {
+		return nil, nil, fail(channel.ErrCodeInvalid, "service %q requires end-to-end encryption, which a client of a transport listener cannot do: use an SDK or a tunnel", svc.Name)
 	}
 	if len(req.AppData) > channel.MaxAppData {
 		return nil, nil, fail(channel.ErrCodeInvalid, "app data of %d bytes; at most %d", len(req.AppData), channel.MaxAppData)
@@ -137,7 +142,7 @@ func (s *Service) create(ctx context.Context, ingress string, req *channel.Circu
 	}
 	term := byID[choice.Terminator.ID]
 	c := &Circuit{ID: newCircuitID(), ServiceID: svc.ID, Terminator: term.ID, Initiator: initiator, Created: time.Now()}
-	c.appData = req.AppData
+	c.appData, c.encrypted = req.AppData, svc.EncryptionRequired
 	for _, h := range choice.Path {
 		c.Path = append(c.Path, h.Router)
 	}
