@@ -25,12 +25,6 @@ type linkHop struct{ l *link.Link }
 
 func (h linkHop) Send(f *xgress.Frame) { h.l.Send(f) }
 
-// dialCircuit carries an accepted connection as a circuit to a service, dialing as the
-// router's own identity (tunnel on-ramps).
-func (r *Router) dialCircuit(ctx context.Context, conn net.Conn, service string) {
-	r.carry(ctx, conn, &channel.CircuitRequest{ServiceName: service, IngressIdentityID: r.id})
-}
-
 // carry asks the controller for the circuit req describes and, when it is made, carries
 // conn as its initiator; otherwise conn is closed.
 func (r *Router) carry(ctx context.Context, conn net.Conn, req *channel.CircuitRequest) {
