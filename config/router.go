@@ -181,7 +181,10 @@ type TunnelOptions struct {
 	// Upstreams are where the tproxy resolver forwards names it does not intercept; the
 	// nameservers of /etc/resolv.conf when empty.
 	Upstreams []netip.AddrPort `json:"upstreams,omitempty" yaml:"upstreams,omitempty"`
-	Services  []TunnelService  `json:"services,omitempty" yaml:"services,omitempty"`
+	// UDPIdleTimeout ends a UDP flow (intercepted or hosted) that carried nothing either way
+	// for so long.
+	UDPIdleTimeout Duration        `json:"udpIdleTimeout" yaml:"udpIdleTimeout"`
+	Services       []TunnelService `json:"services,omitempty" yaml:"services,omitempty"`
 }
 
 // Resolver is where the tproxy tunnel's DNS server listens, written udp://<host>:<port>.

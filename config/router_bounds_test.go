@@ -53,6 +53,7 @@ func routerBounds() []bound {
 		durationBound("ctrl: {defaultRequestTimeout: %s}", "ctrl.defaultRequestTimeout", 100*time.Millisecond, 10*time.Minute),
 		durationBound("ctrl: {heartbeats: {sendInterval: %s}}", "ctrl.heartbeats.sendInterval", 100*time.Millisecond, time.Hour),
 		durationBound("ctrl: {heartbeats: {checkInterval: %s}}", "ctrl.heartbeats.checkInterval", 100*time.Millisecond, time.Hour),
+		durationBound("edge: {}\nlisteners: [{binding: tunnel, options: {mode: host, udpIdleTimeout: %s}}]", "listeners[0].options.udpIdleTimeout", time.Second, 24*time.Hour),
 		durationBound("ctrl: {heartbeats: {closeUnresponsiveTimeout: %s}}", "ctrl.heartbeats.closeUnresponsiveTimeout", time.Second, day),
 		intBound("ctrl: {options: {connectTimeoutMs: %s}}", "ctrl.options.connectTimeoutMs", 100, 600_000),
 		intBound("edge: {dbSaveIntervalSeconds: %s}", "edge.dbSaveIntervalSeconds", 1, 86_400),

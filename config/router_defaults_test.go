@@ -52,7 +52,7 @@ func TestRouterDefaults(t *testing.T) {
 		{linkListener, "link.listeners[0].groups", `["default"]`},
 		{linkListener, "link.listeners[0].advertise", `"tls:r1:6000"`},
 		{"", "listeners", `[]`},
-		{tunnelHost, "listeners[0].options", `{"mode":"host"}`},
+		{tunnelHost, "listeners[0].options", `{"mode":"host","udpIdleTimeout":"5m"}`},
 		{tunnelTProxy, "listeners[0].options.resolver", `"udp://127.0.0.1:53"`},
 		{tunnelTProxy, "listeners[0].options.dnsSvcIpRange", `"100.64.0.1/10"`},
 		{edgeListener, "listeners[0].bind", `"tls:0.0.0.0:3022"`},

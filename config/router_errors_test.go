@@ -231,7 +231,7 @@ func TestRouterAccepted(t *testing.T) {
 		{"split off", "link: {dialers: [{binding: transport, split: false}]}", "link.dialers[0].split", `false`},
 		{"quic link", "identity: {server_cert: s}\nlink: {listeners: [{binding: transport, bind: 'quic:0.0.0.0:6001', advertise: 'quic:h:6001'}]}", "link.listeners[0].advertise", `"quic:h:6001"`},
 		{"address alias", "identity: {server_cert: s}\nlisteners: [{binding: transport, address: 'tls:[::]:7099', options: {advertise: 'h:7099'}}]", "listeners[0]", `{"advertise":"tls:h:7099","bind":"tls:[::]:7099","binding":"transport"}`},
-		{"proxy services", "edge: {}\nlisteners: [{binding: tunnel, options: {mode: proxy, services: ['echo:7000', 'my svc:7001']}}]", "listeners[0].options", `{"mode":"proxy","services":["echo:7000","my svc:7001"]}`},
+		{"proxy services", "edge: {}\nlisteners: [{binding: tunnel, options: {mode: proxy, services: ['echo:7000', 'my svc:7001']}}]", "listeners[0].options", `{"mode":"proxy","services":["echo:7000","my svc:7001"],"udpIdleTimeout":"5m"}`},
 		{"ipv6 resolver", "edge: {}\nlisteners: [{binding: tunnel, options: {mode: tproxy, resolver: 'udp://[::1]:5353'}}]", "listeners[0].options.resolver", `"udp://[::1]:5353"`},
 		{"alt server certs", "identity: {alt_server_certs: [{server_cert: a.cert, server_key: /k/a.key}]}", "identity.alt_server_certs", `[{"server_cert":"/etc/zmesh/a.cert","server_key":"/k/a.key"}]`},
 	}

@@ -314,6 +314,8 @@ func (r *reader) tunnelOptions(m *mapping) *TunnelOptions {
 	onlyIn("dnsSvcIpRange", TunnelTProxy)
 	onlyIn("upstreams", TunnelTProxy)
 	onlyIn("services", TunnelProxy)
+	// Every mode hosts services, and UDP flows of hosted and intercepted services idle out.
+	t.UDPIdleTimeout = m.duration("udpIdleTimeout", 5*time.Minute, time.Second, 24*time.Hour)
 	switch t.Mode {
 	case TunnelTProxy:
 		res := DefaultResolver()

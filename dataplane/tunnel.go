@@ -56,13 +56,14 @@ func (r *Router) startTunnels(ctx context.Context, wg *sync.WaitGroup) error {
 			wg.Go(func() { p.Serve(ctx, r.dialProxy) })
 			h := &tunnel.Host{}
 			r.tunnelHost = h
-			run("host", func() error { return h.Run(ctx, r.overlay, tunnel.HostOptions{Logger: log}) })
+			run("host", func() error { return h.Run(ctx, r.overlay, tunnel.HostOptions{Logger: log, UDPIdleTimeout: l.Tunnel.UDPIdleTimeout.Std()}) })
 		case config.TunnelHost:
 			h := &tunnel.Host{}
 			r.tunnelHost = h
-			run("host", func() error { return h.Run(ctx, r.overlay, tunnel.HostOptions{Logger: log}) })
+			run("host", func() error { return h.Run(ctx, r.overlay, tunnel.HostOptions{Logger: log, UDPIdleTimeout: l.Tunnel.UDPIdleTimeout.Std()}) })
 		case config.TunnelTProxy:
-			opts := tunnel.TProxyOptions{Host: &tunnel.HostOptions{}, Logger: log}
+			idle := l.Tunnel.UDPIdleTimeout.Std()
+			opts := tunnel.TProxyOptions{Host: &tunnel.HostOptions{UDPIdleTimeout: idle}, UDPIdleTimeout: idle, Logger: log}
 			if res := l.Tunnel.Resolver; res != nil {
 				addr, err := netip.ParseAddr(res.Host)
 				if err != nil {

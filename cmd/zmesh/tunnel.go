@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -23,8 +24,10 @@ import (
 func newTunnelCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "tunnel", Short: "Run a standalone tunneler with an identity file"}
 	var identity, logLevel string
+	var udpIdle time.Duration
 	cmd.PersistentFlags().StringVar(&identity, "identity", "", "the `FILE` of an identity, as zmesh enroll wrote it (required)")
 	cmd.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	cmd.PersistentFlags().DurationVar(&udpIdle, "udp-idle-timeout", tunnel.DefaultUDPIdleTimeout, "end a UDP flow that carried nothing either way for so long")
 	// start loads the identity and returns the overlay; the SDK context closes with ctx.
 	start := func(cmd *cobra.Command) (context.Context, tunnel.Overlay, *slog.Logger, error) {
 		log, err := newLogger(cmd.ErrOrStderr(), logLevel)
@@ -75,7 +78,7 @@ func newTunnelCommand() *cobra.Command {
 			}
 			h := &tunnel.Host{}
 			done := make(chan error, 1)
-			go func() { done <- h.Run(ctx, overlay, tunnel.HostOptions{Logger: log}) }()
+			go func() { done <- h.Run(ctx, overlay, tunnel.HostOptions{Logger: log, UDPIdleTimeout: udpIdle}) }()
 			p.ServeOverlay(ctx, overlay, log)
 			return ignoreCanceled(<-done)
 		},
@@ -90,7 +93,7 @@ func newTunnelCommand() *cobra.Command {
 		Short: "Intercept the identity's services transparently (Linux, CAP_NET_ADMIN) and answer DNS for their names",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts := tunnel.TProxyOptions{Host: &tunnel.HostOptions{}, Upstreams: upstreams}
+			opts := tunnel.TProxyOptions{Host: &tunnel.HostOptions{UDPIdleTimeout: udpIdle}, Upstreams: upstreams, UDPIdleTimeout: udpIdle}
 			addr, err := netip.ParseAddrPort(strings.TrimPrefix(resolverAddr, "udp://"))
 			if err != nil || !strings.HasPrefix(resolverAddr, "udp://") {
 				return fmt.Errorf("--resolver %q is not udp://<ip>:<port>, e.g. udp://127.0.0.1:53", resolverAddr)
@@ -122,7 +125,7 @@ func newTunnelCommand() *cobra.Command {
 				return err
 			}
 			h := &tunnel.Host{}
-			return ignoreCanceled(h.Run(ctx, overlay, tunnel.HostOptions{Logger: log}))
+			return ignoreCanceled(h.Run(ctx, overlay, tunnel.HostOptions{Logger: log, UDPIdleTimeout: udpIdle}))
 		},
 	}
 	cmd.AddCommand(proxy, tproxy, host)
