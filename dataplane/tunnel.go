@@ -56,11 +56,15 @@ func (r *Router) startTunnels(ctx context.Context, wg *sync.WaitGroup) error {
 			wg.Go(func() { p.Serve(ctx, r.dialProxy) })
 			h := &tunnel.Host{}
 			r.tunnelHost = h
-			run("host", func() error { return h.Run(ctx, r.overlay, tunnel.HostOptions{Logger: log, UDPIdleTimeout: l.Tunnel.UDPIdleTimeout.Std()}) })
+			run("host", func() error {
+				return h.Run(ctx, r.overlay, tunnel.HostOptions{Logger: log, UDPIdleTimeout: l.Tunnel.UDPIdleTimeout.Std()})
+			})
 		case config.TunnelHost:
 			h := &tunnel.Host{}
 			r.tunnelHost = h
-			run("host", func() error { return h.Run(ctx, r.overlay, tunnel.HostOptions{Logger: log, UDPIdleTimeout: l.Tunnel.UDPIdleTimeout.Std()}) })
+			run("host", func() error {
+				return h.Run(ctx, r.overlay, tunnel.HostOptions{Logger: log, UDPIdleTimeout: l.Tunnel.UDPIdleTimeout.Std()})
+			})
 		case config.TunnelTProxy:
 			idle := l.Tunnel.UDPIdleTimeout.Std()
 			opts := tunnel.TProxyOptions{Host: &tunnel.HostOptions{UDPIdleTimeout: idle}, UDPIdleTimeout: idle, Logger: log}
