@@ -53,6 +53,18 @@
 // are measured on two routers only: one router holding both ends of 10,000 circuits would
 // need more file descriptors than a process may have here.
 //
+// # Profiles
+//
+// With Options.ProfileDir set, the processes on the forwarding path (Command.Relay: the
+// baselines' relays and the scenarios' routers) are started with ProfileEnv, and with
+// Options.Trace TraceEnv, naming files in that directory (<scenario>.<process>.cpu.pprof,
+// <scenario>.<process>.trace); a process that calls StartProfiling writes a CPU profile and
+// an execution trace of its life there. The bench's relays do, and so does the test binary
+// when it acts as `zmesh router run`: TestProfileZmesh runs a scenario that way and leaves
+// the profiles (see its comment). Skipping the circuit setup and idle circuit measurements
+// leaves the profiles mostly to the throughput measurement. `zmesh router run` writes no
+// profile unless it calls StartProfiling too.
+//
 // # Adding a scenario
 //
 // A scenario implements Scenario (or is built with Define): a Name, the name of the Baseline

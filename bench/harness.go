@@ -52,6 +52,11 @@ type Options struct {
 	Progress func(status string)
 	// Started, if set, is told of every process the run starts.
 	Started func(name string, pid int)
+	// ProfileDir, when set, is where the processes on the forwarding path (relays and
+	// routers) write a CPU profile of their life, as <scenario>.<process>.cpu.pprof, and with
+	// Trace an execution trace too (<scenario>.<process>.trace); see StartProfiling.
+	ProfileDir string
+	Trace      bool
 }
 
 // echoSize is the request and response size of the RTT measurement.
@@ -153,6 +158,9 @@ func (o Options) measure(ctx context.Context, root string, sc Scenario, label st
 		Log:     o.Log.With("scenario", sc.Name()),
 		exec:    o.Exec,
 		started: o.Started,
+	}
+	if o.ProfileDir != "" {
+		env.profile, env.trace = filepath.Join(o.ProfileDir, sc.Name()+"."), o.Trace
 	}
 	if err := os.Mkdir(env.Dir, 0o700); err != nil {
 		return fmt.Errorf("scenario directory: %w", err)

@@ -38,8 +38,12 @@ type Command struct {
 	// Worker marks a bench worker (sink, relay): Args start with its role, Exec.WorkerArgs are
 	// put in front, and Start waits for the {"addr": ...} line the worker prints when ready.
 	Worker bool
-	// Relay marks a process on the forwarding path: its CPU time counts in CPU seconds per GiB.
+	// Relay marks a process on the forwarding path: its CPU time counts in CPU seconds per
+	// GiB, and it is profiled when Options.ProfileDir is set.
 	Relay bool
+
+	// env is added to the child's environment (profiling).
+	env []string
 }
 
 // Process is a running child process of a scenario.
@@ -71,7 +75,7 @@ func startProcess(ctx context.Context, x Exec, c Command) (*Process, error) {
 		args = append(append([]string{}, x.WorkerArgs...), c.Args...)
 	}
 	cmd := exec.CommandContext(ctx, x.Path, args...)
-	cmd.Env = append(os.Environ(), x.Env...)
+	cmd.Env = append(append(os.Environ(), x.Env...), c.env...)
 	// When ctx ends the process gets SIGTERM, to stop as cleanly as when stopped, and is killed
 	// if it is still there stopGrace later.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }

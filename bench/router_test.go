@@ -36,6 +36,15 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("router run: --log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	stopProfiling, err := StartProfiling()
+	if err != nil {
+		return fmt.Errorf("router run: %w", err)
+	}
+	defer func() {
+		if perr := stopProfiling(); perr != nil {
+			log.Warn("router run: profiles", "err", perr)
+		}
+	}()
 	cfg, _, err := config.LoadRouter(file, noEnv)
 	if err != nil {
 		return err

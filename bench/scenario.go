@@ -81,6 +81,9 @@ type Env struct {
 
 	exec    Exec
 	started func(name string, pid int)
+	// profile, when set, is the file name prefix of the profiles of the Relay processes.
+	profile string
+	trace   bool
 	mu      sync.Mutex
 	procs   []*Process
 }
@@ -92,6 +95,12 @@ func (e *Env) Start(ctx context.Context, c Command) (*Process, error) {
 }
 
 func (e *Env) start(ctx context.Context, c Command, waitReady bool) (*Process, error) {
+	if e.profile != "" && c.Relay {
+		c.env = append(c.env, ProfileEnv+"="+e.profile+c.Name+".cpu.pprof")
+		if e.trace {
+			c.env = append(c.env, TraceEnv+"="+e.profile+c.Name+".trace")
+		}
+	}
 	p, err := startProcess(ctx, e.exec, c)
 	if err != nil {
 		return nil, err

@@ -44,6 +44,15 @@ func RunWorker(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 	if len(args) == 0 {
 		return fmt.Errorf("bench worker: a role is required; allowed: %s", workerRoles)
 	}
+	stopProfiling, err := StartProfiling()
+	if err != nil {
+		return fmt.Errorf("bench worker: %w", err)
+	}
+	defer func() {
+		if perr := stopProfiling(); perr != nil {
+			log.Warn("bench worker: profiles", "err", perr)
+		}
+	}()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if stdin != nil {

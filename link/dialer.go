@@ -297,10 +297,10 @@ func (d *Dialer) stopTimers() {
 	}
 }
 
-// dial makes a link to router id at addr: one connection, or a payload then an ack
-// connection sharing a new link id, and registers it.
+// dial makes a link to router id at addr: one connection, or Options.PayloadConns payload
+// connections then an ack connection sharing a new link id, and registers it.
 func (d *Dialer) dial(id string, addr config.Address, dc config.LinkDialer) (*Link, error) {
-	local, err := localAddr(dc.Bind)
+	local, err := localAddr(d.ctx, dc.Bind, addr.Host)
 	if err != nil {
 		return nil, err
 	}
@@ -308,12 +308,22 @@ func (d *Dialer) dial(id string, addr config.Address, dc config.LinkDialer) (*Li
 	h := hello{V: helloVersion, RouterID: opts.Identity.RouterID, LinkID: uuid.NewString(), Role: RoleSingle, Groups: dc.Groups}
 	roles := []Role{RoleSingle}
 	if dc.Split {
-		roles = []Role{RolePayload, RoleAck}
+		roles = roles[:0]
+		for range opts.PayloadConns {
+			roles = append(roles, RolePayload)
+		}
+		roles = append(roles, RoleAck)
+		if opts.PayloadConns > 1 {
+			h.Payloads = opts.PayloadConns
+		}
 	}
 	tlsConf := opts.Identity.clientTLS(id)
 	var streams []stream
-	for _, role := range roles {
-		h.Role = role
+	for i, role := range roles {
+		h.Role, h.Index = role, 0
+		if role == RolePayload {
+			h.Index = i
+		}
 		s, err := d.open(addr, local, tlsConf, h, id)
 		if err != nil {
 			for _, s := range streams {
@@ -335,7 +345,7 @@ func (d *Dialer) open(addr config.Address, local netip.AddrPort, tlsConf *tls.Co
 	timeout := d.reg.opts.HandshakeTimeout
 	ctx, cancel := context.WithTimeout(d.ctx, timeout)
 	defer cancel()
-	s, err := dialStream(ctx, addr, local, tlsConf, timeout)
+	s, err := dialStream(ctx, addr, local, tlsConf, timeout, &d.reg.bufs)
 	if err != nil {
 		return nil, err
 	}
@@ -347,8 +357,11 @@ func (d *Dialer) open(addr config.Address, local netip.AddrPort, tlsConf *tls.Co
 }
 
 // localAddr turns a link dialer's bind — an IP, <transport>:<ip>:<port>, or an interface
-// name — into the local address to dial from; empty means any.
-func localAddr(bind string) (netip.AddrPort, error) {
+// name — into the local address to dial peerHost from; empty means any. Of an interface it
+// takes the first address of the peer's family (IPv4 for an IPv4 peer), resolving peerHost
+// when it is a name; IPv6 addresses must be global or loopback, link-local ones needing a
+// zone.
+func localAddr(ctx context.Context, bind, peerHost string) (netip.AddrPort, error) {
 	if bind == "" {
 		return netip.AddrPort{}, nil
 	}
@@ -368,23 +381,41 @@ func localAddr(bind string) (netip.AddrPort, error) {
 	if err != nil {
 		return netip.AddrPort{}, fmt.Errorf("link dialer bind %q: %w", bind, err)
 	}
-	var v6 netip.Addr
+	peer, err := peerAddr(ctx, peerHost)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("link dialer bind %q: %w", bind, err)
+	}
 	for _, a := range addrs {
 		n, ok := a.(*net.IPNet)
 		if !ok {
 			continue
 		}
 		ip, ok := netip.AddrFromSlice(n.IP)
-		switch ip = ip.Unmap(); {
-		case !ok:
-		case ip.Is4():
+		if ip = ip.Unmap(); !ok || ip.Is4() != peer.Is4() {
+			continue
+		}
+		if ip.Is4() || ip.IsGlobalUnicast() || ip.IsLoopback() {
 			return netip.AddrPortFrom(ip, 0), nil
-		case !v6.IsValid() && ip.IsGlobalUnicast():
-			v6 = ip
 		}
 	}
-	if v6.IsValid() {
-		return netip.AddrPortFrom(v6, 0), nil
+	family := "IPv6"
+	if peer.Is4() {
+		family = "IPv4"
 	}
-	return netip.AddrPort{}, fmt.Errorf("link dialer bind %q: the interface has no usable address", bind)
+	return netip.AddrPort{}, fmt.Errorf("link dialer bind %q: the interface has no usable %s address for %s", bind, family, peerHost)
+}
+
+// peerAddr is host's address, or the first address it resolves to.
+func peerAddr(ctx context.Context, host string) (netip.Addr, error) {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip.Unmap(), nil
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if len(ips) == 0 {
+		return netip.Addr{}, fmt.Errorf("%s has no address", host)
+	}
+	return ips[0].Unmap(), nil
 }

@@ -3,6 +3,7 @@ package link
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -40,7 +41,7 @@ func TestDialerRedialsAfterBackoff(t *testing.T) {
 	b.waitUp(t)
 
 	// Reset the link's ack connection: both routers take the link down and a dials again.
-	c := tcpOf(t, first, 1)
+	c := tcpOf(t, first, len(first.Stats())-1)
 	c.SetLinger(0)
 	c.Close()
 	a.waitDown(t)
@@ -216,19 +217,70 @@ func TestNextWait(t *testing.T) {
 
 func TestLocalAddr(t *testing.T) {
 	t.Parallel()
-	for bind, want := range map[string]string{
-		"":                   "invalid AddrPort",
-		"127.0.0.1":          "127.0.0.1:0",
-		"tls:127.0.0.1:7000": "127.0.0.1:7000",
-		"lo":                 "127.0.0.1:0",
+	for _, tc := range []struct{ bind, peer, want string }{
+		{"", "127.0.0.1", "invalid AddrPort"},
+		{"127.0.0.1", "127.0.0.1", "127.0.0.1:0"},
+		{"tls:127.0.0.1:7000", "127.0.0.1", "127.0.0.1:7000"},
+		{"lo", "127.0.0.1", "127.0.0.1:0"},
+		{"lo", "::ffff:127.0.0.2", "127.0.0.1:0"},
+		{"lo", "::1", "[::1]:0"}, // of the peer's family, not the interface's first address
 	} {
-		got, err := localAddr(bind)
-		if err != nil || got.String() != want {
-			t.Errorf("localAddr(%q) = %v, %v; want %s", bind, got, err, want)
+		if tc.peer == "::1" && !hasLoopback6() {
+			continue
+		}
+		got, err := localAddr(t.Context(), tc.bind, tc.peer)
+		if err != nil || got.String() != tc.want {
+			t.Errorf("localAddr(%q, %q) = %v, %v; want %s", tc.bind, tc.peer, got, err, tc.want)
 		}
 	}
-	if _, err := localAddr("no-such-if0"); err == nil {
+	if _, err := localAddr(t.Context(), "no-such-if0", "127.0.0.1"); err == nil {
 		t.Error("localAddr of a missing interface succeeded")
+	}
+}
+
+// hasLoopback6 reports whether lo has ::1.
+func hasLoopback6() bool {
+	ifi, err := net.InterfaceByName("lo")
+	if err != nil {
+		return false
+	}
+	addrs, _ := ifi.Addrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(net.IPv6loopback) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDialerBindsToTheInterfaceAddressOfThePeersFamily dials a listener on ::1 with the
+// interface lo as bind: the dialer must bind ::1, not lo's first address, 127.0.0.1.
+func TestDialerBindsToTheInterfaceAddressOfThePeersFamily(t *testing.T) {
+	t.Parallel()
+	if !hasLoopback6() {
+		t.Skip("lo has no ::1")
+	}
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			ca := newCA(t)
+			a := newNode(t, ca, "router-a", releaseAll, nil)
+			b := newNode(t, ca, "router-b", releaseAll, nil)
+			bind := config.Address{Transport: tr, Host: "::1", Port: 0}
+			ln, err := Listen(b.ctx, config.LinkListener{Binding: "transport", Bind: bind, Advertise: bind, Groups: []string{"default"}}, b.reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dc := dialerConfig(true)
+			dc.Bind = "lo"
+			if err := a.newDialer(t, dc).Dial(targetOf("router-b", ln)); err != nil {
+				t.Fatal(err)
+			}
+			l := a.waitUp(t)
+			if ip := netip.MustParseAddrPort(l.RemoteAddr().String()).Addr(); ip != netip.IPv6Loopback() {
+				t.Errorf("linked to %s", l.RemoteAddr())
+			}
+		})
 	}
 }
 

@@ -10,10 +10,11 @@ import (
 	"time"
 )
 
-// After TLS, the dialer sends a hello naming itself, the link and the connection's role;
-// the listener checks it against the certificate the dialer presented and answers with its
-// own id, or with the reason it refuses, and then closes. Both messages are JSON preceded
-// by their length as a big-endian uint16, and both are read under a deadline.
+// After TLS, the dialer sends a hello naming itself, the link and the connection's role
+// (and, for a payload connection, which of the link's payload connections it is); the
+// listener checks it against the certificate the dialer presented and answers with its own
+// id, or with the reason it refuses, and then closes. Both messages are JSON preceded by
+// their length as a big-endian uint16, and both are read under a deadline.
 
 // Role is what a connection of a link carries.
 type Role string
@@ -36,7 +37,14 @@ type hello struct {
 	LinkID   string   `json:"linkId"`
 	Role     Role     `json:"role"`
 	Groups   []string `json:"groups"`
+	// Payloads is the number of payload connections of a split link; 0 means 1, which is
+	// what routers that predate striping dial. Index says which one a payload connection is.
+	Payloads int `json:"payloads,omitempty"`
+	Index    int `json:"index,omitempty"`
 }
+
+// payloads is the number of payload connections the hello announces.
+func (h hello) payloads() int { return max(h.Payloads, 1) }
 
 type helloReply struct {
 	V        int    `json:"v"`
@@ -113,6 +121,10 @@ func (h hello) check(certID, self string, groups []string) error {
 		return fmt.Errorf("link id of %d bytes; want 1 to %d", len(h.LinkID), maxLinkID)
 	case h.Role != RoleSingle && h.Role != RolePayload && h.Role != RoleAck:
 		return fmt.Errorf("unknown connection role %q", h.Role)
+	case h.Payloads < 0 || h.Payloads > MaxPayloadConns || (h.Role == RoleSingle && h.Payloads > 1):
+		return fmt.Errorf("%d payload connections; want 1 to %d on a split link", h.Payloads, MaxPayloadConns)
+	case h.Index < 0 || h.Index >= h.payloads() || (h.Role != RolePayload && h.Index != 0):
+		return fmt.Errorf("%s connection with index %d of %d payload connections", h.Role, h.Index, h.payloads())
 	case !intersect(h.Groups, groups):
 		return fmt.Errorf("groups %q share none with the listener's %q", h.Groups, groups)
 	}

@@ -41,7 +41,7 @@ func TestHandshake(t *testing.T) {
 				}
 				want := []Role{RoleSingle}
 				if split {
-					want = []Role{RolePayload, RoleAck}
+					want = []Role{RolePayload, RolePayload, RoleAck} // DefaultPayloadConns
 				}
 				for _, l := range []*Link{la, lb} {
 					if l.Split() != split {
@@ -55,6 +55,12 @@ func TestHandshake(t *testing.T) {
 						if st[i].Role != want[i] {
 							t.Errorf("connection %d has role %s, want %s", i, st[i].Role, want[i])
 						}
+						if st[i].Role == RolePayload && st[i].Index != i {
+							t.Errorf("payload connection %d has index %d", i, st[i].Index)
+						}
+					}
+					if n := l.PayloadConns(); n != max(len(want)-1, 1) {
+						t.Errorf("%d payload connections", n)
 					}
 				}
 				if a.reg.Get("router-b") != la || b.reg.Get("router-a") != lb {
@@ -111,7 +117,7 @@ func TestHandshakeRefusesClaimNotMatchingCertificate(t *testing.T) {
 			addr, _ := config.ParseAddress(targetOf("router-b", ln).Address, tr)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			s, err := dialStream(ctx, addr, netip.AddrPort{}, x.clientTLS("router-b"), time.Second)
+			s, err := dialStream(ctx, addr, netip.AddrPort{}, x.clientTLS("router-b"), time.Second, nil)
 			if err != nil {
 				t.Fatalf("dial: %v", err)
 			}
@@ -170,6 +176,13 @@ func TestHelloCheck(t *testing.T) {
 		{"long link id", func(h *hello) { h.LinkID = strings.Repeat("x", maxLinkID+1) }, "a", "link id of 65 bytes"},
 		{"role", func(h *hello) { h.Role = "bulk" }, "a", `role "bulk"`},
 		{"groups", func(h *hello) { h.Groups = []string{"x"} }, "a", "share none"},
+		{"striped", func(h *hello) { h.Payloads, h.Index = 3, 2 }, "a", ""},
+		{"payloads", func(h *hello) { h.Payloads = MaxPayloadConns + 1 }, "a", "9 payload connections"},
+		{"negative payloads", func(h *hello) { h.Payloads = -1 }, "a", "-1 payload connections"},
+		{"striped single", func(h *hello) { h.Role, h.Payloads = RoleSingle, 2 }, "a", "2 payload connections"},
+		{"index", func(h *hello) { h.Payloads, h.Index = 2, 2 }, "a", "index 2 of 2"},
+		{"negative index", func(h *hello) { h.Index = -1 }, "a", "index -1"},
+		{"ack index", func(h *hello) { h.Role, h.Payloads, h.Index = RoleAck, 2, 1 }, "a", "ack connection with index 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

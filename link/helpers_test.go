@@ -249,7 +249,7 @@ func tcpOf(t testing.TB, l *Link, i int) *net.TCPConn {
 	if !ok {
 		t.Fatalf("connection %d of link %s is a %T, not TLS", i, l.ID(), l.conns[i].s)
 	}
-	return ts.NetConn().(*net.TCPConn)
+	return ts.cc.tcp
 }
 
 // frame returns a frame of pool p.

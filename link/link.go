@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,26 +13,28 @@ import (
 	"github.com/zmesh/zmesh/xgress"
 )
 
-// Link is an established link to another router: one connection, or with split a payload
-// and an ack connection. Each connection has a bounded queue drained by one writer goroutine
-// and one reader goroutine that hands frames to the Handler (send.go, receive.go); a prober
-// measures the round trip (probe.go). The first error on any connection takes the whole
-// link down at once; Close, or the peer's Close, takes it down gracefully (see closeMode).
-// Either way it goes down once, and the reason is reported to Events.Down.
+// Link is an established link to another router: one connection, or with split one or
+// more payload connections and an ack connection. Each connection has a writer goroutine
+// and a reader goroutine that hands frames to the Handler (send.go, receive.go); the payload
+// connections of a link that has several share one queue and stripe it (see stripe); a
+// prober measures the round trip (probe.go). The first error on any connection takes the
+// whole link down at once; Close, or the peer's Close, takes it down gracefully (see
+// closeMode). Either way it goes down once, and the reason is reported to Events.Down.
 type Link struct {
 	id        string
 	peerID    string
 	dialerID  string // the router that dialed the link, which decides between duplicates
 	transport string // tls or quic
 	split     bool
-	created   time.Time // probe ids are nanoseconds since then
 
-	conns   []*conn // [single] or [payload, ack]
-	payload *conn   // carries Payload and Close frames
-	ack     *conn   // carries Ack, Probe and ProbeReply frames; payload itself when not split
+	conns    []*conn // [single] or [payload 0, ..., payload n-1, ack]
+	payloads []*conn // carry Payload and Close frames: the single connection when not split
+	ack      *conn   // carries Ack, Probe and ProbeReply frames; the single one when not split
+	stripe   *stripe // orders the payload connections' frames when there are several
 
 	reg     *Registry
 	latency atomic.Int64
+	probes  probes
 
 	closing   atomic.Bool
 	err       error         // why the link went down; written before stop is closed
@@ -47,43 +50,76 @@ type Link struct {
 
 // conn is one connection of a link with its send queue and counters.
 type conn struct {
-	role     Role
-	s        stream
-	queue    chan *xgress.Frame
-	bw       *bufio.Writer
+	role  Role
+	index int // of a payload connection among the link's payload connections
+	s     stream
+	queue chan *xgress.Frame // shared by the payload connections of a link
+	bw    *bufio.Writer
+	// corkSize is the most the stream gathers for one system call, and reads ahead (see
+	// corkConn).
+	corkSize int
 	readDone chan struct{} // closed when the reader ends
 	// writeTimeout bounds the write of one batch.
 	writeTimeout time.Duration
 
+	// Of a striped payload connection (see stripe.go): the batch being written and its
+	// header, and the header of the batch being read.
+	striped       bool
+	out           []*xgress.Frame
+	hdrOut, hdrIn [stripeHeaderSize]byte
+
 	framesOut, bytesOut, framesIn, bytesIn atomic.Uint64
 }
 
-// newLink makes a link of streams: one carries everything, two are payload and ack. It
-// starts nothing; Registry.add does.
+// String names c in errors: "ack connection", "payload connection 1".
+func (c *conn) String() string {
+	if c.striped {
+		return "payload connection " + strconv.Itoa(c.index)
+	}
+	return string(c.role) + " connection"
+}
+
+// newLink makes a link of streams: one carries everything; of more, the last is the ack
+// connection and the others are payload connections, in the order of their index. It starts
+// nothing; Registry.add does.
 func newLink(reg *Registry, id, peerID, dialerID, transport string, streams ...stream) *Link {
 	l := &Link{
 		id: id, peerID: peerID, dialerID: dialerID, transport: transport,
-		split:   len(streams) == 2,
-		created: time.Now(),
-		reg:     reg,
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		split: len(streams) > 1,
+		reg:   reg,
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
 	}
-	roles := []Role{RoleSingle}
-	if l.split {
-		roles = []Role{RolePayload, RoleAck}
-	}
+	payloads := max(len(streams)-1, 1)
+	queue := make(chan *xgress.Frame, reg.opts.QueueLength) // the payload connections'
 	for i, s := range streams {
-		l.conns = append(l.conns, &conn{
-			role:         roles[i],
+		c := &conn{
+			role:         RoleSingle,
 			s:            s,
-			queue:        make(chan *xgress.Frame, reg.opts.QueueLength),
+			queue:        queue,
+			corkSize:     corkSize,
 			writeTimeout: reg.opts.WriteTimeout,
-			bw:           bufio.NewWriterSize(s, bufferSize),
+			bw:           bufio.NewWriterSize(s, s.bufferSize()),
 			readDone:     make(chan struct{}),
-		})
+		}
+		switch {
+		case !l.split:
+		case i == payloads:
+			c.role, c.corkSize = RoleAck, ackCorkSize
+			c.queue = make(chan *xgress.Frame, reg.opts.QueueLength)
+		default:
+			c.role, c.index = RolePayload, i
+		}
+		l.conns = append(l.conns, c)
 	}
-	l.payload, l.ack = l.conns[0], l.conns[len(l.conns)-1]
+	l.payloads, l.ack = l.conns[:payloads], l.conns[len(l.conns)-1]
+	if payloads > 1 {
+		l.stripe = newStripe(payloads)
+		for _, c := range l.payloads {
+			c.striped = true
+			c.out = make([]*xgress.Frame, 0, maxStripeBatch)
+		}
+	}
 	l.writers.Add(1) // held until start or abandon, so that finish waits for either
 	return l
 }
@@ -93,9 +129,14 @@ func (l *Link) start(ctx context.Context) {
 	l.stopAfter = context.AfterFunc(ctx, l.Close)
 	for _, c := range l.conns {
 		l.writers.Add(1)
-		go l.write(c)
 		l.readers.Add(1)
-		go l.read(c)
+		if l.stripe != nil && c.role == RolePayload {
+			go l.writeStriped(c)
+			go l.readStriped(c)
+		} else {
+			go l.write(c)
+			go l.read(c)
+		}
 	}
 	l.writers.Add(1)
 	go l.probe(l.reg.opts.probeInterval())
@@ -120,14 +161,22 @@ func (l *Link) Dialed() bool { return l.dialerID == l.reg.opts.Identity.RouterID
 // Split reports whether payloads and acks have their own connections.
 func (l *Link) Split() bool { return l.split }
 
+// PayloadConns is the number of connections the link's payloads are striped over: 1 unless
+// the link is split and its dialer asked for more (Options.PayloadConns).
+func (l *Link) PayloadConns() int { return len(l.payloads) }
+
 // Transport is tls or quic.
 func (l *Link) Transport() string { return l.transport }
 
-// RemoteAddr is the address of the peer's end of the (payload) connection.
+// RemoteAddr is the address of the peer's end of the (first payload) connection.
 func (l *Link) RemoteAddr() net.Addr { return l.conns[0].s.RemoteAddr() }
 
 // Latency is the last round trip a probe measured; 0 until one has.
 func (l *Link) Latency() time.Duration { return time.Duration(l.latency.Load()) }
+
+// IgnoredProbeReplies counts the probe replies the peer sent that answered no probe this
+// router had sent and not yet seen answered; they do not change Latency.
+func (l *Link) IgnoredProbeReplies() uint64 { return l.probes.ignored.Load() }
 
 // Done is closed once the link is down: its goroutines have ended and Events.Down has
 // returned.
@@ -145,17 +194,20 @@ func (l *Link) Err() error {
 
 // ConnStats counts what one connection of a link carried, headers included.
 type ConnStats struct {
-	Role                          Role
+	Role Role
+	// Index is a payload connection's among the link's payload connections.
+	Index                         int
 	FramesSent, BytesSent         uint64
 	FramesReceived, BytesReceived uint64
 }
 
-// Stats returns the counters of each connection: one, or payload then ack.
+// Stats returns the counters of each connection: the single one, or the payload
+// connections in the order of their index, then the ack connection.
 func (l *Link) Stats() []ConnStats {
 	out := make([]ConnStats, len(l.conns))
 	for i, c := range l.conns {
 		out[i] = ConnStats{
-			Role:       c.role,
+			Role: c.role, Index: c.index,
 			FramesSent: c.framesOut.Load(), BytesSent: c.bytesOut.Load(),
 			FramesReceived: c.framesIn.Load(), BytesReceived: c.bytesIn.Load(),
 		}
@@ -203,6 +255,9 @@ func (l *Link) shutdown(err error, mode closeMode) {
 	}
 	l.err, l.mode, l.deadline = err, mode, time.Now().Add(closeTimeout)
 	close(l.stop)
+	if l.stripe != nil && mode == abort {
+		l.stripe.fail(err)
+	}
 	for _, c := range l.conns {
 		if mode == abort {
 			c.s.Close()

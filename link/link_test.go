@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -52,66 +53,96 @@ func noProbes(o *Options) { o.Forwarder.LatencyProbeInterval = int(time.Hour / t
 func TestSplitCarriesPayloadsAndAcksOnTheirOwnConnections(t *testing.T) {
 	t.Parallel()
 	for _, tr := range transports {
-		t.Run(tr, func(t *testing.T) {
-			t.Parallel()
-			ca := newCA(t)
-			got := newCollector()
-			a := newNode(t, ca, "router-a", releaseAll, noProbes)
-			b := newNode(t, ca, "router-b", got, noProbes)
-			la, lb := connect(t, a, b, b.listen(t, tr, 0), true)
+		for _, conns := range []int{1, 2, 3} {
+			t.Run(fmt.Sprintf("%s/%d", tr, conns), func(t *testing.T) {
+				t.Parallel()
+				testSplit(t, tr, conns)
+			})
+		}
+	}
+}
 
-			pool := a.reg.opts.Pool
-			const payloads, acks = 50, 30
-			var payloadBytes uint64
-			for i := range payloads + acks {
-				var f *xgress.Frame
-				if i%8 == 7 && i/8 < acks {
-					f = frame(pool, xgress.Ack, 1, uint64(i), nil)
-				} else {
-					f = frame(pool, xgress.Payload, 1, uint64(i), bytes.Repeat([]byte{byte(i)}, 100+i))
-					payloadBytes += uint64(xgress.HeaderSize + 100 + i)
-				}
-				if err := la.Send(f); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := la.Send(frame(pool, xgress.Close, 1, 0, []byte("done"))); err != nil {
-				t.Fatal(err)
-			}
-			frames := got.wait(t, payloads+acks+1)
+// testSplit sends payloads and acks of one circuit over a split link with conns payload
+// connections and checks what each connection carried.
+func testSplit(t *testing.T, tr string, conns int) {
+	ca := newCA(t)
+	got := newCollector()
+	a := newNode(t, ca, "router-a", releaseAll, func(o *Options) { noProbes(o); o.PayloadConns = conns })
+	b := newNode(t, ca, "router-b", got, noProbes)
+	la, lb := connect(t, a, b, b.listen(t, tr, 0), true)
+	if la.PayloadConns() != conns || lb.PayloadConns() != conns {
+		t.Fatalf("payload connections: %d dialed, %d accepted; want %d", la.PayloadConns(), lb.PayloadConns(), conns)
+	}
 
-			// Payloads and the Close arrive in the order sent, the Close last.
-			var types []xgress.Type
-			for _, f := range frames {
-				if f.Type != xgress.Ack {
-					types = append(types, f.Type)
-				}
-			}
-			if last := types[len(types)-1]; last != xgress.Close {
-				t.Errorf("the last payload-connection frame is %s, want close", last)
-			}
-			nAcks := len(frames) - len(types)
+	pool := a.reg.opts.Pool
+	const payloads, acks = 500, 30
+	var payloadBytes uint64
+	for i := range payloads + acks {
+		var f *xgress.Frame
+		if i%8 == 7 && i/8 < acks {
+			f = frame(pool, xgress.Ack, 1, uint64(i), nil)
+		} else {
+			f = frame(pool, xgress.Payload, 1, uint64(i), bytes.Repeat([]byte{byte(i)}, 100+i))
+			payloadBytes += uint64(xgress.HeaderSize + 100 + i)
+		}
+		if err := la.Send(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := la.Send(frame(pool, xgress.Close, 1, 0, []byte("done"))); err != nil {
+		t.Fatal(err)
+	}
+	frames := got.wait(t, payloads+acks+1)
 
-			st := lb.Stats()
-			payloadConn, ackConn := st[0], st[1]
-			if payloadConn.Role != RolePayload || ackConn.Role != RoleAck {
-				t.Fatalf("roles %s, %s", payloadConn.Role, ackConn.Role)
+	// Payloads arrive in the order sent, and the Close last.
+	var types []xgress.Type
+	last := -1
+	for _, f := range frames {
+		if f.Type == xgress.Ack {
+			continue
+		}
+		types = append(types, f.Type)
+		if f.Type == xgress.Payload {
+			if int(f.Seq) <= last {
+				t.Fatalf("payload %d after payload %d", f.Seq, last)
 			}
-			// The payload connection carried exactly the payloads and the Close; the ack
-			// connection the acks plus at most a probe and a probe reply.
-			if want := uint64(len(types)); payloadConn.FramesReceived != want {
-				t.Errorf("payload connection received %d frames, want %d", payloadConn.FramesReceived, want)
-			}
-			if want := payloadBytes + xgress.HeaderSize + 4; payloadConn.BytesReceived != want {
-				t.Errorf("payload connection received %d bytes, want %d", payloadConn.BytesReceived, want)
-			}
-			if n := ackConn.FramesReceived; n < uint64(nAcks) || n > uint64(nAcks)+2 {
-				t.Errorf("ack connection received %d frames, want %d acks and at most 2 probe frames", n, nAcks)
-			}
-			if sent := la.Stats(); sent[0].FramesSent != payloadConn.FramesReceived {
-				t.Errorf("a sent %d frames on the payload connection, b received %d", sent[0].FramesSent, payloadConn.FramesReceived)
-			}
-		})
+			last = int(f.Seq)
+		}
+	}
+	if last := types[len(types)-1]; last != xgress.Close {
+		t.Errorf("the last payload-connection frame is %s, want close", last)
+	}
+	nAcks := len(frames) - len(types)
+
+	// The payload connections carried exactly the payloads and the Close (behind batch
+	// headers when there are several); the ack connection the acks plus at most a probe and
+	// a probe reply.
+	st, sent := lb.Stats(), la.Stats()
+	if len(st) != conns+1 {
+		t.Fatalf("%d connections, want %d", len(st), conns+1)
+	}
+	var framesIn, bytesIn, framesOut uint64
+	for i, c := range st[:conns] {
+		if c.Role != RolePayload || c.Index != i {
+			t.Fatalf("connection %d: %s connection %d", i, c.Role, c.Index)
+		}
+		framesIn += c.FramesReceived
+		bytesIn += c.BytesReceived
+		framesOut += sent[i].FramesSent
+	}
+	if want := uint64(len(types)); framesIn != want || framesOut != want {
+		t.Errorf("the payload connections carried %d frames (%d sent), want %d", framesIn, framesOut, want)
+	}
+	framing := bytesIn - (payloadBytes + xgress.HeaderSize + 4)
+	if conns == 1 && framing != 0 || framing%stripeHeaderSize != 0 {
+		t.Errorf("the payload connections carried %d bytes besides the frames", framing)
+	}
+	ackConn := st[conns]
+	if ackConn.Role != RoleAck {
+		t.Fatalf("the last connection is a %s connection", ackConn.Role)
+	}
+	if n := ackConn.FramesReceived; n < uint64(nAcks) || n > uint64(nAcks)+2 {
+		t.Errorf("ack connection received %d frames, want %d acks and at most 2 probe frames", n, nAcks)
 	}
 }
 
@@ -251,8 +282,8 @@ func TestProbesMeasureLatency(t *testing.T) {
 
 func TestKilledConnectionTakesTheLinkDown(t *testing.T) {
 	t.Parallel()
-	for _, i := range []int{0, 1} { // the payload or the ack connection
-		t.Run([]string{"payload", "ack"}[i], func(t *testing.T) {
+	for i, name := range []string{"payload-0", "payload-1", "ack"} {
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ca := newCA(t)
 			a := newNode(t, ca, "router-a", releaseAll, nil)

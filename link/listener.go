@@ -1,6 +1,7 @@
 package link
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,7 +19,7 @@ import (
 // Listener accepts links from other routers on one link listener of the configuration.
 // Each incoming connection is authenticated (TLS 1.3 with a client certificate of the
 // network CA), then its hello is checked; a single connection becomes a link at once, the
-// payload and ack connections of a split link once both have arrived.
+// payload and ack connections of a split link once all of them have arrived.
 type Listener struct {
 	reg *Registry
 	cfg config.LinkListener
@@ -26,15 +27,26 @@ type Listener struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	pending map[string]*half // the first connection of split links, by link id
+	pending map[pairKey]*pairing // split links whose connections are arriving
 	stopped bool
 }
 
-// half is a connection of a split link waiting for the other.
-type half struct {
-	s     stream
-	hello hello
-	timer *time.Timer
+// pairKey names a split link being paired: by the router that dialed it as well as by its
+// id, so that a connection of another router, even one that knows the link id, can neither
+// join the link nor disturb its pairing.
+type pairKey struct{ routerID, linkID string }
+
+// pairing holds the connections of a split link that have arrived, until all have or the
+// pair timeout ends. Every connection must present the certificate the first one did,
+// announce the same number of payload connections, and take a role (and payload index) not
+// taken yet; one that does not is refused alone.
+type pairing struct {
+	key      pairKey
+	cert     []byte   // the first connection's certificate (DER)
+	payloads []stream // by index
+	ack      stream
+	arrived  int
+	timer    *time.Timer
 }
 
 // Listen binds cfg.Bind and accepts links until ctx ends; the links it accepted close then
@@ -43,7 +55,7 @@ func Listen(ctx context.Context, cfg config.LinkListener, reg *Registry) (*Liste
 	if len(cfg.Groups) == 0 {
 		return nil, fmt.Errorf("link listener %s: no groups", cfg.Bind)
 	}
-	acc, err := listen(cfg.Bind, reg.opts.Identity.serverTLS(), reg.opts.HandshakeTimeout)
+	acc, err := listen(cfg.Bind, reg.opts.Identity.serverTLS(), reg.opts.HandshakeTimeout, &reg.bufs)
 	if err != nil {
 		return nil, fmt.Errorf("link listener: %w", err)
 	}
@@ -52,7 +64,7 @@ func Listen(ctx context.Context, cfg config.LinkListener, reg *Registry) (*Liste
 		cfg:     cfg,
 		acc:     acc,
 		log:     reg.opts.Log.With("listener", cfg.Bind.String()),
-		pending: map[string]*half{},
+		pending: map[pairKey]*pairing{},
 	}
 	go l.run(ctx)
 	l.log.Info("link listener up", "advertise", cfg.Advertise.String(), "groups", cfg.Groups, "addr", acc.addr().String())
@@ -114,63 +126,91 @@ func (l *Listener) serve(ctx context.Context, open func(context.Context) (stream
 	l.pair(ctx, s, h)
 }
 
-// pair keeps the first connection of a split link until the second arrives, for at most
-// the pair timeout, and makes the link of both.
+// pair keeps the connections of a split link until all have arrived, for at most the pair
+// timeout from the first, and makes the link of them.
 func (l *Listener) pair(ctx context.Context, s stream, h hello) {
+	key := pairKey{h.RouterID, h.LinkID}
 	l.mu.Lock()
 	if l.stopped {
 		l.mu.Unlock()
 		s.Close()
 		return
 	}
-	first, ok := l.pending[h.LinkID]
-	if !ok {
-		w := &half{s: s, hello: h}
-		w.timer = time.AfterFunc(l.reg.opts.PairTimeout, func() { l.expire(w) })
-		l.pending[h.LinkID] = w
-		l.mu.Unlock()
-		return
+	p := l.pending[key]
+	if p == nil {
+		p = &pairing{key: key, cert: s.peerCertificate().Raw, payloads: make([]stream, h.payloads())}
+		p.timer = time.AfterFunc(l.reg.opts.PairTimeout, func() { l.expire(p) })
+		l.pending[key] = p
 	}
-	delete(l.pending, h.LinkID)
-	first.timer.Stop()
-	l.mu.Unlock()
-
-	if first.hello.RouterID != h.RouterID || first.hello.Role == h.Role {
-		l.log.Warn("link connections refused: they do not pair", "link", h.LinkID,
-			"first", first.hello.RouterID+"/"+string(first.hello.Role), "second", h.RouterID+"/"+string(h.Role))
-		first.s.Close()
+	if err := p.add(s, h); err != nil {
+		l.mu.Unlock()
+		l.log.Warn("link connection refused", "link", h.LinkID, "peer", h.RouterID, "role", string(h.Role),
+			"index", h.Index, "remote", s.RemoteAddr().String(), "reason", err.Error())
 		s.Close()
 		return
 	}
-	payload, ack := first.s, s
-	if h.Role == RolePayload {
-		payload, ack = s, first.s
-	}
-	l.establish(ctx, h, payload, ack)
-}
-
-// expire drops a connection whose partner did not come.
-func (l *Listener) expire(w *half) {
-	l.mu.Lock()
-	if l.pending[w.hello.LinkID] != w {
+	if p.arrived < len(p.payloads)+1 {
 		l.mu.Unlock()
 		return
 	}
-	delete(l.pending, w.hello.LinkID)
+	delete(l.pending, key)
+	p.timer.Stop()
 	l.mu.Unlock()
-	l.log.Warn("link connection dropped: its partner did not arrive", "link", w.hello.LinkID,
-		"peer", w.hello.RouterID, "role", string(w.hello.Role), "waited", l.reg.opts.PairTimeout.String())
-	w.s.Close()
+	l.establish(ctx, h, append(p.payloads, p.ack)...)
+}
+
+// add takes connection s, whose hello is h, into the pairing, or says why it does not
+// belong there.
+func (p *pairing) add(s stream, h hello) error {
+	switch {
+	case !bytes.Equal(s.peerCertificate().Raw, p.cert):
+		return errors.New("its certificate is not the one the link's first connection presented")
+	case h.payloads() != len(p.payloads):
+		return fmt.Errorf("it announces %d payload connections, the link's first connection %d", h.payloads(), len(p.payloads))
+	case h.Role == RoleAck && p.ack != nil:
+		return errors.New("the link has its ack connection already")
+	case h.Role == RolePayload && p.payloads[h.Index] != nil:
+		return fmt.Errorf("the link has its payload connection %d already", h.Index)
+	case h.Role == RoleAck:
+		p.ack = s
+	default:
+		p.payloads[h.Index] = s
+	}
+	p.arrived++
+	return nil
+}
+
+// expire drops the connections of a split link whose other connections did not all come.
+func (l *Listener) expire(p *pairing) {
+	l.mu.Lock()
+	if l.pending[p.key] != p {
+		l.mu.Unlock()
+		return
+	}
+	delete(l.pending, p.key)
+	l.mu.Unlock()
+	l.log.Warn("link connections dropped: the others did not arrive", "link", p.key.linkID,
+		"peer", p.key.routerID, "arrived", p.arrived, "want", len(p.payloads)+1, "waited", l.reg.opts.PairTimeout.String())
+	p.close()
+}
+
+// close closes the connections that have arrived.
+func (p *pairing) close() {
+	for _, s := range append(p.payloads, p.ack) {
+		if s != nil {
+			s.Close()
+		}
+	}
 }
 
 func (l *Listener) dropPending() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.stopped = true
-	for id, w := range l.pending {
-		w.timer.Stop()
-		w.s.Close()
-		delete(l.pending, id)
+	for key, p := range l.pending {
+		p.timer.Stop()
+		p.close()
+		delete(l.pending, key)
 	}
 }
 

@@ -8,11 +8,12 @@ import (
 	"github.com/zmesh/zmesh/xgress"
 )
 
-// Handler takes the frames links receive. HandleFrame is called from the link's reader, one
-// frame at a time and in the order of the connection: Payload and Close frames in the order
-// the peer sent them, Ack frames likewise. The handler owns f: it releases it or passes it
-// on (to another link's Send, for instance). A handler that blocks stalls that connection.
-// Probe and ProbeReply frames never reach the handler.
+// Handler takes the frames links receive. HandleFrame is called from the link's readers,
+// one frame at a time for each kind: Payload and Close frames in the order the peer sent
+// them, whichever of the payload connections carried them; Ack frames likewise, from the
+// ack reader, at the same time. The handler owns f: it releases it or passes it on (to
+// another link's Send, for instance). A handler that blocks stalls the connections of that
+// kind. Probe and ProbeReply frames never reach the handler.
 type Handler interface {
 	HandleFrame(l *Link, f *xgress.Frame)
 }
@@ -51,6 +52,11 @@ type Options struct {
 	// reading for that long is taken for dead and the link goes down, rather than stalling
 	// every circuit and every link that forwards into it. DefaultWriteTimeout when zero.
 	WriteTimeout time.Duration
+	// PayloadConns is the number of payload connections a split link this router dials
+	// stripes its payloads over, 1 to MaxPayloadConns; DefaultPayloadConns when zero. The
+	// listening router takes the number the dialer announces. Links that are not split have
+	// one connection.
+	PayloadConns int
 }
 
 // Defaults of the options and of forwarder keys left at zero.
@@ -64,10 +70,20 @@ const (
 	DefaultProbeInterval = 10 * time.Second
 	DefaultDialQueue     = 1000
 	DefaultDialWorkers   = 32
+	// DefaultPayloadConns payload connections let two writers and two readers encrypt and
+	// decrypt one link's payloads at once; measured with zmesh bench on two cores, where a
+	// single payload connection left the cores idle part of the time (see doc.go).
+	DefaultPayloadConns = 2
+	// MaxPayloadConns bounds the payload connections of a link, dialed or accepted.
+	MaxPayloadConns = 8
 )
 
 const (
-	bufferSize        = 64 << 10        // per connection, for reading and for writing
+	// corkSize is the most a TLS connection gathers for one system call, and reads at a
+	// time (see corkConn): on payload and single connections, where batches are large, and
+	// on ack connections.
+	corkSize          = 256 << 10
+	ackCorkSize       = 16 << 10
 	closeTimeout      = 2 * time.Second // how long a closing link may flush and wait for its peer
 	probeMaxRoundTrip = time.Minute     // longer round trips are taken as bogus replies
 	acceptRetryPause  = 50 * time.Millisecond
@@ -92,6 +108,10 @@ func (o *Options) fill() {
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = DefaultWriteTimeout
 	}
+	if o.PayloadConns <= 0 {
+		o.PayloadConns = DefaultPayloadConns
+	}
+	o.PayloadConns = min(o.PayloadConns, MaxPayloadConns)
 	if o.Forwarder.LatencyProbeInterval <= 0 {
 		o.Forwarder.LatencyProbeInterval = int(DefaultProbeInterval / time.Millisecond)
 	}

@@ -16,6 +16,8 @@ import (
 // same router the one whose link id sorts lower. The other is closed with ErrDuplicate.
 type Registry struct {
 	opts Options
+	// bufs lends the TLS connections of its links the buffers they gather batches in.
+	bufs sync.Pool
 
 	addMu sync.Mutex // one link joins at a time: duplicate resolution, then Up, then start
 	mu    sync.Mutex

@@ -1,6 +1,7 @@
 package link
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -11,20 +12,24 @@ import (
 // The send path. A frame goes from Send into the queue of the connection that carries its
 // type; that connection's writer takes it, with every frame queued behind it, into its
 // buffered writer, and flushes once the queue is empty, so that frames queued together leave
-// in one write. Frames go back to their pool once written. Nothing here allocates.
+// in one write; under the buffered writer a TLS stream is corked for the batch, so that the
+// records of the batch leave in as few system calls as corkSize allows (see corkConn). The
+// payload connections of a striped link share one queue: a writer takes a numbered batch
+// from it and writes it behind a batch header (see stripe.go). Frames go back to their pool
+// once written. Nothing here allocates.
 
 // Send queues f on the connection that carries its type: Payload and Close on the payload
-// connection, so that a Close never overtakes the data before it; Ack, Probe and ProbeReply
+// connections, so that a Close never overtakes the data before it; Ack, Probe and ProbeReply
 // on the ack connection, so that acks never wait behind payloads (without split both are the
 // same connection). Send takes ownership of f in every case.
 //
-// Each connection's queue holds Options.QueueLength frames. When it is full Send blocks
-// until the writer makes room or the link closes. On a closing or closed link Send releases
-// f and returns an error wrapping ErrLinkClosed.
+// Each connection's queue holds Options.QueueLength frames; the payload connections of a
+// link share one. When it is full Send blocks until a writer makes room or the link closes.
+// On a closing or closed link Send releases f and returns an error wrapping ErrLinkClosed.
 func (l *Link) Send(f *xgress.Frame) error {
 	c := l.ack
 	if f.Type == xgress.Payload || f.Type == xgress.Close {
-		c = l.payload
+		c = l.payloads[0]
 	}
 	select {
 	case <-l.stop:
@@ -61,7 +66,7 @@ func (l *Link) write(c *conn) {
 		select {
 		case f := <-c.queue:
 			if err := c.writeBatch(f); err != nil {
-				l.shutdown(fmt.Errorf("write %s connection: %w", c.role, err), abort)
+				l.shutdown(fmt.Errorf("write %s: %w", c, err), abort)
 				c.discard()
 				return
 			}
@@ -79,21 +84,39 @@ func (c *conn) writeBatch(f *xgress.Frame) error {
 		f.Release()
 		return err
 	}
+	c.s.cork(c.corkSize)
 	for {
-		b := f.Bytes()
-		_, err := c.bw.Write(b)
-		f.Release()
-		if err != nil {
+		if err := c.writeFrame(f); err != nil {
 			return err
 		}
-		c.framesOut.Add(1)
-		c.bytesOut.Add(uint64(len(b)))
 		select {
 		case f = <-c.queue:
 		default:
-			return c.bw.Flush()
+			return c.flush()
 		}
 	}
+}
+
+// writeFrame puts f into the buffered writer and releases it.
+func (c *conn) writeFrame(f *xgress.Frame) error {
+	b := f.Bytes()
+	_, err := c.bw.Write(b)
+	f.Release()
+	if err != nil {
+		return err
+	}
+	c.framesOut.Add(1)
+	c.bytesOut.Add(uint64(len(b)))
+	return nil
+}
+
+// flush sends what the buffered writer and the stream hold of a batch.
+func (c *conn) flush() error {
+	err := c.bw.Flush()
+	if uerr := c.s.uncork(); err == nil {
+		err = uerr
+	}
+	return err
 }
 
 // drain sends what is still queued when the link closes and ends the sending direction; see
@@ -108,13 +131,19 @@ func (c *conn) drain(mode closeMode) {
 				return
 			}
 		default:
-			if mode == closeRemote {
-				<-c.readDone
-			}
-			c.s.CloseWrite()
+			c.end(mode)
 			return
 		}
 	}
+}
+
+// end ends the sending direction of c once nothing is left to send: at once, or, answering
+// the peer's close (closeRemote), once the reader has read the end of the peer's direction.
+func (c *conn) end(mode closeMode) {
+	if mode == closeRemote {
+		<-c.readDone
+	}
+	c.s.CloseWrite()
 }
 
 // discard releases the queued frames.
@@ -127,4 +156,56 @@ func (c *conn) discard() {
 			return
 		}
 	}
+}
+
+// writeStriped is the writer of payload connection c of a striped link: it takes numbered
+// batches from the queue the payload connections share and writes them, until the link
+// closes or a write fails. Closing, the writers share out what is still queued the same way.
+func (l *Link) writeStriped(c *conn) {
+	defer l.writers.Done()
+	for l.stripe.take(c, l.stop) {
+		if err := c.writeStripeBatch(); err != nil {
+			l.shutdown(fmt.Errorf("write %s: %w", c, err), abort)
+			c.discard()
+			return
+		}
+	}
+	for l.stripe.takeQueued(c) {
+		if err := c.writeStripeBatch(); err != nil {
+			c.discard()
+			return
+		}
+	}
+	c.end(l.mode)
+}
+
+// writeStripeBatch writes the batch header and the frames of c.out, then flushes, within
+// the connection's write timeout.
+func (c *conn) writeStripeBatch() error {
+	err := c.s.SetWriteDeadline(time.Now().Add(c.writeTimeout))
+	if err == nil {
+		c.s.cork(c.corkSize)
+		_, err = c.bw.Write(c.hdrOut[:])
+		c.bytesOut.Add(stripeHeaderSize)
+	}
+	for i, f := range c.out {
+		if err != nil {
+			f.Release()
+		} else {
+			err = c.writeFrame(f)
+		}
+		c.out[i] = nil
+	}
+	c.out = c.out[:0]
+	if err != nil {
+		return err
+	}
+	return c.flush()
+}
+
+// putStripeHeader writes the header of the batch in c.out, whose first frame is number
+// first, into c.hdrOut.
+func (c *conn) putStripeHeader(first uint64) {
+	binary.BigEndian.PutUint64(c.hdrOut[:8], first)
+	binary.BigEndian.PutUint32(c.hdrOut[8:], uint32(len(c.out)))
 }

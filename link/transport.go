@@ -1,12 +1,14 @@
 package link
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -17,6 +19,12 @@ import (
 // A link connection runs over one of two transports: tls (TLS 1.3 over TCP, Nagle off) or
 // quic (one QUIC connection carrying one bidirectional stream). Either way the link sees a
 // stream: a net.Conn whose peer certificate has been verified.
+//
+// TLS writes every record of at most 16 KiB with its own system call, and on loopback or a
+// fast network those calls cost more than the encryption. So a TLS stream runs over a
+// corkConn: while the link's writer has it corked (a batch, see send.go), the records TLS
+// writes are gathered and leave in one system call per corkSize bytes, and the receiving
+// kernel and router see fewer, larger segments; the reader reads as much at a time.
 
 // stream is one authenticated byte stream of a link.
 type stream interface {
@@ -31,7 +39,27 @@ type stream interface {
 	// sever drops the connection as a network failure would: a TCP connection is reset, a
 	// QUIC connection closed with an error.
 	sever()
+	// cork and uncork bracket a batch of writes of the link's writer: the stream may hold
+	// back what is written in between, and sends it by the time uncork returns, size bytes
+	// at most at a time.
+	cork(size int)
+	uncork() error
+	// readAhead has the stream read up to size bytes from the network at a time from now
+	// on; streams that buffer what they receive anyway ignore it.
+	readAhead(size int)
+	// bufferSize is the size of the buffered writer the link's writer puts in front of the
+	// stream.
+	bufferSize() int
 }
+
+// Buffered writers in front of the streams: a TLS record's worth, so that small frames are
+// gathered into full records while large ones go to TLS uncopied (the corkConn gathers the
+// records); QUIC streams copy what they are given and wake their connection's sender on
+// every write, so they get larger writes.
+const (
+	tlsBufferSize  = 16 << 10
+	quicBufferSize = 64 << 10
+)
 
 // QUIC settings: the idle timeout drops a silent peer; keep-alives hold healthy idle links.
 const (
@@ -40,17 +68,18 @@ const (
 )
 
 // dialStream opens a stream to addr from local (zero: any) and completes the TLS handshake.
-func dialStream(ctx context.Context, addr config.Address, local netip.AddrPort, tlsConf *tls.Config, timeout time.Duration) (stream, error) {
+// A TLS stream borrows the buffers it gathers batches in from bufs (see corkConn).
+func dialStream(ctx context.Context, addr config.Address, local netip.AddrPort, tlsConf *tls.Config, timeout time.Duration, bufs *sync.Pool) (stream, error) {
 	switch addr.Transport {
 	case config.TransportTLS:
-		return dialTLS(ctx, addr, local, tlsConf)
+		return dialTLS(ctx, addr, local, tlsConf, bufs)
 	case config.TransportQUIC:
 		return dialQUIC(ctx, addr, local, tlsConf, timeout)
 	}
 	return nil, fmt.Errorf("dial %s: transport %q is not one of tls, quic", addr, addr.Transport)
 }
 
-func dialTLS(ctx context.Context, addr config.Address, local netip.AddrPort, tlsConf *tls.Config) (stream, error) {
+func dialTLS(ctx context.Context, addr config.Address, local netip.AddrPort, tlsConf *tls.Config, bufs *sync.Pool) (stream, error) {
 	var d net.Dialer
 	if local.IsValid() {
 		d.LocalAddr = net.TCPAddrFromAddrPort(local)
@@ -59,20 +88,29 @@ func dialTLS(ctx context.Context, addr config.Address, local netip.AddrPort, tls
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	if err := raw.(*net.TCPConn).SetNoDelay(true); err != nil {
+	tcp := raw.(*net.TCPConn)
+	if err := tcp.SetNoDelay(true); err != nil {
 		raw.Close()
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	tc := tls.Client(raw, tlsConf)
+	cc := &corkConn{Conn: tcp, tcp: tcp, pool: bufs}
+	tc := tls.Client(cc, tlsConf)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
 		return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
 	}
-	return tlsStream{tc}, nil
+	return tlsStream{tc, cc}, nil
 }
 
 func dialQUIC(ctx context.Context, addr config.Address, local netip.AddrPort, tlsConf *tls.Config, timeout time.Duration) (stream, error) {
-	remote, err := net.ResolveUDPAddr("udp", addr.HostPort())
+	network := "udp"
+	if local.IsValid() { // the peer's address must be of the local address's family
+		network = "udp6"
+		if local.Addr().Is4() {
+			network = "udp4"
+		}
+	}
+	remote, err := net.ResolveUDPAddr(network, addr.HostPort())
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
@@ -120,14 +158,14 @@ type acceptor interface {
 	close() error
 }
 
-func listen(bind config.Address, tlsConf *tls.Config, timeout time.Duration) (acceptor, error) {
+func listen(bind config.Address, tlsConf *tls.Config, timeout time.Duration, bufs *sync.Pool) (acceptor, error) {
 	switch bind.Transport {
 	case config.TransportTLS:
 		ln, err := net.Listen("tcp", bind.HostPort())
 		if err != nil {
 			return nil, fmt.Errorf("listen on %s: %w", bind, err)
 		}
-		return tlsAcceptor{ln: ln, conf: tlsConf}, nil
+		return tlsAcceptor{ln: ln, conf: tlsConf, bufs: bufs}, nil
 	case config.TransportQUIC:
 		ln, err := quic.ListenAddr(bind.HostPort(), tlsConf, quicConfig(timeout, true))
 		if err != nil {
@@ -141,6 +179,7 @@ func listen(bind config.Address, tlsConf *tls.Config, timeout time.Duration) (ac
 type tlsAcceptor struct {
 	ln   net.Listener
 	conf *tls.Config
+	bufs *sync.Pool
 }
 
 func (a tlsAcceptor) accept(context.Context) (func(context.Context) (stream, error), error) {
@@ -152,16 +191,18 @@ func (a tlsAcceptor) accept(context.Context) (func(context.Context) (stream, err
 }
 
 func (a tlsAcceptor) handshake(ctx context.Context, raw net.Conn) (stream, error) {
-	if err := raw.(*net.TCPConn).SetNoDelay(true); err != nil {
+	tcp := raw.(*net.TCPConn)
+	if err := tcp.SetNoDelay(true); err != nil {
 		raw.Close()
 		return nil, err
 	}
-	tc := tls.Server(raw, a.conf)
+	cc := &corkConn{Conn: tcp, tcp: tcp, pool: a.bufs}
+	tc := tls.Server(cc, a.conf)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
 		return nil, fmt.Errorf("TLS handshake: %w", err)
 	}
-	return tlsStream{tc}, nil
+	return tlsStream{tc, cc}, nil
 }
 
 func (a tlsAcceptor) addr() net.Addr { return a.ln.Addr() }
@@ -187,21 +228,28 @@ func (a quicAcceptor) accept(ctx context.Context) (func(context.Context) (stream
 func (a quicAcceptor) addr() net.Addr { return a.ln.Addr() }
 func (a quicAcceptor) close() error   { return a.ln.Close() }
 
-// tlsStream is a TLS connection. Close closes the TCP connection without a close_notify
-// alert, so that it never blocks; the link ends its streams with CloseWrite when it can.
-type tlsStream struct{ *tls.Conn }
+// tlsStream is a TLS connection over a corkConn. Close closes the TCP connection without a
+// close_notify alert, so that it never blocks; the link ends its streams with CloseWrite
+// when it can.
+type tlsStream struct {
+	*tls.Conn
+	cc *corkConn
+}
 
-func (s tlsStream) Close() error { return s.NetConn().Close() }
+func (s tlsStream) Close() error { return s.cc.Close() }
 
 // linger returns at once: the kernel delivers what was written after the socket closes.
 func (s tlsStream) linger(time.Time) {}
 
 func (s tlsStream) sever() {
-	if tc, ok := s.NetConn().(*net.TCPConn); ok {
-		tc.SetLinger(0) // close with a reset
-	}
-	s.NetConn().Close()
+	s.cc.tcp.SetLinger(0) // close with a reset
+	s.cc.Close()
 }
+
+func (s tlsStream) cork(size int)      { s.cc.cork(size) }
+func (s tlsStream) uncork() error      { return s.cc.uncork() }
+func (s tlsStream) readAhead(size int) { s.cc.readAhead(size) }
+func (s tlsStream) bufferSize() int    { return tlsBufferSize }
 
 func (s tlsStream) peerCertificate() *x509.Certificate {
 	return s.ConnectionState().PeerCertificates[0]
@@ -218,6 +266,10 @@ type quicStream struct {
 func (s *quicStream) LocalAddr() net.Addr  { return s.conn.LocalAddr() }
 func (s *quicStream) RemoteAddr() net.Addr { return s.conn.RemoteAddr() }
 func (s *quicStream) CloseWrite() error    { return s.Stream.Close() }
+func (s *quicStream) cork(int)             {}
+func (s *quicStream) uncork() error        { return nil }
+func (s *quicStream) readAhead(int)        {}
+func (s *quicStream) bufferSize() int      { return quicBufferSize }
 
 func (s *quicStream) Close() error {
 	err := s.conn.CloseWithError(0, "link closed")
@@ -247,4 +299,103 @@ func (s *quicStream) linger(deadline time.Time) {
 
 func (s *quicStream) peerCertificate() *x509.Certificate {
 	return s.conn.ConnectionState().TLS.PeerCertificates[0]
+}
+
+// corkConn is the TCP connection under a TLS stream. Uncorked, it writes at once. Corked by
+// the link's writer, it gathers what TLS writes, up to the size given to cork, and writes
+// it in one system call when that is reached and at uncork. Buffers of corkSize are
+// borrowed from pool for the time of a batch, so that idle links hold none; others, small,
+// are kept. TLS writes from other goroutines too (a KeyUpdate reply from the reader, the
+// close_notify alert); mu keeps their records whole and in order. Once the link reads
+// (readAhead), reads go through a buffer, so that TLS, which asks for little more than a
+// record at a time, takes what has arrived with fewer system calls.
+type corkConn struct {
+	net.Conn
+	tcp  *net.TCPConn
+	pool *sync.Pool    // of *[]byte with a capacity of corkSize
+	br   *bufio.Reader // set by the reader before it reads, once the handshake is done
+
+	mu     sync.Mutex
+	corked bool
+	buf    []byte  // what was gathered; its capacity is the most gathered
+	lent   *[]byte // the buffer borrowed from pool, while corked
+	own    []byte  // the buffer of other sizes
+}
+
+func (c *corkConn) Read(p []byte) (int, error) {
+	if c.br != nil {
+		return c.br.Read(p)
+	}
+	return c.Conn.Read(p)
+}
+
+// readAhead has reads go through a buffer of size bytes. Only the reader calls it, before
+// it reads; nothing has been read ahead before.
+func (c *corkConn) readAhead(size int) {
+	if c.br == nil {
+		c.br = bufio.NewReaderSize(c.Conn, size)
+	}
+}
+
+func (c *corkConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.corked {
+		return c.Conn.Write(p)
+	}
+	if len(c.buf)+len(p) > cap(c.buf) {
+		if err := c.flush(); err != nil {
+			return 0, err
+		}
+		if len(p) >= cap(c.buf) {
+			return c.Conn.Write(p)
+		}
+	}
+	c.buf = append(c.buf, p...)
+	return len(p), nil
+}
+
+// cork starts gathering writes, at most size bytes.
+func (c *corkConn) cork(size int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case size == corkSize && c.pool != nil:
+		c.lent, _ = c.pool.Get().(*[]byte)
+		if c.lent == nil {
+			b := make([]byte, 0, corkSize)
+			c.lent = &b
+		}
+		c.buf = (*c.lent)[:0]
+	default:
+		if cap(c.own) != size {
+			c.own = make([]byte, 0, size)
+		}
+		c.buf = c.own[:0]
+	}
+	c.corked = true
+}
+
+// uncork writes what was gathered and stops gathering.
+func (c *corkConn) uncork() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := c.flush()
+	if c.lent != nil {
+		*c.lent = c.buf[:0]
+		c.pool.Put(c.lent)
+		c.lent = nil
+	}
+	c.corked, c.buf = false, nil
+	return err
+}
+
+// flush writes what was gathered; mu is held.
+func (c *corkConn) flush() error {
+	if len(c.buf) == 0 {
+		return nil
+	}
+	_, err := c.Conn.Write(c.buf)
+	c.buf = c.buf[:0]
+	return err
 }
