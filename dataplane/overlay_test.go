@@ -16,23 +16,7 @@ import (
 // services come from the controller as the identities' policies and configs say.
 func TestTunnelOverlay(t *testing.T) {
 	t.Parallel()
-	n := newTestNet(t)
-	n.addRouter("H", true, `link:
-  listeners:
-    - binding: transport
-      bind: tls:127.0.0.1:{{port}}
-      advertise: tls:127.0.0.1:{{same}}
-`)
-	n.addRouter("A", true, `link:
-  dialers:
-    - binding: transport
-listeners:
-  - binding: tunnel
-    options:
-      mode: proxy
-      services: [encrypted:{{port}}]
-`)
-	waitFor(t, "link A–H", func() bool { return n.linked("A", "H") })
+	n := hostAndProxy(t, "encrypted")
 	for _, encrypted := range []bool{false, true} {
 		name := "plain"
 		if encrypted {

@@ -33,23 +33,7 @@ func echoOnce(addr, msg string) (string, error) {
 // it ends the service's reachability. A router whose identity may not bind is refused.
 func TestRouterCreatesTerminators(t *testing.T) {
 	t.Parallel()
-	n := newTestNet(t)
-	n.addRouter("H", true, `link:
-  listeners:
-    - binding: transport
-      bind: tls:127.0.0.1:{{port}}
-      advertise: tls:127.0.0.1:{{same}}
-`)
-	n.addRouter("A", true, `link:
-  dialers:
-    - binding: transport
-listeners:
-  - binding: tunnel
-    options:
-      mode: proxy
-      services: [hosted:{{port}}]
-`)
-	waitFor(t, "link A–H", func() bool { return n.linked("A", "H") })
+	n := hostAndProxy(t, "hosted")
 	svc := &model.Service{Name: "hosted"}
 	if err := n.m.CreateService(svc); err != nil {
 		t.Fatal(err)
@@ -165,4 +149,28 @@ func TestRateLimitedQueueFull(t *testing.T) {
 	if terms, _ := n.m.TerminatorsOf(svc.ID); len(terms) != 2 {
 		t.Fatalf("terminators: %+v", terms)
 	}
+}
+
+// hostAndProxy builds tunneler-enabled routers H (link listener) and A (link dialer, tunnel
+// proxy mode for service on a free port), linked.
+func hostAndProxy(t testing.TB, service string) *testNet {
+	t.Helper()
+	n := newTestNet(t)
+	n.addRouter("H", true, `link:
+  listeners:
+    - binding: transport
+      bind: tls:127.0.0.1:{{port}}
+      advertise: tls:127.0.0.1:{{same}}
+`)
+	n.addRouter("A", true, `link:
+  dialers:
+    - binding: transport
+listeners:
+  - binding: tunnel
+    options:
+      mode: proxy
+      services: [`+service+`:{{port}}]
+`)
+	waitFor(t, "link A–H", func() bool { return n.linked("A", "H") })
+	return n
 }
