@@ -40,7 +40,11 @@
 // on-ramp carries each connection as a circuit to its own proxy terminator, which dials the
 // sink; against io-copy), zmesh-2routers-tls (router A with the controller, the on-ramp and a
 // link dialer; router B with a tls: link listener and the terminator; split links; against
-// tls-2hop) and zmesh-2routers-quic (the same over quic:). Their setup prepares the network
+// tls-2hop), zmesh-2routers-quic (the same over quic:) and zmesh-sdk-e2ee (router A with the
+// controller, an edge listener and a link dialer; router B with a tls: link listener and its
+// tunnel in host mode; the on-ramp is an SDK client, `zmesh tunnel proxy --identity F`, its
+// own process, and the service requires end-to-end encryption, so routers carry ciphertext
+// between the client and B's tunnel; against tls-2hop). Their setup prepares the network
 // in this process before any router starts: it opens the controller (controlplane.Open) on a
 // data directory in Env.Dir, creates and enrolls the edge routers (the ingress
 // tunneler-enabled, so that it has an identity), creates the service, its terminator on the
@@ -49,9 +53,13 @@
 // router process that runs it can lock the data directory. Each router then runs as `zmesh
 // router run ROUTER.yml [--controller CONTROLLER.yml]`, awaited by its "router <id> running"
 // line; the scenario is ready once a circuit through the on-ramp carried a byte to the sink
-// and back (links form asynchronously, so the first circuits may find no path). Idle circuits
-// are measured on two routers only: one router holding both ends of 10,000 circuits would
-// need more file descriptors than a process may have here.
+// and back (links form asynchronously, so the first circuits may find no path). For
+// zmesh-sdk-e2ee the service instead gets a host.v1 config with the sink's address and a Bind
+// policy for router B, and an enrolled client identity gets the Dial, edge router and service
+// edge router policies; its tunneler starts after the routers. Idle circuits are measured on
+// two routers without an SDK client only: one router holding both ends of 10,000 circuits, or
+// a host-mode router holding three descriptors per circuit, would need more file descriptors
+// than a process may have here.
 //
 // # Profiles
 //

@@ -12,16 +12,20 @@ import (
 
 // workerEnv makes the test binary act as a bench worker: the harness re-executes it with this
 // variable set and the worker's arguments, as the zmesh binary runs `zmesh bench-worker`. With
-// the arguments `router run ...` it acts as `zmesh router run` instead (see runRouter).
+// the arguments `router run ...` it acts as `zmesh router run` instead (see runRouter), and
+// with `tunnel proxy ...` as `zmesh tunnel proxy` (runTunnelProxy).
 const workerEnv = "ZMESH_BENCH_TEST_WORKER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		var err error
-		if len(os.Args) > 1 && os.Args[1] == "router" {
+		switch {
+		case len(os.Args) > 1 && os.Args[1] == "router":
 			err = runRouter(ctx, os.Args[2:], os.Stdout, os.Stderr)
-		} else {
+		case len(os.Args) > 1 && os.Args[1] == "tunnel":
+			err = runTunnelProxy(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		default:
 			err = RunWorker(ctx, os.Args[1:], os.Stdin, os.Stdout, slog.New(slog.NewTextHandler(os.Stderr, nil)))
 		}
 		stop()

@@ -8,11 +8,16 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane"
 	"github.com/zmesh/zmesh/dataplane"
+	"github.com/zmesh/zmesh/sdk"
+	"github.com/zmesh/zmesh/tunnel"
+	"github.com/zmesh/zmesh/tunneler"
 )
 
 // runRouter is `zmesh router run ROUTER.yml [--controller CONTROLLER.yml] [--log-level L]`
@@ -94,4 +99,52 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cancel()
 	wg.Wait()
 	return errors.Join(err, ctrlErr)
+}
+
+// runTunnelProxy is `zmesh tunnel proxy --identity FILE --service NAME:PORT [--log-level L]`
+// for the test binary, as runRouter is for routers: it prints the same "service NAME on ADDR"
+// line once the port listens.
+func runTunnelProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) < 1 || args[0] != "proxy" {
+		return fmt.Errorf("tunnel: want proxy --identity FILE --service NAME:PORT, got %q", args)
+	}
+	fs := flag.NewFlagSet("tunnel proxy", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	identity := fs.String("identity", "", "identity file")
+	service := fs.String("service", "", "NAME:PORT")
+	level := fs.String("log-level", "info", "log level")
+	if err := fs.Parse(args[1:]); err != nil {
+		return fmt.Errorf("tunnel proxy: %w", err)
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("tunnel proxy: --log-level: %w", err)
+	}
+	name, port, ok := strings.Cut(*service, ":")
+	portNum, err := strconv.Atoi(port)
+	if !ok || err != nil {
+		return fmt.Errorf("tunnel proxy: --service %q is not NAME:PORT", *service)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	stopProfiling, err := StartProfiling()
+	if err != nil {
+		return fmt.Errorf("tunnel proxy: %w", err)
+	}
+	defer func() {
+		if perr := stopProfiling(); perr != nil {
+			log.Warn("tunnel proxy: profiles", "err", perr)
+		}
+	}()
+	c, err := sdk.Load(*identity, sdk.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	p, err := tunnel.ListenProxy("127.0.0.1", []config.TunnelService{{Service: name, Port: portNum}})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "service %s on %s\n", name, p.Addr(name))
+	p.ServeOverlay(ctx, tunneler.Overlay{C: c}, log)
+	return nil
 }

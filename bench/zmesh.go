@@ -21,6 +21,7 @@ import (
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane"
+	"github.com/zmesh/zmesh/controlplane/edgeclient"
 	"github.com/zmesh/zmesh/controlplane/model"
 )
 
@@ -36,6 +37,11 @@ const (
 	ZmeshTwoRoutersTLS = "zmesh-2routers-tls"
 	// ZmeshTwoRoutersQUIC is ZmeshTwoRoutersTLS over a quic: link listener.
 	ZmeshTwoRoutersQUIC = "zmesh-2routers-quic"
+	// ZmeshSDKEncrypted is an SDK client, `zmesh tunnel proxy --identity F`, dialing through
+	// router A (co-located controller, edge listener, link dialer) and router B (tls: link
+	// listener, tunnel host mode dialing the sink from the service's host.v1 config), with
+	// end-to-end encryption between the SDK and B's tunnel: compared with BaselineTLSRelay.
+	ZmeshSDKEncrypted = "zmesh-sdk-e2ee"
 )
 
 // Zmesh returns the zmesh scenarios, in the order they run. Every router is its own process,
@@ -50,6 +56,9 @@ func Zmesh() []Scenario {
 		}),
 		Define(ZmeshTwoRoutersQUIC, BaselineTLSRelay, func(ctx context.Context, env *Env) (Target, error) {
 			return setupMesh(ctx, env, twoRouters(config.TransportQUIC))
+		}),
+		Define(ZmeshSDKEncrypted, BaselineTLSRelay, func(ctx context.Context, env *Env) (Target, error) {
+			return setupMesh(ctx, env, sdkEncrypted())
 		}),
 	}
 }
@@ -68,6 +77,13 @@ type routerSpec struct {
 	ingress bool
 	// egress: the router hosts benchService's terminator (binding proxy, address the sink).
 	egress bool
+	// edge: the router has an edge listener, where the bench's SDK client (a standalone
+	// tunneler in proxy mode) dials benchService.
+	edge bool
+	// host: the router's tunnel in host mode hosts benchService, which requires end-to-end
+	// encryption and has a host.v1 config with the sink's address (the router is
+	// tunneler-enabled and the Bind policy grants its identity).
+	host bool
 	// linkListen, when set, is the transport of a link listener ("tls" or "quic");
 	// linkDial gives the router a link dialer (split links).
 	linkListen string
@@ -88,14 +104,26 @@ func twoRouters(transport string) []routerSpec {
 	}
 }
 
+// sdkEncrypted is router A (controller, edge listener, link dialer) and router B (tls: link
+// listener, tunnel host mode), with the bench's SDK client as the on-ramp.
+func sdkEncrypted() []routerSpec {
+	return []routerSpec{
+		{name: "router-a", controller: true, edge: true, linkDial: true},
+		{name: "router-b", host: true, linkListen: config.TransportTLS},
+	}
+}
+
 // preparedMesh is a zmesh network ready to start: the controller's data directory with the
 // routers enrolled and the service, its terminator and its policy created, and the files the
 // processes read.
 type preparedMesh struct {
 	ctrlFile string
 	routers  []preparedRouter
-	// proxyAddr is where the ingress's tunnel proxy listens for benchService.
+	// proxyAddr is where the on-ramp's tunnel proxy listens for benchService.
 	proxyAddr string
+	// clientFile, when set, is the identity file of the SDK client whose standalone tunneler
+	// is the on-ramp.
+	clientFile string
 }
 
 type preparedRouter struct {
@@ -104,14 +132,20 @@ type preparedRouter struct {
 	file string // its configuration
 }
 
+// onRamp says whether circuits enter the mesh at this router.
+func (r preparedRouter) onRamp() bool { return r.ingress || r.edge }
+
+// offRamp says whether circuits leave the mesh at this router.
+func (r preparedRouter) offRamp() bool { return r.egress || r.host }
+
 // role says what the router does on the path.
 func (r preparedRouter) role() string {
 	switch {
-	case r.ingress && r.egress:
+	case r.onRamp() && r.offRamp():
 		return "ingress+egress"
-	case r.ingress:
+	case r.onRamp():
 		return "ingress"
-	case r.egress:
+	case r.offRamp():
 		return "egress"
 	}
 	return "transit"
@@ -130,7 +164,8 @@ func (r preparedRouter) args(ctrlFile string) []string {
 func (r preparedRouter) readyLine() string { return "router " + r.id + " running" }
 
 // setupMesh prepares the network of specs, starts its routers in order (the one with the
-// controller first) and waits until a circuit carries a byte to the sink and back.
+// controller first), then the SDK client's tunneler if the mesh has one, and waits until a
+// circuit carries a byte to the sink and back.
 func setupMesh(ctx context.Context, env *Env, specs []routerSpec) (Target, error) {
 	mesh, err := prepareMesh(env.Dir, env.Sink, specs, env.Log)
 	if err != nil {
@@ -150,9 +185,24 @@ func setupMesh(ctx context.Context, env *Env, specs []routerSpec) (Target, error
 		target.IdleRouters = append(target.IdleRouters, Router{Role: r.role(), Process: p})
 	}
 	// A router that holds both ends of every circuit would need a file descriptor per end:
-	// its idle circuits are not measured.
-	if len(procs) < 2 {
+	// its idle circuits are not measured. Nor are those of a mesh with an SDK client: the
+	// host-mode router holds three descriptors per circuit (both ends of the socket pair to
+	// its tunnel, and the connection to the sink), so the default 10,000 circuits would
+	// exceed the usual limit of 20,000 descriptors.
+	if len(procs) < 2 || mesh.clientFile != "" {
 		target.IdleRouters = nil
+	}
+	if mesh.clientFile != "" {
+		_, port, _ := net.SplitHostPort(mesh.proxyAddr)
+		p, err := env.Start(ctx, Command{Name: "sdk-client", Relay: true, Args: []string{"tunnel", "proxy",
+			"--identity", mesh.clientFile, "--service", benchService + ":" + port, "--log-level", "warn"}})
+		if err != nil {
+			return Target{}, err
+		}
+		if err := p.WaitOutput(ctx, "service "+benchService+" on ", readyTimeout); err != nil {
+			return Target{}, err
+		}
+		procs = append(procs, p)
 	}
 	if err := WaitListening(ctx, mesh.proxyAddr, readyTimeout); err != nil {
 		return Target{}, err
@@ -190,9 +240,13 @@ func probeCircuit(ctx context.Context, addr string, timeout time.Duration, procs
 
 // prepareMesh writes, in dir, the controller's configuration and data directory and each
 // router's identity and configuration. The controller is opened here, in this process, to
-// enroll the routers and create benchService, its terminator on the egress (binding proxy,
-// address sink) and a Dial policy for the ingress router's identity, and closed again, so
-// that the router process that runs it can open the data directory.
+// enroll the routers, create benchService with the way it leaves the mesh (a proxy
+// terminator on the egress router, address sink; or, for a host-mode router, end-to-end
+// encryption and a host.v1 config with the sink's address and a Bind policy for that
+// router) and the way it enters it (a Dial policy for the ingress router's identity; or, for
+// an edge router, an SDK client identity with its identity file and the policies that let it
+// dial through that router), and closed again, so that the router process that runs it can
+// open the data directory.
 func prepareMesh(dir, sink string, specs []routerSpec, log *slog.Logger) (_ *preparedMesh, err error) {
 	ctrlAddr, err := FreeAddr()
 	if err != nil {
@@ -234,10 +288,10 @@ func prepareMesh(dir, sink string, specs []routerSpec, log *slog.Logger) (_ *pre
 	}
 	for i := range mesh.routers {
 		r := &mesh.routers[i]
-		if r.ingress {
+		if r.onRamp() {
 			ingress = r
 		}
-		if r.egress {
+		if r.offRamp() {
 			egress = r
 		}
 	}
@@ -247,18 +301,109 @@ func prepareMesh(dir, sink string, specs []routerSpec, log *slog.Logger) (_ *pre
 	if mesh.proxyAddr, err = writeRouterConfigs(mesh.routers, "tls:"+ctrlAddr); err != nil {
 		return nil, err
 	}
-	svc := &model.Service{Name: benchService}
+	svc := &model.Service{Name: benchService, EncryptionRequired: egress.host}
+	if egress.host {
+		if svc.Configs, err = hostConfig(m, sink); err != nil {
+			return nil, err
+		}
+	}
 	if err := m.CreateService(svc); err != nil {
 		return nil, fmt.Errorf("create service %s: %w", benchService, err)
 	}
-	if err := m.CreateTerminator(&model.Terminator{ServiceID: svc.ID, RouterID: egress.id, Binding: config.DialerProxy, Address: sink}); err != nil {
+	if egress.host {
+		if err := m.CreateServicePolicy(&model.ServicePolicy{Name: "bench-bind", Type: model.PolicyBind, Semantic: model.SemanticAny,
+			IdentityRoles: []string{"@" + egress.id}, ServiceRoles: []string{"@" + svc.ID}}); err != nil {
+			return nil, fmt.Errorf("create the Bind policy of %s for %s: %w", benchService, egress.name, err)
+		}
+	} else if err := m.CreateTerminator(&model.Terminator{ServiceID: svc.ID, RouterID: egress.id, Binding: config.DialerProxy, Address: sink}); err != nil {
 		return nil, fmt.Errorf("create the terminator of %s on %s: %w", benchService, egress.name, err)
 	}
+	dialer := ingress.id
+	if ingress.edge {
+		if dialer, err = enrollClient(ctrl, dir, "https://"+apiAddr, mesh); err != nil {
+			return nil, err
+		}
+		if err := m.CreateEdgeRouterPolicy(&model.EdgeRouterPolicy{Name: "bench-client", Semantic: model.SemanticAny,
+			IdentityRoles: []string{"@" + dialer}, EdgeRouterRoles: []string{"@" + ingress.id}}); err != nil {
+			return nil, fmt.Errorf("create the edge router policy of the SDK client: %w", err)
+		}
+		if err := m.CreateServiceEdgeRouterPolicy(&model.ServiceEdgeRouterPolicy{Name: "bench", Semantic: model.SemanticAny,
+			ServiceRoles: []string{"@" + svc.ID}, EdgeRouterRoles: []string{"#all"}}); err != nil {
+			return nil, fmt.Errorf("create the service edge router policy of %s: %w", benchService, err)
+		}
+	}
 	if err := m.CreateServicePolicy(&model.ServicePolicy{Name: "bench-dial", Type: model.PolicyDial, Semantic: model.SemanticAny,
-		IdentityRoles: []string{"@" + ingress.id}, ServiceRoles: []string{"@" + svc.ID}}); err != nil {
-		return nil, fmt.Errorf("create the Dial policy of %s for %s: %w", benchService, ingress.name, err)
+		IdentityRoles: []string{"@" + dialer}, ServiceRoles: []string{"@" + svc.ID}}); err != nil {
+		return nil, fmt.Errorf("create the Dial policy of %s for %s: %w", benchService, dialer, err)
 	}
 	return mesh, nil
+}
+
+// hostConfig creates the host.v1 config that sends benchService's circuits to sink, and
+// returns it as a service's config list.
+func hostConfig(m *model.Model, sink string) ([]string, error) {
+	host, port, err := net.SplitHostPort(sink)
+	if err != nil {
+		return nil, fmt.Errorf("the sink's address %q: %w", sink, err)
+	}
+	portNum, err := strconv.Atoi(port)
+	if err != nil {
+		return nil, fmt.Errorf("the sink's port %q: %w", port, err)
+	}
+	types, err := m.ConfigTypes()
+	if err != nil {
+		return nil, fmt.Errorf("config types: %w", err)
+	}
+	for _, ct := range types {
+		if ct.Name != "host.v1" {
+			continue
+		}
+		cfg := &model.Config{Name: "bench-host", ConfigTypeID: ct.ID, Data: map[string]any{"protocol": "tcp", "address": host, "port": portNum}}
+		if err := m.CreateConfig(cfg); err != nil {
+			return nil, fmt.Errorf("create the host.v1 config of %s: %w", benchService, err)
+		}
+		return []string{cfg.ID}, nil
+	}
+	return nil, errors.New("the controller has no host.v1 config type")
+}
+
+// enrollClient creates the SDK client's identity, enrolls it with a new key and writes its
+// identity file, as `zmesh enroll` would, in dir; it returns the identity's id.
+func enrollClient(ctrl *controlplane.Controller, dir, apiURL string, mesh *preparedMesh) (string, error) {
+	m := ctrl.Model()
+	id, err := m.CreateIdentity(model.IdentityCreate{Name: "bench-client", Enrollment: &model.EnrollmentRequest{OTT: true}})
+	if err != nil {
+		return "", fmt.Errorf("create the SDK client's identity: %w", err)
+	}
+	ens, err := m.EnrollmentsOf(id.ID)
+	if err != nil || len(ens) != 1 {
+		return "", fmt.Errorf("the SDK client's enrollment: %d, %w", len(ens), err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", fmt.Errorf("SDK client key: %w", err)
+	}
+	csr, err := routerCSR(key, "bench-client")
+	if err != nil {
+		return "", err
+	}
+	cert, err := m.EnrollOTT(ens[0].Token, csr)
+	if err != nil {
+		return "", fmt.Errorf("enroll the SDK client: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return "", fmt.Errorf("SDK client key: %w", err)
+	}
+	f := &edgeclient.IdentityFile{ZtAPI: apiURL}
+	f.ID.Cert = "pem:" + string(cert)
+	f.ID.Key = "pem:" + string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+	f.ID.CA = "pem:" + string(ctrl.CA().PEM())
+	mesh.clientFile = filepath.Join(dir, "bench-client.json")
+	if err := f.Save(mesh.clientFile); err != nil {
+		return "", err
+	}
+	return id.ID, nil
 }
 
 // noEnv resolves no ${VAR}: the bench's configuration files use none.
@@ -267,7 +412,7 @@ func noEnv(string) (string, bool) { return "", false }
 // enrollRouter creates the edge router of spec, enrolls it with a new key and writes its key,
 // certificates and CA in dir/<name>.
 func enrollRouter(m *model.Model, dir string, spec routerSpec) (preparedRouter, error) {
-	er := &model.EdgeRouter{Name: spec.name, IsTunnelerEnabled: spec.ingress}
+	er := &model.EdgeRouter{Name: spec.name, IsTunnelerEnabled: spec.ingress || spec.host}
 	if err := m.CreateEdgeRouter(er); err != nil {
 		return preparedRouter{}, fmt.Errorf("create edge router: %w", err)
 	}
@@ -328,8 +473,8 @@ func routerCSR(key *ecdsa.PrivateKey, name string, dns ...string) ([]byte, error
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
 }
 
-// writeRouterConfigs writes each router's configuration (v3) and returns where the ingress's
-// tunnel proxy will listen.
+// writeRouterConfigs writes each router's configuration (v3) and returns where the on-ramp's
+// tunnel proxy will listen: the ingress router's, or the SDK client's for an edge router.
 func writeRouterConfigs(routers []preparedRouter, ctrlEndpoint string) (string, error) {
 	var proxyAddr string
 	for _, r := range routers {
@@ -353,15 +498,31 @@ func writeRouterConfigs(routers []preparedRouter, ctrlEndpoint string) (string, 
 		if r.linkDial {
 			b.WriteString("  dialers:\n    - binding: transport\n      groups: [bench]\n      split: true\n")
 		}
-		if r.ingress {
+		var listeners []string
+		if r.ingress || r.edge {
 			addr, err := FreeAddr()
 			if err != nil {
 				return "", err
 			}
-			_, port, _ := net.SplitHostPort(addr)
-			b.WriteString("edge:\n  csr:\n    sans:\n      dns: [localhost]\n      ip: [127.0.0.1]\n")
-			fmt.Fprintf(&b, "listeners:\n  - binding: tunnel\n    options:\n      mode: proxy\n      services: [%s:%s]\n", benchService, port)
 			proxyAddr = addr
+			_, port, _ := net.SplitHostPort(addr)
+			if r.ingress {
+				listeners = append(listeners, fmt.Sprintf("  - binding: tunnel\n    options:\n      mode: proxy\n      services: [%s:%s]\n", benchService, port))
+			}
+		}
+		if r.edge {
+			port, err := freePort(config.TransportTLS)
+			if err != nil {
+				return "", err
+			}
+			listeners = append(listeners, fmt.Sprintf("  - binding: edge\n    bind: tls:127.0.0.1:%[1]d\n    advertise: tls:127.0.0.1:%[1]d\n", port))
+		}
+		if r.host {
+			listeners = append(listeners, "  - binding: tunnel\n    options:\n      mode: host\n")
+		}
+		if len(listeners) > 0 {
+			b.WriteString("edge:\n  csr:\n    sans:\n      dns: [localhost]\n      ip: [127.0.0.1]\n")
+			b.WriteString("listeners:\n" + strings.Join(listeners, ""))
 		}
 		if err := os.WriteFile(r.file, []byte(b.String()), 0o600); err != nil {
 			return "", fmt.Errorf("write the configuration of router %s: %w", r.name, err)

@@ -221,3 +221,43 @@ func BenchmarkZmeshOneRouter(b *testing.B) {
 		}
 	})
 }
+
+// TestRunZmeshSDKEncrypted runs the end-to-end encrypted scenario: an SDK client's standalone
+// tunneler dials the service through two routers to router B's tunnel in host mode, every
+// part its own process, with the circuit setup measurement.
+func TestRunZmeshSDKEncrypted(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	pids := &pidLog{pids: map[int]string{}}
+	rep, err := Run(ctx, Options{
+		Exec:          testExec(t),
+		Scenarios:     append(Baselines(), Zmesh()...),
+		Only:          []string{ZmeshSDKEncrypted},
+		Duration:      300 * time.Millisecond,
+		Streams:       2,
+		RTTSamples:    200,
+		SetupDuration: 300 * time.Millisecond,
+		SetupWorkers:  4,
+		Started:       pids.started,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	// tls-2hop: sink, 2 relays, 2 loadgens; zmesh-sdk-e2ee: sink, 2 routers, the SDK client,
+	// 3 loadgens.
+	pids.checkGone(t, 5+7)
+	if len(rep.Results) != 2 || rep.Results[1].Scenario != ZmeshSDKEncrypted {
+		t.Fatalf("results %+v", rep.Results)
+	}
+	res := rep.Results[1]
+	if res.Throughput == nil || res.Throughput.Bytes <= 0 || len(res.Throughput.Streams) != 2 {
+		t.Errorf("throughput %+v", res.Throughput)
+	}
+	if res.RTT == nil || res.RTT.Samples <= 0 || res.Ratio == nil || res.Ratio.Throughput <= 0 {
+		t.Errorf("rtt %+v, ratio %+v", res.RTT, res.Ratio)
+	}
+	if s := res.CircuitSetup; s == nil || s.Circuits <= 0 || s.Failed != 0 {
+		t.Errorf("circuit setup %+v", s)
+	}
+}

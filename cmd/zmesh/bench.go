@@ -47,12 +47,14 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 			"io.Copy proxy), tls-2hop (two Go relays with TLS 1.3 between them), zmesh-1router (one\n" +
 			"router with the controller co-located: tunnel proxy on-ramp, circuit, proxy terminator;\n" +
 			"against io-copy), zmesh-2routers-tls and zmesh-2routers-quic (the on-ramp on router A, the\n" +
-			"terminator on router B, split links over tls: or quic:; against tls-2hop).\n\n" +
+			"terminator on router B, split links over tls: or quic:; against tls-2hop) and\n" +
+			"zmesh-sdk-e2ee (an SDK client's `zmesh tunnel proxy` through router A's edge listener to\n" +
+			"router B's tunnel in host mode, encrypted end to end; against tls-2hop).\n\n" +
 			"For the zmesh paths it also measures circuit setup (--setup-workers circuits at a time,\n" +
 			"each carrying one byte to the sink and back, for --setup-duration: circuits per second\n" +
-			"and latency p50/p99) and, on two routers, the resident memory per idle circuit of each\n" +
-			"router with --idle-circuits established circuits. --setup-duration 0 and\n" +
-			"--idle-circuits 0 skip them.",
+			"and latency p50/p99) and, on two routers without an SDK client, the resident memory per\n" +
+			"idle circuit of each router with --idle-circuits established circuits.\n" +
+			"--setup-duration 0 and --idle-circuits 0 skip them.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Duration <= 0 || opts.Streams < 1 || opts.RTTSamples < 1 || opts.RTTConns < 1 || opts.WriteSize < 1 || opts.SetupWorkers < 1 {
