@@ -18,6 +18,9 @@ type Controller struct {
 	Ctrl           ControllerCtrl `json:"ctrl" yaml:"ctrl"`
 	Admin          Admin          `json:"admin" yaml:"admin"`
 	SessionTimeout Duration       `json:"sessionTimeout" yaml:"sessionTimeout"`
+	// Web lists the listeners of the health-checks and metrics APIs (the bindings of
+	// WebAPIs, as on routers), served over HTTPS with the API's server certificate.
+	Web []WebListener `json:"web" yaml:"web"`
 }
 
 // ControllerAPI is where the HTTPS API (client and management) listens. Advertise is the
@@ -127,6 +130,9 @@ func (r *reader) controller(path string, data []byte) *Controller {
 	admin.finish()
 
 	cfg.SessionTimeout = top.duration("sessionTimeout", 30*time.Minute, time.Minute, day)
+	var points []webPoint
+	cfg.Web, points = r.webListeners(top, WebAPIs()...)
+	r.controllerWebChecks(cfg, points)
 	top.finish()
 	return cfg
 }

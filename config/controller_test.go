@@ -30,6 +30,9 @@ func TestControllerDefaults(t *testing.T) {
 		{"", "admin.username", `"admin"`},
 		{"", "admin.password", `"(hidden)"`},
 		{"", "sessionTimeout", `"30m"`},
+		{"", "web", `[]`},
+		{"web: [{name: ops, bindPoints: [{interface: '127.0.0.1:8081'}], apis: [{binding: health-checks}, {binding: metrics}]}]", "web",
+			`[{"apis":[{"binding":"health-checks"},{"binding":"metrics"}],"bindPoints":[{"address":"127.0.0.1:8081","interface":"127.0.0.1:8081"}],"name":"ops"}]`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path+tt.snippet, func(t *testing.T) {
@@ -110,6 +113,51 @@ func TestControllerErrors(t *testing.T) {
 		{"bad listen", "v: 1\ndataDir: d\napi: {listen: 'localhost'}\nadmin: {password: secret}\n", []string{
 			`c.yml:3: api.listen: "localhost": not <host>:<port>, e.g. 127.0.0.1:1280`,
 		}},
+		{"web binding", controllerWith(`web:
+  - name: ops
+    bindPoints:
+      - interface: 127.0.0.1:8081
+    apis:
+      - binding: health-checks
+      - binding: edge-management
+      - binding: health-checks
+`), []string{
+			`c.yml:11: web[0].apis[1].binding: "edge-management" is not allowed; allowed: health-checks, metrics`,
+			`c.yml:12: web[0].apis[2].binding: "health-checks" is already served by web[0].apis[0]`,
+		}},
+		{"web required keys", controllerWith(`web:
+  - bindPoints:
+      - address: ops.example.com:8081
+      - interface: 0.0.0.0:8081
+  - name: b
+    bindPoints: []
+`), []string{
+			"c.yml:6: web[0].name: is required: a name for the web listener",
+			"c.yml:6: web[0].apis: is required: at least one {binding}; allowed bindings: health-checks, metrics",
+			"c.yml:7: web[0].bindPoints[0].interface: is required: the <host>:<port> to listen on, e.g. 0.0.0.0:8081",
+			"c.yml:8: web[0].bindPoints[1].address: is required when interface 0.0.0.0:8081 listens on every address: the <host>:<port> clients use",
+			"c.yml:9: web[1].apis: is required: at least one {binding}; allowed bindings: health-checks, metrics",
+			"c.yml:10: web[1].bindPoints: is required: at least one {interface, address}",
+		}},
+		{"web addresses in use", controllerWith(`api: {listen: '127.0.0.1:1280'}
+web:
+  - name: a
+    bindPoints:
+      - interface: 127.0.0.1:1280
+      - interface: 0.0.0.0:6262
+        address: ctrl.example.com:6262
+      - interface: '[::1]:8081'
+    apis: [{binding: metrics}]
+  - name: a
+    bindPoints:
+      - interface: '[::1]:8081'
+    apis: [{binding: health-checks}]
+`), []string{
+			"c.yml:9: web[0].bindPoints[0].interface: 127.0.0.1:1280 is already bound by api.listen",
+			"c.yml:10: web[0].bindPoints[1].interface: 0.0.0.0:6262 is already bound by ctrl.listen",
+			"c.yml:14: web[1].name: \"a\" is already the name of web[0]",
+			"c.yml:16: web[1].bindPoints[0].interface: [::1]:8081 is already bound by web[0].bindPoints[2].interface",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -123,4 +171,9 @@ func TestControllerErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// controllerWith is a valid controller file of four lines followed by extra.
+func controllerWith(extra string) string {
+	return "v: 1\ndataDir: d\nadmin: {password: secret}\n# the sections under test\n" + extra
 }

@@ -271,8 +271,16 @@ type Metrics struct {
 	IntervalAgeThreshold Duration `json:"intervalAgeThreshold" yaml:"intervalAgeThreshold"`
 }
 
-// Web APIs a router serves.
-const APIHealthChecks = "health-checks"
+// Web APIs a router serves: its health checks as JSON (GET /health-checks) and its
+// Prometheus metrics (GET /metrics).
+const (
+	APIHealthChecks = "health-checks"
+	APIMetrics      = "metrics"
+)
+
+// WebAPIs returns the API bindings a web listener may serve, in the order error messages
+// list them.
+func WebAPIs() []string { return []string{APIHealthChecks, APIMetrics} }
 
 // WebListener serves web APIs on one or more bind points.
 type WebListener struct {

@@ -18,7 +18,7 @@ func TestRouterDefaults(t *testing.T) {
 		edgeListener  = edgeOn + "\nidentity: {server_cert: s.cert}\nlisteners: [{binding: edge, bind: 'tls:0.0.0.0:3022', advertise: 'r1:3022'}]"
 		dialer        = "dialers: [{binding: proxy}]"
 		memoryProfile = "profile: {memory: {path: mem.pprof}}"
-		webListener   = "web: [{name: health, bindPoints: [{interface: '127.0.0.1:8081'}], apis: [{binding: health-checks}]}]"
+		webListener   = "web: [{name: health, bindPoints: [{interface: '127.0.0.1:8081'}], apis: [{binding: health-checks}, {binding: metrics}]}]"
 	)
 	tests := []struct {
 		snippet string
@@ -82,6 +82,7 @@ func TestRouterDefaults(t *testing.T) {
 		{"", "metrics.intervalAgeThreshold", `"1m20s"`},
 		{"", "web", `[]`},
 		{webListener, "web[0].bindPoints[0].address", `"127.0.0.1:8081"`},
+		{webListener, "web[0].apis[1].binding", `"metrics"`},
 		{"", "profile", `{}`},
 		{memoryProfile, "profile.memory.intervalMs", `15000`},
 		{memoryProfile, "profile.memory.path", `"/etc/zmesh/mem.pprof"`},

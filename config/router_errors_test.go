@@ -123,12 +123,13 @@ func TestRouterErrors(t *testing.T) {
 			"r.yml:10: dialers[1].binding: proxy is already configured by dialers[0]",
 			`r.yml:11: dialers[2].binding: "http" is not allowed; allowed: proxy, proxy_udp, transport, transport_udp`,
 		}},
-		{"web", minimalRouter + "web:\n  - name: a\n    bindPoints: [{interface: '0.0.0.0:80'}]\n    apis: [{binding: fabric}]\n  - name: a\n", []string{
+		{"web", minimalRouter + "web:\n  - name: a\n    bindPoints: [{interface: '0.0.0.0:80'}]\n    apis: [{binding: fabric}, {binding: metrics}, {binding: metrics}]\n  - name: a\n", []string{
 			"r.yml:10: web[0].bindPoints[0].address: is required when interface 0.0.0.0:80 listens on every address: the <host>:<port> clients use",
-			`r.yml:11: web[0].apis[0].binding: "fabric" is not allowed; allowed: health-checks`,
+			`r.yml:11: web[0].apis[0].binding: "fabric" is not allowed; allowed: health-checks, metrics`,
+			`r.yml:11: web[0].apis[2].binding: "metrics" is already served by web[0].apis[1]`,
 			`r.yml:12: web[1].name: "a" is already the name of web[0]`,
 			"r.yml:12: web[1].bindPoints: is required: at least one {interface, address}",
-			"r.yml:12: web[1].apis: is required: at least one {binding}; allowed bindings: health-checks",
+			"r.yml:12: web[1].apis: is required: at least one {binding}; allowed bindings: health-checks, metrics",
 		}},
 		{"csr", minimalRouter + "edge:\n  csr:\n    country: usa\n    sans: {ip: [1.2.3], uri: [nope], email: [a], dns: ['bad host']}\n", []string{
 			`r.yml:10: edge.csr.country: "usa" is not a two-letter ISO 3166 country code such as US or DE`,

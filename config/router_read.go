@@ -499,44 +499,11 @@ func (r *reader) metrics(m *mapping) Metrics {
 	return mt
 }
 
+// web reads the router's web listeners; the controller's file reads its own the same way
+// (webListeners, controller_web.go).
 func (r *reader) web(top *mapping) []WebListener {
-	out := []WebListener{}
-	names := map[string]int{}
-	for i, n := range top.list("web") {
-		path := index("web", i)
-		m := r.mapping(n, path, n.Line)
-		w := WebListener{Name: m.str("name", ""), BindPoints: []BindPoint{}, APIs: []WebAPI{}}
-		if m.require("name", "a name for the web listener") {
-			if first, dup := names[w.Name]; dup {
-				r.errorf(m.lineOfKey("name"), m.keyPath("name"), "%q is already the name of web[%d]", w.Name, first)
-			}
-			names[w.Name] = i
-		}
-		points := m.list("bindPoints")
-		if len(points) == 0 {
-			r.errorf(m.lineOfKey("bindPoints"), m.keyPath("bindPoints"), "is required: at least one {interface, address}")
-		}
-		for j, pn := range points {
-			if bp, ok := r.bindPoint(pn, index(m.keyPath("bindPoints"), j)); ok {
-				w.BindPoints = append(w.BindPoints, bp)
-			}
-		}
-		apis := m.list("apis")
-		if len(apis) == 0 {
-			r.errorf(m.lineOfKey("apis"), m.keyPath("apis"), "is required: at least one {binding}; allowed bindings: %s", APIHealthChecks)
-		}
-		for j, an := range apis {
-			am := r.mapping(an, index(m.keyPath("apis"), j), an.Line)
-			api := WebAPI{Binding: am.oneOf("binding", "", APIHealthChecks)}
-			am.require("binding", "the API to serve; allowed: "+APIHealthChecks)
-			r.componentOptions(am)
-			am.finish()
-			w.APIs = append(w.APIs, api)
-		}
-		m.finish()
-		out = append(out, w)
-	}
-	return out
+	listeners, _ := r.webListeners(top, WebAPIs()...)
+	return listeners
 }
 
 func (r *reader) bindPoint(n *yaml.Node, path string) (BindPoint, bool) {

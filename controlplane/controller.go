@@ -15,8 +15,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -25,6 +28,8 @@ import (
 	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/circuits"
 	"github.com/zmesh/zmesh/controlplane/edgesync"
+	"github.com/zmesh/zmesh/controlplane/health"
+	"github.com/zmesh/zmesh/controlplane/metrics"
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/paths"
 	"github.com/zmesh/zmesh/controlplane/pki"
@@ -51,9 +56,16 @@ type Controller struct {
 	circuits *circuits.Service
 	mesh     *circuits.Mesh
 	// edge keeps the connected routers' copies of the API sessions and sessions current.
-	edge   *edgesync.Syncer
-	cert   tls.Certificate
-	closed bool
+	edge *edgesync.Syncer
+	// metrics is the controller's Prometheus registry, fed by the API.
+	metrics *metrics.Metrics
+	// ctrlServing is the control channel's address while it accepts routers.
+	ctrlServing atomic.Pointer[string]
+	// webAddrs are the bound addresses of the web listeners, by name, once serving.
+	webMu    sync.Mutex
+	webAddrs map[string][]net.Addr
+	cert     tls.Certificate
+	closed   bool
 }
 
 // Open locks and loads the data directory, creating the store, the CA, the API's server
@@ -122,10 +134,13 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 	graph := paths.NewGraph()
 	c.circuits = circuits.New(c.model, graph, c.routers, log)
 	c.mesh = circuits.NewMesh(graph, c.routers, log)
+	c.metrics = metrics.New(metrics.Sources{
+		Counts: c.store.Counts, StoreSizes: c.store.Sizes, ConnectedRouters: c.routers.Connected, Log: log,
+	})
 	c.api = api.New(c.model, log, api.Info{
 		Version: build.Version, Revision: build.Revision, BuildDate: build.BuildDate,
 		Advertise: cfg.API.Advertise, CtrlAddress: cfg.Ctrl.Listen.String(),
-		ServerCert: c.cert.Leaf, Started: time.Now(), Routers: c.routers,
+		ServerCert: c.cert.Leaf, Started: time.Now(), Routers: c.routers, Observer: c.metrics,
 	})
 	return c, nil
 }
@@ -165,10 +180,17 @@ func ctrlHosts(cfg *config.Controller) []string {
 }
 
 // apiHosts are the names the API's server certificate covers: the advertised host and the
-// listen host when it is a specific address.
+// listen host when it is a specific address; likewise for the web listeners' bind points,
+// which serve with the same certificate.
 func apiHosts(cfg *config.Controller) []string {
 	var hosts []string
-	for _, hp := range []string{cfg.API.Advertise, cfg.API.Listen} {
+	hostPorts := []string{cfg.API.Advertise, cfg.API.Listen}
+	for _, wl := range cfg.Web {
+		for _, bp := range wl.BindPoints {
+			hostPorts = append(hostPorts, bp.Address, bp.Interface)
+		}
+	}
+	for _, hp := range hostPorts {
 		host, _, err := net.SplitHostPort(hp)
 		if err != nil || host == "" {
 			continue
@@ -176,7 +198,9 @@ func apiHosts(cfg *config.Controller) []string {
 		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 			continue
 		}
-		hosts = append(hosts, host)
+		if !slices.Contains(hosts, host) {
+			hosts = append(hosts, host)
+		}
 	}
 	return hosts
 }
@@ -222,9 +246,10 @@ func (c *Controller) TLSConfig() *tls.Config {
 	}
 }
 
-// Run serves the API on api.listen and the routers' control channels on ctrl.listen until
-// ctx ends, then shuts down and closes the store. ready, when not nil, receives the API
-// listener's address once it accepts connections.
+// Run serves the API on api.listen, the routers' control channels on ctrl.listen and the
+// web listeners of the configuration until ctx ends, then shuts down and closes the store.
+// ready, when not nil, receives the API listener's address once everything accepts
+// connections.
 func (c *Controller) Run(ctx context.Context, ready func(net.Addr)) error {
 	ln, err := net.Listen("tcp", c.cfg.API.Listen)
 	if err != nil {
@@ -246,7 +271,8 @@ func (c *Controller) Serve(ctx context.Context, ln net.Listener, ready func(net.
 }
 
 // ServeWithCtrl is Run on listeners the caller opened: the API on ln and, when ctrl is not
-// nil, the routers' control channels (TLS 1.3 with client certificates) on ctrl.
+// nil, the routers' control channels (TLS 1.3 with client certificates) on ctrl. The web
+// listeners of the configuration (health checks, metrics) are opened here.
 func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, ready func(net.Addr)) error {
 	defer c.Close()
 	srv := &http.Server{
@@ -270,10 +296,28 @@ func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, r
 
 	ctrlErr := make(chan error, 1)
 	if ctrl != nil {
-		go func() { ctrlErr <- c.routers.Serve(bg, ctrl) }()
+		// The listener is bound already: routers' connections wait in its backlog until
+		// Serve accepts them, so it counts as serving from now until Serve returns.
+		addr := ctrl.Addr().String()
+		c.ctrlServing.Store(&addr)
+		go func() {
+			err := c.routers.Serve(bg, ctrl)
+			c.ctrlServing.Store(nil)
+			ctrlErr <- err
+		}()
 		// The control channels end before the store closes.
 		defer func() { stop(); <-ctrlErr }()
 	}
+	checks := health.New(nil, c.healthChecks(ctrl != nil)...)
+	checksDone := checks.Start(bg)
+	defer func() { stop(); checksDone() }()
+	web, err := c.serveWeb(checks)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	// The web listeners stop before the store closes: a scrape reads it.
+	defer web.shutdown()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(tls.NewListener(ln, srv.TLSConfig)) }()
 	c.log.Info("controller API listening", "listen", ln.Addr().String(), "advertise", c.cfg.API.Advertise)
@@ -283,6 +327,9 @@ func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, r
 	select {
 	case err := <-errc:
 		return fmt.Errorf("API server: %w", err)
+	case err := <-web.errc:
+		srv.Close()
+		return err
 	case err := <-ctrlErr:
 		ctrlErr <- err // for the deferred wait
 		if ctx.Err() == nil {
@@ -351,3 +398,6 @@ func (c *Controller) Close() error {
 
 // Routers returns the registry of the routers connected to the controller.
 func (c *Controller) Routers() *routers.Server { return c.routers }
+
+// Metrics returns the controller's Prometheus registry and instruments.
+func (c *Controller) Metrics() *metrics.Metrics { return c.metrics }

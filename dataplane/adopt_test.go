@@ -109,7 +109,7 @@ func TestMetricsReports(t *testing.T) {
 			return false
 		}
 		v := rt.Metrics().Values
-		return v["forwarder.forwarded"] > 0 && v["link.count"] == 2
+		return v["zmesh_forwarder_frames_forwarded_total"] > 0 && v["zmesh_links"] == 2 && v["zmesh_circuits_created_total"] == 0
 	})
 }
 

@@ -49,6 +49,7 @@ func (r *Router) requestCircuit(ctx context.Context, req *channel.CircuitRequest
 	defer cancel()
 	ch, err := r.ctrl.channel(rctx)
 	if err != nil {
+		r.metrics.circuitFailed(failRequest)
 		return nil, err
 	}
 	reply, err := channel.Call[*channel.CircuitReply](rctx, ch, req)
@@ -56,6 +57,7 @@ func (r *Router) requestCircuit(ctx context.Context, req *channel.CircuitRequest
 		err = reply.Err()
 	}
 	if err != nil {
+		r.metrics.circuitFailed(failRequest)
 		return nil, err
 	}
 	return reply, nil
@@ -69,12 +71,16 @@ func (r *Router) attachIngress(reply *channel.CircuitReply, conn net.Conn) error
 	if len(reply.Path) > 1 {
 		l := r.links.Get(reply.Path[1])
 		if l == nil {
+			r.metrics.circuitFailed(failIngress)
 			return fmt.Errorf("no link to router %s, the next on the path", reply.Path[1])
 		}
 		r.fw.Route(id, toInitiator, linkHop{l})
+		r.metrics.circuitsCreated.Inc()
 	} else if !r.fw.Attach(id, xgress.Initiator, toInitiator) {
+		r.metrics.circuitFailed(failIngress)
 		return errors.New("the egress side of the circuit is not routed here")
 	}
+	// A circuit whose path is this router alone was counted when its egress end was routed.
 	r.mu.Lock()
 	r.ends[id] = e
 	r.mu.Unlock()
@@ -88,12 +94,14 @@ func (r *Router) route(ctx context.Context, m *channel.Route) *channel.RouteRepl
 	reply := &channel.RouteReply{CircuitID: m.CircuitID}
 	toInitiator, err := r.hop(m.Reverse)
 	if err != nil {
+		r.metrics.circuitFailed(failRoute)
 		reply.Outcome = channel.Failed(channel.ErrCodeRouteFailed, err.Error())
 		return reply
 	}
 	if m.Forward.Xgress == nil {
 		toTerminator, err := r.hop(m.Forward)
 		if err != nil {
+			r.metrics.circuitFailed(failRoute)
 			reply.Outcome = channel.Failed(channel.ErrCodeRouteFailed, err.Error())
 			return reply
 		}
@@ -106,6 +114,7 @@ func (r *Router) route(ctx context.Context, m *channel.Route) *channel.RouteRepl
 		if errors.Is(err, xgress.ErrDialQueueFull) {
 			code = channel.ErrCodeBusy
 		}
+		r.metrics.circuitFailed(failEgress)
 		reply.Outcome = channel.Failed(code, err.Error())
 		return reply
 	}
@@ -115,6 +124,7 @@ func (r *Router) route(ctx context.Context, m *channel.Route) *channel.RouteRepl
 	r.ends[id] = e
 	r.mu.Unlock()
 	r.fw.Route(id, toInitiator, EndpointHop{E: e})
+	r.metrics.circuitsCreated.Inc()
 	e.Start() // reads once the initiator's opening payload arrives
 	// The opening payload follows the controller's answer to the ingress within moments. When
 	// it does not come, the controller gave up on the circuit (its request timed out before
@@ -320,6 +330,7 @@ func (r *Router) faultLoop(ctx context.Context) {
 // connected runs after each accepted Hello: the controller learns the links and the faults it
 // missed.
 func (r *Router) connected() {
+	r.metrics.ctrlConnections.Inc()
 	r.reportLinks()
 	r.flushFaults()
 }
@@ -344,7 +355,10 @@ func (r *Router) linkUp(l *link.Link) {
 	}
 }
 
-func (r *Router) linkLatency(l *link.Link, _ time.Duration) { r.reportLink(l, true) }
+func (r *Router) linkLatency(l *link.Link, rtt time.Duration) {
+	r.metrics.linkLatency.WithLabelValues(l.PeerID()).Observe(rtt.Seconds())
+	r.reportLink(l, true)
+}
 
 func (r *Router) linkDown(l *link.Link, err error) {
 	defer func() {

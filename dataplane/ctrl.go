@@ -41,6 +41,8 @@ type ctrlClient struct {
 	// the router tells the (possibly restarted) controller what it must know again.
 	onConnect func()
 	log       *slog.Logger
+	// trace, when set (trace.path), receives every frame of every channel.
+	trace *traceFile
 
 	mu        sync.Mutex
 	ch        *channel.Channel
@@ -150,11 +152,15 @@ func (c *ctrlClient) dial(ctx context.Context, addr string) (*channel.Channel, e
 	if err != nil {
 		return nil, err
 	}
-	ch := channel.New(ctx, conn, c.log, channel.Options{
+	opts := channel.Options{
 		RequestTimeout: c.cfg.DefaultRequestTimeout.Std(),
 		Heartbeats: channel.Heartbeats{SendInterval: c.cfg.Heartbeats.SendInterval.Std(), CheckInterval: c.cfg.Heartbeats.CheckInterval.Std(),
 			CloseUnresponsiveTimeout: c.cfg.Heartbeats.CloseUnresponsiveTimeout.Std()},
-	})
+	}
+	if c.trace != nil {
+		opts.Trace = c.trace.hook(addr)
+	}
+	ch := channel.New(ctx, conn, c.log, opts)
 	ch.Handle(channel.TypeEndpointsUpdate, func(_ context.Context, m channel.Message) (channel.Message, error) {
 		c.saveEndpoints(m.(*channel.EndpointsUpdate).Endpoints)
 		return nil, nil

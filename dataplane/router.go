@@ -16,6 +16,7 @@ import (
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/link"
+	"github.com/zmesh/zmesh/profile"
 	"github.com/zmesh/zmesh/tunnel"
 	"github.com/zmesh/zmesh/xgress"
 )
@@ -63,6 +64,9 @@ type Router struct {
 	// tap, when set (by tests), sees every frame that arrives from a link before it is
 	// forwarded, and may change it.
 	tap atomic.Pointer[func(*xgress.Frame)]
+
+	metrics *routerMetrics // the registry (metrics.go)
+	checks  []*healthCheck // the health checks (health.go)
 }
 
 // New loads the router's identity files and builds the router.
@@ -82,6 +86,8 @@ func New(cfg *config.Router, version string, log *slog.Logger) (*Router, error) 
 	r.edge = newEdgeServer(r)
 	r.overlay = newRouterOverlay(r)
 	r.edgeState = newEdgeState(r.edge.removed)
+	r.checks = newHealthChecks(r)
+	r.metrics = newRouterMetrics(r)
 	if cfg.Edge != nil && cfg.Edge.DB != "" {
 		if err := r.edgeState.load(cfg.Edge.DB); err != nil {
 			return nil, err
@@ -150,7 +156,28 @@ func (r *Router) Run(ctx context.Context) error {
 	defer stopLinks()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var err error
+	// Profiling covers the whole run, shutdown included: it stops last.
+	prof, err := r.startProfile()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := prof.Stop(); err != nil {
+			r.log.Error("profile not written", "err", err)
+		}
+	}()
+	var trace *traceFile
+	if t := r.cfg.Trace; t != nil {
+		if trace, err = openTrace(t.Path, r.log); err != nil {
+			return err
+		}
+		// After the channels are gone (Run waits for them), so that every frame is in.
+		defer func() {
+			if err := trace.close(); err != nil {
+				r.log.Error("message trace not written", "err", err)
+			}
+		}()
+	}
 	r.links, err = link.NewRegistry(link.Options{
 		Identity: r.ident, Handler: r, Forwarder: r.cfg.Forwarder, Pool: r.pool, Log: r.log,
 		Events: link.Events{Up: r.linkUp, Down: r.linkDown, Latency: r.linkLatency},
@@ -174,6 +201,7 @@ func (r *Router) Run(ctx context.Context) error {
 	r.dials = xgress.NewDialPool(ctx, xgress.DialPoolOptions{QueueLength: fc.XgressDialQueueLength, Workers: fc.XgressDialWorkerCount,
 		Dwell: time.Duration(fc.XgressDialDwellTime) * time.Millisecond})
 	r.ctrl = newCtrlClient(r.cfg.Ctrl, r.ident.Client, r.ident.CAs, r.hello, r.handlers, r.connected, r.log)
+	r.ctrl.trace = trace
 	r.ctrl.loadEndpoints()
 
 	var wg sync.WaitGroup
@@ -184,6 +212,9 @@ func (r *Router) Run(ctx context.Context) error {
 		return err
 	}
 	if err := r.startEdgeListeners(ctx, &wg); err != nil {
+		return err
+	}
+	if err := r.startWeb(ctx, &wg); err != nil {
 		return err
 	}
 	if e := r.cfg.Edge; e != nil && e.DB != "" {
@@ -198,6 +229,12 @@ func (r *Router) Run(ctx context.Context) error {
 	wg.Go(func() { r.idleLoop(ctx) })
 	wg.Go(func() { r.faultLoop(ctx) })
 	wg.Go(func() { r.metricsLoop(ctx) })
+	for _, c := range r.checks {
+		wg.Go(func() { c.loop(ctx) })
+	}
+	if trace != nil {
+		wg.Go(func() { trace.flushLoop(ctx) })
+	}
 	for range fc.RateLimitedWorkerCount {
 		wg.Go(func() { r.rateLimitedWorker(ctx) })
 	}
@@ -220,6 +257,22 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 	r.log.Info("router stopped")
 	return nil
+}
+
+// startProfile starts the profiles the profile section asks for.
+func (r *Router) startProfile() (*profile.Profiler, error) {
+	opts := profile.Options{Log: r.log}
+	if c := r.cfg.Profile.CPU; c != nil {
+		opts.CPUPath = c.Path
+	}
+	if m := r.cfg.Profile.Memory; m != nil {
+		opts.MemoryPath, opts.MemoryInterval = m.Path, time.Duration(m.IntervalMs)*time.Millisecond
+	}
+	p, err := profile.Start(opts)
+	if err != nil {
+		return nil, fmt.Errorf("profile.cpu.path: %w", err) // the only profile that can fail to start
+	}
+	return p, nil
 }
 
 // hello describes the router to the controller.

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/tunnel"
 )
@@ -89,35 +91,86 @@ func (r *Router) startTunnels(ctx context.Context, wg *sync.WaitGroup) error {
 	return nil
 }
 
-// tunnelMetrics adds the tunnel's counters to a metrics report: interceptions and DNS
-// answers in tproxy mode, hosted services in every mode.
-func (r *Router) tunnelMetrics(v map[string]float64) {
+// tunnelCollector reads the tunnel's counters at scrape time, one snapshot for all of them:
+// interceptions and DNS queries in tproxy mode, hosted services in every mode. Without a
+// tunnel listener it collects nothing.
+type tunnelCollector struct {
+	r *Router
+	// tproxy mode
+	services, interceptions, tcp, udpFlows, udpDropped, unmatched, dialFailures, active *prometheus.Desc
+	dnsQueries, dnsAssignments                                                          *prometheus.Desc
+	// host mode
+	hostBound, hostBindFailures, hostCircuits, hostRefused, hostDialFailures, hostActive *prometheus.Desc
+}
+
+func newTunnelCollector(r *Router) tunnelCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, nil)
+	}
+	return tunnelCollector{r: r,
+		services:       d("zmesh_tunnel_intercepted_services", "Services the tproxy tunnel intercepts now."),
+		interceptions:  d("zmesh_tunnel_interceptions", "Interceptions (address, protocol and port ranges) installed now."),
+		tcp:            d("zmesh_tunnel_intercepted_connections_total", "Intercepted TCP connections a service claimed."),
+		udpFlows:       d("zmesh_tunnel_intercepted_udp_flows_total", "Intercepted UDP flows opened."),
+		udpDropped:     d("zmesh_tunnel_intercepted_udp_dropped_datagrams_total", "Intercepted datagrams dropped while their flow's queue was full."),
+		unmatched:      d("zmesh_tunnel_intercepted_unmatched_total", "Intercepted connections and datagrams no service claimed, dropped."),
+		dialFailures:   d("zmesh_tunnel_intercepted_dial_failures_total", "Intercepted connections and flows whose circuit could not be dialed."),
+		active:         d("zmesh_tunnel_intercepted_active", "Intercepted TCP connections and UDP flows carried now."),
+		dnsQueries:     d("zmesh_tunnel_dns_queries_total", "DNS queries the tproxy resolver answered, by answer: intercepted (an address of dnsSvcIpRange), empty (no record, for an intercepted name), forwarded (an upstream's answer), refused, servfail, rejected (not a supported query).", "answer"),
+		dnsAssignments: d("zmesh_tunnel_dns_assignments", "Names holding an address of dnsSvcIpRange now."),
+
+		hostBound:        d("zmesh_tunnel_host_bound_services", "Services the tunnel hosts (binds) now."),
+		hostBindFailures: d("zmesh_tunnel_host_bind_failures_total", "Binds of hosted services that failed."),
+		hostCircuits:     d("zmesh_tunnel_host_circuits_total", "Circuits to hosted services accepted."),
+		hostRefused:      d("zmesh_tunnel_host_refused_total", "Circuits to hosted services that no host config accepted."),
+		hostDialFailures: d("zmesh_tunnel_host_dial_failures_total", "Circuits to hosted services whose target could not be reached."),
+		hostActive:       d("zmesh_tunnel_host_active", "Circuits to hosted services carried now."),
+	}
+}
+
+func (c tunnelCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.services, c.interceptions, c.tcp, c.udpFlows, c.udpDropped, c.unmatched, c.dialFailures,
+		c.active, c.dnsQueries, c.dnsAssignments, c.hostBound, c.hostBindFailures, c.hostCircuits, c.hostRefused, c.hostDialFailures, c.hostActive} {
+		ch <- d
+	}
+}
+
+func (c tunnelCollector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v int64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v))
+	}
 	var host tunnel.HostStats
-	if t := r.tproxy; t != nil {
+	if t := c.r.tproxy; t != nil {
 		s := t.Stats()
 		host = s.Host
-		v["tunnel.intercept.services"] = float64(s.Services)
-		v["tunnel.intercept.interceptions"] = float64(s.Interceptions)
-		v["tunnel.intercept.tcp"] = float64(s.TCPIntercepted)
-		v["tunnel.intercept.udp_flows"] = float64(s.UDPFlows)
-		v["tunnel.intercept.udp_dropped"] = float64(s.UDPDropped)
-		v["tunnel.intercept.unmatched"] = float64(s.Unmatched)
-		v["tunnel.intercept.dial_failures"] = float64(s.DialFailures)
-		v["tunnel.intercept.active"] = float64(s.Active)
-		v["tunnel.dns.intercepted"] = float64(s.Resolver.Intercepted)
-		v["tunnel.dns.empty"] = float64(s.Resolver.EmptyAAAA + s.Resolver.EmptyOther)
-		v["tunnel.dns.forwarded"] = float64(s.Resolver.Forwarded)
-		v["tunnel.dns.refused"] = float64(s.Resolver.Refused)
-		v["tunnel.dns.servfail"] = float64(s.Resolver.ServFail)
-		v["tunnel.dns.assignments"] = float64(s.Resolver.Assignments)
-	} else if h := r.tunnelHost; h != nil {
+		gauge(c.services, s.Services)
+		gauge(c.interceptions, s.Interceptions)
+		counter(c.tcp, s.TCPIntercepted)
+		counter(c.udpFlows, s.UDPFlows)
+		counter(c.udpDropped, s.UDPDropped)
+		counter(c.unmatched, s.Unmatched)
+		counter(c.dialFailures, s.DialFailures)
+		gauge(c.active, s.Active)
+		res := s.Resolver
+		counter(c.dnsQueries, res.Intercepted, "intercepted")
+		counter(c.dnsQueries, res.EmptyAAAA+res.EmptyOther, "empty")
+		counter(c.dnsQueries, res.Forwarded, "forwarded")
+		counter(c.dnsQueries, res.Refused, "refused")
+		counter(c.dnsQueries, res.ServFail, "servfail")
+		counter(c.dnsQueries, res.Rejected, "rejected")
+		gauge(c.dnsAssignments, int64(res.Assignments))
+	} else if h := c.r.tunnelHost; h != nil {
 		host = h.Stats()
 	} else {
 		return
 	}
-	v["tunnel.host.bound"] = float64(host.Bound)
-	v["tunnel.host.circuits"] = float64(host.Circuits)
-	v["tunnel.host.refused"] = float64(host.Refused)
-	v["tunnel.host.dial_failures"] = float64(host.DialFailures)
-	v["tunnel.host.active"] = float64(host.Active)
+	gauge(c.hostBound, host.Bound)
+	counter(c.hostBindFailures, host.BindFailures)
+	counter(c.hostCircuits, host.Circuits)
+	counter(c.hostRefused, host.Refused)
+	counter(c.hostDialFailures, host.DialFailures)
+	gauge(c.hostActive, host.Active)
 }

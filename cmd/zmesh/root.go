@@ -28,6 +28,7 @@ func newRootCommand(stdout, stderr io.Writer, lookupEnv env) *cobra.Command {
 		newEdgeCommand(),
 		newTunnelCommand(),
 		newBenchCommand(selfExec), newBenchWorkerCommand(),
+		newQuickstartCommand(),
 	)
 	return root
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 
 	"github.com/spf13/cobra"
@@ -75,6 +76,15 @@ func newRouterRunCommand(lookupEnv env) *cobra.Command {
 				select {
 				case <-r.Ready():
 					fmt.Fprintf(cmd.OutOrStdout(), "router %s running (%s)\n", r.ID(), args[0])
+					for _, w := range cfg.Web {
+						var apis []string
+						for _, a := range w.APIs {
+							apis = append(apis, "/"+a.Binding)
+						}
+						for _, bp := range w.BindPoints {
+							fmt.Fprintf(cmd.OutOrStdout(), "web listener %s at https://%s (listening on %s): %s\n", w.Name, bp.Address, bp.Interface, strings.Join(apis, ", "))
+						}
+					}
 				case <-ctx.Done():
 				}
 			}()

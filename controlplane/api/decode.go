@@ -15,7 +15,7 @@ const maxBody = 1 << 20
 
 // readBody reads a request body up to maxBody.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	data, err := io.ReadAll(http.MaxBytesReader(unwrapWriter(w), r.Body, maxBody))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		return nil, newErr(codeRequestBodyTooLarge, "the request body is larger than %d bytes", maxBody)

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/model"
 )
 
@@ -12,6 +13,7 @@ func (s *Server) registerRouters() {
 	s.handle(client, "POST", "/enroll/erott", public, "Enrolls an edge router with its one-time token; returns its client and server certificates", s.enrollErOtt)
 	s.handle(client, "POST", "/enroll/extend/router", public, "Issues new certificates to the edge router presenting its current client certificate; the old one stops working", s.extendRouter)
 	s.handle(management, "POST", "/edge-routers/{id}/re-enroll", adminOnly, "Drops an edge router's certificates and gives it a new enrollment token", s.reEnrollRouter)
+	s.handle(management, "GET", "/edge-routers/{id}/metrics", adminOnly, "Returns the latest metrics report the edge router sent over its control channel", s.routerMetrics)
 
 	registerCRUD(s, management, adminOnly, s.terminatorResource())
 	s.handle(client, "GET", "/services/{id}/terminators", session, "Lists the terminators of a service the current identity may dial or bind", s.serviceTerminators)
@@ -101,6 +103,28 @@ func (s *Server) reEnrollRouter(c *call) error {
 		return err
 	}
 	return c.data(http.StatusOK, map[string]any{"id": e.ID, "_links": links("enrollments", e.ID)})
+}
+
+// routerMetrics answers the latest metrics report of an edge router: when it was built
+// and its values by name. Reports are kept in memory: a router that has sent none since the
+// controller started answers NOT_FOUND, like an unknown one.
+func (s *Server) routerMetrics(c *call) error {
+	r, err := s.m.EdgeRouter(c.path("id"))
+	if err != nil {
+		return err
+	}
+	var report *channel.Metrics
+	if s.info.Routers != nil {
+		report, _ = s.info.Routers.LatestMetrics(r.ID)
+	}
+	if report == nil {
+		return newErr(codeNotFound, "edge router %s has sent no metrics report since the controller started", r.ID)
+	}
+	values := report.Values
+	if values == nil {
+		values = map[string]float64{}
+	}
+	return c.data(http.StatusOK, map[string]any{"timestamp": report.Timestamp, "values": values})
 }
 
 // renderEdgeRouterDetail is the management view of an edge router: the common view plus its

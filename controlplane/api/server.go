@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/model"
 )
 
@@ -37,12 +38,17 @@ type Info struct {
 	Started time.Time
 	// Routers tells which edge routers have their control channel connected; nil: none.
 	Routers RouterStatus
+	// Observer, when not nil, is told of every request and authentication (the
+	// controller's metrics).
+	Observer Observer
 }
 
 // RouterStatus reports an edge router's control channel: whether it is connected, and the
-// hostname and edge protocols (e.g. "tls" → "tls://host:3022") it announced.
+// hostname and edge protocols (e.g. "tls" → "tls://host:3022") it announced; and the latest
+// metrics report it sent.
 type RouterStatus interface {
 	Online(id string) (online bool, hostname string, protocols map[string]string)
+	LatestMetrics(id string) (*channel.Metrics, bool)
 }
 
 // Server is the HTTP handler of both APIs.
@@ -88,7 +94,11 @@ type route struct {
 	creates bool // answers 201 with the new entity's id
 	// pending: an API session that must still pass MFA may call it (pendingMFARoutes).
 	pending bool
-	handler func(*call) error
+	// authMethod, when set, names the authentication method a request of the route makes
+	// (model.MethodPassword, ..., AuthMFA), or "" when it names none; its outcome is
+	// reported to the Observer.
+	authMethod func(*http.Request) string
+	handler    func(*call) error
 }
 
 // call is one request being served.
@@ -188,13 +198,22 @@ func (s *Server) serve(rt route, base string) http.Handler {
 				writeError(w, s.log, c.requestID, newErr(codeUnhandled, "internal error; see the controller log for request %s", c.requestID))
 			}
 		}()
+		succeeded := false
+		if rt.authMethod != nil && s.info.Observer != nil {
+			if method := rt.authMethod(r); method != "" {
+				// Deferred after the recover above, so it runs first: a panic counts as a failure.
+				defer func() { s.info.Observer.ObserveAuthentication(method, succeeded) }()
+			}
+		}
 		if err := s.authorize(c, rt); err != nil {
 			writeError(w, s.log, c.requestID, err)
 			return
 		}
 		if err := rt.handler(c); err != nil {
 			writeError(w, s.log, c.requestID, err)
+			return
 		}
+		succeeded = true
 	})
 }
 
@@ -238,8 +257,18 @@ var pendingMFARoutes = []string{
 	"POST /current-identity/mfa/verify",
 }
 
-// ServeHTTP serves both APIs.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP serves both APIs, and tells the Observer of each request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.info.Observer == nil {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	s.mux.ServeHTTP(sw, r)
+	method, route := requestLabels(r)
+	s.info.Observer.ObserveRequest(method, route, sw.code(), time.Since(start))
+}
 
 // Routes lists the operations of the API set (for the OpenAPI document).
 func (s *Server) routesOf(a apiSet) []route {
@@ -269,6 +298,7 @@ func (s *Server) register() {
 	s.registerTokenEnroll()
 	for i := range s.routes {
 		s.routes[i].pending = slices.Contains(pendingMFARoutes, s.routes[i].method+" "+s.routes[i].path)
+		s.routes[i].authMethod = authMethodOf(s.routes[i])
 	}
 	s.mount()
 }

@@ -66,6 +66,11 @@ type Options struct {
 	// MaxAsyncHandlers bounds the HandleAsync handlers running at once; the reader waits
 	// for one to finish when all are busy.
 	MaxAsyncHandlers int
+	// Trace, when not nil, sees every frame the channel reads (after its header and body
+	// are read, before it is dispatched) and every frame it writes (heartbeats and replies
+	// included), on the reading and the writing goroutine. It must be quick: the channel
+	// waits for it. Nil costs nothing.
+	Trace func(TraceEvent)
 }
 
 func (o Options) withDefaults() Options {
@@ -390,6 +395,9 @@ func (c *Channel) writeLoop() {
 		f.h.put(hbuf[:])
 		bw.Write(hbuf[:])
 		_, err := bw.Write(f.body)
+		if c.opts.Trace != nil && err == nil {
+			c.trace(TraceOut, f.h, f.body)
+		}
 		return err
 	}
 	for {
@@ -451,6 +459,9 @@ func (c *Channel) readLoop() {
 			}
 			c.shutdown(err)
 			return
+		}
+		if c.opts.Trace != nil {
+			c.trace(TraceIn, h, body)
 		}
 		c.dispatch(h, body)
 		if cap(body) > cap(buf) && cap(body) <= maxKeptBody {

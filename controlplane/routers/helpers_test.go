@@ -30,6 +30,7 @@ type env struct {
 	ctrl     *controlplane.Controller
 	m        *model.Model
 	admin    *edgeclient.Client
+	url      string // of the API
 	ctrlAddr string
 	logs     *logBuffer
 	stop     func()
@@ -83,7 +84,7 @@ func start(t *testing.T) *env {
 	ready := make(chan struct{})
 	go func() { done <- ctrl.ServeWithCtrl(ctx, apiLn, ctrlLn, func(net.Addr) { close(ready) }) }()
 	<-ready
-	e := &env{ctrl: ctrl, m: ctrl.Model(), ctrlAddr: ctrlLn.Addr().String(), logs: logs,
+	e := &env{ctrl: ctrl, m: ctrl.Model(), url: "https://" + addr, ctrlAddr: ctrlLn.Addr().String(), logs: logs,
 		admin: edgeclient.New("https://"+addr, ctrl.CA().Pool(), nil)}
 	stopped := false
 	e.stop = func() {

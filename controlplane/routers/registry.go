@@ -34,7 +34,8 @@ func (rt *Router) Fingerprints() []string {
 // connected with stopped being its own.
 func (rt *Router) Revoked() bool { return rt.revoked }
 
-// Metrics returns the router's latest metrics report, if it sent one on this connection.
+// Metrics returns the router's latest metrics report, if it sent one on this connection
+// (Server.LatestMetrics keeps reports across connections).
 func (rt *Router) Metrics() *channel.Metrics { return rt.metrics.Load() }
 
 // registry maps router ids to their current connection.
@@ -120,4 +121,47 @@ func edgeProtocols(listeners []channel.Listener) map[string]string {
 		}
 	}
 	return out
+}
+
+// Connected returns how many routers have their control channel connected.
+func (s *Server) Connected() int {
+	s.reg.mu.Lock()
+	defer s.reg.mu.Unlock()
+	return len(s.reg.conns)
+}
+
+// LatestMetrics returns the latest metrics report the router sent, on its current
+// connection or an earlier one; reports are kept until the router is deleted.
+func (s *Server) LatestMetrics(id string) (*channel.Metrics, bool) {
+	return s.reports.get(id)
+}
+
+// reports holds the latest metrics report of each router.
+type reports struct {
+	mu     sync.Mutex
+	latest map[string]*channel.Metrics
+}
+
+// put keeps m unless the router's kept report is newer: a connection being replaced may
+// still deliver an older report after the new connection's first one.
+func (r *reports) put(id string, m *channel.Metrics) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur := r.latest[id]; cur != nil && cur.Timestamp.After(m.Timestamp) {
+		return
+	}
+	r.latest[id] = m
+}
+
+func (r *reports) get(id string) (*channel.Metrics, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.latest[id]
+	return m, m != nil
+}
+
+func (r *reports) drop(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.latest, id)
 }

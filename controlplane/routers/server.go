@@ -53,6 +53,9 @@ type Server struct {
 	tls *tls.Config
 	reg registry
 	wg  sync.WaitGroup
+	// reports keeps each router's latest metrics report across its reconnections, until
+	// the router is deleted.
+	reports reports
 }
 
 // New builds the server and subscribes it to the model's edge router changes.
@@ -69,7 +72,8 @@ func New(cfg Config) *Server {
 			ClientCAs:    cfg.CA.Pool(),
 			MinVersion:   tls.VersionTLS13,
 		},
-		reg: registry{conns: make(map[string]*Router)},
+		reg:     registry{conns: make(map[string]*Router)},
+		reports: reports{latest: make(map[string]*channel.Metrics)},
 	}
 	cfg.Model.OnEdgeRouterChange(s.routerChanged)
 	return s
@@ -134,7 +138,9 @@ func (s *Server) serveConn(ctx context.Context, raw net.Conn) {
 		return s.hello(rt, m.(*channel.Hello), log), nil
 	})
 	ch.Handle(channel.TypeMetrics, func(_ context.Context, m channel.Message) (channel.Message, error) {
-		rt.metrics.Store(m.(*channel.Metrics))
+		report := m.(*channel.Metrics)
+		rt.metrics.Store(report)
+		s.reports.put(rt.ID, report)
 		return nil, nil
 	})
 	if s.cfg.Handlers != nil {
@@ -152,6 +158,13 @@ func (s *Server) serveConn(ctx context.Context, raw net.Conn) {
 		timer.Stop()
 	}
 	<-ch.Done()
+	if rt.Metrics() != nil {
+		// A report that arrived after the router's deletion dropped its reports is dropped
+		// now, so deleted routers hold no memory.
+		if _, err := s.cfg.Model.EdgeRouter(rt.ID); model.CodeOf(err) == model.CodeNotFound {
+			s.reports.drop(rt.ID)
+		}
+	}
 	if s.reg.remove(rt) {
 		log.Info("router disconnected", "reason", ch.Err())
 		if s.cfg.OnDisconnect != nil {
@@ -194,15 +207,21 @@ func (s *Server) refuse(log *slog.Logger, format string, args ...any) channel.Me
 }
 
 // routerChanged is called by the model after an edge router's credentials changed; a
-// connection made with a certificate that is no longer the router's is closed.
+// connection made with a certificate that is no longer the router's is closed, and a
+// deleted router's metrics report is forgotten.
 func (s *Server) routerChanged(id string) {
+	r, err := s.cfg.Model.EdgeRouter(id)
+	deleted := model.CodeOf(err) == model.CodeNotFound
+	if deleted {
+		s.reports.drop(id)
+	}
 	rt := s.reg.get(id)
 	if rt == nil {
 		return
 	}
 	reason := ""
-	switch r, err := s.cfg.Model.EdgeRouter(id); {
-	case model.CodeOf(err) == model.CodeNotFound:
+	switch {
+	case deleted:
 		reason = "the edge router was deleted"
 	case err != nil:
 		s.log.Error("check a connected edge router after a change", "router", id, "err", err)

@@ -4,6 +4,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -168,3 +169,44 @@ func (l badgerLogger) Infof(f string, a ...any) {
 func (l badgerLogger) Debugf(f string, a ...any) {
 	l.log.Debug(fmt.Sprintf(f, a...), "component", "badger")
 }
+
+// Check reads the schema version key in a read transaction: it fails when the database is
+// closed or cannot be read. The controller's health check runs it.
+func (s *Store) Check() error {
+	return s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(schemaKey)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", schemaKey, err)
+		}
+		return item.Value(func([]byte) error { return nil })
+	})
+}
+
+// Counts returns the number of records of every collection that holds at least one, by
+// collection name. It reads keys only, in one read transaction.
+func (s *Store) Counts() (map[string]int, error) {
+	out := map[string]int{}
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(recordsPrefix)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			// r/<collection>/<id>: collection names hold no slash.
+			rest := it.Item().Key()[len(recordsPrefix):]
+			if i := bytes.IndexByte(rest, '/'); i > 0 {
+				out[string(rest[:i])]++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count the store's records: %w", err)
+	}
+	return out, nil
+}
+
+// recordsPrefix starts the key of every record (see Collection.recordKey).
+const recordsPrefix = "r/"
+
+// Sizes returns the bytes of the LSM tree and of the value log on disk, as Badger last
+// measured them (it does so about every minute).
+func (s *Store) Sizes() (lsm, vlog int64) { return s.db.Size() }
