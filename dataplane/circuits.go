@@ -76,8 +76,12 @@ func (r *Router) attachIngress(reply *channel.CircuitReply, conn net.Conn) error
 		return errors.New("the egress side of the circuit is not routed here")
 	}
 	r.mu.Lock()
+	terminator := r.ends[id] // this router's terminator end, on a one-router path
 	r.ends[id] = e
 	r.mu.Unlock()
+	if terminator != nil && len(reply.Path) == 1 && xgress.Splice(e, terminator, func() { r.fw.Touch(id) }) {
+		return nil
+	}
 	e.Start()
 	return nil
 }

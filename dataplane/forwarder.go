@@ -76,6 +76,14 @@ func (fw *Forwarder) ForwardFrom(f *xgress.Frame, from Hop) {
 	fw.Forward(f)
 }
 
+// Touch records activity on a circuit whose payloads do not pass through the forwarder (a
+// spliced one-router circuit), for idle detection.
+func (fw *Forwarder) Touch(circuit uint64) {
+	if v, ok := fw.routes.Load(circuit); ok {
+		v.(*route).lastSeen.Store(fw.now().UnixNano())
+	}
+}
+
 // Route installs or replaces the route of a circuit: frames travelling toward the initiator go
 // to toInitiator, those travelling toward the terminator to toTerminator.
 func (fw *Forwarder) Route(circuit uint64, toInitiator, toTerminator Hop) {
