@@ -82,8 +82,12 @@ func (r *Router) attachIngress(reply *channel.CircuitReply, conn net.Conn) error
 	}
 	// A circuit whose path is this router alone was counted when its egress end was routed.
 	r.mu.Lock()
+	terminator := r.ends[id] // this router's terminator end, on a one-router path
 	r.ends[id] = e
 	r.mu.Unlock()
+	if terminator != nil && len(reply.Path) == 1 && xgress.Splice(e, terminator, func(n int64) { r.fw.CountSpliced(id, n) }) {
+		return nil
+	}
 	e.Start()
 	return nil
 }

@@ -32,8 +32,9 @@ type Forwarder struct {
 	now    func() time.Time
 
 	// Counters, read by metrics.
-	Forwarded atomic.Uint64 // frames forwarded
-	Dropped   atomic.Uint64 // frames of circuits without a route here
+	Forwarded    atomic.Uint64 // frames forwarded
+	SplicedBytes atomic.Uint64 // bytes of spliced one-router circuits, moved socket to socket
+	Dropped      atomic.Uint64 // frames of circuits without a route here
 }
 
 // NewForwarder returns an empty forwarder.
@@ -74,6 +75,15 @@ func (fw *Forwarder) ForwardFrom(f *xgress.Frame, from Hop) {
 		return
 	}
 	fw.Forward(f)
+}
+
+// CountSpliced counts n bytes a spliced one-router circuit moved without frames, and records
+// the activity for idle detection.
+func (fw *Forwarder) CountSpliced(circuit uint64, n int64) {
+	fw.SplicedBytes.Add(uint64(n))
+	if v, ok := fw.routes.Load(circuit); ok {
+		v.(*route).lastSeen.Store(fw.now().UnixNano())
+	}
 }
 
 // Route installs or replaces the route of a circuit: frames travelling toward the initiator go

@@ -92,6 +92,8 @@ func newRouterMetrics(r *Router) *routerMetrics {
 		}),
 		counter("zmesh_forwarder_frames_forwarded_total", "Frames (payloads, acks, closes) the forwarder passed on.",
 			func() float64 { return float64(r.fw.Forwarded.Load()) }),
+		counter("zmesh_forwarder_spliced_bytes_total", "Bytes of one-router circuits moved from socket to socket without frames.",
+			func() float64 { return float64(r.fw.SplicedBytes.Load()) }),
 		counter("zmesh_forwarder_frames_dropped_total", "Frames dropped because their circuit has no route here, or came from a hop not on its route.",
 			func() float64 { return float64(r.fw.Dropped.Load()) }),
 		counter("zmesh_xgress_frame_double_releases_total", "Frames released twice to the frame pool: a bug, counted rather than corrupting circuits.",

@@ -39,7 +39,9 @@ type Options struct {
 	Forwarder config.Forwarder
 	// Pool gives the frames links read into; the runtime passes the pool it forwards with.
 	Pool *xgress.Pool
-	Log  *slog.Logger
+	// Log receives the links' logs; it should already name the router (the runtime's logger
+	// does), since the link package adds only the peer and link attributes.
+	Log *slog.Logger
 
 	// QueueLength is the number of frames each connection of a link queues for its writer.
 	QueueLength int

@@ -33,7 +33,6 @@ func NewRegistry(opts Options) (*Registry, error) {
 		return nil, errors.New("link registry: no frame handler")
 	}
 	opts.fill()
-	opts.Log = opts.Log.With("router", opts.Identity.RouterID)
 	return &Registry{opts: opts, links: map[string]*Link{}}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -54,9 +55,16 @@ type circuit struct {
 	ingress, egress *Endpoint
 	ingressDone     chan error
 	egressDone      chan error
+	activity        atomic.Int64 // chunks a spliced circuit reported
+	spliced         atomic.Int64 // and their bytes
 }
 
-func newCircuit(t testing.TB) *circuit {
+func newCircuit(t testing.TB) *circuit { return newCircuitMode(t, false) }
+
+// newCircuitMode is newCircuit with, when spliced is set, the two ends spliced as a router
+// splices the ends of a one-router circuit: the egress started first, then Splice instead
+// of the ingress's Start.
+func newCircuitMode(t testing.TB, spliced bool) *circuit {
 	t.Helper()
 	pool := NewPool()
 	client, ingressConn := tcpPair(t)
@@ -66,9 +74,30 @@ func newCircuit(t testing.TB) *circuit {
 	c.ingress = NewEndpoint(7, Initiator, ingressConn, toEgress, pool, func(err error) { c.ingressDone <- err })
 	c.egress = NewEndpoint(7, Terminator, egressConn, toIngress, pool, func(err error) { c.egressDone <- err })
 	toEgress.to, toIngress.to = c.egress, c.ingress
+	if spliced {
+		c.egress.Start()
+		if !Splice(c.ingress, c.egress, func(n int64) { c.activity.Add(1); c.spliced.Add(n) }) {
+			t.Fatal("Splice refused two TCP ends")
+		}
+		return c
+	}
 	c.ingress.Start()
 	c.egress.Start()
 	return c
+}
+
+// modes runs test once with framed endpoints and once with spliced ones.
+func modes(t *testing.T, test func(t *testing.T, spliced bool)) {
+	for _, spliced := range []bool{false, true} {
+		name := "framed"
+		if spliced {
+			name = "spliced"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, spliced)
+		})
+	}
 }
 
 func waitDone(t *testing.T, name string, ch chan error) error {
@@ -86,7 +115,11 @@ func waitDone(t *testing.T, name string, ch chan error) error {
 // bytes and a clean end of both endpoints.
 func TestEndpointsCarryBothWays(t *testing.T) {
 	t.Parallel()
-	c := newCircuit(t)
+	modes(t, testCarryBothWays)
+}
+
+func testCarryBothWays(t *testing.T, spliced bool) {
+	c := newCircuitMode(t, spliced)
 	const size = 32 << 20
 	up, down := make([]byte, size), make([]byte, size)
 	rand.Read(up)
@@ -113,13 +146,23 @@ func TestEndpointsCarryBothWays(t *testing.T) {
 	if err := waitDone(t, "egress", c.egressDone); err != nil {
 		t.Errorf("egress ended with %v", err)
 	}
+	if spliced && (c.activity.Load() < 2*size/spliceChunk || c.spliced.Load() != 2*size) {
+		t.Errorf("a spliced circuit reported %d chunks of activity, %d bytes, for %d bytes", c.activity.Load(), c.spliced.Load(), 2*size)
+	}
+	if st := c.egress.Stats(); st.Delivered != size {
+		t.Errorf("egress delivered %d bytes, want %d", st.Delivered, size)
+	}
 }
 
 // TestHalfClose: the client closes its sending side; the server still answers, and the
 // circuit ends only after the answer.
 func TestHalfClose(t *testing.T) {
 	t.Parallel()
-	c := newCircuit(t)
+	modes(t, testHalfClose)
+}
+
+func testHalfClose(t *testing.T, spliced bool) {
+	c := newCircuitMode(t, spliced)
 	c.client.Write([]byte("question"))
 	c.client.(*net.TCPConn).CloseWrite()
 	q, err := io.ReadAll(c.server)
@@ -181,7 +224,11 @@ func TestWindowBoundsSlowConsumer(t *testing.T) {
 // connection and reports the reason there.
 func TestCloseReachesTheOtherEnd(t *testing.T) {
 	t.Parallel()
-	c := newCircuit(t)
+	modes(t, testCloseReachesTheOtherEnd)
+}
+
+func testCloseReachesTheOtherEnd(t *testing.T, spliced bool) {
+	c := newCircuitMode(t, spliced)
 	c.egress.Close("service went away")
 	err := waitDone(t, "ingress", c.ingressDone)
 	if !errors.Is(err, ErrClosedByPeer) || !bytes.Contains([]byte(err.Error()), []byte("service went away")) {
@@ -319,5 +366,21 @@ func TestOverrunFails(t *testing.T) {
 	}
 	if err := waitDone(t, "egress", c.egressDone); !errors.Is(err, errOverrun) {
 		t.Fatalf("egress ended with %v", err)
+	}
+}
+
+// TestSpliceNeedsTCP: ends that are not TCP connections are left to frames.
+func TestSpliceNeedsTCP(t *testing.T) {
+	t.Parallel()
+	pool := NewPool()
+	a, _ := net.Pipe()
+	bConn, _ := tcpPair(t)
+	in := NewEndpoint(1, Initiator, a, &direct{}, pool, nil)
+	out := NewEndpoint(1, Terminator, bConn, &direct{}, pool, nil)
+	if Splice(in, out, func(int64) {}) {
+		t.Fatal("Splice joined a pipe to a TCP connection")
+	}
+	if out.Opened() {
+		t.Fatal("a refused Splice opened the terminator")
 	}
 }
