@@ -26,10 +26,14 @@ const circuitTimeout = 10 * time.Second
 // rather than slow.
 const maxConsecutiveFailures = 100
 
-// CircuitSetup is the circuit setup measurement: Workers connections at a time, each opened,
-// carrying one byte to the sink and back, and closed, back to back for Seconds.
+// CircuitSetup is a circuit setup measurement: connections each opened, carrying one byte to
+// the sink and back, and closed, for Seconds. Closed loop (Rate 0): Workers connections at a
+// time, back to back, which finds the most circuits per second. Open loop (Rate set): a
+// connection started every 1/Rate seconds whatever the others are doing (at most Workers
+// open at once), which shows the latency at that rate.
 type CircuitSetup struct {
 	Workers int     `json:"workers"`
+	Rate    float64 `json:"rate,omitempty"`
 	Seconds float64 `json:"seconds"`
 	// Circuits is the number of circuits set up (their byte came back); Failed the number
 	// that did not, with the first failure's error.
@@ -38,7 +42,9 @@ type CircuitSetup struct {
 	FirstFailure string `json:"firstFailure,omitempty"`
 	// PerSecond is Circuits over Seconds.
 	PerSecond float64 `json:"perSecond"`
-	// Latency is the time from connect to the echoed byte, over the circuits set up.
+	// Latency is the time from connect to the echoed byte, over the circuits set up; open
+	// loop, from the moment the circuit was due to start, so that a stall of the load
+	// generator or of the path counts against every circuit it delayed.
 	Latency Latency `json:"latency"`
 }
 
@@ -169,6 +175,75 @@ func runSetup(ctx context.Context, addr string, workers int, d time.Duration) (C
 	res.Circuits = len(all)
 	res.PerSecond = float64(res.Circuits) / res.Seconds
 	res.Latency = summarize(all)
+	return res, nil
+}
+
+// runPacedSetup starts a circuit to addr every 1/rate seconds for d (open loop), each
+// waiting for its echoed byte and closing, with at most inFlight open at once.
+func runPacedSetup(ctx context.Context, addr string, rate float64, inFlight int, d time.Duration) (CircuitSetup, error) {
+	dialer := &net.Dialer{Timeout: circuitTimeout}
+	interval := time.Duration(float64(time.Second) / rate)
+	slots := make(chan struct{}, inFlight)
+	var (
+		mu           sync.Mutex
+		lat          []time.Duration
+		failed       int
+		firstFailure error
+		wg           sync.WaitGroup
+	)
+	start := time.Now()
+	for i := 0; ; i++ {
+		due := start.Add(time.Duration(i) * interval)
+		if !due.Before(start.Add(d)) {
+			break
+		}
+		if wait := time.Until(due); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				wg.Wait()
+				return CircuitSetup{}, ctx.Err()
+			}
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return CircuitSetup{}, ctx.Err()
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			conn, _, err := openCircuit(ctx, dialer, addr)
+			took := time.Since(due)
+			if err == nil {
+				conn.Close()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed++
+				if firstFailure == nil {
+					firstFailure = err
+				}
+				return
+			}
+			lat = append(lat, took)
+		})
+	}
+	wg.Wait()
+	res := CircuitSetup{Workers: inFlight, Rate: rate, Seconds: time.Since(start).Seconds(), Failed: failed}
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	if firstFailure != nil {
+		res.FirstFailure = firstFailure.Error()
+	}
+	if len(lat) == 0 {
+		return res, fmt.Errorf("circuit setup at %.0f/s through %s: no circuit was set up in %s (%d failed; first: %s)", rate, addr, d, failed, res.FirstFailure)
+	}
+	res.Circuits = len(lat)
+	res.PerSecond = float64(res.Circuits) / res.Seconds
+	res.Latency = summarize(lat)
 	return res, nil
 }
 

@@ -21,8 +21,11 @@
 // difference over the circuits is each router's memory per idle circuit. It comes first so
 // that fresh routers are measured, not heaps that earlier measurements left room in. Then
 // circuit setup: Options.SetupWorkers loops that connect, carry one byte to the sink and
-// back, and close, for Options.SetupDuration, giving circuits per second and the latency
-// from connect to the echoed byte. Between these the harness waits for the relay processes
+// back, and close, for Options.SetupDuration, giving the most circuits per second and the
+// latency from connect to the echoed byte at that load; then the same open loop, a circuit
+// started every 1/Options.SetupRate seconds whatever the earlier ones do (at most 256 open),
+// for the latency at that rate, measured from when each circuit was due so that a stall
+// counts against every circuit it delayed. Between these the harness waits for the relay processes
 // to become quiet. Then, for every scenario, throughput (Options.Streams TCP connections
 // writing Options.WriteSize buffers for Options.Duration, then half-closing and waiting for
 // the sink's count of bytes received, which must match: a stream's rate is what arrived over

@@ -42,6 +42,12 @@ type Options struct {
 	SkipSetup     bool
 	// SetupWorkers is the number of circuits being set up at a time (default 16).
 	SetupWorkers int
+	// SetupRate is the rate of the open-loop setup measurement that follows the closed-loop
+	// one: circuits started per second whatever the earlier ones do, for SetupDuration,
+	// with their latency from when each was due (default DefaultSetupRate, the target);
+	// SkipSetupRate leaves it out.
+	SetupRate     float64
+	SkipSetupRate bool
 	// IdleCircuits is the number of idle circuits whose memory the routers of scenarios with
 	// IdleRouters are measured with (default 10000); SkipIdle leaves it out.
 	IdleCircuits int
@@ -88,6 +94,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.SetupDuration < 0 {
 		return o, fmt.Errorf("bench: setup duration %s must not be negative", o.SetupDuration)
 	}
+	if o.SetupRate < 0 {
+		return o, fmt.Errorf("bench: setup rate %g must not be negative", o.SetupRate)
+	}
+	if o.SetupRate == 0 {
+		o.SetupRate = DefaultSetupRate
+	}
 	if o.SetupDuration == 0 {
 		o.SetupDuration = 3 * time.Second
 	}
@@ -127,6 +139,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	if !o.SkipSetup {
 		rep.SetupSeconds, rep.SetupWorkers = o.SetupDuration.Seconds(), o.SetupWorkers
+		if !o.SkipSetupRate {
+			rep.SetupRate = o.SetupRate
+		}
 	}
 	if !o.SkipIdle {
 		rep.IdleCircuits = o.IdleCircuits
@@ -202,10 +217,17 @@ func (o Options) measure(ctx context.Context, root string, sc Scenario, label st
 	}
 	if target.Circuits && !o.SkipSetup {
 		o.Progress(fmt.Sprintf("%s: circuit setup, %d at a time for %s", label, o.SetupWorkers, o.SetupDuration))
-		if res.CircuitSetup, err = o.circuitSetup(ctx, env, target.Addr); err != nil {
+		if res.CircuitSetup, err = o.circuitSetup(ctx, env, target.Addr, 0); err != nil {
 			return err
 		}
 		env.waitQuiet(ctx)
+		if !o.SkipSetupRate {
+			o.Progress(fmt.Sprintf("%s: circuit setup, %.0f per second for %s", label, o.SetupRate, o.SetupDuration))
+			if res.PacedSetup, err = o.circuitSetup(ctx, env, target.Addr, o.SetupRate); err != nil {
+				return err
+			}
+			env.waitQuiet(ctx)
+		}
 	}
 	o.Progress(fmt.Sprintf("%s: throughput, %d stream(s) for %s", label, o.Streams, o.Duration))
 	if res.Throughput, res.CPUSecondsPerGiB, err = o.throughput(ctx, env, target.Addr); err != nil {
@@ -262,11 +284,23 @@ func (o Options) echo(ctx context.Context, env *Env, addr string) (*Latency, err
 	return m.Echo, nil
 }
 
-// circuitSetup runs the load generator in setup mode.
-func (o Options) circuitSetup(ctx context.Context, env *Env, addr string) (*CircuitSetup, error) {
+// DefaultSetupRate is the default rate of the open-loop setup measurement: the circuit setup
+// target, 5,000 per second.
+const DefaultSetupRate = 5000
+
+// pacedInFlight bounds the circuits the open-loop setup measurement has open at once.
+const pacedInFlight = 256
+
+// circuitSetup runs the load generator in setup mode: closed loop with o.SetupWorkers
+// workers when rate is 0, open loop at rate otherwise.
+func (o Options) circuitSetup(ctx context.Context, env *Env, addr string, rate float64) (*CircuitSetup, error) {
 	var m message
-	err := o.loadgen(ctx, env, &m, "--mode", "setup", "--addr", addr,
-		"--conns", strconv.Itoa(o.SetupWorkers), "--duration", o.SetupDuration.String())
+	conns := o.SetupWorkers
+	if rate > 0 {
+		conns = pacedInFlight
+	}
+	err := o.loadgen(ctx, env, &m, "--mode", "setup", "--addr", addr, "--rate", strconv.FormatFloat(rate, 'f', -1, 64),
+		"--conns", strconv.Itoa(conns), "--duration", o.SetupDuration.String())
 	if err != nil {
 		return nil, fmt.Errorf("circuit setup: %w", err)
 	}

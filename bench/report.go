@@ -15,10 +15,11 @@ type Report struct {
 	RTTSamples      int     `json:"rttSamples"`
 	RTTConns        int     `json:"rttConns"`
 	CPUs            int     `json:"cpus"`
-	// SetupSeconds and SetupWorkers describe the circuit setup measurement, IdleCircuits the
-	// idle-circuit one; zero when they were skipped.
+	// SetupSeconds, SetupWorkers and SetupRate describe the circuit setup measurements,
+	// IdleCircuits the idle-circuit one; zero when they were skipped.
 	SetupSeconds float64  `json:"setupSeconds,omitempty"`
 	SetupWorkers int      `json:"setupWorkers,omitempty"`
+	SetupRate    float64  `json:"setupRate,omitempty"`
 	IdleCircuits int      `json:"idleCircuits,omitempty"`
 	Results      []Result `json:"results"`
 }
@@ -35,8 +36,10 @@ type Result struct {
 	CPUSecondsPerGiB *float64 `json:"cpuSecondsPerGiB,omitempty"`
 	// Ratio compares this scenario with its baseline.
 	Ratio *Ratio `json:"ratio,omitempty"`
-	// CircuitSetup and IdleMemory are the circuit measurements of paths with circuits.
+	// CircuitSetup (closed loop), PacedSetup (open loop at Report.SetupRate) and IdleMemory
+	// are the circuit measurements of paths with circuits.
 	CircuitSetup *CircuitSetup `json:"circuitSetup,omitempty"`
+	PacedSetup   *CircuitSetup `json:"pacedSetup,omitempty"`
 	IdleMemory   *IdleMemory   `json:"idleMemory,omitempty"`
 	Error        string        `json:"error,omitempty"`
 }
@@ -186,29 +189,41 @@ func (r *Report) writeCircuits(w io.Writer) error {
 	if r.SetupWorkers > 0 {
 		about = append(about, fmt.Sprintf("setup: %d at a time for %.3gs, connect to echoed byte", r.SetupWorkers, r.SetupSeconds))
 	}
+	if r.SetupRate > 0 {
+		about = append(about, fmt.Sprintf("then %.0f started per second, from when each was due", r.SetupRate))
+	}
 	if r.IdleCircuits > 0 {
 		about = append(about, "idle: resident memory growth per established idle circuit")
 	}
 	fmt.Fprintf(w, "\nCircuits (%s)\n\n", strings.Join(about, "; "))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tSETUP/S\tSETUP P50\tSETUP P99\tFAILED\tIDLE CIRCUITS\tMEMORY PER IDLE CIRCUIT")
+	at := fmt.Sprintf("@%.0f/S", r.SetupRate)
+	fmt.Fprintf(tw, "SCENARIO\tSETUP/S\tSETUP P50\tSETUP P99\t%[1]s DONE/S\t%[1]s P50\t%[1]s P99\tFAILED\tIDLE CIRCUITS\tMEMORY PER IDLE CIRCUIT\n", at)
 	for _, res := range rows {
-		cells := []string{res.Scenario, "-", "-", "-", "-", "-", "-"}
+		cells := []string{res.Scenario, "-", "-", "-", "-", "-", "-", "-", "-", "-"}
+		failed := 0
 		if s := res.CircuitSetup; s != nil {
 			cells[1] = fmt.Sprintf("%.0f", s.PerSecond)
 			cells[2], cells[3] = fmtMicros(s.Latency.P50), fmtMicros(s.Latency.P99)
-			cells[4] = fmt.Sprintf("%d", s.Failed)
+			failed += s.Failed
+			cells[7] = fmt.Sprintf("%d", failed)
+		}
+		if s := res.PacedSetup; s != nil {
+			cells[4] = fmt.Sprintf("%.0f", s.PerSecond)
+			cells[5], cells[6] = fmtMicros(s.Latency.P50), fmtMicros(s.Latency.P99)
+			failed += s.Failed
+			cells[7] = fmt.Sprintf("%d", failed)
 		}
 		if m := res.IdleMemory; m != nil {
-			cells[5] = fmt.Sprintf("%d", m.Circuits)
+			cells[8] = fmt.Sprintf("%d", m.Circuits)
 			if m.Circuits < m.Requested {
-				cells[5] += fmt.Sprintf(" of %d", m.Requested)
+				cells[8] += fmt.Sprintf(" of %d", m.Requested)
 			}
 			var per []string
 			for _, rm := range m.Routers {
 				per = append(per, fmt.Sprintf("%s %s: %.1f KiB", rm.Role, rm.Router, rm.BytesPerCircuit/1024))
 			}
-			cells[6] = strings.Join(per, ", ")
+			cells[9] = strings.Join(per, ", ")
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}

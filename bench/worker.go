@@ -109,6 +109,7 @@ func runLoadgen(ctx context.Context, args []string, enc *json.Encoder) error {
 	samples := fs.Int("samples", 10000, "echo: round trips to time, in all")
 	size := fs.Int("size", 64, "echo: bytes per request (and response)")
 	circuits := fs.Int("circuits", 10000, "idle: circuits to open and hold")
+	rate := fs.Float64("rate", 0, "setup: circuits started per second (open loop, at most --conns open at once); 0: --conns back to back")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -134,8 +135,15 @@ func runLoadgen(ctx context.Context, args []string, enc *json.Encoder) error {
 		if *conns < 1 || *duration <= 0 {
 			return fmt.Errorf("loadgen: --conns %d and --duration %s must be positive", *conns, *duration)
 		}
+		if *rate < 0 {
+			return fmt.Errorf("loadgen: --rate %g must not be negative", *rate)
+		}
 		var setup CircuitSetup
-		setup, err = runSetup(ctx, *addr, *conns, *duration)
+		if *rate > 0 {
+			setup, err = runPacedSetup(ctx, *addr, *rate, *conns, *duration)
+		} else {
+			setup, err = runSetup(ctx, *addr, *conns, *duration)
+		}
 		m.Setup = &setup
 	case "idle":
 		if *conns < 1 || *circuits < 1 {

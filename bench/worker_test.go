@@ -31,6 +31,7 @@ func TestRunWorkerRefusesBadArguments(t *testing.T) {
 		{[]string{"loadgen", "--addr", "127.0.0.1:1", "--mode", "ping"}, `--mode "ping"`},
 		{[]string{"loadgen", "--addr", "127.0.0.1:1", "--streams", "0"}, "must be positive"},
 		{[]string{"loadgen", "--addr", "127.0.0.1:1", "--mode", "setup", "--conns", "0"}, "must be positive"},
+		{[]string{"loadgen", "--addr", "127.0.0.1:1", "--mode", "setup", "--rate", "-1"}, "must not be negative"},
 		{[]string{"loadgen", "--addr", "127.0.0.1:1", "--mode", "idle", "--circuits", "0"}, "must be positive"},
 	} {
 		err := RunWorker(t.Context(), tc.args, nil, io.Discard, log)

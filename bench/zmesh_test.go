@@ -32,6 +32,7 @@ func TestRunZmesh(t *testing.T) {
 		RTTSamples:    200,
 		SetupDuration: 300 * time.Millisecond,
 		SetupWorkers:  4,
+		SetupRate:     300,
 		IdleCircuits:  200,
 		Started:       pids.started,
 	})
@@ -39,8 +40,8 @@ func TestRunZmesh(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	// io-copy: sink, relay, 2 loadgens; tls-2hop: sink, 2 relays, 2 loadgens; zmesh-1router:
-	// sink, router, 3 loadgens; zmesh-2routers-tls: sink, 2 routers, 4 loadgens.
-	pids.checkGone(t, 4+5+5+7)
+	// sink, router, 4 loadgens; zmesh-2routers-tls: sink, 2 routers, 5 loadgens.
+	pids.checkGone(t, 4+5+6+8)
 	var names []string
 	for _, res := range rep.Results {
 		names = append(names, res.Scenario)
@@ -59,10 +60,17 @@ func TestRunZmesh(t *testing.T) {
 			t.Errorf("%s: CPU %v, ratio %+v", res.Scenario, res.CPUSecondsPerGiB, res.Ratio)
 		}
 		s := res.CircuitSetup
-		if s == nil || s.Circuits <= 0 || s.PerSecond <= 0 || s.Latency.P99 < s.Latency.P50 || s.Workers != 4 {
+		if s == nil || s.Circuits <= 0 || s.PerSecond <= 0 || s.Latency.P99 < s.Latency.P50 || s.Workers != 4 || s.Rate != 0 {
 			t.Errorf("%s: circuit setup %+v", res.Scenario, s)
 		} else if s.Failed != 0 {
 			t.Errorf("%s: %d circuits failed to set up; first: %s", res.Scenario, s.Failed, s.FirstFailure)
+		}
+		// 300 a second for 300 ms: about 90 circuits, started whatever the others did.
+		p := res.PacedSetup
+		if p == nil || p.Rate != 300 || p.Circuits < 60 || p.Circuits > 91 || p.Latency.P99 < p.Latency.P50 {
+			t.Errorf("%s: paced circuit setup %+v", res.Scenario, p)
+		} else if p.Failed != 0 {
+			t.Errorf("%s: %d paced circuits failed to set up; first: %s", res.Scenario, p.Failed, p.FirstFailure)
 		}
 	}
 	if m := rep.Results[2].IdleMemory; m != nil {
@@ -83,7 +91,7 @@ func TestRunZmesh(t *testing.T) {
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"zmesh-1router", "zmesh-2routers-tls", "SETUP/S", "SETUP P99", "ingress router-a:", "egress router-b:", "KiB"} {
+	for _, want := range []string{"zmesh-1router", "zmesh-2routers-tls", "SETUP/S", "SETUP P99", "@300/S P99", "ingress router-a:", "egress router-b:", "KiB"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
@@ -92,7 +100,7 @@ func TestRunZmesh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"circuitSetup":`, `"perSecond":`, `"idleMemory":`, `"bytesPerCircuit":`, `"setupWorkers":4`, `"idleCircuits":200`} {
+	for _, want := range []string{`"circuitSetup":`, `"pacedSetup":`, `"rate":300`, `"setupRate":300`, `"perSecond":`, `"idleMemory":`, `"bytesPerCircuit":`, `"setupWorkers":4`, `"idleCircuits":200`} {
 		if !bytes.Contains(raw, []byte(want)) {
 			t.Errorf("JSON lacks %s:\n%s", want, raw)
 		}
@@ -239,6 +247,7 @@ func TestRunZmeshSDKEncrypted(t *testing.T) {
 		RTTSamples:    200,
 		SetupDuration: 300 * time.Millisecond,
 		SetupWorkers:  4,
+		SkipSetupRate: true,
 		Started:       pids.started,
 	})
 	if err != nil {

@@ -51,19 +51,21 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 			"zmesh-sdk-e2ee (an SDK client's `zmesh tunnel proxy` through router A's edge listener to\n" +
 			"router B's tunnel in host mode, encrypted end to end; against tls-2hop).\n\n" +
 			"For the zmesh paths it also measures circuit setup (--setup-workers circuits at a time,\n" +
-			"each carrying one byte to the sink and back, for --setup-duration: circuits per second\n" +
-			"and latency p50/p99) and, on two routers without an SDK client, the resident memory per\n" +
-			"idle circuit of each router with --idle-circuits established circuits.\n" +
-			"--setup-duration 0 and --idle-circuits 0 skip them.",
+			"each carrying one byte to the sink and back, for --setup-duration: the most circuits per\n" +
+			"second, and latency p50/p99 at that load), then circuit setup at --setup-rate circuits\n" +
+			"started per second whatever the earlier ones do (latency from when each was due), and,\n" +
+			"on two routers without an SDK client, the resident memory per idle circuit of each\n" +
+			"router with --idle-circuits established circuits. --setup-duration 0, --setup-rate 0 and\n" +
+			"--idle-circuits 0 skip them.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Duration <= 0 || opts.Streams < 1 || opts.RTTSamples < 1 || opts.RTTConns < 1 || opts.WriteSize < 1 || opts.SetupWorkers < 1 {
 				return errors.New("--duration, --streams, --rtt-samples, --rtt-conns, --write-size and --setup-workers must be positive")
 			}
-			if opts.SetupDuration < 0 || opts.IdleCircuits < 0 {
-				return errors.New("--setup-duration and --idle-circuits must not be negative (0 skips the measurement)")
+			if opts.SetupDuration < 0 || opts.IdleCircuits < 0 || opts.SetupRate < 0 {
+				return errors.New("--setup-duration, --setup-rate and --idle-circuits must not be negative (0 skips the measurement)")
 			}
-			opts.SkipSetup, opts.SkipIdle = opts.SetupDuration == 0, opts.IdleCircuits == 0
+			opts.SkipSetup, opts.SkipIdle, opts.SkipSetupRate = opts.SetupDuration == 0, opts.IdleCircuits == 0, opts.SetupRate == 0
 			log, err := newLogger(cmd.ErrOrStderr(), logLevel)
 			if err != nil {
 				return err
@@ -98,6 +100,7 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 	f.IntVar(&opts.WriteSize, "write-size", 256<<10, "bytes per write of the throughput measurement")
 	f.DurationVar(&opts.SetupDuration, "setup-duration", 3*time.Second, "length of the circuit setup measurement of the zmesh paths; 0 skips it")
 	f.IntVar(&opts.SetupWorkers, "setup-workers", 16, "circuits set up at a time in the circuit setup measurement")
+	f.Float64Var(&opts.SetupRate, "setup-rate", bench.DefaultSetupRate, "circuits started per second in the open-loop setup measurement that follows; 0 skips it")
 	f.IntVar(&opts.IdleCircuits, "idle-circuits", 10000, "idle circuits the routers' memory is measured with (two-router paths); 0 skips it")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn, error")
