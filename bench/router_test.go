@@ -58,13 +58,13 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer cancel()
 	var wg sync.WaitGroup
 	var ctrlErr error
+	var ctrl *controlplane.Controller
 	if *ctrlFile != "" {
 		ccfg, _, err := config.LoadController(*ctrlFile, noEnv)
 		if err != nil {
 			return err
 		}
-		ctrl, err := controlplane.Open(ccfg, log.With("role", "controller"), controlplane.Build{Version: "test"})
-		if err != nil {
+		if ctrl, err = controlplane.Open(ccfg, log.With("role", "controller"), controlplane.Build{Version: "test"}); err != nil {
 			return err
 		}
 		ready := make(chan struct{})
@@ -87,6 +87,9 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		cancel()
 		wg.Wait()
 		return err
+	}
+	if ctrl != nil {
+		r.ConnectLocally(ctrl.ConnectLocal)
 	}
 	go func() {
 		select {

@@ -43,6 +43,9 @@ type ctrlClient struct {
 	log       *slog.Logger
 	// trace, when set (trace.path), receives every frame of every channel.
 	trace *traceFile
+	// local, when set, opens the channel to a controller in this process (co-located); it
+	// is tried before the configured endpoints.
+	local func() (net.Conn, error)
 
 	mu        sync.Mutex
 	ch        *channel.Channel
@@ -118,10 +121,20 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// inProcess names the co-located controller's channel in logs and traces.
+const inProcess = "in-process"
+
 func (c *ctrlClient) connect(ctx context.Context) (*channel.Channel, error) {
 	var errs []error
+	if c.local != nil {
+		ch, err := c.open(ctx, inProcess, func(context.Context) (net.Conn, error) { return c.local() })
+		if err == nil {
+			return ch, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", inProcess, err))
+	}
 	for _, addr := range c.addresses() {
-		ch, err := c.dial(ctx, addr)
+		ch, err := c.open(ctx, addr, func(dctx context.Context) (net.Conn, error) { return c.dialTLS(dctx, addr) })
 		if err == nil {
 			return ch, nil
 		}
@@ -130,12 +143,9 @@ func (c *ctrlClient) connect(ctx context.Context) (*channel.Channel, error) {
 	return nil, errors.Join(errs...)
 }
 
-func (c *ctrlClient) dial(ctx context.Context, addr string) (*channel.Channel, error) {
-	timeout := time.Duration(c.cfg.Options.ConnectTimeoutMs) * time.Millisecond
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
-	d := &net.Dialer{Timeout: timeout}
+// dialTLS connects to the controller at addr with the router's client certificate.
+func (c *ctrlClient) dialTLS(ctx context.Context, addr string) (net.Conn, error) {
+	d := &net.Dialer{}
 	if c.cfg.Bind != "" {
 		ip := net.ParseIP(c.cfg.Bind)
 		if ip == nil {
@@ -146,9 +156,19 @@ func (c *ctrlClient) dial(ctx context.Context, addr string) (*channel.Channel, e
 	tc := c.tls.Clone()
 	host, _, _ := net.SplitHostPort(addr)
 	tc.ServerName = host
+	return (&tls.Dialer{NetDialer: d, Config: tc}).DialContext(ctx, "tcp", addr)
+}
+
+// open connects with dial, then starts the channel and says Hello, all within the connect
+// timeout; addr names the controller in logs and traces.
+func (c *ctrlClient) open(ctx context.Context, addr string, dial func(context.Context) (net.Conn, error)) (*channel.Channel, error) {
+	timeout := time.Duration(c.cfg.Options.ConnectTimeoutMs) * time.Millisecond
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := (&tls.Dialer{NetDialer: d, Config: tc}).DialContext(dctx, "tcp", addr)
+	conn, err := dial(dctx)
 	if err != nil {
 		return nil, err
 	}
@@ -183,6 +203,14 @@ func (c *ctrlClient) dial(ctx context.Context, addr string) (*channel.Channel, e
 	c.mu.Unlock()
 	c.log.Info("control channel connected", "controller", reply.ControllerID, "address", addr)
 	return ch, nil
+}
+
+// ConnectLocally makes the router reach a controller that runs in the same process through
+// connect (the controller's ConnectLocal), given the router's client certificate, before it
+// tries ctrl.endpoint(s): the co-located control channel then skips TLS and the TCP stack.
+// Call it before Run.
+func (r *Router) ConnectLocally(connect func(cert *x509.Certificate) (net.Conn, error)) {
+	r.localCtrl = connect
 }
 
 // saveEndpoints keeps the controller's endpoint list and writes it to ctrl.endpointsFile.

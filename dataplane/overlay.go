@@ -8,14 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/e2ee"
 	"github.com/zmesh/zmesh/edge"
+	"github.com/zmesh/zmesh/socketpair"
 	"github.com/zmesh/zmesh/tunnel"
 )
 
@@ -129,7 +128,7 @@ func (o *routerOverlay) Dial(ctx context.Context, svc tunnel.Service, app tunnel
 // after the end-to-end key exchange with the terminator's host when the service requires
 // it.
 func (o *routerOverlay) attach(reply *channel.CircuitReply) (net.Conn, error) {
-	circuitEnd, tunnelEnd, err := socketPair()
+	circuitEnd, tunnelEnd, err := socketpair.New()
 	if err != nil {
 		o.r.fault(reply.CircuitID, err.Error())
 		return nil, err
@@ -315,7 +314,7 @@ func (o *routerOverlay) connect(x *channel.Xgress, circuitID uint64) (net.Conn, 
 			return nil, fmt.Errorf("the circuit's app data: %w", err)
 		}
 	}
-	circuitEnd, tunnelEnd, err := socketPair()
+	circuitEnd, tunnelEnd, err := socketpair.New()
 	if err != nil {
 		return nil, err
 	}
@@ -347,29 +346,4 @@ func (o *routerOverlay) connect(x *channel.Xgress, circuitID uint64) (net.Conn, 
 		hand(c)
 	}()
 	return circuitEnd, nil
-}
-
-// socketPair returns the two ends of a connected Unix stream socket pair; both support
-// CloseWrite, so half-close crosses it.
-func socketPair() (net.Conn, net.Conn, error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("socket pair: %w", err)
-	}
-	var conns [2]net.Conn
-	for i, fd := range fds {
-		f := os.NewFile(uintptr(fd), "socketpair")
-		c, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			if i == 1 {
-				conns[0].Close()
-			} else {
-				syscall.Close(fds[1])
-			}
-			return nil, nil, fmt.Errorf("socket pair: %w", err)
-		}
-		conns[i] = c
-	}
-	return conns[0], conns[1], nil
 }

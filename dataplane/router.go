@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -34,7 +35,9 @@ type Router struct {
 	fw    *Forwarder
 	links *link.Registry
 	ctrl  *ctrlClient
-	dials *xgress.DialPool
+	// localCtrl, when set, connects to a controller in this process (ConnectLocally).
+	localCtrl func(*x509.Certificate) (net.Conn, error)
+	dials     *xgress.DialPool
 	// ctrlOps is the rate-limited queue of requests to the controller (terminators.go).
 	ctrlOps     chan *ctrlOp
 	edge        *edgeServer
@@ -202,6 +205,18 @@ func (r *Router) Run(ctx context.Context) error {
 		Dwell: time.Duration(fc.XgressDialDwellTime) * time.Millisecond})
 	r.ctrl = newCtrlClient(r.cfg.Ctrl, r.ident.Client, r.ident.CAs, r.hello, r.handlers, r.connected, r.log)
 	r.ctrl.trace = trace
+	if r.localCtrl != nil {
+		r.ctrl.local = func() (net.Conn, error) {
+			leaf := r.ident.Client.Leaf
+			if leaf == nil {
+				var err error
+				if leaf, err = x509.ParseCertificate(r.ident.Client.Certificate[0]); err != nil {
+					return nil, fmt.Errorf("the router's client certificate: %w", err)
+				}
+			}
+			return r.localCtrl(leaf)
+		}
+	}
 	r.ctrl.loadEndpoints()
 
 	var wg sync.WaitGroup

@@ -112,6 +112,7 @@ func Run(ctx context.Context, n *Network, opts RunOptions) error {
 		if err != nil {
 			return errors.Join(fmt.Errorf("%s: %w", r.Name, err), g.stop())
 		}
+		rt.ConnectLocally(ctrl.ConnectLocal) // every router runs in the controller's process
 		routers[i] = rt
 		g.start(2, r.Name, rt.Run)
 	}

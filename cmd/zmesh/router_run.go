@@ -39,6 +39,7 @@ func newRouterRunCommand(lookupEnv env) *cobra.Command {
 			defer cancel()
 			var wg sync.WaitGroup
 			var ctrlErr error
+			var ctrl *controlplane.Controller
 			if ctrlFile != "" {
 				ccfg, warnings, err := config.LoadController(ctrlFile, lookupEnv)
 				for _, w := range warnings {
@@ -47,8 +48,7 @@ func newRouterRunCommand(lookupEnv env) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				ctrl, err := controlplane.Open(ccfg, log.With("role", "controller"), controlplane.Build{Version: version})
-				if err != nil {
+				if ctrl, err = controlplane.Open(ccfg, log.With("role", "controller"), controlplane.Build{Version: version}); err != nil {
 					return err
 				}
 				ready := make(chan struct{})
@@ -71,6 +71,9 @@ func newRouterRunCommand(lookupEnv env) *cobra.Command {
 				cancel()
 				wg.Wait()
 				return err
+			}
+			if ctrl != nil {
+				r.ConnectLocally(ctrl.ConnectLocal) // the co-located control channel skips TLS
 			}
 			go func() {
 				select {

@@ -9,6 +9,7 @@ package routers
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,6 +54,12 @@ type Server struct {
 	tls *tls.Config
 	reg registry
 	wg  sync.WaitGroup
+
+	// serving is Serve's context while it runs, for channels served in this process
+	// (ServeLocal); closed is set once Serve stops taking them.
+	mu      sync.Mutex
+	serving context.Context
+	closed  bool
 	// reports keeps each router's latest metrics report across its reconnections, until
 	// the router is deleted.
 	reports reports
@@ -85,7 +92,15 @@ func New(cfg Config) *Server {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
-	defer s.wg.Wait()
+	s.mu.Lock()
+	s.serving = ctx
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		s.wg.Wait()
+	}()
 	s.log.Info("control channel listening", "listen", ln.Addr().String())
 	for {
 		conn, err := ln.Accept()
@@ -104,6 +119,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
+// ServeLocal serves, over conn, the control channel of a router that runs in the controller's
+// own process (co-located): conn is one end of an in-process connection, so there is no TLS
+// to authenticate the router, and cert, the client certificate the router would present, is
+// admitted as a TLS client's would be. The channel ends with Serve.
+func (s *Server) ServeLocal(conn net.Conn, cert *x509.Certificate) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.serving == nil || s.closed {
+		return errors.New("the control channel is not being served")
+	}
+	s.wg.Go(func() { s.serveRouter(s.serving, conn, cert, s.log.With("remote", "in-process")) })
+	return nil
+}
+
 // serveConn authenticates one connection, runs its channel and unregisters it at the end.
 func (s *Server) serveConn(ctx context.Context, raw net.Conn) {
 	log := s.log.With("remote", raw.RemoteAddr().String())
@@ -116,7 +145,12 @@ func (s *Server) serveConn(ctx context.Context, raw net.Conn) {
 		conn.Close()
 		return
 	}
-	leaf := conn.ConnectionState().PeerCertificates[0]
+	s.serveRouter(ctx, conn, conn.ConnectionState().PeerCertificates[0], log)
+}
+
+// serveRouter admits the router whose client certificate is leaf, runs its channel over conn
+// and unregisters it at the end.
+func (s *Server) serveRouter(ctx context.Context, conn net.Conn, leaf *x509.Certificate, log *slog.Logger) {
 	r, err := s.cfg.Model.EdgeRouterByCert(leaf)
 	if err != nil {
 		log.Warn("control channel refused: the client certificate is not the current certificate of an enrolled edge router",
