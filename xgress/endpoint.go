@@ -111,9 +111,11 @@ func (e *Endpoint) Opened() bool {
 	return e.opened
 }
 
-// Start opens the endpoint. The initiator sends an empty opening payload and starts reading
-// its connection. The terminator starts reading only once the opening payload arrived, so
-// that a service that speaks first is never read before the whole circuit is routed.
+// Start opens the endpoint. The initiator opens the circuit with its first payload: the data
+// its connection already holds (clients mostly speak first, and their bytes wait while the
+// circuit is set up), or else an empty payload; then it goes on reading its connection. The
+// terminator starts reading only once the opening payload arrived, so that a service that
+// speaks first is never read before the whole circuit is routed.
 func (e *Endpoint) Start() {
 	if e.origin == Terminator {
 		e.mu.Lock()
@@ -125,11 +127,28 @@ func (e *Endpoint) Start() {
 		}
 		return
 	}
-	f := e.pool.Get(0)
-	f.Type, f.Origin, f.Circuit = Payload, e.origin, e.circuit
-	f.Seq = e.win.sentBytes(0)
-	e.fwd.Forward(f)
+	if !e.readableNow() {
+		f := e.pool.Get(0)
+		f.Type, f.Origin, f.Circuit = Payload, e.origin, e.circuit
+		f.Seq = e.win.sentBytes(0)
+		e.fwd.Forward(f)
+	}
 	go e.readLoop()
+}
+
+// readableNow reports, without waiting, whether the connection has data or EOF to read, so
+// that its first read can open the circuit; never for datagrams (a datagram may not come) or
+// connections that are not sockets.
+func (e *Endpoint) readableNow() bool {
+	if e.raw == nil || e.datagram {
+		return false
+	}
+	readable := false
+	e.raw.Read(func(fd uintptr) bool {
+		readable = e.readable(fd)
+		return true // one look, no wait
+	})
+	return readable
 }
 
 // readLoop carries data from the connection into the circuit, as much at a time as the window

@@ -384,3 +384,56 @@ func TestSpliceNeedsTCP(t *testing.T) {
 		t.Fatal("a refused Splice opened the terminator")
 	}
 }
+
+// recorder is a Forwarder that keeps the frames it is given.
+type recorder struct {
+	mu     sync.Mutex
+	frames []*Frame
+}
+
+func (r *recorder) Forward(f *Frame) {
+	r.mu.Lock()
+	r.frames = append(r.frames, f)
+	r.mu.Unlock()
+}
+
+func (r *recorder) first(t *testing.T) *Frame {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		if len(r.frames) > 0 {
+			f := r.frames[0]
+			r.mu.Unlock()
+			return f
+		}
+		r.mu.Unlock()
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("the initiator sent nothing")
+	return nil
+}
+
+// TestOpeningPayload: an initiator whose client spoke first opens the circuit with that data;
+// one whose client is silent opens it with an empty payload.
+func TestOpeningPayload(t *testing.T) {
+	t.Parallel()
+	for _, spoke := range []bool{true, false} {
+		client, conn := tcpPair(t)
+		if spoke {
+			client.Write([]byte("hello"))
+			time.Sleep(20 * time.Millisecond) // the bytes reach the router's socket
+		}
+		rec := &recorder{}
+		e := NewEndpoint(3, Initiator, conn, rec, NewPool(), nil)
+		e.Start()
+		f := rec.first(t)
+		if f.Type != Payload || f.Seq != 0 || f.Flags != 0 {
+			t.Fatalf("spoke %v: opening frame %+v", spoke, f)
+		}
+		if want := map[bool]string{true: "hello", false: ""}[spoke]; string(f.Data) != want {
+			t.Fatalf("spoke %v: the opening payload carries %q, want %q", spoke, f.Data, want)
+		}
+		e.Close("")
+	}
+}
