@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime/pprof"
 	"runtime/trace"
+
+	"github.com/zmesh/zmesh/profile"
 )
 
 // Profiling the processes of a run. With Options.ProfileDir set, the harness gives every
@@ -23,42 +24,29 @@ const (
 	TraceEnv   = "ZMESH_BENCH_TRACE"
 )
 
-// StartProfiling starts a CPU profile into the file ProfileEnv names and an execution trace
-// into the file TraceEnv names, each when set, and returns the function that stops them and
-// closes the files.
+// StartProfiling starts a CPU profile into the file ProfileEnv names (with the profile
+// package, as the router's profile section does) and an execution trace into the file
+// TraceEnv names, each when set, and returns the function that stops them and closes the
+// files.
 func StartProfiling() (stop func() error, err error) {
-	var stops []func() error
-	stop = func() error {
-		var errs []error
-		for i := len(stops) - 1; i >= 0; i-- {
-			errs = append(errs, stops[i]())
-		}
-		return errors.Join(errs...)
+	cpu, err := profile.Start(profile.Options{CPUPath: os.Getenv(ProfileEnv)})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ProfileEnv, err)
 	}
-	for _, p := range []struct {
-		env   string
-		start func(*os.File) error
-		stop  func()
-	}{
-		{ProfileEnv, func(f *os.File) error { return pprof.StartCPUProfile(f) }, pprof.StopCPUProfile},
-		{TraceEnv, func(f *os.File) error { return trace.Start(f) }, trace.Stop},
-	} {
-		path := os.Getenv(p.env)
-		if path == "" {
-			continue
-		}
-		f, err := os.Create(path)
-		if err != nil {
-			return nil, errors.Join(fmt.Errorf("%s: %w", p.env, err), stop())
-		}
-		if err := p.start(f); err != nil {
-			f.Close()
-			return nil, errors.Join(fmt.Errorf("%s: %w", p.env, err), stop())
-		}
-		stops = append(stops, func() error {
-			p.stop()
-			return f.Close()
-		})
+	path := os.Getenv(TraceEnv)
+	if path == "" {
+		return cpu.Stop, nil
 	}
-	return stop, nil
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("%s: %w", TraceEnv, err), cpu.Stop())
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return nil, errors.Join(fmt.Errorf("%s: %w", TraceEnv, err), cpu.Stop())
+	}
+	return func() error {
+		trace.Stop()
+		return errors.Join(f.Close(), cpu.Stop())
+	}, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane"
 	"github.com/zmesh/zmesh/controlplane/edgeclient"
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/quickstart"
 )
 
 // Names of the zmesh scenarios.
@@ -383,7 +384,7 @@ func enrollClient(ctrl *controlplane.Controller, dir, apiURL string, mesh *prepa
 	if err != nil {
 		return "", fmt.Errorf("SDK client key: %w", err)
 	}
-	csr, err := routerCSR(key, "bench-client")
+	csr, err := clientCSR(key, "bench-client")
 	if err != nil {
 		return "", err
 	}
@@ -409,64 +410,27 @@ func enrollClient(ctrl *controlplane.Controller, dir, apiURL string, mesh *prepa
 // noEnv resolves no ${VAR}: the bench's configuration files use none.
 func noEnv(string) (string, bool) { return "", false }
 
-// enrollRouter creates the edge router of spec, enrolls it with a new key and writes its key,
-// certificates and CA in dir/<name>.
+// enrollRouter creates the edge router of spec and enrolls it as quickstart does: a new key
+// and certificates in dir/<name> (key.pem, client.cert, server.cert for localhost and
+// 127.0.0.1, where the bench's routers listen, and ca.cert).
 func enrollRouter(m *model.Model, dir string, spec routerSpec) (preparedRouter, error) {
 	er := &model.EdgeRouter{Name: spec.name, IsTunnelerEnabled: spec.ingress || spec.host}
 	if err := m.CreateEdgeRouter(er); err != nil {
 		return preparedRouter{}, fmt.Errorf("create edge router: %w", err)
 	}
-	e, err := m.RouterEnrollment(er.ID)
-	if err != nil {
-		return preparedRouter{}, fmt.Errorf("enrollment of edge router %s: %w", er.ID, err)
-	}
-	if e == nil {
-		return preparedRouter{}, fmt.Errorf("edge router %s has no pending enrollment", er.ID)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return preparedRouter{}, fmt.Errorf("router key: %w", err)
-	}
-	clientCSR, err := routerCSR(key, spec.name)
-	if err != nil {
-		return preparedRouter{}, err
-	}
-	serverCSR, err := routerCSR(key, spec.name, "localhost")
-	if err != nil {
-		return preparedRouter{}, err
-	}
-	certs, err := m.EnrollErOtt(e.Token, clientCSR, serverCSR)
-	if err != nil {
-		return preparedRouter{}, fmt.Errorf("enroll: %w", err)
-	}
 	rdir := filepath.Join(dir, spec.name)
 	if err := os.Mkdir(rdir, 0o700); err != nil {
 		return preparedRouter{}, fmt.Errorf("router directory: %w", err)
 	}
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return preparedRouter{}, fmt.Errorf("router key: %w", err)
-	}
-	for name, data := range map[string][]byte{
-		"key.pem":     pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}),
-		"client.cert": certs.Cert,
-		"server.cert": certs.ServerCert,
-		"ca.cert":     certs.CA,
-	} {
-		if err := os.WriteFile(filepath.Join(rdir, name), data, 0o600); err != nil {
-			return preparedRouter{}, fmt.Errorf("write %s: %w", name, err)
-		}
+	if err := quickstart.EnrollRouter(m, er.ID, rdir); err != nil {
+		return preparedRouter{}, err
 	}
 	return preparedRouter{routerSpec: spec, id: er.ID, file: filepath.Join(rdir, "router.yml")}, nil
 }
 
-// routerCSR is a certificate request for key; a server request also names 127.0.0.1.
-func routerCSR(key *ecdsa.PrivateKey, name string, dns ...string) ([]byte, error) {
-	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: name}, DNSNames: dns}
-	if len(dns) > 0 {
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+// clientCSR is a certificate request for key.
+func clientCSR(key *ecdsa.PrivateKey, name string) ([]byte, error) {
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: name}}, key)
 	if err != nil {
 		return nil, fmt.Errorf("certificate request: %w", err)
 	}

@@ -28,13 +28,13 @@ import (
 	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/circuits"
 	"github.com/zmesh/zmesh/controlplane/edgesync"
-	"github.com/zmesh/zmesh/controlplane/health"
 	"github.com/zmesh/zmesh/controlplane/metrics"
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/paths"
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/routers"
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/health"
 )
 
 // Build describes the binary, for the version endpoint.
@@ -135,7 +135,7 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 	c.circuits = circuits.New(c.model, graph, c.routers, log)
 	c.mesh = circuits.NewMesh(graph, c.routers, log)
 	c.metrics = metrics.New(metrics.Sources{
-		Counts: c.store.Counts, StoreSizes: c.store.Sizes, ConnectedRouters: c.routers.Connected, Log: log,
+		Counts: c.store.Counts, StoreSizes: c.store.Sizes, ConnectedRouters: c.routers.Connected,
 	})
 	c.api = api.New(c.model, log, api.Info{
 		Version: build.Version, Revision: build.Revision, BuildDate: build.BuildDate,
@@ -308,16 +308,18 @@ func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, r
 		// The control channels end before the store closes.
 		defer func() { stop(); <-ctrlErr }()
 	}
-	checks := health.New(nil, c.healthChecks(ctrl != nil)...)
+	checks := health.New(c.healthChecks(ctrl != nil)...)
 	checksDone := checks.Start(bg)
 	defer func() { stop(); checksDone() }()
-	web, err := c.serveWeb(checks)
+	webSrv, err := c.openWeb(checks)
 	if err != nil {
 		ln.Close()
 		return err
 	}
+	webErr := make(chan error, 1)
+	go func() { webErr <- webSrv.Serve(bg) }()
 	// The web listeners stop before the store closes: a scrape reads it.
-	defer web.shutdown()
+	defer func() { stop(); <-webErr }()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(tls.NewListener(ln, srv.TLSConfig)) }()
 	c.log.Info("controller API listening", "listen", ln.Addr().String(), "advertise", c.cfg.API.Advertise)
@@ -327,9 +329,12 @@ func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, r
 	select {
 	case err := <-errc:
 		return fmt.Errorf("API server: %w", err)
-	case err := <-web.errc:
-		srv.Close()
-		return err
+	case err := <-webErr:
+		webErr <- err // for the deferred wait
+		if ctx.Err() == nil {
+			srv.Close()
+			return err
+		}
 	case err := <-ctrlErr:
 		ctrlErr <- err // for the deferred wait
 		if ctx.Err() == nil {

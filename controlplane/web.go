@@ -2,17 +2,16 @@ package controlplane
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net"
 	"net/http"
-	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/zmesh/zmesh/config"
-	"github.com/zmesh/zmesh/controlplane/health"
+	"github.com/zmesh/zmesh/health"
+	"github.com/zmesh/zmesh/web"
 )
 
 // Health check settings. The store check is a read transaction; the control channel check
@@ -36,8 +35,11 @@ func (c *Controller) healthChecks(withCtrl bool) []health.Check {
 	checks := []health.Check{{
 		ID: checkStore, Interval: storeCheckInterval, Timeout: storeCheckTimeout,
 		Run: func(context.Context) (any, error) {
+			if err := c.store.Check(); err != nil {
+				return nil, err // shown as the check's details
+			}
 			lsm, vlog := c.store.Sizes()
-			return map[string]any{"lsmSizeBytes": lsm, "vlogSizeBytes": vlog}, c.store.Check()
+			return map[string]any{"lsmSizeBytes": lsm, "vlogSizeBytes": vlog}, nil
 		},
 	}}
 	if withCtrl {
@@ -55,99 +57,30 @@ func (c *Controller) healthChecks(withCtrl bool) []health.Check {
 	return checks
 }
 
-// webServers serve the configuration's web listeners.
-type webServers struct {
-	servers []*http.Server
-	wg      sync.WaitGroup
-	// errc receives the first error of a server that stopped serving on its own.
-	errc chan error
-}
-
-// serveWeb opens every bind point of the web section and serves the APIs each listener
-// names over HTTPS (TLS 1.2 or later) with the API's server certificate: health-checks on
-// GET /health-checks, metrics on GET /metrics. Nothing is served when one bind point cannot
-// be opened. The bound addresses are recorded by listener name (webAddrs).
-func (c *Controller) serveWeb(checks http.Handler) (*webServers, error) {
-	ws := &webServers{errc: make(chan error, 1)}
-	type bound struct {
-		srv *http.Server
-		ln  net.Listener
+// openWeb opens every bind point of the web section, to serve the APIs each listener names
+// over HTTPS (TLS 1.2 or later) with the API's server certificate: health-checks (checks),
+// metrics (the controller's registry and the checks' results). Nothing is opened when one
+// bind point cannot be. The bound addresses are recorded by listener name (webAddrs).
+func (c *Controller) openWeb(checks *health.Checker) (*web.Server, error) {
+	// The checker is made per run of the controller, its registry of one collector with it.
+	checkMetrics := prometheus.NewRegistry()
+	if err := checkMetrics.Register(health.NewCollector(checks)); err != nil {
+		return nil, fmt.Errorf("health check metrics: %w", err)
 	}
-	var all []bound
-	closeAll := func() {
-		for _, b := range all {
-			b.ln.Close()
-		}
-	}
-	addrs := map[string][]net.Addr{}
-	for i, wl := range c.cfg.Web {
-		mux := http.NewServeMux()
-		for _, api := range wl.APIs {
-			switch api.Binding {
-			case config.APIHealthChecks:
-				mux.Handle("GET /health-checks", checks)
-			case config.APIMetrics:
-				mux.Handle("GET /metrics", c.metrics.Handler())
-			default:
-				// The configuration reader allows only the bindings above.
-				closeAll()
-				return nil, fmt.Errorf("web[%d] (%s): binding %q is not served by the controller", i, wl.Name, api.Binding)
-			}
-		}
-		srv := &http.Server{
-			Handler:           mux,
-			TLSConfig:         &tls.Config{Certificates: []tls.Certificate{c.cert}, MinVersion: tls.VersionTLS12},
-			ReadHeaderTimeout: 10 * time.Second,
-			ReadTimeout:       30 * time.Second,
-			WriteTimeout:      30 * time.Second,
-			IdleTimeout:       2 * time.Minute,
-			MaxHeaderBytes:    64 << 10,
-			ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelDebug),
-		}
-		ws.servers = append(ws.servers, srv)
-		for j, bp := range wl.BindPoints {
-			ln, err := net.Listen("tcp", bp.Interface)
-			if err != nil {
-				closeAll()
-				return nil, fmt.Errorf("listen on web[%d].bindPoints[%d].interface %s (web listener %s): %w", i, j, bp.Interface, wl.Name, err)
-			}
-			all = append(all, bound{srv, ln})
-			addrs[wl.Name] = append(addrs[wl.Name], ln.Addr())
-			c.log.Info("controller web listener", "name", wl.Name, "listen", ln.Addr().String(), "address", bp.Address, "apis", bindings(wl))
-		}
-	}
-	for _, b := range all {
-		ws.wg.Go(func() {
-			if err := b.srv.Serve(tls.NewListener(b.ln, b.srv.TLSConfig)); !errors.Is(err, http.ErrServerClosed) {
-				select {
-				case ws.errc <- fmt.Errorf("web listener on %s: %w", b.ln.Addr(), err):
-				default:
-				}
-			}
-		})
+	srv, err := web.Listen(web.Options{
+		Listeners: c.cfg.Web,
+		APIs: map[string]http.Handler{
+			config.APIHealthChecks: checks,
+			config.APIMetrics:      web.Metrics(prometheus.Gatherers{c.metrics.Gatherer(), checkMetrics}, c.log),
+		},
+		Certificate: c.cert,
+		Log:         c.log,
+	})
+	if err != nil {
+		return nil, err
 	}
 	c.webMu.Lock()
-	c.webAddrs = addrs
+	c.webAddrs = srv.Addrs()
 	c.webMu.Unlock()
-	return ws, nil
-}
-
-// shutdown stops the web servers, letting requests in progress finish for a few seconds.
-func (ws *webServers) shutdown() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for _, srv := range ws.servers {
-		if err := srv.Shutdown(ctx); err != nil {
-			srv.Close()
-		}
-	}
-	ws.wg.Wait()
-}
-
-func bindings(wl config.WebListener) []string {
-	out := make([]string, 0, len(wl.APIs))
-	for _, a := range wl.APIs {
-		out = append(out, a.Binding)
-	}
-	return out
+	return srv, nil
 }

@@ -26,9 +26,9 @@ import (
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/edgeclient"
-	"github.com/zmesh/zmesh/controlplane/health"
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/health"
 )
 
 // opsController is a controller serving its API, its control channel and two web
@@ -162,7 +162,8 @@ next:
 
 // The metrics listener serves the registry in the Prometheus text format: API requests by
 // route pattern and code with their durations, authentications by method and result, the
-// store's entities and sessions, connected routers, and the process and Go collectors. Each
+// store's entities and sessions, connected routers, the health checks' results, and the
+// process and Go collectors. Each
 // listener serves only the APIs it names.
 func TestWebMetrics(t *testing.T) {
 	t.Parallel()
@@ -196,6 +197,10 @@ func TestWebMetrics(t *testing.T) {
 		{"zmesh_store_entities", map[string]string{"collection": "edgeRouters"}, 1},
 		{"zmesh_store_entities", map[string]string{"collection": "identities"}, 2},
 		{"zmesh_routers_connected", nil, 1},
+		// The health checks ran once before the listeners opened.
+		{"zmesh_health_check_healthy", map[string]string{"check": checkStore}, 1},
+		{"zmesh_health_check_healthy", map[string]string{"check": checkCtrlListener}, 1},
+		{"zmesh_health_check_consecutive_failures", map[string]string{"check": checkStore}, 0},
 	} {
 		if got, ok := value(fams, tt.name, tt.labels); !ok || got != tt.want {
 			t.Errorf("%s%v = %v (present: %v), want %v", tt.name, tt.labels, got, ok, tt.want)

@@ -11,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/health"
 )
 
 // The router's metrics live in one Prometheus registry per Router, the only place they are
@@ -132,7 +133,7 @@ func newRouterMetrics(r *Router) *routerMetrics {
 		}),
 		newLinkCollector(r),
 		newTunnelCollector(r),
-		newHealthCollector(r),
+		health.NewCollector(r.checks),
 	)
 	return m
 }

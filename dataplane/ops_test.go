@@ -30,6 +30,16 @@ import (
 // Operations of a router: the web listener's health-checks and metrics APIs, profiles and
 // the message trace.
 
+// opsWeb is a router's web section: one listener, ops, serving both APIs on a free port.
+const opsWeb = `web:
+  - name: ops
+    bindPoints:
+      - interface: 127.0.0.1:{{port}}
+    apis:
+      - binding: health-checks
+      - binding: metrics
+`
+
 // webClient returns an HTTPS client that trusts the router's CA (identity.ca), as clients of
 // the web listener do, and the base URL of the router's first web listener.
 func webClient(t *testing.T, tr *testRouter) (*http.Client, string) {
@@ -175,19 +185,12 @@ func TestRouterOperations(t *testing.T) {
 healthChecks:
   ctrlPingCheck: {interval: 100ms, timeout: 1s, initialDelay: 0s}
   linkCheck: {interval: 100ms, initialDelay: 0s}
-web:
-  - name: ops
-    bindPoints:
-      - interface: 127.0.0.1:{{port}}
-    apis:
-      - binding: health-checks
-      - binding: metrics
 profile:
   cpu: {path: cpu.pprof}
   memory: {path: mem.pprof, intervalMs: 100}
 trace:
   path: ctrl.trace
-`)
+`+opsWeb)
 	n.service("data", "A", srv.addr())
 	cl, base := webClient(t, a)
 
@@ -465,6 +468,39 @@ web:
 		links, _ := value(m, "zmesh_links")
 		return ok1 && ok2 && ok3 && sent > 0 && msgs > 0 && probes > 0 && links == 1
 	})
+}
+
+// A check that has not run yet is unhealthy: before its first ping the router answers 503,
+// controllerPing saying "not checked yet" with no time of a last run, and the metrics say
+// the same.
+func TestHealthNotCheckedYet(t *testing.T) {
+	t.Parallel()
+	n := newTestNet(t)
+	a := n.addRouter("A", false, `healthChecks:
+  ctrlPingCheck: {initialDelay: 1h}
+  linkCheck: {interval: 100ms, initialDelay: 0s}
+`+opsWeb)
+	cl, base := webClient(t, a)
+	var h healthBody
+	waitFor(t, "link.health to have run", func() bool {
+		_, h = getHealth(t, cl, base)
+		return h.Data.Checks[1].LastCheckTime != ""
+	})
+	ping, links := h.Data.Checks[0], h.Data.Checks[1]
+	if h.Data.Healthy || ping.Healthy || ping.LastCheckTime != "" || ping.LastCheckDuration != "" || ping.ConsecutiveFailures != 0 ||
+		string(ping.Details) != `"not checked yet"` {
+		t.Fatalf("controllerPing before its first run: %+v (details %s), report healthy=%v", ping, ping.Details, h.Data.Healthy)
+	}
+	if !links.Healthy {
+		t.Fatalf("link.health with minLinks 0: %+v", links)
+	}
+	m := getMetrics(t, cl, base)
+	if v, ok := value(m, "zmesh_health_check_healthy", "check", checkControllerPing); !ok || v != 0 {
+		t.Errorf("zmesh_health_check_healthy{check=controllerPing} = %v (present %v) before its first run, want 0", v, ok)
+	}
+	if v, ok := value(m, "zmesh_health_check_healthy", "check", checkLinkHealth); !ok || v != 1 {
+		t.Errorf("zmesh_health_check_healthy{check=link.health} = %v (present %v), want 1", v, ok)
+	}
 }
 
 // A web bind point that cannot be opened stops the router's start with an error naming it.

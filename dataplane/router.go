@@ -16,6 +16,7 @@ import (
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/health"
 	"github.com/zmesh/zmesh/link"
 	"github.com/zmesh/zmesh/profile"
 	"github.com/zmesh/zmesh/tunnel"
@@ -68,8 +69,8 @@ type Router struct {
 	// forwarded, and may change it.
 	tap atomic.Pointer[func(*xgress.Frame)]
 
-	metrics *routerMetrics // the registry (metrics.go)
-	checks  []*healthCheck // the health checks (health.go)
+	metrics *routerMetrics  // the registry (metrics.go)
+	checks  *health.Checker // the health checks (health.go)
 }
 
 // New loads the router's identity files and builds the router.
@@ -244,9 +245,9 @@ func (r *Router) Run(ctx context.Context) error {
 	wg.Go(func() { r.idleLoop(ctx) })
 	wg.Go(func() { r.faultLoop(ctx) })
 	wg.Go(func() { r.metricsLoop(ctx) })
-	for _, c := range r.checks {
-		wg.Go(func() { c.loop(ctx) })
-	}
+	// The first runs of checks without an initial delay are not waited for: the router is
+	// up, and its checks say "not checked yet" until then.
+	wg.Go(func() { r.checks.Start(ctx)() })
 	if trace != nil {
 		wg.Go(func() { trace.flushLoop(ctx) })
 	}

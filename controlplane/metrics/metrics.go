@@ -7,16 +7,12 @@
 package metrics
 
 import (
-	"fmt"
-	"log/slog"
-	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Sources are where the scrape-time values come from.
@@ -27,8 +23,6 @@ type Sources struct {
 	StoreSizes func() (lsm, vlog int64)
 	// ConnectedRouters returns how many routers have their control channel connected.
 	ConnectedRouters func() int
-	// Log receives the errors of scrapes.
-	Log *slog.Logger
 }
 
 // Authentication methods and results, as label values. Every combination is exported from
@@ -48,7 +42,6 @@ const (
 // Metrics is the registry of one controller and the instruments the API feeds.
 type Metrics struct {
 	reg      *prometheus.Registry
-	log      *slog.Logger
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	auths    *prometheus.CounterVec
@@ -58,7 +51,6 @@ type Metrics struct {
 func New(src Sources) *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
-		log: src.Log,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "zmesh_api_requests_total",
 			Help: "Requests to the client and management APIs by method, route pattern and status code.",
@@ -102,28 +94,9 @@ func (m *Metrics) ObserveAuthentication(method string, succeeded bool) {
 	m.auths.WithLabelValues(method, result).Inc()
 }
 
-// Gatherer returns the registry, for callers that serve or merge it themselves.
+// Gatherer returns the registry, for the web listener's metrics API (web.Metrics), which
+// serves it merged with the health checks' collector.
 func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }
-
-// Handler serves the registry in the Prometheus exposition formats (GET /metrics). A value
-// that cannot be read is left out and logged; the others are still served.
-func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
-		ErrorLog:            slogPrinter{m.log},
-		ErrorHandling:       promhttp.ContinueOnError,
-		MaxRequestsInFlight: 4,
-		Timeout:             30 * time.Second,
-	})
-}
-
-// slogPrinter is the logger promhttp wants, writing to slog.
-type slogPrinter struct{ log *slog.Logger }
-
-func (p slogPrinter) Println(v ...any) {
-	if p.log != nil {
-		p.log.Warn("metrics scrape", "err", fmt.Sprint(v...))
-	}
-}
 
 // scrapeCollector reads the store and the router registry when Prometheus scrapes.
 type scrapeCollector struct {

@@ -2,8 +2,6 @@ package metrics
 
 import (
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +12,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/zmesh/zmesh/web"
 )
 
 // sources are scrape-time values the test sets.
@@ -40,14 +40,13 @@ func newTest(src *sources) *Metrics {
 		Counts:           src.get,
 		StoreSizes:       func() (int64, int64) { return 1 << 20, 3 << 20 },
 		ConnectedRouters: func() int { return 2 },
-		Log:              slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 }
 
 func scrape(t *testing.T, m *Metrics) map[string]*dto.MetricFamily {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	web.Metrics(m.Gatherer(), nil).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body)
 	}
