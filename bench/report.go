@@ -197,8 +197,12 @@ func (r *Report) writeCircuits(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "\nCircuits (%s)\n\n", strings.Join(about, "; "))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	at := fmt.Sprintf("@%.0f/S", r.SetupRate)
-	fmt.Fprintf(tw, "SCENARIO\tSETUP/S\tSETUP P50\tSETUP P99\t%[1]s DONE/S\t%[1]s P50\t%[1]s P99\tFAILED\tIDLE CIRCUITS\tMEMORY PER IDLE CIRCUIT\n", at)
+	header := []string{"SCENARIO", "SETUP/S", "SETUP P50", "SETUP P99", "", "", "", "FAILED", "IDLE CIRCUITS", "MEMORY PER IDLE CIRCUIT"}
+	if r.SetupRate > 0 {
+		at := fmt.Sprintf("@%.0f/S", r.SetupRate)
+		header[4], header[5], header[6] = at+" DONE/S", at+" P50", at+" P99"
+	}
+	fmt.Fprintln(tw, strings.Join(withoutUnused(header, header), "\t"))
 	for _, res := range rows {
 		cells := []string{res.Scenario, "-", "-", "-", "-", "-", "-", "-", "-", "-"}
 		failed := 0
@@ -225,7 +229,7 @@ func (r *Report) writeCircuits(w io.Writer) error {
 			}
 			cells[9] = strings.Join(per, ", ")
 		}
-		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+		fmt.Fprintln(tw, strings.Join(withoutUnused(header, cells), "\t"))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write table: %w", err)
@@ -262,4 +266,16 @@ func deref(f *float64) float64 {
 		return 0
 	}
 	return *f
+}
+
+// withoutUnused returns cells without the columns whose header is empty (measurements that
+// were not made).
+func withoutUnused(header, cells []string) []string {
+	out := make([]string, 0, len(cells))
+	for i, c := range cells {
+		if header[i] != "" {
+			out = append(out, c)
+		}
+	}
+	return out
 }
