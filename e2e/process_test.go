@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // buildZmesh builds cmd/zmesh into dir and returns the binary's path. With the race
@@ -66,7 +67,14 @@ type proc struct {
 // procOptions are the optional settings of start.
 type procOptions struct {
 	env []string // added to the test's environment
+	// unprivileged runs the process as the user nobody with only the capabilities
+	// CAP_NET_ADMIN and CAP_NET_BIND_SERVICE, as deploy/systemd/zmesh-router.service runs a
+	// router: its files must be readable (and its directory writable) by that user.
+	unprivileged bool
 }
+
+// nobody is the uid and gid an unprivileged process runs as.
+const nobody = 65534
 
 // start runs argv in network namespace ns. The process is stopped (SIGTERM, then SIGKILL)
 // at the end of the test if it still runs, and its output is logged when the test failed.
@@ -79,6 +87,10 @@ func start(t *testing.T, ns netns.NsHandle, name string, opts procOptions, argv 
 	cmd.Env = append(cmd.Env, opts.env...)
 	// SIGKILL when the thread that started it ends: a crashed test leaves no process behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if opts.unprivileged {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}}
+		cmd.SysProcAttr.AmbientCaps = []uintptr{unix.CAP_NET_ADMIN, unix.CAP_NET_BIND_SERVICE}
+	}
 	p.cmd = cmd
 	if err := inNS(ns, cmd.Start); err != nil {
 		t.Fatalf("start %s: %v", name, err)

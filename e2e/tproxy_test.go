@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +25,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/zmesh/zmesh/controlplane/edgeclient"
 	"github.com/zmesh/zmesh/tunnel/intercept"
@@ -191,9 +194,15 @@ listeners:
 
 	// Run the routers.
 	srvRouter := start(t, srv, "server router", procOptions{}, bin, "router", "run", srvCfg, "--log-level", "debug")
-	gwRouter := start(t, gw, "gateway router", procOptions{}, bin, "router", "run", gwCfg, "--log-level", "debug")
+	// The gateway router runs as the systemd unit runs it: not root, with CAP_NET_ADMIN and
+	// CAP_NET_BIND_SERVICE only (nftables, routes, IP_TRANSPARENT, the resolver on port 53).
+	giveTo(t, nobody, dir, filepath.Dir(gwCfg))
+	gwRouter := start(t, gw, "gateway router", procOptions{unprivileged: true}, bin, "router", "run", gwCfg, "--log-level", "debug")
 
 	gwRouter.waitOutput(t, deadline, "tunnel tproxy: running")
+	if caps := capabilities(t, gwRouter); caps != 1<<unix.CAP_NET_ADMIN|1<<unix.CAP_NET_BIND_SERVICE {
+		t.Fatalf("the gateway router runs with capabilities %#x, want CAP_NET_ADMIN and CAP_NET_BIND_SERVICE only", caps)
+	}
 	if want := fmt.Sprintf("upstreams=[%s]", upstreamAddr); !strings.Contains(gwRouter.out.String(), want) {
 		t.Errorf("the gateway's tproxy does not list the upstream of options.upstreams (%s)", want)
 	}
@@ -688,4 +697,44 @@ func readFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return bytes.TrimSpace(b)
+}
+
+// giveTo lets uid run a router from dir: the test's directories up to dir become traversable,
+// and everything under routerDir becomes uid's.
+func giveTo(t *testing.T, uid int, dir, routerDir string) {
+	t.Helper()
+	for d := dir; d != filepath.Dir(d) && d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := filepath.WalkDir(routerDir, func(path string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, uid, uid)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// capabilities returns the effective capability set of a running process.
+func capabilities(t *testing.T, p *proc) uint64 {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return caps
+		}
+	}
+	t.Fatal("no CapEff in /proc/<pid>/status")
+	return 0
 }

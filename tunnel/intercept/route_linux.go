@@ -18,7 +18,11 @@ import (
 type system struct {
 	opts Options
 	ns   netns.NsHandle
-	rt   *netlink.Handle
+	// own is true when ns is the process's own network namespace. Its netlink sockets are then
+	// opened directly: opening them "at" a namespace enters it with setns(2), which needs
+	// CAP_SYS_ADMIN, while the interceptor's work itself needs CAP_NET_ADMIN only.
+	own bool
+	rt  *netlink.Handle
 }
 
 // openSystem opens handles on the network namespace of the calling thread.
@@ -27,18 +31,33 @@ func openSystem(o Options) (*system, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open network namespace of this thread: %w", err)
 	}
-	rt, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	own := false
+	if self, err := netns.GetFromPath("/proc/self/ns/net"); err == nil {
+		own = self.Equal(ns)
+		self.Close()
+	}
+	var rt *netlink.Handle
+	if own {
+		// Unlocked threads are all in the process's namespace: the socket is created there.
+		rt, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+	} else {
+		rt, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	}
 	if err != nil {
 		ns.Close()
 		return nil, fmt.Errorf("open rtnetlink: %w", hint(err))
 	}
-	return &system{opts: o, ns: ns, rt: rt}, nil
+	return &system{opts: o, ns: ns, own: own, rt: rt}, nil
 }
 
 // nft returns a fresh nftables connection to the namespace: each batch gets its own, so that
 // a failed batch leaves nothing queued or remembered behind.
 func (s *system) nft() (*nftables.Conn, error) {
-	c, err := nftables.New(nftables.WithNetNSFd(int(s.ns)))
+	var opts []nftables.ConnOption
+	if !s.own {
+		opts = append(opts, nftables.WithNetNSFd(int(s.ns)))
+	}
+	c, err := nftables.New(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("open nftables netlink: %w", hint(err))
 	}
