@@ -7,29 +7,88 @@ BIN      := bin/zmesh
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 60s
 
-.PHONY: help build run test bench lint fuzz clean
+# Where `make install` puts things. DESTDIR is prepended to every path, for staging or for
+# trying the target out without root: make install DESTDIR=/tmp/stage
+PREFIX      ?= /usr/local
+BINDIR      ?= $(PREFIX)/bin
+SYSCONFDIR  ?= /etc
+UNITDIR     ?= $(SYSCONFDIR)/systemd/system
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+DATADIR     ?= $(PREFIX)/share/zmesh
+UNITS       := zmesh-router.service zmesh-controller.service
+# The units' User=zmesh and StateDirectory=zmesh (systemd's fixed place): not settings.
+ZMESH_USER  := zmesh
+STATEDIR    := /var/lib/zmesh
+
+.PHONY: help build run test bench lint fuzz clean install uninstall
 
 help:
-	@echo "make build   build $(BIN)"
-	@echo "make run     the quickstart: the most useful thing zmesh can show today"
-	@echo "make test    unit and integration tests with the race detector"
-	@echo "make bench   benchmarks"
-	@echo "make lint    gofmt, go vet, staticcheck"
-	@echo "make fuzz    fuzz the parsers: configuration, list filters, API bodies ($(FUZZTIME) each)"
+	@echo "make build      build $(BIN)"
+	@echo "make run        the quickstart: a controller, an edge router and a demo service on 127.0.0.1"
+	@echo "make test       unit and integration tests with the race detector"
+	@echo "make bench      benchmarks"
+	@echo "make lint       gofmt, go vet, staticcheck"
+	@echo "make fuzz       fuzz the parsers: configuration, list filters, API bodies ($(FUZZTIME) each)"
+	@echo "make install    install $(BIN) to $(BINDIR), the systemd units to $(UNITDIR), shell"
+	@echo "                completions, and create $(SYSCONFDIR)/zmesh (0750) and the $(ZMESH_USER) user"
+	@echo "                (PREFIX=$(PREFIX); DESTDIR=DIR stages everything under DIR, without root)"
+	@echo "make uninstall  remove what make install installed; keeps $(SYSCONFDIR)/zmesh, $(STATEDIR) and the user"
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/zmesh
 
-# The quickstart: a standalone controller in ./zmesh-quickstart on https://127.0.0.1:1280, with
-# a generated admin password kept in zmesh-quickstart/admin-password (mode 0600). Running it
-# again reuses the directory. Ctrl-C stops it.
-QS := zmesh-quickstart
+# `make install` installs $(BIN), rebuilt only when a Go source is newer than it, so that
+# `make build && sudo make install` needs no Go toolchain in root's PATH (sudo's usually lacks
+# it) and does not build as root.
+GOSOURCES := $(shell find . \( -path ./.git -o -path ./zmesh-quickstart -o -path ./bin \) -prune -o -name '*.go' -print 2>/dev/null) go.mod go.sum
+$(BIN): $(GOSOURCES)
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/zmesh
+
+# install copies files (the drop-in that co-locates the controller with the router goes to
+# $(DATADIR), for the administrator to copy: installed in the unit's .d directory it would take
+# effect at once); only a real install (no DESTDIR) run as root also creates the system
+# user the units run as, gives it $(SYSCONFDIR)/zmesh (root:$(ZMESH_USER) 0750, so the service
+# reads but cannot change its configuration) and $(STATEDIR) ($(ZMESH_USER) 0750, where
+# enrollment writes the router's keys before systemd first starts the unit), and tells
+# systemd about the units. The units name $(BINDIR)/zmesh.
+install: $(BIN)
+	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	install -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/zmesh
+	install -d -m 0750 $(DESTDIR)$(SYSCONFDIR)/zmesh
+	install -d -m 0755 $(DESTDIR)$(DATADIR)
+	for u in $(UNITS) zmesh-router.service.d/controller.conf; do \
+		case $$u in *.conf) dst=$(DESTDIR)$(DATADIR)/zmesh-router-controller.conf;; *) dst=$(DESTDIR)$(UNITDIR)/$$u;; esac; \
+		sed -e 's|/usr/local/bin/zmesh|$(BINDIR)/zmesh|g' -e 's|/etc/zmesh|$(SYSCONFDIR)/zmesh|g' deploy/systemd/$$u > $$dst.tmp && \
+		chmod 0644 $$dst.tmp && mv $$dst.tmp $$dst || exit 1; \
+	done
+	$(abspath $(BIN)) completion bash > $(DESTDIR)$(BASHCOMPDIR)/zmesh
+	$(abspath $(BIN)) completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_zmesh
+	$(abspath $(BIN)) completion fish > $(DESTDIR)$(FISHCOMPDIR)/zmesh.fish
+	chmod 0644 $(DESTDIR)$(BASHCOMPDIR)/zmesh $(DESTDIR)$(ZSHCOMPDIR)/_zmesh $(DESTDIR)$(FISHCOMPDIR)/zmesh.fish
+	@if [ -n "$(DESTDIR)" ]; then \
+		echo "staged under $(DESTDIR): no user created, no ownership changed, systemd not told"; \
+	elif [ "$$(id -u)" != 0 ]; then \
+		echo "not root: no user created, no ownership changed, systemd not told"; \
+	else \
+		set -e; \
+		if ! getent passwd $(ZMESH_USER) >/dev/null; then \
+			echo "creating system user $(ZMESH_USER)"; \
+			useradd --system --user-group --home-dir $(STATEDIR) --no-create-home --shell /usr/sbin/nologin $(ZMESH_USER); \
+		fi; \
+		chown root:$(ZMESH_USER) $(SYSCONFDIR)/zmesh; \
+		install -d -o $(ZMESH_USER) -g $(ZMESH_USER) -m 0750 $(STATEDIR); \
+		if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi; \
+		echo "installed $(BINDIR)/zmesh; units $(UNITS) in $(UNITDIR) (not enabled)"; \
+	fi
+
+# The quickstart (zmesh quickstart): a controller, an edge router and a demo service on
+# 127.0.0.1, everything in ./zmesh-quickstart (reused by the next run; the administrator's
+# generated password in zmesh-quickstart/admin-password). It prints how to log in and try the
+# demo, and runs until Ctrl-C. README.md continues with a 5-minute tour.
 run: build
-	@mkdir -p $(QS) && chmod 700 $(QS)
-	@test -s $(QS)/admin-password || (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' > $(QS)/admin-password)
-	@test -f $(QS)/controller.yml || printf 'v: 1\ndataDir: data\napi:\n  listen: 127.0.0.1:1280\nadmin:\n  username: admin\n  password: $${ZMESH_ADMIN_PASSWORD}\n' > $(QS)/controller.yml
-	@echo "log in with: ./$(BIN) edge login https://127.0.0.1:1280 -u admin -p \$$(cat $(QS)/admin-password)"
-	ZMESH_ADMIN_PASSWORD=$$(cat $(QS)/admin-password) ./$(BIN) controller run --config $(QS)/controller.yml
+	./$(BIN) quickstart
 
 test:
 	$(GO) test -race -timeout 14m ./...
@@ -53,6 +112,23 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseController$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./config
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./controlplane/filter
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBodies$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./controlplane/api
+
+# uninstall leaves the configuration ($(SYSCONFDIR)/zmesh), the state ($(STATEDIR): the
+# controller's store and CA, the router's keys) and the user: removing those is a decision
+# (docs/deploy-edge-router.md, "Uninstall"). A running unit is stopped first.
+uninstall:
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then \
+		for u in $(UNITS); do \
+			if [ -f $(UNITDIR)/$$u ]; then systemctl disable --now $$u || exit 1; fi; \
+		done; \
+	fi
+	rm -f $(DESTDIR)$(BINDIR)/zmesh
+	for u in $(UNITS); do rm -f $(DESTDIR)$(UNITDIR)/$$u; done
+	rm -f $(DESTDIR)$(DATADIR)/zmesh-router-controller.conf
+	if [ -d $(DESTDIR)$(DATADIR) ]; then rmdir $(DESTDIR)$(DATADIR); fi
+	rm -f $(DESTDIR)$(BASHCOMPDIR)/zmesh $(DESTDIR)$(ZSHCOMPDIR)/_zmesh $(DESTDIR)$(FISHCOMPDIR)/zmesh.fish
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+	@echo "kept $(DESTDIR)$(SYSCONFDIR)/zmesh, $(DESTDIR)$(STATEDIR) and the user $(ZMESH_USER); docs/deploy-edge-router.md says how to remove them"
 
 clean:
 	rm -rf bin
