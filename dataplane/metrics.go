@@ -146,7 +146,7 @@ func (m *routerMetrics) circuitFailed(stage string) { m.circuitsFailed[stage].In
 type linkCollector struct {
 	r                                                *Router
 	sentBytes, receivedBytes, sentMsgs, receivedMsgs *prometheus.Desc
-	lastLatency                                      *prometheus.Desc
+	lastLatency, retransmits                         *prometheus.Desc
 }
 
 func newLinkCollector(r *Router) linkCollector {
@@ -157,11 +157,12 @@ func newLinkCollector(r *Router) linkCollector {
 		sentMsgs:      prometheus.NewDesc("zmesh_link_sent_messages_total", "Frames written to the link (payloads, acks, closes, probes).", labels, nil),
 		receivedMsgs:  prometheus.NewDesc("zmesh_link_received_messages_total", "Frames read from the link.", labels, nil),
 		lastLatency:   prometheus.NewDesc("zmesh_link_last_latency_seconds", "The link's latest measured round trip: its cost when the controller chooses paths.", labels, nil),
+		retransmits:   prometheus.NewDesc("zmesh_link_retransmits_total", "What the link's transport resent, all its connections together: TCP segments retransmitted (tls:), QUIC packets declared lost (quic:). Frames themselves are never resent.", labels, nil),
 	}
 }
 
 func (c linkCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.sentBytes, c.receivedBytes, c.sentMsgs, c.receivedMsgs, c.lastLatency} {
+	for _, d := range []*prometheus.Desc{c.sentBytes, c.receivedBytes, c.sentMsgs, c.receivedMsgs, c.lastLatency, c.retransmits} {
 		ch <- d
 	}
 }
@@ -171,12 +172,13 @@ func (c linkCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, l := range c.r.links.Links() {
-		var bytesOut, bytesIn, framesOut, framesIn uint64
+		var bytesOut, bytesIn, framesOut, framesIn, resent uint64
 		for _, cs := range l.Stats() {
 			bytesOut += cs.BytesSent
 			bytesIn += cs.BytesReceived
 			framesOut += cs.FramesSent
 			framesIn += cs.FramesReceived
+			resent += cs.Retransmits
 		}
 		id, peer := l.ID(), l.PeerID()
 		ch <- prometheus.MustNewConstMetric(c.sentBytes, prometheus.CounterValue, float64(bytesOut), id, peer)
@@ -184,6 +186,7 @@ func (c linkCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.sentMsgs, prometheus.CounterValue, float64(framesOut), id, peer)
 		ch <- prometheus.MustNewConstMetric(c.receivedMsgs, prometheus.CounterValue, float64(framesIn), id, peer)
 		ch <- prometheus.MustNewConstMetric(c.lastLatency, prometheus.GaugeValue, l.Latency().Seconds(), id, peer)
+		ch <- prometheus.MustNewConstMetric(c.retransmits, prometheus.CounterValue, float64(resent), id, peer)
 	}
 }
 

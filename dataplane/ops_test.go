@@ -465,8 +465,9 @@ web:
 		sent, ok1 := value(m, "zmesh_link_sent_bytes_total", "peer", b.id, "link", details[0].LinkID)
 		msgs, ok2 := value(m, "zmesh_link_received_messages_total", "peer", b.id)
 		probes, ok3 := value(m, "zmesh_link_latency_seconds", "peer", b.id)
+		_, ok4 := value(m, "zmesh_link_retransmits_total", "peer", b.id)
 		links, _ := value(m, "zmesh_links")
-		return ok1 && ok2 && ok3 && sent > 0 && msgs > 0 && probes > 0 && links == 1
+		return ok1 && ok2 && ok3 && ok4 && sent > 0 && msgs > 0 && probes > 0 && links == 1
 	})
 }
 

@@ -199,6 +199,10 @@ type ConnStats struct {
 	Index                         int
 	FramesSent, BytesSent         uint64
 	FramesReceived, BytesReceived uint64
+	// Retransmits is what the transport resent: TCP segments retransmitted (tls:), or
+	// QUIC packets declared lost (quic:; it may fall back a little when a packet declared
+	// lost arrives after all).
+	Retransmits uint64
 }
 
 // Stats returns the counters of each connection: the single one, or the payload
@@ -210,6 +214,7 @@ func (l *Link) Stats() []ConnStats {
 			Role: c.role, Index: c.index,
 			FramesSent: c.framesOut.Load(), BytesSent: c.bytesOut.Load(),
 			FramesReceived: c.framesIn.Load(), BytesReceived: c.bytesIn.Load(),
+			Retransmits: c.s.retransmits(),
 		}
 	}
 	return out

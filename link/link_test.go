@@ -365,3 +365,22 @@ func TestStalledPeerTakesTheLinkDown(t *testing.T) {
 		t.Fatalf("Down(%v, %v), want the stalled link down by its write timeout", ev.l, ev.err)
 	}
 }
+
+// TestRetransmitsReadable: the retransmission count of a tls: link's connections comes from
+// the kernel (TCP_INFO); on loopback nothing is lost, so it reads 0.
+func TestRetransmitsReadable(t *testing.T) {
+	t.Parallel()
+	ca := newCA(t)
+	a := newNode(t, ca, "router-a", releaseAll, noProbes)
+	b := newNode(t, ca, "router-b", releaseAll, noProbes)
+	la, _ := connect(t, a, b, b.listen(t, config.TransportTLS, 0), true)
+	for i, cs := range la.Stats() {
+		n, err := tcpRetransmits(tcpOf(t, la, i))
+		if err != nil {
+			t.Fatalf("connection %d: TCP_INFO: %v", i, err)
+		}
+		if n != 0 || cs.Retransmits != 0 {
+			t.Errorf("connection %d: %d retransmits read, %d in Stats, on loopback", i, n, cs.Retransmits)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/zmesh/zmesh/config"
 )
@@ -39,6 +40,9 @@ type stream interface {
 	// sever drops the connection as a network failure would: a TCP connection is reset, a
 	// QUIC connection closed with an error.
 	sever()
+	// retransmits is what the transport resent below the link: the segments TCP
+	// retransmitted, or the packets QUIC declared lost (and so resent the frames of).
+	retransmits() uint64
 	// cork and uncork bracket a batch of writes of the link's writer: the stream may hold
 	// back what is written in between, and sends it by the time uncork returns, size bytes
 	// at most at a time.
@@ -246,6 +250,32 @@ func (s tlsStream) sever() {
 	s.cc.Close()
 }
 
+// retransmits is the connection's count of retransmitted segments; 0 when it cannot be read.
+func (s tlsStream) retransmits() uint64 {
+	n, _ := tcpRetransmits(s.cc.tcp)
+	return n
+}
+
+// tcpRetransmits reads the kernel's count of c's retransmitted segments (TCP_INFO
+// tcpi_total_retrans).
+func tcpRetransmits(c *net.TCPConn) (uint64, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	var infoErr error
+	if err := raw.Control(func(fd uintptr) {
+		var info *unix.TCPInfo
+		if info, infoErr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); infoErr == nil {
+			n = uint64(info.Total_retrans)
+		}
+	}); err != nil {
+		return 0, err
+	}
+	return n, infoErr
+}
+
 func (s tlsStream) cork(size int)      { s.cc.cork(size) }
 func (s tlsStream) uncork() error      { return s.cc.uncork() }
 func (s tlsStream) readAhead(size int) { s.cc.readAhead(size) }
@@ -266,6 +296,7 @@ type quicStream struct {
 func (s *quicStream) LocalAddr() net.Addr  { return s.conn.LocalAddr() }
 func (s *quicStream) RemoteAddr() net.Addr { return s.conn.RemoteAddr() }
 func (s *quicStream) CloseWrite() error    { return s.Stream.Close() }
+func (s *quicStream) retransmits() uint64  { return s.conn.ConnectionStats().PacketsLost }
 func (s *quicStream) cork(int)             {}
 func (s *quicStream) uncork() error        { return nil }
 func (s *quicStream) readAhead(int)        {}
