@@ -123,6 +123,7 @@ func (i *Interceptor) install(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer nft.CloseLasting()
 	i.rules.install(nft)
 	if err := nft.Flush(); err != nil {
 		return fmt.Errorf("install nftables table %s: %w", i.opts.Table, hint(err))
@@ -190,6 +191,7 @@ func (i *Interceptor) Add(id string, ic Interception) error {
 	if err != nil {
 		return fmt.Errorf("add interception %q: %w", id, err)
 	}
+	defer nft.CloseLasting()
 	for _, r := range old {
 		if err := nft.DelRule(r); err != nil {
 			return fmt.Errorf("add interception %q: replace rule: %w", id, err)
@@ -226,6 +228,7 @@ func (i *Interceptor) Remove(id string) error {
 	if err != nil {
 		return fmt.Errorf("remove interception %q: %w", id, err)
 	}
+	defer nft.CloseLasting()
 	for _, r := range old {
 		if err := nft.DelRule(r); err != nil {
 			return fmt.Errorf("remove interception %q: %w", id, err)
@@ -240,7 +243,8 @@ func (i *Interceptor) Remove(id string) error {
 	return nil
 }
 
-// tagged returns a new nftables connection and the rules of interception id.
+// tagged returns a new nftables connection, which the caller closes with CloseLasting, and
+// the rules of interception id.
 func (i *Interceptor) tagged(id string) (*nftables.Conn, []*nftables.Rule, error) {
 	nft, err := i.sys.nft()
 	if err != nil {
@@ -248,6 +252,7 @@ func (i *Interceptor) tagged(id string) (*nftables.Conn, []*nftables.Rule, error
 	}
 	rules, err := i.rules.tagged(nft, id)
 	if err != nil {
+		nft.CloseLasting()
 		return nil, nil, fmt.Errorf("nftables table %s: %w", i.opts.Table, hint(err))
 	}
 	return nft, rules, nil

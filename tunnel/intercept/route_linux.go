@@ -18,11 +18,7 @@ import (
 type system struct {
 	opts Options
 	ns   netns.NsHandle
-	// own is true when ns is the process's own network namespace. Its netlink sockets are then
-	// opened directly: opening them "at" a namespace enters it with setns(2), which needs
-	// CAP_SYS_ADMIN, while the interceptor's work itself needs CAP_NET_ADMIN only.
-	own bool
-	rt  *netlink.Handle
+	rt   *netlink.Handle
 }
 
 // openSystem opens handles on the network namespace of the calling thread.
@@ -31,33 +27,43 @@ func openSystem(o Options) (*system, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open network namespace of this thread: %w", err)
 	}
-	own := false
-	if self, err := netns.GetFromPath("/proc/self/ns/net"); err == nil {
-		own = self.Equal(ns)
-		self.Close()
-	}
-	var rt *netlink.Handle
-	if own {
-		// Unlocked threads are all in the process's namespace: the socket is created there.
-		rt, err = netlink.NewHandle(unix.NETLINK_ROUTE)
-	} else {
-		rt, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
-	}
+	rt, err := openIn(ns,
+		func() (*netlink.Handle, error) { return netlink.NewHandle(unix.NETLINK_ROUTE) },
+		func() (*netlink.Handle, error) { return netlink.NewHandleAt(ns, unix.NETLINK_ROUTE) })
 	if err != nil {
 		ns.Close()
 		return nil, fmt.Errorf("open rtnetlink: %w", hint(err))
 	}
-	return &system{opts: o, ns: ns, own: own, rt: rt}, nil
+	return &system{opts: o, ns: ns, rt: rt}, nil
 }
 
-// nft returns a fresh nftables connection to the namespace: each batch gets its own, so that
-// a failed batch leaves nothing queued or remembered behind.
-func (s *system) nft() (*nftables.Conn, error) {
-	var opts []nftables.ConnOption
-	if !s.own {
-		opts = append(opts, nftables.WithNetNSFd(int(s.ns)))
+// openIn opens a netlink socket in ns: with open, on the calling thread and without
+// setns(2), when that thread is in ns (every thread of a router is), so that CAP_NET_ADMIN
+// is enough; otherwise with openAt, which enters ns with setns(2) and so needs CAP_SYS_ADMIN
+// (tests, whose threads are in several namespaces). The thread is locked meanwhile, so that
+// the socket is made where its namespace was checked.
+func openIn[T any](ns netns.NsHandle, open, openAt func() (T, error)) (T, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if cur, err := netns.Get(); err == nil {
+		same := cur.Equal(ns)
+		cur.Close()
+		if same {
+			return open()
+		}
 	}
-	c, err := nftables.New(opts...)
+	return openAt()
+}
+
+// nft returns a fresh nftables connection to the namespace, its socket opened at once (so
+// that openIn decides where it is); the caller closes it with CloseLasting. Each batch gets
+// its own, so that a failed batch leaves nothing queued or remembered behind.
+func (s *system) nft() (*nftables.Conn, error) {
+	c, err := openIn(s.ns,
+		func() (*nftables.Conn, error) { return nftables.New(nftables.AsLasting()) },
+		func() (*nftables.Conn, error) {
+			return nftables.New(nftables.AsLasting(), nftables.WithNetNSFd(int(s.ns)))
+		})
 	if err != nil {
 		return nil, fmt.Errorf("open nftables netlink: %w", hint(err))
 	}
@@ -101,6 +107,7 @@ func (s *system) deleteTable() (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	defer nft.CloseLasting()
 	t := newRuleset(s.opts).table
 	tables, err := nft.ListTablesOfFamily(t.Family)
 	if err != nil {
