@@ -9,7 +9,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
-	"math/big"
 	"net/url"
 	"slices"
 	"testing"
@@ -154,7 +153,10 @@ func TestEnrollmentTrust(t *testing.T) {
 	k := set.Keys[0]
 	x, _ := base64.RawURLEncoding.DecodeString(k.X)
 	y, _ := base64.RawURLEncoding.DecodeString(k.Y)
-	pub := &ecdsa.PublicKey{Curve: elliptic.P256(), X: new(big.Int).SetBytes(x), Y: new(big.Int).SetBytes(y)}
+	pub, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), append(append([]byte{4}, x...), y...))
+	if err != nil || len(x) != 32 || len(y) != 32 {
+		t.Fatalf("jwks key: %v (x %d bytes, y %d bytes)", err, len(x), len(y))
+	}
 
 	nonce := uuid.NewString()
 	a = l.do(hreq{method: "POST", path: "/enroll/challenge", body: map[string]string{"keyId": k.Kid, "nonce": nonce}})

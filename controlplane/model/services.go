@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/zmesh/zmesh/controlplane/store"
@@ -323,8 +322,6 @@ func (m *Model) UpdateServiceEdgeRouterPolicy(id string, f func(*ServiceEdgeRout
 func (m *Model) DeleteServiceEdgeRouterPolicy(id string) error {
 	return deleteEntity(m, m.serviceEdgeRouterPolicyKind(), id)
 }
-
-func hasRole(roles []string, r string) bool { return slices.Contains(roles, r) }
 
 // FilterByRoles keeps the services that roles select under semantic, with the semantics of
 // policies (#all, @id, #attribute); the error names the roleFilter or roleSemantic at fault.

@@ -227,8 +227,13 @@ func TestStaleState(t *testing.T) {
 			t.Fatal("table still there after the context ended")
 		}
 	}
-	ic.mu.Lock() // the table goes first; wait for Close to finish
+	// The table goes first; Close finishes under the lock, so taking it waits for Close.
+	ic.mu.Lock()
+	closed := ic.closed
 	ic.mu.Unlock()
+	if !closed {
+		t.Fatal("the interceptor is not closed after its context ended and its table went")
+	}
 	checkState(t, opts, 0)
 }
 
