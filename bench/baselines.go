@@ -36,7 +36,7 @@ func setupProxy(ctx context.Context, env *Env) (Target, error) {
 	if err != nil {
 		return Target{}, fmt.Errorf("io-copy relay: %w", err)
 	}
-	return Target{Addr: relay.Addr()}, nil
+	return Target{Addr: relay.Addr(), Circuits: true}, nil
 }
 
 func setupTLSRelay(ctx context.Context, env *Env) (Target, error) {
@@ -54,5 +54,5 @@ func setupTLSRelay(ctx context.Context, env *Env) (Target, error) {
 	if err != nil {
 		return Target{}, fmt.Errorf("tls-2hop relay A: %w", err)
 	}
-	return Target{Addr: a.Addr()}, nil
+	return Target{Addr: a.Addr(), Circuits: true}, nil
 }

@@ -25,8 +25,10 @@
 // latency from connect to the echoed byte at that load; then the same open loop, a circuit
 // started every 1/Options.SetupRate seconds whatever the earlier ones do (at most 256 open),
 // for the latency at that rate, measured from when each circuit was due so that a stall
-// counts against every circuit it delayed. Between these the harness waits for the relay processes
-// to become quiet. Then, for every scenario, throughput (Options.Streams TCP connections
+// counts against every circuit it delayed. The relay baselines (io-copy, tls-2hop) are
+// measured the same way, a relayed connection standing for a circuit, so that the zmesh
+// paths' setup figures come with ratios to theirs. Between these the harness waits for the
+// relay processes to become quiet. Then, for every scenario, throughput (Options.Streams TCP connections
 // writing Options.WriteSize buffers for Options.Duration, then half-closing and waiting for
 // the sink's count of bytes received, which must match: a stream's rate is what arrived over
 // the time it took to arrive), with Jain's fairness index over the per-stream rates; then

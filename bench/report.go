@@ -74,6 +74,10 @@ type Ratio struct {
 	RTTP50     float64  `json:"rttP50"`
 	RTTP99     float64  `json:"rttP99"`
 	CPU        *float64 `json:"cpuPerGiB,omitempty"`
+	// Setup compares the closed-loop circuit setup rates, PacedSetupP99 the p99 latencies at
+	// Report.SetupRate, when both were measured.
+	Setup         *float64 `json:"setup,omitempty"`
+	PacedSetupP99 *float64 `json:"pacedSetupP99,omitempty"`
 }
 
 // compare fills the Ratio of every result whose baseline was measured.
@@ -96,6 +100,14 @@ func (r *Report) compare() {
 		if res.CPUSecondsPerGiB != nil && base.CPUSecondsPerGiB != nil && *base.CPUSecondsPerGiB > 0 {
 			cpu := *res.CPUSecondsPerGiB / *base.CPUSecondsPerGiB
 			res.Ratio.CPU = &cpu
+		}
+		if res.CircuitSetup != nil && base.CircuitSetup != nil && base.CircuitSetup.PerSecond > 0 {
+			setup := res.CircuitSetup.PerSecond / base.CircuitSetup.PerSecond
+			res.Ratio.Setup = &setup
+		}
+		if res.PacedSetup != nil && base.PacedSetup != nil && base.PacedSetup.Latency.P99 > 0 {
+			p99 := res.PacedSetup.Latency.P99 / base.PacedSetup.Latency.P99
+			res.Ratio.PacedSetupP99 = &p99
 		}
 	}
 }
@@ -208,6 +220,9 @@ func (r *Report) writeCircuits(w io.Writer) error {
 		failed := 0
 		if s := res.CircuitSetup; s != nil {
 			cells[1] = fmt.Sprintf("%.0f", s.PerSecond)
+			if res.Ratio != nil && res.Ratio.Setup != nil {
+				cells[1] = withRatio(cells[1], true, *res.Ratio.Setup)
+			}
 			cells[2], cells[3] = fmtMicros(s.Latency.P50), fmtMicros(s.Latency.P99)
 			failed += s.Failed
 			cells[7] = fmt.Sprintf("%d", failed)
@@ -215,6 +230,9 @@ func (r *Report) writeCircuits(w io.Writer) error {
 		if s := res.PacedSetup; s != nil {
 			cells[4] = fmt.Sprintf("%.0f", s.PerSecond)
 			cells[5], cells[6] = fmtMicros(s.Latency.P50), fmtMicros(s.Latency.P99)
+			if res.Ratio != nil && res.Ratio.PacedSetupP99 != nil {
+				cells[6] = withRatio(cells[6], true, *res.Ratio.PacedSetupP99)
+			}
 			failed += s.Failed
 			cells[7] = fmt.Sprintf("%d", failed)
 		}

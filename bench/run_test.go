@@ -50,19 +50,23 @@ func TestRunBaselines(t *testing.T) {
 	scenarios := append(Baselines(), Define("fake-router", BaselineProxy, setupProxy))
 	var progress []string
 	rep, err := Run(ctx, Options{
-		Exec:       testExec(t),
-		Scenarios:  scenarios,
-		Duration:   300 * time.Millisecond,
-		Streams:    3,
-		RTTSamples: 300,
-		Progress:   func(s string) { progress = append(progress, s) },
-		Started:    pids.started,
+		Exec:          testExec(t),
+		Scenarios:     scenarios,
+		Duration:      300 * time.Millisecond,
+		Streams:       3,
+		RTTSamples:    300,
+		SetupDuration: 300 * time.Millisecond,
+		SetupWorkers:  2,
+		SetupRate:     200,
+		Progress:      func(s string) { progress = append(progress, s) },
+		Started:       pids.started,
 	})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	// sink + 2 loadgens per scenario, plus 1 + 2 + 1 relays
-	pids.checkGone(t, 4*3+4)
+	// sink + 2 loadgens per scenario, 2 more (the setup measurements) for each of the three
+	// with relays, plus 1 + 2 + 1 relays
+	pids.checkGone(t, 4*3+3*2+4)
 	if len(rep.Results) != len(scenarios) {
 		t.Fatalf("%d results, want %d", len(rep.Results), len(scenarios))
 	}
@@ -83,8 +87,14 @@ func TestRunBaselines(t *testing.T) {
 		if wantRatio := res.Baseline != ""; wantRatio != (res.Ratio != nil) {
 			t.Errorf("%s: ratio %+v", res.Scenario, res.Ratio)
 		}
+		// The relays' connection setup is measured like a zmesh path's circuit setup, as the
+		// baseline of the zmesh paths' figures.
+		if s, p := res.CircuitSetup, res.PacedSetup; hasRelay != (s != nil && p != nil) ||
+			hasRelay && (s.Circuits <= 0 || s.Failed != 0 || p.Rate != 200 || p.Circuits <= 0 || p.Failed != 0) {
+			t.Errorf("%s: setup %+v, paced %+v", res.Scenario, s, p)
+		}
 	}
-	if r := rep.Results[3].Ratio; r == nil || r.Throughput <= 0 || r.RTTP50 <= 0 {
+	if r := rep.Results[3].Ratio; r == nil || r.Throughput <= 0 || r.RTTP50 <= 0 || r.Setup == nil || *r.Setup <= 0 || r.PacedSetupP99 == nil || *r.PacedSetupP99 <= 0 {
 		t.Errorf("fake-router ratio to io-copy: %+v", r)
 	}
 

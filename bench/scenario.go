@@ -35,8 +35,10 @@ type Target struct {
 	// Teardown, if set, runs after the measurements and before the harness stops the
 	// scenario's processes.
 	Teardown func(context.Context) error
-	// Circuits marks a path that opens a circuit for every connection: the harness then also
-	// measures circuit setup (Options.SetupDuration).
+	// Circuits marks a path that opens a circuit for every connection (or, for the relay
+	// baselines, a relayed connection, the same work without a controller): the harness then
+	// also measures circuit setup (Options.SetupDuration, Options.SetupRate), which zmesh
+	// paths compare with their baseline's.
 	Circuits bool
 	// IdleRouters, when not empty, are the routers whose memory the idle-circuit measurement
 	// (Options.IdleCircuits) reads. The routers of one scenario must not hold both ends of

@@ -50,12 +50,13 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 			"terminator on router B, split links over tls: or quic:; against tls-2hop) and\n" +
 			"zmesh-sdk-e2ee (an SDK client's `zmesh tunnel proxy` through router A's edge listener to\n" +
 			"router B's tunnel in host mode, encrypted end to end; against tls-2hop).\n\n" +
-			"For the zmesh paths it also measures circuit setup (--setup-workers circuits at a time,\n" +
-			"each carrying one byte to the sink and back, for --setup-duration: the most circuits per\n" +
-			"second, and latency p50/p99 at that load), then circuit setup at --setup-rate circuits\n" +
-			"started per second whatever the earlier ones do (latency from when each was due), and,\n" +
-			"on two routers without an SDK client, the resident memory per idle circuit of each\n" +
-			"router with --idle-circuits established circuits. --setup-duration 0, --setup-rate 0 and\n" +
+			"For the zmesh paths and the relay baselines (a relayed connection for a circuit) it also\n" +
+			"measures circuit setup (--setup-workers circuits at a time, each carrying one byte to\n" +
+			"the sink and back, for --setup-duration: the most circuits per second, and latency\n" +
+			"p50/p99 at that load), then circuit setup at --setup-rate circuits started per second\n" +
+			"whatever the earlier ones do (latency from when each was due), and, on two routers\n" +
+			"without an SDK client, the resident memory per idle circuit of each router with\n" +
+			"--idle-circuits established circuits. --setup-duration 0, --setup-rate 0 and\n" +
 			"--idle-circuits 0 skip them.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
