@@ -207,6 +207,9 @@ func apiHosts(cfg *config.Controller) []string {
 
 // lockDir takes an exclusive lock on the data directory, so that two controllers never
 // share one store.
+// ErrDataDirInUse: another controller holds the data directory's lock.
+var ErrDataDirInUse = errors.New("in use by another zmesh controller")
+
 func lockDir(dir string) (*os.File, error) {
 	path := filepath.Join(dir, "controller.lock")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
@@ -217,8 +220,8 @@ func lockDir(dir string) (*os.File, error) {
 		holder, _ := os.ReadFile(path)
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("data directory %s is in use by another zmesh controller (pid %s); stop it or choose another dataDir",
-				dir, strings.TrimSpace(string(holder)))
+			return nil, fmt.Errorf("%w: data directory %s, by pid %s; stop it or choose another dataDir",
+				ErrDataDirInUse, dir, strings.TrimSpace(string(holder)))
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}

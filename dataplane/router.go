@@ -221,17 +221,24 @@ func (r *Router) Run(ctx context.Context) error {
 	r.ctrl.loadEndpoints()
 
 	var wg sync.WaitGroup
-	if err := r.startTunnels(ctx, &wg); err != nil {
+	// A part that cannot start stops those already started, and Run returns once they have
+	// (a tproxy tunnel removes what it installed), never leaving them behind.
+	abort := func(err error) error {
+		cancel()
+		wg.Wait()
 		return err
+	}
+	if err := r.startTunnels(ctx, &wg); err != nil {
+		return abort(err)
 	}
 	if err := r.startTransportListeners(ctx, &wg); err != nil {
-		return err
+		return abort(err)
 	}
 	if err := r.startEdgeListeners(ctx, &wg); err != nil {
-		return err
+		return abort(err)
 	}
 	if err := r.startWeb(ctx, &wg); err != nil {
-		return err
+		return abort(err)
 	}
 	if e := r.cfg.Edge; e != nil && e.DB != "" {
 		wg.Go(func() {

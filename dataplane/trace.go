@@ -63,6 +63,12 @@ func openTrace(path string, log *slog.Logger) (*traceFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trace.path: %w", err)
 	}
+	// The trace holds session tokens (EdgeState messages): an existing file keeps its mode on
+	// open, so it is made private here too.
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("trace.path %s: %w", path, err)
+	}
 	return &traceFile{path: path, log: log, f: f, w: bufio.NewWriterSize(f, 64<<10)}, nil
 }
 

@@ -99,7 +99,7 @@ func Prepare(dir string, opts Options) (_ *Network, err error) {
 	}
 	ctrl, err := controlplane.Open(cfg, opts.Log.With("role", "controller"), controlplane.Build{Version: opts.Version})
 	if err != nil {
-		return nil, fmt.Errorf("open the quickstart's controller (%s): %w", cfg.DataDir, err)
+		return nil, openError(cfg.DataDir, err)
 	}
 	defer func() {
 		if cerr := ctrl.Close(); cerr != nil {

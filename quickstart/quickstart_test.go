@@ -279,6 +279,10 @@ func TestRunServesAndStops(t *testing.T) {
 	if err := Echo(ctx, Addr(n.Ports.Proxy(1)), "hello\n"); err != nil {
 		t.Fatalf("echo: %v", err)
 	}
+	// A second quickstart on the same directory is told that one runs there, and what to do.
+	if _, err := Prepare(n.Dir, Options{Routers: 1}); err == nil || !strings.Contains(err.Error(), "is already running") || !strings.Contains(err.Error(), "--dir") {
+		t.Errorf("Prepare while the quickstart runs: %v", err)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run after cancel: %v", err)

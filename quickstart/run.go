@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -92,7 +93,7 @@ func Run(ctx context.Context, n *Network, opts RunOptions) error {
 
 	ctrl, err := controlplane.Open(ccfg, opts.Log.With("role", "controller"), controlplane.Build{Version: opts.Version})
 	if err != nil {
-		return fmt.Errorf("open the quickstart's controller (%s): %w", ccfg.DataDir, err)
+		return openError(ccfg.DataDir, err)
 	}
 	ctrlReady := make(chan struct{})
 	g.start(1, "the controller", func(ctx context.Context) error {
@@ -258,4 +259,14 @@ func (g *group) stop() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return errors.Join(g.errs...)
+}
+
+// openError explains why the quickstart's controller did not open; a data directory that
+// another controller holds is most likely another quickstart on the same --dir.
+func openError(dataDir string, err error) error {
+	if errors.Is(err, controlplane.ErrDataDirInUse) {
+		return fmt.Errorf("the quickstart in %s is already running (%w): stop it (Ctrl-C), or start another with --dir and --port-offset",
+			filepath.Dir(dataDir), err)
+	}
+	return fmt.Errorf("open the quickstart's controller (%s): %w", dataDir, err)
 }

@@ -91,7 +91,8 @@ func printQuickstart(w io.Writer, n *quickstart.Network) {
 	}
 	fmt.Fprintf(w, "service %q: echo server %s, hosted by %s's tunnel, end-to-end encrypted\n",
 		quickstart.ServiceName, quickstart.Addr(p.Echo()), first.Name)
-	fmt.Fprintf(w, "admin login: zmesh edge login %s -u %s -p \"$(cat %s)\" --yes\n",
+	// The password goes on stdin, not the command line, where every local user could read it.
+	fmt.Fprintf(w, "admin login: zmesh edge login %s -u %s --yes < %s\n",
 		n.APIURL(), quickstart.AdminUsername, shellQuote(n.PasswordFile))
 	fmt.Fprintf(w, "try the demo: echo hello | nc -N %s %d\n", quickstart.Host, p.Proxy(n.Routers[len(n.Routers)-1].Index))
 	fmt.Fprintf(w, "as the client identity: zmesh tunnel proxy --identity %s --service %s:%d, then echo hello | nc -N %s %d\n",

@@ -62,10 +62,17 @@ func TestQuickstart(t *testing.T) {
 	}
 	waitHealthy(t, ca, web1)
 
-	// The printed login works with the generated password.
-	if out, stderr, err := run(t, nil, "edge", "login", "https://"+quickstart.Addr(ports.API()), "-u", "admin", "-p", strings.TrimSpace(password),
-		"--yes", "--session-file", filepath.Join(t.TempDir(), "session.json")); err != nil || !strings.Contains(out, "logged in") {
-		t.Errorf("zmesh edge login: %v\n%s%s", err, out, stderr)
+	// The printed login works with the generated password file on stdin.
+	if !strings.Contains(q.stdoutText(), "-u admin --yes < "+filepath.Join(dir, "admin-password")) {
+		t.Errorf("the printed login does not read the password file on stdin:\n%s", q.stdoutText())
+	}
+	var loginOut, loginErr bytes.Buffer
+	login := newRootCommand(&loginOut, &loginErr, func(string) (string, bool) { return "", false })
+	login.SetIn(strings.NewReader(password))
+	login.SetArgs([]string{"edge", "login", "https://" + quickstart.Addr(ports.API()), "-u", "admin", "--yes",
+		"--session-file", filepath.Join(t.TempDir(), "session.json")})
+	if err := login.Execute(); err != nil || !strings.Contains(loginOut.String(), "logged in") {
+		t.Errorf("zmesh edge login: %v\n%s%s", err, &loginOut, &loginErr)
 	}
 	clientProxy(t, filepath.Join(dir, "client.json"))
 

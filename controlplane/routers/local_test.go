@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/controlplane/pki"
 )
 
 // A co-located router's channel over ConnectLocal is admitted by its certificate, shows the
@@ -31,6 +32,16 @@ func TestConnectLocal(t *testing.T) {
 		ch.Start()
 		t.Cleanup(func() { ch.Close() })
 		return ch
+	}
+
+	// A certificate of another CA is refused before any channel, as the TLS listener would.
+	other, err := pki.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conn, err := e.ctrl.ConnectLocal(foreignCert(t, other, id).Leaf); err == nil {
+		conn.Close()
+		t.Fatal("ConnectLocal admitted a certificate of a CA the controller does not trust")
 	}
 
 	foreign := local(t, 1)

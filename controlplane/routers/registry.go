@@ -142,14 +142,10 @@ type reports struct {
 	latest map[string]*channel.Metrics
 }
 
-// put keeps m unless the router's kept report is newer: a connection being replaced may
-// still deliver an older report after the new connection's first one.
+// put keeps m as the router's latest report.
 func (r *reports) put(id string, m *channel.Metrics) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if cur := r.latest[id]; cur != nil && cur.Timestamp.After(m.Timestamp) {
-		return
-	}
 	r.latest[id] = m
 }
 

@@ -122,8 +122,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // ServeLocal serves, over conn, the control channel of a router that runs in the controller's
 // own process (co-located): conn is one end of an in-process connection, so there is no TLS
 // to authenticate the router, and cert, the client certificate the router would present, is
-// admitted as a TLS client's would be. The channel ends with Serve.
+// checked as the TLS listener checks one (issued by the controller's CA for client
+// authentication, and valid now), then admitted by the same lookup. The channel ends with
+// Serve.
 func (s *Server) ServeLocal(conn net.Conn, cert *x509.Certificate) error {
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: s.tls.ClientCAs, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return fmt.Errorf("the router's client certificate: %w", err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.serving == nil || s.closed {
@@ -174,7 +179,11 @@ func (s *Server) serveRouter(ctx context.Context, conn net.Conn, leaf *x509.Cert
 	ch.Handle(channel.TypeMetrics, func(_ context.Context, m channel.Message) (channel.Message, error) {
 		report := m.(*channel.Metrics)
 		rt.metrics.Store(report)
-		s.reports.put(rt.ID, report)
+		// The router's current connection's reports are kept in the order they arrive (the
+		// router's clock may step); a replaced connection's late ones are not.
+		if s.reg.get(rt.ID) == rt {
+			s.reports.put(rt.ID, report)
+		}
 		return nil, nil
 	})
 	if s.cfg.Handlers != nil {
