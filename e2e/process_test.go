@@ -1,20 +1,21 @@
 package e2e
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/zmesh/zmesh/internal/ctrltest"
+	"github.com/zmesh/zmesh/internal/netnstest"
 )
 
 // buildZmesh builds cmd/zmesh into dir and returns the binary's path. With the race
@@ -37,29 +38,11 @@ func buildZmesh(t *testing.T, dir string) string {
 	return bin
 }
 
-// logBuffer collects a process's output; it may be read while the process writes.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // proc is a process of the test, started in a network namespace.
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *logBuffer // stdout and stderr
+	out  *ctrltest.LogBuffer // stdout and stderr, read while the process writes them
 	done chan struct{}
 	err  error // Wait's result, once done is closed
 }
@@ -80,7 +63,7 @@ const nobody = 65534
 // at the end of the test if it still runs, and its output is logged when the test failed.
 func start(t *testing.T, ns netns.NsHandle, name string, opts procOptions, argv ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, out: &logBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, out: &ctrltest.LogBuffer{}, done: make(chan struct{})}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
@@ -92,7 +75,7 @@ func start(t *testing.T, ns netns.NsHandle, name string, opts procOptions, argv 
 		cmd.SysProcAttr.AmbientCaps = []uintptr{unix.CAP_NET_ADMIN, unix.CAP_NET_BIND_SERVICE}
 	}
 	p.cmd = cmd
-	if err := inNS(ns, cmd.Start); err != nil {
+	if err := netnstest.Run(ns, cmd.Start); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
 	go func() {
@@ -171,4 +154,20 @@ func run(t *testing.T, ns netns.NsHandle, timeout time.Duration, argv ...string)
 		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), p.err, p.out)
 	}
 	return p.out.String()
+}
+
+// eventually calls f every 100 ms until it returns nil, and fails the test with f's last
+// error once deadline passes.
+func eventually(t *testing.T, deadline time.Time, what string, f func() error) {
+	t.Helper()
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not done in time: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

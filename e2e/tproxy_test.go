@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/zmesh/zmesh/controlplane/edgeclient"
+	"github.com/zmesh/zmesh/internal/netnstest"
 	"github.com/zmesh/zmesh/tunnel/intercept"
 )
 
@@ -89,10 +90,10 @@ func TestTProxyGateway(t *testing.T) {
 	deadline := began.Add(80 * time.Second) // the budget of everything the test waits on
 
 	// The network.
-	client, gw, srv := newNS(t, "client"), newNS(t, "gateway"), newNS(t, "server")
-	veth(t, end{gw, "gw-client", gwClientAddr}, end{client, "client-gw", clientAddr})
-	veth(t, end{gw, "gw-server", gwServerAddr}, end{srv, "server-gw", serverAddr})
-	defaultRoute(t, client, gwClientAddr.Addr())
+	client, gw, srv := netnstest.New(t, "client"), netnstest.New(t, "gateway"), netnstest.New(t, "server")
+	netnstest.Veth(t, netnstest.End{NS: gw, Dev: "gw-client", Addr: gwClientAddr}, netnstest.End{NS: client, Dev: "client-gw", Addr: clientAddr})
+	netnstest.Veth(t, netnstest.End{NS: gw, Dev: "gw-server", Addr: gwServerAddr}, netnstest.End{NS: srv, Dev: "server-gw", Addr: serverAddr})
+	netnstest.DefaultRoute(t, client, gwClientAddr.Addr())
 
 	// The server namespace's services and the DNS upstream.
 	serveHTTP(t, srv, webPort, "web")
@@ -327,7 +328,7 @@ func newManagement(t *testing.T, ctx context.Context, ns netns.NsHandle, url, ca
 	if !ok {
 		t.Fatalf("edgeclient transport is a %T, not an *http.Transport", c.HTTP.Transport)
 	}
-	tr.DialContext = nsDialer(ns)
+	tr.DialContext = netnstest.Dialer{NS: ns}.DialContext
 	if _, err := c.AuthenticatePassword(ctx, "admin", adminPassword); err != nil {
 		t.Fatalf("admin login: %v", err)
 	}
@@ -422,7 +423,7 @@ edge:
 func serveHTTP(t *testing.T, ns netns.NsHandle, port int, name string) {
 	t.Helper()
 	var ln net.Listener
-	if err := inNS(ns, func() (err error) {
+	if err := netnstest.Run(ns, func() (err error) {
 		ln, err = net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", port))
 		return err
 	}); err != nil {
@@ -451,7 +452,7 @@ func bigBody() []byte {
 func serveUDPEcho(t *testing.T, ns netns.NsHandle, port int) {
 	t.Helper()
 	var pc net.PacketConn
-	if err := inNS(ns, func() (err error) {
+	if err := netnstest.Run(ns, func() (err error) {
 		pc, err = net.ListenPacket("udp4", fmt.Sprintf("127.0.0.1:%d", port))
 		return err
 	}); err != nil {
@@ -481,7 +482,7 @@ func serveUpstreamDNS(t *testing.T, ns netns.NsHandle) *upstreamDNS {
 	t.Helper()
 	u := &upstreamDNS{seen: map[string][]netip.Addr{}}
 	var pc net.PacketConn
-	if err := inNS(ns, func() (err error) {
+	if err := netnstest.Run(ns, func() (err error) {
 		pc, err = net.ListenPacket("udp4", upstreamAddr.String())
 		return err
 	}); err != nil {
@@ -524,7 +525,7 @@ func exchange(ns netns.NsHandle, name string) (*dns.Msg, error) {
 	m := new(dns.Msg).SetQuestion(dns.Fqdn(name), dns.TypeA)
 	c := &dns.Client{Net: "udp", Timeout: time.Second}
 	var reply *dns.Msg
-	err := inNS(ns, func() (err error) {
+	err := netnstest.Run(ns, func() (err error) {
 		reply, _, err = c.Exchange(m, resolverAddr.String())
 		return err
 	})
@@ -561,7 +562,7 @@ func lookupRcode(ns netns.NsHandle, name string) int {
 // clientHTTP is an HTTP client in namespace ns that resolves names through the gateway's
 // resolver, with a new connection (so a new circuit) per request.
 func clientHTTP(ns netns.NsHandle) *http.Client {
-	dial := nsDialer(ns)
+	dial := netnstest.Dialer{NS: ns}.DialContext
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -603,7 +604,7 @@ func get(ctx context.Context, c *http.Client, url string) (string, error) {
 // from dst.
 func udpRoundTrip(ns netns.NsHandle, dst netip.AddrPort, msg string) (string, error) {
 	var c *net.UDPConn
-	if err := inNS(ns, func() (err error) {
+	if err := netnstest.Run(ns, func() (err error) {
 		c, err = net.ListenUDP("udp4", nil)
 		return err
 	}); err != nil {
@@ -662,7 +663,7 @@ func interceptState(t *testing.T, ns netns.NsHandle) state {
 			s.table = true
 		}
 	}
-	h := handleAt(t, ns)
+	h := netnstest.Handle(t, ns)
 	rules, err := h.RuleList(netlink.FAMILY_V4)
 	if err != nil {
 		t.Fatalf("list rules: %v", err)

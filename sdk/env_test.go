@@ -3,13 +3,7 @@ package sdk
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,84 +15,30 @@ import (
 
 	"github.com/xtaci/smux"
 
-	"github.com/zmesh/zmesh/config"
-	"github.com/zmesh/zmesh/controlplane"
 	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/edgeclient"
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/edge"
+	"github.com/zmesh/zmesh/internal/ctrltest"
 )
 
 // testEnv is a controller on loopback whose policies let every identity dial and bind every
 // service over every edge router, and the fake edge routers of a test.
 type testEnv struct {
-	t        *testing.T
-	ctrl     *controlplane.Controller
-	m        *model.Model
-	apiURL   string
-	ctrlAddr string
-	logs     *logBuffer
+	t    *testing.T
+	ctl  *ctrltest.Controller
+	m    *model.Model
+	logs *ctrltest.LogBuffer // the controller's log, and the SDKs'
 
 	mu     sync.Mutex
 	terms  map[string]*fakeTerm // the terminators of every fake router, by id
 	nextID uint64               // circuits and terminators
 }
 
-// logBuffer collects logs, shown when the test fails.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func newEnv(t *testing.T) *testEnv {
 	t.Helper()
-	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctrlLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := apiLn.Addr().String()
-	cfg := &config.Controller{
-		V: 1, DataDir: t.TempDir(),
-		API:            config.ControllerAPI{Listen: addr, Advertise: addr},
-		Ctrl:           config.ControllerCtrl{Listen: config.Address{Transport: "tls", Host: "127.0.0.1", Port: ctrlLn.Addr().(*net.TCPAddr).Port}},
-		Admin:          config.Admin{Username: "admin", Password: "admin-pass"},
-		SessionTimeout: config.Duration(30 * time.Minute),
-	}
-	logs := &logBuffer{}
-	ctrl, err := controlplane.Open(cfg, slog.New(slog.NewTextHandler(logs, nil)), controlplane.Build{Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan struct{})
-	go func() { done <- ctrl.ServeWithCtrl(ctx, apiLn, ctrlLn, func(net.Addr) { close(ready) }) }()
-	<-ready
-	e := &testEnv{t: t, ctrl: ctrl, m: ctrl.Model(), apiURL: "https://" + addr, ctrlAddr: ctrlLn.Addr().String(),
-		logs: logs, terms: map[string]*fakeTerm{}}
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		if t.Failed() {
-			t.Logf("logs:\n%s", logs)
-		}
-	})
+	c := ctrltest.Start(t)
+	e := &testEnv{t: t, ctl: c, m: c.Model, logs: c.Logs, terms: map[string]*fakeTerm{}}
 	all := []string{"#all"}
 	check(t, e.m.CreateEdgeRouterPolicy(&model.EdgeRouterPolicy{Name: "all", Semantic: model.SemanticAny, IdentityRoles: all, EdgeRouterRoles: all}))
 	check(t, e.m.CreateServiceEdgeRouterPolicy(&model.ServiceEdgeRouterPolicy{Name: "all", Semantic: model.SemanticAny, ServiceRoles: all, EdgeRouterRoles: all}))
@@ -115,44 +55,11 @@ func check(t testing.TB, err error) {
 	}
 }
 
-func newKey(t testing.TB) *ecdsa.PrivateKey {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	check(t, err)
-	return key
-}
-
-func csrPEM(t testing.TB, key *ecdsa.PrivateKey, ips ...net.IP) []byte {
-	t.Helper()
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "x"}, IPAddresses: ips}, key)
-	check(t, err)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
-}
-
-func keyPEM(t testing.TB, key *ecdsa.PrivateKey) []byte {
-	t.Helper()
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	check(t, err)
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
-}
-
 // identity creates an identity, enrolls it with its one-time token and returns its identity
 // file, as zmesh enroll writes it.
 func (e *testEnv) identity(name string) *edgeclient.IdentityFile {
-	t := e.t
-	t.Helper()
-	id, err := e.m.CreateIdentity(model.IdentityCreate{Name: name, Enrollment: &model.EnrollmentRequest{OTT: true}})
-	check(t, err)
-	ens, err := e.m.EnrollmentsOf(id.ID)
-	check(t, err)
-	key := newKey(t)
-	certPEM, err := e.m.EnrollOTT(ens[0].Token, csrPEM(t, key))
-	check(t, err)
-	f := &edgeclient.IdentityFile{ZtAPI: e.apiURL}
-	f.ID.Cert = "pem:" + string(certPEM)
-	f.ID.Key = "pem:" + string(keyPEM(t, key))
-	f.ID.CA = "pem:" + string(e.ctrl.CA().PEM())
-	return f
+	e.t.Helper()
+	return e.ctl.IdentityFile(e.t, name)
 }
 
 // sdk returns a Context of a new identity, closed at the end of the test.
@@ -222,25 +129,15 @@ type fakeTerm struct {
 func (e *testEnv) router(name string) *fakeRouter {
 	t := e.t
 	t.Helper()
-	er := &model.EdgeRouter{Name: name}
-	check(t, e.m.CreateEdgeRouter(er))
-	enr, err := e.m.RouterEnrollment(er.ID)
-	check(t, err)
-	key := newKey(t)
-	certs, err := e.m.EnrollErOtt(enr.Token, csrPEM(t, key), csrPEM(t, key, net.ParseIP("127.0.0.1")))
-	check(t, err)
-	server, err := tls.X509KeyPair(certs.ServerCert, keyPEM(t, key))
-	check(t, err)
-	client, err := tls.X509KeyPair(certs.Cert, keyPEM(t, key))
-	check(t, err)
+	er := ctrltest.EnrollRouter(t, e.m, name, "127.0.0.1")
 	r := &fakeRouter{e: e, name: name, id: er.ID, clients: map[*smux.Session]struct{}{}, seen: &bytes.Buffer{},
-		tls: &tls.Config{Certificates: []tls.Certificate{server}, ClientAuth: tls.RequireAndVerifyClientCert,
-			ClientCAs: e.ctrl.CA().Pool(), MinVersion: tls.VersionTLS13}}
+		tls: &tls.Config{Certificates: []tls.Certificate{er.Server}, ClientAuth: tls.RequireAndVerifyClientCert,
+			ClientCAs: e.ctl.Ctrl.CA().Pool(), MinVersion: tls.VersionTLS13}}
 	r.refuseDial.Store("")
 	r.start()
 	t.Cleanup(r.stop)
 
-	conn, err := tls.Dial("tcp", e.ctrlAddr, &tls.Config{Certificates: []tls.Certificate{client}, RootCAs: e.ctrl.CA().Pool(),
+	conn, err := tls.Dial("tcp", e.ctl.CtrlAddr, &tls.Config{Certificates: []tls.Certificate{er.Client}, RootCAs: e.ctl.Ctrl.CA().Pool(),
 		ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13})
 	check(t, err)
 	r.channel = channel.New(context.Background(), conn, slog.New(slog.NewTextHandler(io.Discard, nil)), channel.Options{RequestTimeout: 5 * time.Second})

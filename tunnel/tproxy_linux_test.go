@@ -3,13 +3,11 @@ package tunnel
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/zmesh/zmesh/internal/netnstest"
 	"github.com/zmesh/zmesh/tunnel/intercept"
 )
 
@@ -30,18 +29,18 @@ func TestTProxy(t *testing.T) {
 	topo := newTopology(t)
 	var tcpWeb, tcpWild net.Listener
 	var udpEchoConn net.PacketConn
-	inNS(t, topo.srv, func() {
-		var err error
+	if err := netnstest.Run(topo.srv, func() (err error) {
 		if tcpWeb, err = net.Listen("tcp4", "127.0.0.1:7"); err != nil {
-			t.Fatal(err)
+			return err
 		}
 		if tcpWild, err = net.Listen("tcp4", "127.0.0.1:8080"); err != nil {
-			t.Fatal(err)
+			return err
 		}
-		if udpEchoConn, err = net.ListenPacket("udp4", "127.0.0.1:5300"); err != nil {
-			t.Fatal(err)
-		}
-	})
+		udpEchoConn, err = net.ListenPacket("udp4", "127.0.0.1:5300")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	tcpEcho(t, tcpWeb)
 	tcpEcho(t, tcpWild)
 	udpEcho(t, udpEchoConn)
@@ -70,18 +69,15 @@ func TestTProxy(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		if err := netns.Set(topo.gw); err != nil {
-			done <- err
-			return
-		}
-		done <- tp.Run(ctx, f, TProxyOptions{
-			Resolver:       resolverAddr,
-			DNSSvcIPRange:  dnsRange,
-			ResolvConf:     resolvConf,
-			UDPIdleTimeout: idle,
-			Host:           &HostOptions{Dialer: nsDialer{topo.srv}, UDPIdleTimeout: time.Minute},
-			Logger:         testLogger(t),
+		done <- netnstest.Run(topo.gw, func() error {
+			return tp.Run(ctx, f, TProxyOptions{
+				Resolver:       resolverAddr,
+				DNSSvcIPRange:  dnsRange,
+				ResolvConf:     resolvConf,
+				UDPIdleTimeout: idle,
+				Host:           &HostOptions{Dialer: netnstest.Dialer{NS: topo.srv}, UDPIdleTimeout: time.Minute},
+				Logger:         testLogger(t),
+			})
 		})
 	}()
 
@@ -160,11 +156,7 @@ func TestTProxy(t *testing.T) {
 		HostV1:      `{"protocol":"tcp","address":"127.0.0.1","forwardPort":true,"allowedPortRanges":[{"low":8080,"high":8080}]}`})
 	f.setServices(wild, udp)
 	eventually(t, "port 9000 intercepted", func() bool {
-		var c net.Conn
-		var err error
-		inNS(t, topo.client, func() {
-			c, err = net.DialTimeout("tcp4", netip.AddrPortFrom(fooIP, 9000).String(), 300*time.Millisecond)
-		})
+		c, err := netnstest.DialTimeout(t, topo.client, "tcp4", netip.AddrPortFrom(fooIP, 9000).String(), 300*time.Millisecond)
 		if err != nil {
 			return false
 		}
@@ -198,29 +190,6 @@ func TestTProxy(t *testing.T) {
 	}
 }
 
-// nsDialer dials from network namespace ns.
-type nsDialer struct{ ns netns.NsHandle }
-
-func (d nsDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		if err := netns.Set(d.ns); err != nil {
-			ch <- result{nil, err}
-			return
-		}
-		var nd net.Dialer
-		c, err := nd.DialContext(ctx, network, address)
-		ch <- result{c, err}
-	}()
-	r := <-ch
-	return r.c, r.err
-}
-
 // query asks the resolver at server, from namespace ns, for the A record of name. It
 // returns the address and the reply's rcode, or -1 when no reply came.
 func query(t *testing.T, ns netns.NsHandle, server netip.AddrPort, name string, timeout time.Duration) (netip.Addr, int) {
@@ -229,7 +198,7 @@ func query(t *testing.T, ns netns.NsHandle, server netip.AddrPort, name string, 
 	c := &dns.Client{Net: "udp", Timeout: timeout}
 	var reply *dns.Msg
 	var err error
-	inNS(t, ns, func() { reply, _, err = c.Exchange(m, server.String()) })
+	netnstest.Do(t, ns, func() { reply, _, err = c.Exchange(m, server.String()) })
 	if err != nil {
 		return netip.Addr{}, -1
 	}
@@ -245,9 +214,7 @@ func query(t *testing.T, ns netns.NsHandle, server netip.AddrPort, name string, 
 // echoTCP connects from namespace ns to dst and expects its bytes echoed, with half-close.
 func echoTCP(t *testing.T, ns netns.NsHandle, dst netip.AddrPort) {
 	t.Helper()
-	var c net.Conn
-	var err error
-	inNS(t, ns, func() { c, err = net.DialTimeout("tcp4", dst.String(), 2*time.Second) })
+	c, err := netnstest.DialTimeout(t, ns, "tcp4", dst.String(), 2*time.Second)
 	if err != nil {
 		t.Fatalf("dial %s: %v", dst, err)
 	}
@@ -267,9 +234,7 @@ func echoTCP(t *testing.T, ns netns.NsHandle, dst netip.AddrPort) {
 // noTCP expects a connection from namespace ns to dst to fail.
 func noTCP(t *testing.T, ns netns.NsHandle, dst netip.AddrPort) {
 	t.Helper()
-	var c net.Conn
-	var err error
-	inNS(t, ns, func() { c, err = net.DialTimeout("tcp4", dst.String(), 300*time.Millisecond) })
+	c, err := netnstest.DialTimeout(t, ns, "tcp4", dst.String(), 300*time.Millisecond)
 	if err == nil {
 		c.Close()
 		t.Errorf("dial %s: connected, want no connection", dst)
@@ -280,12 +245,7 @@ func noTCP(t *testing.T, ns netns.NsHandle, dst netip.AddrPort) {
 // whole, from dst.
 func echoUDP(t *testing.T, ns netns.NsHandle, dst netip.AddrPort, msgs ...string) {
 	t.Helper()
-	var c *net.UDPConn
-	var err error
-	inNS(t, ns, func() { c, err = net.ListenUDP("udp4", nil) })
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := netnstest.ListenUDP(t, ns, "udp4", nil)
 	defer c.Close()
 	for _, m := range msgs {
 		if _, err := c.WriteToUDPAddrPort([]byte(m), dst); err != nil {
@@ -340,23 +300,6 @@ func checkNoState(t *testing.T) {
 	}
 }
 
-// enterNewNetNS locks the test's goroutine to its thread and moves the thread into a new
-// network namespace with lo up. The thread is never unlocked: it ends with the test.
-func enterNewNetNS(t *testing.T) netns.NsHandle {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces, nftables tables, rules and routes")
-	}
-	runtime.LockOSThread()
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatalf("new network namespace: %v", err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	linkUp(t, &netlink.Handle{}, "lo")
-	return ns
-}
-
 // topology is three network namespaces: srv, with the services on its loopback; client
 // (10.99.0.2/24, default route via the gateway); gw (10.99.0.1/24, default route via the
 // client), joined to client by a veth pair.
@@ -364,88 +307,18 @@ type topology struct {
 	srv, client, gw netns.NsHandle
 }
 
-// newTopology builds the topology and leaves the test's thread in gw.
+// newTopology builds the topology and leaves the test's thread in gw, the namespace whose
+// interceptor state checkNoState reads.
 func newTopology(t *testing.T) topology {
 	t.Helper()
-	srv := enterNewNetNS(t)
-	client := enterNewNetNS(t)
-	gw := enterNewNetNS(t)
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "gw0"}, PeerName: "client0",
-		PeerNamespace: netlink.NsFd(client)}); err != nil {
-		t.Fatalf("add veth: %v", err)
-	}
-	ch, err := netlink.NewHandleAt(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	gwh := &netlink.Handle{} // in the thread's namespace, gw
-	for _, side := range []struct {
-		h         *netlink.Handle
-		dev, addr string
-		via       net.IP
-	}{
-		{gwh, "gw0", "10.99.0.1/24", net.IPv4(10, 99, 0, 2)},
-		{ch, "client0", "10.99.0.2/24", net.IPv4(10, 99, 0, 1)},
-	} {
-		link := linkUp(t, side.h, side.dev)
-		addr, err := netlink.ParseAddr(side.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := side.h.AddrAdd(link, addr); err != nil {
-			t.Fatalf("add address %s to %s: %v", side.addr, side.dev, err)
-		}
-		if err := side.h.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: side.via}); err != nil {
-			t.Fatalf("add default route via %s: %v", side.via, err)
-		}
-	}
-	// Until the kernel's link watch has seen the carrier, a veth drops what it is to send.
-	for _, h := range []*netlink.Handle{gwh, ch} {
-		eventually(t, "veth up", func() bool {
-			links, err := h.LinkList()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, l := range links {
-				if l.Type() == "veth" && l.Attrs().OperState != netlink.OperUp {
-					return false
-				}
-			}
-			return true
-		})
-	}
+	netnstest.SkipUnlessRoot(t, "creates network namespaces, nftables tables, rules and routes")
+	srv := netnstest.New(t, "srv")
+	client := netnstest.New(t, "client")
+	gw := netnstest.Enter(t, "gw")
+	netnstest.Veth(t,
+		netnstest.End{NS: gw, Dev: "gw0", Addr: netip.MustParsePrefix("10.99.0.1/24")},
+		netnstest.End{NS: client, Dev: "client0", Addr: netip.MustParsePrefix("10.99.0.2/24")})
+	netnstest.DefaultRoute(t, gw, netip.MustParseAddr("10.99.0.2"))
+	netnstest.DefaultRoute(t, client, netip.MustParseAddr("10.99.0.1"))
 	return topology{srv: srv, client: client, gw: gw}
-}
-
-// linkUp sets device name up and returns it.
-func linkUp(t *testing.T, h *netlink.Handle, name string) netlink.Link {
-	t.Helper()
-	link, err := h.LinkByName(name)
-	if err != nil {
-		t.Fatalf("find %s: %v", name, err)
-	}
-	if err := h.LinkSetUp(link); err != nil {
-		t.Fatalf("set %s up: %v", name, err)
-	}
-	return link
-}
-
-// inNS runs fn with the test's thread in network namespace ns, then returns to where it was.
-func inNS(t *testing.T, ns netns.NsHandle, fn func()) {
-	t.Helper()
-	cur, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cur.Close()
-	if err := netns.Set(ns); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := netns.Set(cur); err != nil {
-			panic(fmt.Sprintf("return to namespace: %v", err)) // the thread is locked and dies with the test
-		}
-	}()
-	fn()
 }

@@ -1,15 +1,9 @@
 package edgesync_test
 
 import (
-	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +21,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/routers"
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/ctrltest"
 )
 
 // clock is a settable clock for the model.
@@ -38,24 +33,6 @@ type clock struct {
 func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
-// logBuffer collects a log.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // env is a model in a Badger store in a temporary directory, a syncer, and the control
 // channel listener the routers package serves on loopback, wired as the controller wires
 // them.
@@ -65,13 +42,13 @@ type env struct {
 	ca       *pki.CA
 	sync     *edgesync.Syncer
 	ctrlAddr string
-	logs     *logBuffer
+	logs     *ctrltest.LogBuffer
 }
 
 func newEnv(t *testing.T, opts edgesync.Options) *env {
 	t.Helper()
 	clk := &clock{t: time.Now().UTC()}
-	logs := &logBuffer{}
+	logs := &ctrltest.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := store.Open(t.TempDir(), quiet, store.Options{})
@@ -83,9 +60,8 @@ func newEnv(t *testing.T, opts edgesync.Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	m := model.New(st, ca, quiet, model.Options{SessionTimeout: 30 * time.Minute, Issuer: "https://127.0.0.1:1280",
-		SigningKey: key, SigningKID: "kid1", Now: clk.Now})
+		SigningKey: ctrltest.NewKey(t), SigningKID: "kid1", Now: clk.Now})
 	dir := t.TempDir()
 	cert, err := ca.ServerCertAt(filepath.Join(dir, "ctrl.cert"), filepath.Join(dir, "ctrl.key"), []string{"127.0.0.1"})
 	if err != nil {
@@ -119,51 +95,20 @@ func must(t *testing.T, err error) {
 	}
 }
 
-func newKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(t, err)
-	return key
-}
-
-func csr(t *testing.T, key *ecdsa.PrivateKey, dnsNames []string) []byte {
-	t.Helper()
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "x"}, DNSNames: dnsNames}, key)
-	must(t, err)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
-}
-
 // enrollRouter creates an edge router and enrolls it, returning its id and client
 // certificate.
 func enrollRouter(t *testing.T, m *model.Model, name string) (string, tls.Certificate) {
 	t.Helper()
-	r := &model.EdgeRouter{Name: name}
-	must(t, m.CreateEdgeRouter(r))
-	enr, err := m.RouterEnrollment(r.ID)
-	if err != nil || enr == nil {
-		t.Fatalf("enrollment of %s: %v", name, err)
-	}
-	key := newKey(t)
-	certs, err := m.EnrollErOtt(enr.Token, csr(t, key, nil), csr(t, newKey(t), []string{name + ".example"}))
-	must(t, err)
-	cert, err := pki.ParsePEMCert(certs.Cert)
-	must(t, err)
-	return r.ID, tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
+	r := ctrltest.EnrollRouter(t, m, name, name+".example")
+	return r.ID, r.Client
 }
 
 // enrollIdentity creates an identity with a certificate and returns the chain it
 // authenticates with.
 func enrollIdentity(t *testing.T, m *model.Model, name string, roles ...string) (*model.Identity, []*x509.Certificate) {
 	t.Helper()
-	id, err := m.CreateIdentity(model.IdentityCreate{Name: name, RoleAttributes: roles, Enrollment: &model.EnrollmentRequest{OTT: true}})
-	must(t, err)
-	ens, err := m.EnrollmentsOf(id.ID)
-	must(t, err)
-	certPEM, err := m.EnrollOTT(ens[0].Token, csr(t, newKey(t), nil))
-	must(t, err)
-	cert, err := pki.ParsePEMCert(certPEM)
-	must(t, err)
-	return id, []*x509.Certificate{cert}
+	id := ctrltest.EnrollIdentity(t, m, name, roles...)
+	return id.Identity, []*x509.Certificate{id.Cert}
 }
 
 // login opens n API sessions with chain, 16 at a time.

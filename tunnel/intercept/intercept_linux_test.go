@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"testing"
 	"time"
 
@@ -16,6 +15,8 @@ import (
 	"github.com/google/nftables/userdata"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/zmesh/zmesh/internal/netnstest"
 )
 
 var (
@@ -181,7 +182,8 @@ func testGateway(t *testing.T, opts Options) {
 
 // TestStaleState opens, abandons the interceptor as a crash would, and opens again.
 func TestStaleState(t *testing.T) {
-	enterNewNetNS(t)
+	skipUnlessRoot(t)
+	netnstest.Enter(t, "interceptor")
 	opts := Options{Table: "zmesh-test", Mark: 0x100, BypassMark: 0x200, RouteTable: 1000}
 
 	crashed := func() {
@@ -237,21 +239,10 @@ func TestStaleState(t *testing.T) {
 	checkState(t, opts, 0)
 }
 
-// enterNewNetNS locks the test's goroutine to its thread and moves the thread into a new
-// network namespace with lo up. The thread is never unlocked: it ends with the test.
-func enterNewNetNS(t *testing.T) netns.NsHandle {
+// skipUnlessRoot skips the tests of this file elsewhere than as root.
+func skipUnlessRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces, nftables tables, rules and routes")
-	}
-	runtime.LockOSThread()
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatalf("new network namespace: %v", err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	linkUp(t, &netlink.Handle{}, "lo")
-	return ns
+	netnstest.SkipUnlessRoot(t, "creates network namespaces, nftables tables, rules and routes")
 }
 
 // topology is two network namespaces joined by a veth pair: client (10.99.0.2/24, default
@@ -261,76 +252,19 @@ type topology struct {
 	client, gw netns.NsHandle
 }
 
-// newTopology builds the topology and leaves the test's thread in gw.
+// newTopology builds the topology and leaves the test's thread in gw, where the interceptor
+// the test opens works.
 func newTopology(t *testing.T) topology {
 	t.Helper()
-	client := enterNewNetNS(t)
-	gw := enterNewNetNS(t)
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "gw0"}, PeerName: "client0",
-		PeerNamespace: netlink.NsFd(client)}); err != nil {
-		t.Fatalf("add veth: %v", err)
-	}
-	ch, err := netlink.NewHandleAt(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	gwh := &netlink.Handle{} // in the thread's namespace, gw
-	for _, side := range []struct {
-		h         *netlink.Handle
-		dev, addr string
-		via       net.IP
-	}{
-		{gwh, "gw0", "10.99.0.1/24", net.IPv4(10, 99, 0, 2)},
-		{ch, "client0", "10.99.0.2/24", net.IPv4(10, 99, 0, 1)},
-	} {
-		link := linkUp(t, side.h, side.dev)
-		addr, err := netlink.ParseAddr(side.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := side.h.AddrAdd(link, addr); err != nil {
-			t.Fatalf("add address %s to %s: %v", side.addr, side.dev, err)
-		}
-		if err := side.h.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: side.via}); err != nil {
-			t.Fatalf("add default route via %s: %v", side.via, err)
-		}
-	}
-	// Until the kernel's link watch has seen the carrier, a veth drops what it is to send.
-	for _, h := range []*netlink.Handle{gwh, ch} {
-		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			links, err := h.LinkList()
-			if err != nil {
-				t.Fatal(err)
-			}
-			up := true
-			for _, l := range links {
-				if l.Type() == "veth" && l.Attrs().OperState != netlink.OperUp {
-					up = false
-				}
-			}
-			if up {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("veth not up")
-			}
-		}
-	}
+	skipUnlessRoot(t)
+	client := netnstest.New(t, "client")
+	gw := netnstest.Enter(t, "gw")
+	netnstest.Veth(t,
+		netnstest.End{NS: gw, Dev: "gw0", Addr: netip.MustParsePrefix("10.99.0.1/24")},
+		netnstest.End{NS: client, Dev: "client0", Addr: netip.MustParsePrefix("10.99.0.2/24")})
+	netnstest.DefaultRoute(t, gw, netip.MustParseAddr("10.99.0.2"))
+	netnstest.DefaultRoute(t, client, netip.MustParseAddr("10.99.0.1"))
 	return topology{client: client, gw: gw}
-}
-
-// linkUp sets device name up and returns it.
-func linkUp(t *testing.T, h *netlink.Handle, name string) netlink.Link {
-	t.Helper()
-	link, err := h.LinkByName(name)
-	if err != nil {
-		t.Fatalf("find %s: %v", name, err)
-	}
-	if err := h.LinkSetUp(link); err != nil {
-		t.Fatalf("set %s up: %v", name, err)
-	}
-	return link
 }
 
 // open opens an interceptor with a test logger and closes it at the end of the test.
@@ -364,32 +298,11 @@ func acceptAll(t *testing.T, ic *Interceptor) <-chan net.Conn {
 	return conns
 }
 
-// inNS runs fn with the test's thread in network namespace ns, then returns to where it was.
-func inNS(t *testing.T, ns netns.NsHandle, fn func()) {
-	t.Helper()
-	cur, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cur.Close()
-	if err := netns.Set(ns); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := netns.Set(cur); err != nil {
-			panic(err) // the thread is locked and dies with the test; stop using it now
-		}
-	}()
-	fn()
-}
-
 // checkTCP connects from namespace ns to dst, expects the connection to be intercepted with
 // its original destination and bytes to flow both ways, and returns the client's address.
 func checkTCP(t *testing.T, ns netns.NsHandle, dst netip.AddrPort, conns <-chan net.Conn) netip.AddrPort {
 	t.Helper()
-	var c net.Conn
-	var err error
-	inNS(t, ns, func() { c, err = net.DialTimeout("tcp4", dst.String(), 2*time.Second) })
+	c, err := netnstest.DialTimeout(t, ns, "tcp4", dst.String(), 2*time.Second)
 	if err != nil {
 		t.Fatalf("dial %s: %v", dst, err)
 	}
@@ -427,9 +340,7 @@ func exchange(t *testing.T, from, to net.Conn, msg string) {
 // checkNoTCP expects a connection from namespace ns to dst to fail and not to be intercepted.
 func checkNoTCP(t *testing.T, ns netns.NsHandle, dst netip.AddrPort, conns <-chan net.Conn) {
 	t.Helper()
-	var c net.Conn
-	var err error
-	inNS(t, ns, func() { c, err = net.DialTimeout("tcp4", dst.String(), notIntercepted) })
+	c, err := netnstest.DialTimeout(t, ns, "tcp4", dst.String(), notIntercepted)
 	if err == nil {
 		c.Close()
 		t.Errorf("dial %s: connected, want no connection", dst)
@@ -446,12 +357,7 @@ func checkNoTCP(t *testing.T, ns netns.NsHandle, dst netip.AddrPort, conns <-cha
 // original destination, and a reply through ReplyConn to reach the client from dst.
 func checkUDP(t *testing.T, ic *Interceptor, ns netns.NsHandle, dst netip.AddrPort) {
 	t.Helper()
-	var c *net.UDPConn
-	var err error
-	inNS(t, ns, func() { c, err = net.ListenUDP("udp4", nil) })
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := netnstest.ListenUDP(t, ns, "udp4", nil)
 	defer c.Close()
 	if _, err := c.WriteToUDPAddrPort([]byte("ping"), dst); err != nil {
 		t.Fatal(err)
@@ -486,12 +392,7 @@ func checkUDP(t *testing.T, ic *Interceptor, ns netns.NsHandle, dst netip.AddrPo
 // checkNoUDP expects a datagram from namespace ns to dst not to be intercepted.
 func checkNoUDP(t *testing.T, ic *Interceptor, ns netns.NsHandle, dst netip.AddrPort) {
 	t.Helper()
-	var c *net.UDPConn
-	var err error
-	inNS(t, ns, func() { c, err = net.ListenUDP("udp4", nil) })
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := netnstest.ListenUDP(t, ns, "udp4", nil)
 	defer c.Close()
 	if _, err := c.WriteToUDPAddrPort([]byte("ping"), dst); err != nil {
 		t.Fatal(err)

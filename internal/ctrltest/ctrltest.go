@@ -1,0 +1,263 @@
+// Package ctrltest is for tests that need a controller or what it issues: a controller
+// serving its API and control channel on loopback with Badger in t.TempDir(), stopped at the
+// end of the test; edge routers and identities created and enrolled with their one-time
+// tokens, as zmesh enroll would; keys, CSRs and certificates; and a log buffer that a test
+// reads while the code under test writes it. Only tests import it; its helpers fail the
+// test (t.Fatal) rather than return errors.
+package ctrltest
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/controlplane"
+	"github.com/zmesh/zmesh/controlplane/edgeclient"
+	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/controlplane/pki"
+)
+
+// The administrator a test controller is configured with.
+const (
+	AdminUsername = "admin"
+	AdminPassword = "admin-pass"
+)
+
+// LogBuffer collects a log or a process's output; it may be read while it is written.
+type LogBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *LogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Controller is a controller serving its API and its control channel on loopback.
+type Controller struct {
+	Ctrl     *controlplane.Controller
+	Model    *model.Model // Ctrl's
+	APIAddr  string       // host:port of the API
+	URL      string       // https://APIAddr
+	CtrlAddr string       // host:port of the control channel (TLS)
+	Logs     *LogBuffer   // the controller's log, shown when the test failed
+
+	t      testing.TB
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+}
+
+// Start opens a controller on a data directory in t.TempDir(), with the administrator
+// AdminUsername/AdminPassword and 30-minute API sessions, and serves it (ServeWithCtrl) on
+// two new loopback listeners until Stop or the end of the test. A controller that stops
+// with an error fails the test.
+func Start(t testing.TB) *Controller {
+	t.Helper()
+	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrlLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		apiLn.Close()
+		t.Fatal(err)
+	}
+	addr := apiLn.Addr().String()
+	cfg := &config.Controller{
+		V: 1, DataDir: t.TempDir(),
+		API:            config.ControllerAPI{Listen: addr, Advertise: addr},
+		Ctrl:           config.ControllerCtrl{Listen: config.Address{Transport: "tls", Host: "127.0.0.1", Port: ctrlLn.Addr().(*net.TCPAddr).Port}},
+		Admin:          config.Admin{Username: AdminUsername, Password: AdminPassword},
+		SessionTimeout: config.Duration(30 * time.Minute),
+	}
+	logs := &LogBuffer{}
+	ctrl, err := controlplane.Open(cfg, slog.New(slog.NewTextHandler(logs, nil)), controlplane.Build{Version: "test"})
+	if err != nil {
+		apiLn.Close()
+		ctrlLn.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Controller{Ctrl: ctrl, Model: ctrl.Model(), APIAddr: addr, URL: "https://" + addr,
+		CtrlAddr: ctrlLn.Addr().String(), Logs: logs, t: t, cancel: cancel, done: make(chan error, 1)}
+	ready := make(chan struct{})
+	go func() { c.done <- ctrl.ServeWithCtrl(ctx, apiLn, ctrlLn, func(net.Addr) { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-c.done:
+		cancel()
+		t.Fatalf("the controller stopped at start: %v\n%s", err, logs)
+	}
+	t.Cleanup(func() {
+		c.Stop()
+		if t.Failed() {
+			t.Logf("controller log:\n%s", logs)
+		}
+	})
+	return c
+}
+
+// Stop stops the controller and waits for it, failing the test when it stopped with an
+// error. Calling it again does nothing.
+func (c *Controller) Stop() {
+	c.once.Do(func() {
+		c.cancel()
+		if err := <-c.done; err != nil {
+			c.t.Errorf("controller stopped with: %v", err)
+		}
+	})
+}
+
+// Admin returns a client of the controller's API logged in as its administrator.
+func (c *Controller) Admin(t testing.TB) *edgeclient.Client {
+	t.Helper()
+	admin := edgeclient.New(c.URL, c.Ctrl.CA().Pool(), nil)
+	if _, err := admin.AuthenticatePassword(t.Context(), AdminUsername, AdminPassword); err != nil {
+		t.Fatalf("administrator login: %v", err)
+	}
+	return admin
+}
+
+// IdentityFile creates an identity named name, enrolls it with its one-time token and
+// returns its identity file, as zmesh enroll writes it.
+func (c *Controller) IdentityFile(t testing.TB, name string) *edgeclient.IdentityFile {
+	t.Helper()
+	id := EnrollIdentity(t, c.Model, name)
+	f := &edgeclient.IdentityFile{ZtAPI: c.URL}
+	f.ID.Cert = "pem:" + string(id.CertPEM)
+	f.ID.Key = "pem:" + string(KeyPEM(t, id.Key))
+	f.ID.CA = "pem:" + string(c.Ctrl.CA().PEM())
+	return f
+}
+
+// Identity is an identity enrolled with its one-time token.
+type Identity struct {
+	*model.Identity
+	Key     *ecdsa.PrivateKey
+	Cert    *x509.Certificate // issued by the enrollment
+	CertPEM []byte
+}
+
+// EnrollIdentity creates an identity named name with roles in m, with a one-time-token
+// enrollment, and enrolls it with a new key.
+func EnrollIdentity(t testing.TB, m *model.Model, name string, roles ...string) Identity {
+	t.Helper()
+	id, err := m.CreateIdentity(model.IdentityCreate{Name: name, RoleAttributes: roles, Enrollment: &model.EnrollmentRequest{OTT: true}})
+	if err != nil {
+		t.Fatalf("create identity %s: %v", name, err)
+	}
+	ens, err := m.EnrollmentsOf(id.ID)
+	if err != nil || len(ens) == 0 {
+		t.Fatalf("enrollments of identity %s: %d, %v", name, len(ens), err)
+	}
+	key := NewKey(t)
+	certPEM, err := m.EnrollOTT(ens[0].Token, CSR(t, key))
+	if err != nil {
+		t.Fatalf("enroll identity %s: %v", name, err)
+	}
+	cert, err := pki.ParsePEMCert(certPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Identity{Identity: id, Key: key, Cert: cert, CertPEM: certPEM}
+}
+
+// Router is an edge router enrolled with its one-time token.
+type Router struct {
+	ID     string
+	Client tls.Certificate // for the control channel
+	Server tls.Certificate // for its listeners
+}
+
+// EnrollRouter creates an edge router named name in m and enrolls it with its one-time
+// token: a client certificate and a server certificate for serverSANs (DNS names or IP
+// addresses), both on one new key.
+func EnrollRouter(t testing.TB, m *model.Model, name string, serverSANs ...string) Router {
+	t.Helper()
+	r := &model.EdgeRouter{Name: name}
+	if err := m.CreateEdgeRouter(r); err != nil {
+		t.Fatalf("create edge router %s: %v", name, err)
+	}
+	enr, err := m.RouterEnrollment(r.ID)
+	if err != nil || enr == nil {
+		t.Fatalf("enrollment of %s: %v", name, err)
+	}
+	key := NewKey(t)
+	certs, err := m.EnrollErOtt(enr.Token, CSR(t, key), CSR(t, key, serverSANs...))
+	if err != nil {
+		t.Fatalf("enroll edge router %s: %v", name, err)
+	}
+	return Router{ID: r.ID, Client: TLSCert(t, certs.Cert, key), Server: TLSCert(t, certs.ServerCert, key)}
+}
+
+// NewKey returns a new ECDSA P-256 key, the kind the project's PKI issues for.
+func NewKey(t testing.TB) *ecdsa.PrivateKey {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// CSR returns a PEM certificate request signed by key for sans, each an IP address or else
+// a DNS name. Its subject is left to the CA, which names the certificate itself.
+func CSR(t testing.TB, key *ecdsa.PrivateKey, sans ...string) []byte {
+	t.Helper()
+	req := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "zmesh-test"}}
+	for _, san := range sans {
+		if ip := net.ParseIP(san); ip != nil {
+			req.IPAddresses = append(req.IPAddresses, ip)
+		} else {
+			req.DNSNames = append(req.DNSNames, san)
+		}
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, req, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+}
+
+// KeyPEM returns key as a PEM PKCS #8 private key, as identity files hold it.
+func KeyPEM(t testing.TB, key *ecdsa.PrivateKey) []byte {
+	t.Helper()
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+}
+
+// TLSCert returns the PEM certificate certPEM with its key as a tls.Certificate, its leaf
+// parsed.
+func TLSCert(t testing.TB, certPEM []byte, key *ecdsa.PrivateKey) tls.Certificate {
+	t.Helper()
+	cert, err := pki.ParsePEMCert(certPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
+}
