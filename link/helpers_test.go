@@ -109,7 +109,9 @@ func newNodeWith(t testing.TB, ident Identity, h Handler, edit func(*Options)) *
 		},
 		Log:              testLog(t),
 		HandshakeTimeout: 5 * time.Second,
-		PairTimeout:      2 * time.Second,
+		// The pairing tests open several TLS connections one after another, which on a loaded
+		// 2-core machine with the race detector takes seconds: the production default.
+		PairTimeout: DefaultPairTimeout,
 	}
 	if edit != nil {
 		edit(&opts)

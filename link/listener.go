@@ -137,6 +137,15 @@ func (l *Listener) pair(ctx context.Context, s stream, h hello) {
 		return
 	}
 	p := l.pending[key]
+	if p == nil && l.isUp(h.RouterID, h.LinkID) {
+		// A late or repeated connection of a link that has formed: refused at once rather
+		// than kept until the pair timeout.
+		l.mu.Unlock()
+		l.log.Warn("link connection refused", "link", h.LinkID, "peer", h.RouterID, "role", string(h.Role),
+			"index", h.Index, "remote", s.RemoteAddr().String(), "reason", "the link is up already")
+		s.Close()
+		return
+	}
 	if p == nil {
 		p = &pairing{key: key, cert: s.peerCertificate().Raw, payloads: make([]stream, h.payloads())}
 		p.timer = time.AfterFunc(l.reg.opts.PairTimeout, func() { l.expire(p) })
@@ -219,4 +228,10 @@ func (l *Listener) establish(ctx context.Context, h hello, streams ...stream) {
 	if err := l.reg.add(ctx, lk); err != nil {
 		l.log.Info("link dropped", "link", h.LinkID, "peer", h.RouterID, "reason", err.Error())
 	}
+}
+
+// isUp reports whether the link linkID to router peer is up.
+func (l *Listener) isUp(peer, linkID string) bool {
+	lk := l.reg.Get(peer)
+	return lk != nil && lk.ID() == linkID
 }
