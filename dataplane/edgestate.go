@@ -168,25 +168,25 @@ func (s *edgeState) apply(m *channel.EdgeState) {
 	}
 }
 
-// dropAPISession removes an API session and the sessions made in it; with mu.
+// dropAPISession removes an API session, dropSession a session (the sessions made in an
+// API session are removed by the controller's own updates); with mu. Each appends the
+// removed token to gone.
 func (s *edgeState) dropAPISession(id string, gone []string) []string {
-	token, ok := s.apiByID[id]
-	if !ok {
-		return gone
-	}
-	delete(s.apiByID, id)
-	delete(s.apiSessions, token)
-	return append(gone, token)
+	return dropByID(s.apiByID, s.apiSessions, id, gone)
 }
 
-// dropSession removes a session; with mu.
 func (s *edgeState) dropSession(id string, gone []string) []string {
-	token, ok := s.sessByID[id]
+	return dropByID(s.sessByID, s.sessions, id, gone)
+}
+
+// dropByID removes the entry id from a table indexed both by id and by token.
+func dropByID[T any](byID map[string]string, byToken map[string]T, id string, gone []string) []string {
+	token, ok := byID[id]
 	if !ok {
 		return gone
 	}
-	delete(s.sessByID, id)
-	delete(s.sessions, token)
+	delete(byID, id)
+	delete(byToken, token)
 	return append(gone, token)
 }
 

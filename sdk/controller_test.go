@@ -64,25 +64,25 @@ func mustPolicy(t *testing.T, e *testEnv, name string) string {
 	t.Helper()
 	list, err := e.m.ServicePolicies()
 	check(t, err)
-	for _, p := range list {
-		if p.Name == name {
-			return p.ID
-		}
-	}
-	t.Fatalf("no policy %s", name)
-	return ""
+	return idByName(t, "policy", name, list, func(p *model.ServicePolicy) (string, string) { return p.Name, p.ID })
 }
 
 func identityID(t *testing.T, e *testEnv, name string) string {
 	t.Helper()
 	list, err := e.m.Identities()
 	check(t, err)
-	for _, id := range list {
-		if id.Name == name {
-			return id.ID
+	return idByName(t, "identity", name, list, func(i *model.Identity) (string, string) { return i.Name, i.ID })
+}
+
+// idByName returns the id of the entity of list named name, failing the test when none is.
+func idByName[T any](t *testing.T, kind, name string, list []T, nameID func(T) (string, string)) string {
+	t.Helper()
+	for _, x := range list {
+		if n, id := nameID(x); n == name {
+			return id
 		}
 	}
-	t.Fatalf("no identity %s", name)
+	t.Fatalf("no %s %s", kind, name)
 	return ""
 }
 

@@ -38,6 +38,15 @@ func serveEcho(t *testing.T, l net.Listener) {
 }
 
 // roundTrip dials service, sends msg, half-closes and returns the answer.
+// expectEcho fails the test unless a round trip of msg through service comes back upper-cased
+// (the echo servers of these tests); what says which step of the test it was.
+func expectEcho(t *testing.T, c *Context, service, msg, what string) {
+	t.Helper()
+	if got, err := roundTrip(t, c, service, msg); err != nil || got != strings.ToUpper(msg) {
+		t.Fatalf("%s: round trip through %s: %q, %v; want %q", what, service, got, err, strings.ToUpper(msg))
+	}
+}
+
 func roundTrip(t *testing.T, c *Context, service, msg string) (string, error) {
 	t.Helper()
 	conn, err := c.Dial(testCtx(t), service)
@@ -76,9 +85,7 @@ func TestHelloAndLatency(t *testing.T) {
 	serveEcho(t, listen(t, host, "echo", ListenOptions{}))
 	eventually(t, "a terminator on each router", func() bool { return fast.terminators() == 1 && slow.terminators() == 1 })
 
-	if got, err := roundTrip(t, client, "echo", "hi"); err != nil || got != "HI" {
-		t.Fatalf("round trip: %q %v", got, err)
-	}
+	expectEcho(t, client, "echo", "hi", "round trip")
 	if fast.dials.Load() != 1 || slow.dials.Load() != 0 {
 		t.Errorf("dials: fast %d, slow %d; want the fast router", fast.dials.Load(), slow.dials.Load())
 	}
@@ -182,9 +189,7 @@ func TestDialFailover(t *testing.T) {
 	serveEcho(t, listen(t, host, "echo", ListenOptions{}))
 
 	a.refuseDial.Store(edge.CodeFailed)
-	if got, err := roundTrip(t, client, "echo", "one"); err != nil || got != "ONE" {
-		t.Fatalf("with a refusing: %q %v", got, err)
-	}
+	expectEcho(t, client, "echo", "one", "with a refusing")
 	if a.dials.Load() != 1 || b.dials.Load() != 1 {
 		t.Errorf("dials a %d, b %d", a.dials.Load(), b.dials.Load())
 	}
@@ -200,9 +205,7 @@ func TestDialFailover(t *testing.T) {
 	// a dies: its connections end, Dial goes through b, then a new Dial finds a again once
 	// it is back (the host binds there again).
 	a.stop()
-	if got, err := roundTrip(t, client, "echo", "two"); err != nil || got != "TWO" {
-		t.Fatalf("with a down: %q %v", got, err)
-	}
+	expectEcho(t, client, "echo", "two", "with a down")
 	if b.dials.Load() != 2 {
 		t.Errorf("b dials %d", b.dials.Load())
 	}
@@ -223,17 +226,13 @@ func TestListenerRebinds(t *testing.T) {
 	host, client := e.sdk("host"), e.sdk("client")
 	l := listen(t, host, "echo", ListenOptions{})
 	serveEcho(t, l)
-	if got, err := roundTrip(t, client, "echo", "before"); err != nil || got != "BEFORE" {
-		t.Fatalf("%q %v", got, err)
-	}
+	expectEcho(t, client, "echo", "before", "before the router restarts")
 	r.stop()
 	eventually(t, "the bind ends", func() bool { return l.count() == 0 })
 	time.Sleep(300 * time.Millisecond) // a rebind attempt or two fail
 	r.start()
 	eventually(t, "the host binds again", func() bool { return r.terminators() == 1 && l.count() == 1 })
-	if got, err := roundTrip(t, client, "echo", "after"); err != nil || got != "AFTER" {
-		t.Fatalf("%q %v", got, err)
-	}
+	expectEcho(t, client, "echo", "after", "after the host bound again")
 }
 
 // A session the router does not know any more is replaced once; an API session that ended
@@ -245,9 +244,7 @@ func TestSessionRefresh(t *testing.T) {
 	svc := e.service("echo", false)
 	host, client := e.sdk("host"), e.sdk("client")
 	serveEcho(t, listen(t, host, "echo", ListenOptions{}))
-	if got, err := roundTrip(t, client, "echo", "a"); err != nil || got != "A" {
-		t.Fatalf("%q %v", got, err)
-	}
+	expectEcho(t, client, "echo", "a", "first dial")
 	sessionOf := func() *edgeSession {
 		client.mu.Lock()
 		defer client.mu.Unlock()
@@ -258,9 +255,7 @@ func TestSessionRefresh(t *testing.T) {
 	}
 	first := sessionOf()
 	check(t, e.m.DeleteSession(first.id))
-	if got, err := roundTrip(t, client, "echo", "b"); err != nil || got != "B" {
-		t.Fatalf("after the session ended: %q %v", got, err)
-	}
+	expectEcho(t, client, "echo", "b", "after the session ended")
 	if s := sessionOf(); s == nil || s.id == first.id {
 		t.Error("the session was not replaced")
 	}
@@ -277,9 +272,7 @@ func TestSessionRefresh(t *testing.T) {
 			check(t, e.m.DeleteAPISession(s.ID))
 		}
 	}
-	if got, err := roundTrip(t, client, "echo", "c"); err != nil || got != "C" {
-		t.Fatalf("after the API session ended: %q %v", got, err)
-	}
+	expectEcho(t, client, "echo", "c", "after the API session ended")
 	if r.hellos.Load() != 3 {
 		t.Errorf("%d hellos, want 3 (host, client, client again)", r.hellos.Load())
 	}
@@ -425,9 +418,7 @@ func TestEncrypted(t *testing.T) {
 	if r.sawPlaintext([]byte(secret)) {
 		t.Error("the router saw the plaintext of an encrypted service")
 	}
-	if got, err := roundTrip(t, client, "plain", secret); err != nil || got != strings.ToUpper(secret) {
-		t.Fatalf("plain: %q %v", got, err)
-	}
+	expectEcho(t, client, "plain", secret, "plain")
 	if !r.sawPlaintext([]byte(secret)) {
 		t.Error("the router did not see the plaintext of a plain service: the check above proves nothing")
 	}
@@ -468,9 +459,7 @@ func TestEncryptedPeerMismatch(t *testing.T) {
 	}
 	r.wrongInit.Store(false)
 
-	if got, err := roundTrip(t, client, "secret", "ok"); err != nil || got != "OK" {
-		t.Fatalf("%q %v", got, err)
-	}
+	expectEcho(t, client, "secret", "ok", "with the right initiator")
 }
 
 // Dial of an unknown service fails without a session; a canceled context stops Dial.
