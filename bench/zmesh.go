@@ -411,8 +411,8 @@ func enrollClient(ctrl *controlplane.Controller, dir, apiURL string, mesh *prepa
 func noEnv(string) (string, bool) { return "", false }
 
 // enrollRouter creates the edge router of spec and enrolls it as quickstart does: a new key
-// and certificates in dir/<name> (key.pem, client.cert, server.cert for localhost and
-// 127.0.0.1, where the bench's routers listen, and ca.cert).
+// and certificates in dir/<name> (quickstart.EnrollRouter's files: the server certificate
+// names localhost and 127.0.0.1, where the bench's routers listen).
 func enrollRouter(m *model.Model, dir string, spec routerSpec) (preparedRouter, error) {
 	er := &model.EdgeRouter{Name: spec.name, IsTunnelerEnabled: spec.ingress || spec.host}
 	if err := m.CreateEdgeRouter(er); err != nil {
@@ -443,7 +443,8 @@ func writeRouterConfigs(routers []preparedRouter, ctrlEndpoint string) (string, 
 	var proxyAddr string
 	for _, r := range routers {
 		var b strings.Builder
-		fmt.Fprintf(&b, "v: 3\nidentity:\n  cert: client.cert\n  server_cert: server.cert\n  key: key.pem\n  ca: ca.cert\n")
+		fmt.Fprintf(&b, "v: 3\nidentity:\n  cert: %s\n  server_cert: %s\n  key: %s\n  ca: %s\n",
+			quickstart.RouterCertFile, quickstart.RouterServerCertFile, quickstart.RouterKeyFile, quickstart.RouterCAFile)
 		fmt.Fprintf(&b, "ctrl:\n  endpoint: %s\n", ctrlEndpoint)
 		if r.egress {
 			fmt.Fprintf(&b, "dialers:\n  - binding: %s\n", config.DialerProxy)
