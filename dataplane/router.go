@@ -207,16 +207,8 @@ func (r *Router) Run(ctx context.Context) error {
 	r.ctrl = newCtrlClient(r.cfg.Ctrl, r.ident.Client, r.ident.CAs, r.hello, r.handlers, r.connected, r.log)
 	r.ctrl.trace = trace
 	if r.localCtrl != nil {
-		r.ctrl.local = func() (net.Conn, error) {
-			leaf := r.ident.Client.Leaf
-			if leaf == nil {
-				var err error
-				if leaf, err = x509.ParseCertificate(r.ident.Client.Certificate[0]); err != nil {
-					return nil, fmt.Errorf("the router's client certificate: %w", err)
-				}
-			}
-			return r.localCtrl(leaf)
-		}
+		// tls.LoadX509KeyPair (loadIdentity) fills in Leaf.
+		r.ctrl.local = func() (net.Conn, error) { return r.localCtrl(r.ident.Client.Leaf) }
 	}
 	r.ctrl.loadEndpoints()
 
