@@ -93,14 +93,15 @@ func push(ctx context.Context, conn *net.TCPConn, buf []byte, start, deadline ti
 }
 
 // runEcho times size-byte round trips over conns echo connections to addr, samples in all,
-// taking at most d; the first round trips of each connection warm it up and are not counted.
+// taking at most d once each connection is warm: its first round trips warm it up (the
+// path may set itself up on the first byte, e.g. a relay's TLS handshake to the next hop),
+// are not counted, and are bounded by circuitTimeout rather than d.
 func runEcho(ctx context.Context, addr string, conns, samples int, d time.Duration, size int) (Latency, error) {
 	cs, err := dialAll(ctx, addr, conns, modeEcho)
 	if err != nil {
 		return Latency{}, err
 	}
 	defer closeAll(cs)
-	deadline := time.Now().Add(d)
 	per := make([][]time.Duration, conns)
 	errs := make([]error, conns)
 	var wg sync.WaitGroup
@@ -110,7 +111,7 @@ func runEcho(ctx context.Context, addr string, conns, samples int, d time.Durati
 			n++
 		}
 		wg.Go(func() {
-			per[i], errs[i] = roundTrips(ctx, conn, n, size, deadline)
+			per[i], errs[i] = roundTrips(ctx, conn, n, size, d)
 			if errs[i] != nil {
 				errs[i] = fmt.Errorf("echo connection %d of %d to %s: %w", i+1, conns, addr, errs[i])
 			}
@@ -125,23 +126,30 @@ func runEcho(ctx context.Context, addr string, conns, samples int, d time.Durati
 		all = append(all, p...)
 	}
 	if len(all) == 0 {
-		return Latency{}, fmt.Errorf("echo to %s: no round trip completed within %s", addr, d)
+		return Latency{}, fmt.Errorf("echo to %s: no round trip completed within %s after the warm-up", addr, d)
 	}
 	return summarize(all), nil
 }
 
-// roundTrips sends n timed requests on conn (after min(n, 100) untimed ones), each awaiting
-// its complete echo, and stops early at deadline.
-func roundTrips(ctx context.Context, conn *net.TCPConn, n, size int, deadline time.Time) ([]time.Duration, error) {
+// roundTrips sends n timed requests on conn, each awaiting its complete echo, for at most
+// d; before them, min(n, 100) untimed ones within circuitTimeout.
+func roundTrips(ctx context.Context, conn *net.TCPConn, n, size int, d time.Duration) ([]time.Duration, error) {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	if err := conn.SetDeadline(deadline.Add(drainTimeout)); err != nil {
+	warmup := min(n, 100)
+	deadline := time.Now().Add(circuitTimeout) // for the warm-up, then for the samples
+	if err := conn.SetDeadline(deadline); err != nil {
 		return nil, fmt.Errorf("set deadline: %w", err)
 	}
 	req, resp := make([]byte, size), make([]byte, size)
-	warmup := min(n, 100)
 	samples := make([]time.Duration, 0, n)
 	for i := 0; i < warmup+n && time.Now().Before(deadline); i++ {
+		if i == warmup {
+			deadline = time.Now().Add(d)
+			if err := conn.SetDeadline(deadline.Add(drainTimeout)); err != nil {
+				return nil, fmt.Errorf("set deadline: %w", err)
+			}
+		}
 		binary.BigEndian.PutUint64(req[:min(8, size)], uint64(i))
 		t := time.Now()
 		if _, err := conn.Write(req); err != nil {

@@ -93,7 +93,7 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.DurationVar(&opts.Duration, "duration", 5*time.Second, "length of each throughput measurement, and the most each echo measurement takes")
+	f.DurationVar(&opts.Duration, "duration", 5*time.Second, "length of each throughput measurement, and the most each echo measurement takes after its warm-up round trips")
 	f.IntVar(&opts.Streams, "streams", 1, "parallel TCP streams of the throughput measurement")
 	f.StringSliceVar(&opts.Only, "scenarios", nil, "run only these scenarios (comma-separated), each with its baseline")
 	f.IntVar(&opts.RTTSamples, "rtt-samples", 10000, "64-byte round trips to time per scenario")
