@@ -32,8 +32,8 @@
 // writing Options.WriteSize buffers for Options.Duration, then half-closing and waiting for
 // the sink's count of bytes received, which must match: a stream's rate is what arrived over
 // the time it took to arrive), with Jain's fairness index over the per-stream rates; then
-// 64-byte echo round trips (Options.RTTSamples, at most Options.Duration after 100 untimed warm-up ones), summarised as
-// percentiles; and CPU seconds per GiB, the user+system CPU time of the scenario's Relay
+// 64-byte echo round trips (Options.RTTSamples, at most Options.Duration after 100 untimed
+// warm-up ones), summarised as percentiles; and CPU seconds per GiB, the user+system CPU time of the scenario's Relay
 // processes read from /proc/<pid>/stat just before and just after the throughput
 // measurement (so setup, echo and shutdown do not count; Linux only, reported as unknown
 // elsewhere) divided by the GiB delivered. The load generator and sink are not counted: they
