@@ -69,10 +69,11 @@
 // # Profiles
 //
 // With Options.ProfileDir set, the processes on the forwarding path (Command.Relay: the
-// baselines' relays and the scenarios' routers) are started with ProfileEnv, and with
-// Options.Trace TraceEnv, naming files in that directory (<scenario>.<process>.cpu.pprof,
-// <scenario>.<process>.trace); a process that calls StartProfiling writes a CPU profile and
-// an execution trace of its life there. The bench's relays do, and so does the test binary
+// baselines' relays and the scenarios' routers) are started with ProfileEnv and HeapEnv, and
+// with Options.Trace TraceEnv, naming files in that directory (<scenario>.<process>.cpu.pprof,
+// <scenario>.<process>.heap.pprof, <scenario>.<process>.trace); a process that calls
+// StartProfiling writes a CPU profile of its life, heap profiles while it runs and at its end,
+// and an execution trace there. The bench's relays do, and so does the test binary
 // when it acts as `zmesh router run`: TestProfileZmesh runs a scenario that way and leaves
 // the profiles (see its comment). Skipping the circuit setup and idle circuit measurements
 // leaves the profiles mostly to the throughput measurement. `zmesh router run` writes no

@@ -15,9 +15,10 @@ import (
 // TestProfileZmesh is not a test but a tool, skipped unless ZMESH_BENCH_PROFILE_DIR names a
 // directory: it runs the scenarios of ZMESH_BENCH_SCENARIOS (default zmesh-2routers-tls)
 // with their baselines, ZMESH_BENCH_STREAMS streams (default 16) for ZMESH_BENCH_DURATION
-// (default 5s), without circuit setup and idle circuits, every router and relay its own
-// process (the test binary acting as `zmesh router run`), and leaves a CPU profile of each
-// router and relay in that directory (and execution traces with ZMESH_BENCH_TRACE=1):
+// (default 5s), without circuit setup (unless ZMESH_BENCH_SETUP=1) and idle circuits, every
+// router and relay its own process (the test binary acting as `zmesh router run`), and
+// leaves a CPU profile of each router and relay in that directory (and execution traces
+// with ZMESH_BENCH_TRACE=1):
 //
 //	ZMESH_BENCH_PROFILE_DIR=/tmp/prof go test -run TestProfileZmesh -v ./bench
 //	go tool pprof -top /tmp/prof/zmesh-2routers-tls.router-a.cpu.pprof
@@ -57,7 +58,7 @@ func TestProfileZmesh(t *testing.T) {
 		Duration:   duration,
 		Streams:    streams,
 		RTTSamples: 1000,
-		SkipSetup:  true,
+		SkipSetup:  os.Getenv("ZMESH_BENCH_SETUP") != "1",
 		SkipIdle:   true,
 		ProfileDir: dir,
 		Trace:      os.Getenv("ZMESH_BENCH_TRACE") == "1",

@@ -98,7 +98,8 @@ func (e *Env) Start(ctx context.Context, c Command) (*Process, error) {
 
 func (e *Env) start(ctx context.Context, c Command, waitReady bool) (*Process, error) {
 	if e.profile != "" && c.Relay {
-		c.env = append(c.env, ProfileEnv+"="+e.profile+c.Name+".cpu.pprof")
+		c.env = append(c.env, ProfileEnv+"="+e.profile+c.Name+".cpu.pprof",
+			HeapEnv+"="+e.profile+c.Name+".heap.pprof")
 		if e.trace {
 			c.env = append(c.env, TraceEnv+"="+e.profile+c.Name+".trace")
 		}

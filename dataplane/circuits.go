@@ -129,20 +129,13 @@ func (r *Router) route(ctx context.Context, m *channel.Route) *channel.RouteRepl
 	r.mu.Unlock()
 	r.fw.Route(id, toInitiator, EndpointHop{E: e})
 	r.metrics.circuitsCreated.Inc()
-	e.Start() // reads once the initiator's opening payload arrives
-	// The opening payload follows the controller's answer to the ingress within moments. When
-	// it does not come, the controller gave up on the circuit (its request timed out before
-	// this dial ended) or the ingress did: end the circuit rather than keep the service's
-	// connection and the route until the idle check.
+	// The opening payload follows the controller's answer to the ingress within moments;
+	// the terminator reads once it arrives, and is closed when it does not come.
 	open := m.Timeout
 	if open <= 0 {
 		open = 10 * time.Second
 	}
-	time.AfterFunc(open, func() {
-		if !e.Opened() {
-			e.Close(fmt.Sprintf("the circuit was not opened within %s of its route", open))
-		}
-	})
+	e.StartWithin(open)
 	return reply
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // An Endpoint is one end of a circuit on this router: it joins a local connection (a client
@@ -69,6 +70,9 @@ type Endpoint struct {
 	closed    bool
 	opened    bool // a payload from the initiator arrived (terminator)
 	awaitOpen bool // Start was called before it did: the first payload starts reading
+	// openTimer closes a terminator that is not opened in time (StartWithin); stopped once
+	// it is opened or ends, so that it keeps nothing of a finished circuit alive.
+	openTimer *time.Timer
 
 	finished atomic.Bool
 }
@@ -134,6 +138,32 @@ func (e *Endpoint) Start() {
 		e.fwd.Forward(f)
 	}
 	go e.readLoop()
+}
+
+// StartWithin starts a terminator, as Start does, and closes it with a Close to the other
+// end unless the initiator's opening payload arrives within d: an opening payload that does
+// not come means the controller or the ingress gave up on the circuit, and the service's
+// connection is not kept until the idle check.
+func (e *Endpoint) StartWithin(d time.Duration) {
+	e.mu.Lock()
+	if !e.opened && !e.closed {
+		e.openTimer = time.AfterFunc(d, func() {
+			if !e.Opened() {
+				e.Close(fmt.Sprintf("the circuit was not opened within %s of its route", d))
+			}
+		})
+	}
+	e.mu.Unlock()
+	e.Start()
+}
+
+// opening marks the terminator opened and stops its open timer. Called with mu held.
+func (e *Endpoint) opening() {
+	e.opened, e.awaitOpen = true, false
+	if e.openTimer != nil {
+		e.openTimer.Stop()
+		e.openTimer = nil
+	}
 }
 
 // readableNow reports, without waiting, whether the connection has data or EOF to read, so
@@ -241,7 +271,7 @@ func (e *Endpoint) Receive(f *Frame) {
 		start := !e.writing
 		e.writing = true
 		read := e.awaitOpen
-		e.opened, e.awaitOpen = true, false
+		e.opening()
 		e.mu.Unlock()
 		if start {
 			go e.writeLoop()
@@ -368,6 +398,10 @@ func (e *Endpoint) shutdown(err error, tellPeer bool) {
 	e.closed = true
 	queued := e.queue
 	e.queue = nil
+	if e.openTimer != nil {
+		e.openTimer.Stop()
+		e.openTimer = nil
+	}
 	e.mu.Unlock()
 	for _, f := range queued {
 		f.Release()

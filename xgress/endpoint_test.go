@@ -7,6 +7,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -435,5 +437,67 @@ func TestOpeningPayload(t *testing.T) {
 			t.Fatalf("spoke %v: the opening payload carries %q, want %q", spoke, f.Data, want)
 		}
 		e.Close("")
+	}
+}
+
+// TestStartWithinClosesUnopened: a terminator whose opening payload does not come within its
+// time ends with a Close frame to the other end and its connection closed.
+func TestStartWithinClosesUnopened(t *testing.T) {
+	t.Parallel()
+	conn, server := tcpPair(t)
+	rec := &recorder{}
+	done := make(chan error, 1)
+	e := NewEndpoint(5, Terminator, conn, rec, NewPool(), func(err error) { done <- err })
+	e.StartWithin(50 * time.Millisecond)
+	if err := waitDone(t, "terminator", done); err == nil || !strings.Contains(err.Error(), "not opened within 50ms") {
+		t.Fatalf("the terminator ended with %v", err)
+	}
+	if f := rec.first(t); f.Type != Close || !strings.Contains(string(f.Data), "not opened") {
+		t.Fatalf("the terminator sent %+v, want a Close", f)
+	}
+	server.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := server.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("the service's connection: read %v, want EOF", err)
+	}
+}
+
+// TestStartWithinReleases: the open timer of a terminator is stopped when it is opened or
+// ends, so that it keeps nothing of the circuit alive: a router sets up
+// thousands of circuits a second, and a timer per circuit holding its endpoint for the whole
+// open time made the live heap, and so every garbage collection, grow with the setup rate.
+func TestStartWithinReleases(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"opened", "closed"} {
+		conn, _ := tcpPair(t)
+		e := NewEndpoint(6, Terminator, conn, &recorder{}, NewPool(), nil)
+		e.StartWithin(time.Hour)
+		switch how {
+		case "opened":
+			f := e.pool.Get(0)
+			f.Type, f.Origin, f.Circuit = Payload, Initiator, 6
+			e.Receive(f)
+			e.mu.Lock()
+			opened, timer := e.opened, e.openTimer
+			e.mu.Unlock()
+			if !opened || timer != nil {
+				t.Fatalf("after the opening payload: opened %v, open timer %v", opened, timer)
+			}
+		}
+		e.Close("")
+		released := make(chan struct{})
+		runtime.AddCleanup(e, func(ch chan struct{}) { close(ch) }, released)
+		e = nil
+		deadline := time.Now().Add(5 * time.Second)
+		for collected := false; !collected; {
+			runtime.GC()
+			select {
+			case <-released:
+				collected = true
+			case <-time.After(10 * time.Millisecond):
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: the terminator is still reachable an open time before its timer fires", how)
+				}
+			}
+		}
 	}
 }

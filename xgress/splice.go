@@ -38,7 +38,7 @@ func Splice(a, b *Endpoint, activity func(n int64)) bool {
 		b.mu.Unlock()
 		return false
 	}
-	b.opened, b.awaitOpen = true, false
+	b.opening()
 	b.mu.Unlock()
 	go spliceOneWay(a, b, ac, bc, activity)
 	go spliceOneWay(b, a, bc, ac, activity)
