@@ -18,7 +18,8 @@ import (
 // (default 5s), without circuit setup (unless ZMESH_BENCH_SETUP=1) and idle circuits, every
 // router and relay its own process (the test binary acting as `zmesh router run`), and
 // leaves a CPU profile of each router and relay in that directory (and execution traces
-// with ZMESH_BENCH_TRACE=1):
+// with ZMESH_BENCH_TRACES=1; not ZMESH_BENCH_TRACE, which names the trace file of the
+// process it is set for):
 //
 //	ZMESH_BENCH_PROFILE_DIR=/tmp/prof go test -run TestProfileZmesh -v ./bench
 //	go tool pprof -top /tmp/prof/zmesh-2routers-tls.router-a.cpu.pprof
@@ -61,7 +62,7 @@ func TestProfileZmesh(t *testing.T) {
 		SkipSetup:  os.Getenv("ZMESH_BENCH_SETUP") != "1",
 		SkipIdle:   true,
 		ProfileDir: dir,
-		Trace:      os.Getenv("ZMESH_BENCH_TRACE") == "1",
+		Trace:      os.Getenv("ZMESH_BENCH_TRACES") == "1",
 	})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
