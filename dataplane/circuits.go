@@ -66,7 +66,7 @@ func (r *Router) requestCircuit(ctx context.Context, req *channel.CircuitRequest
 // attachIngress installs the ingress end of a circuit the controller made and starts it.
 func (r *Router) attachIngress(reply *channel.CircuitReply, conn net.Conn) error {
 	id := reply.CircuitID
-	e := xgress.NewEndpoint(id, xgress.Initiator, conn, r.fw, r.pool, func(err error) { r.endDone(id, err) })
+	e := xgress.NewEndpoint(id, xgress.Initiator, conn, r.fw, r.pool, func(err error) { r.endDone(id, xgress.Initiator, err) })
 	toInitiator := EndpointHop{E: e}
 	if len(reply.Path) > 1 {
 		l := r.links.Get(reply.Path[1])
@@ -123,7 +123,7 @@ func (r *Router) route(ctx context.Context, m *channel.Route) *channel.RouteRepl
 		return reply
 	}
 	id := m.CircuitID
-	e := xgress.NewEndpoint(id, xgress.Terminator, conn, r.fw, r.pool, func(err error) { r.endDone(id, err) })
+	e := xgress.NewEndpoint(id, xgress.Terminator, conn, r.fw, r.pool, func(err error) { r.endDone(id, xgress.Terminator, err) })
 	r.mu.Lock()
 	r.ends[id] = e
 	r.mu.Unlock()
@@ -216,15 +216,23 @@ func (r *Router) HandleFrame(l *link.Link, f *xgress.Frame) {
 	r.fw.ForwardFrom(f, linkHop{l})
 }
 
-// endDone is called when a circuit end on this router finished. The controller is told
-// once per router: when the route was gone already, whoever removed it (the circuit's other
-// end on this router, a link going down, or the controller's Unroute) told the controller,
-// or was told by it.
-func (r *Router) endDone(id uint64, err error) {
+// endDone is called when a circuit end on this router finished (err nil: cleanly, both
+// directions closed and every byte acknowledged). The controller is told once per circuit
+// and router: when the route was gone already, whoever removed it (the circuit's other end on
+// this router, a link going down, or the controller's Unroute) told the controller, or was
+// told by it. A clean end is told once per circuit: by the initiator's router (Fault.Clean),
+// for the terminator's too, which ends cleanly as well and tells nothing; two messages less
+// per circuit on its control channel.
+func (r *Router) endDone(id uint64, origin xgress.Origin, err error) {
 	r.mu.Lock()
 	delete(r.ends, id)
 	r.mu.Unlock()
-	if !r.fw.Unroute(id) {
+	toInitiator, _, ok := r.fw.Remove(id)
+	if !ok {
+		return
+	}
+	if _, viaLink := toInitiator.(linkHop); err == nil && origin == xgress.Terminator && viaLink {
+		r.log.Debug("circuit end finished", "circuit", id, "reason", "closed")
 		return
 	}
 	reason := "closed"
@@ -232,7 +240,7 @@ func (r *Router) endDone(id uint64, err error) {
 		reason = err.Error()
 	}
 	r.log.Debug("circuit end finished", "circuit", id, "reason", reason)
-	r.faultUnrouted(id, reason)
+	r.tellFault(pendingFault{circuit: id, reason: reason, unrouted: true, clean: err == nil && origin == xgress.Initiator})
 }
 
 // endCircuit removes a circuit from this router; its local end, if any, is closed, telling
@@ -257,6 +265,7 @@ type pendingFault struct {
 	circuit  uint64
 	reason   string
 	unrouted bool
+	clean    bool
 }
 
 // maxPendingFaults bounds the faults kept while the controller is unreachable; beyond it the
@@ -266,11 +275,15 @@ const maxPendingFaults = 100_000
 // fault tells the controller that a circuit ended here, so that it unroutes it everywhere.
 // While the controller cannot be told, the fault is kept and sent on reconnection and every
 // forwarder.faultTxInterval.
-func (r *Router) fault(id uint64, reason string) { r.tellFault(pendingFault{id, reason, false}) }
+func (r *Router) fault(id uint64, reason string) {
+	r.tellFault(pendingFault{circuit: id, reason: reason})
+}
 
 // faultUnrouted is fault for a circuit this router has already removed: its route is gone
 // and its end here closed, so the controller need not unroute it here.
-func (r *Router) faultUnrouted(id uint64, reason string) { r.tellFault(pendingFault{id, reason, true}) }
+func (r *Router) faultUnrouted(id uint64, reason string) {
+	r.tellFault(pendingFault{circuit: id, reason: reason, unrouted: true})
+}
 
 func (r *Router) tellFault(f pendingFault) {
 	if err := r.sendFault(f); err != nil {
@@ -288,7 +301,7 @@ func (r *Router) sendFault(f pendingFault) error {
 	if ch == nil {
 		return ErrNoController
 	}
-	return ch.SendWithin(time.Second, &channel.Fault{CircuitID: f.circuit, Reason: f.reason, Unrouted: f.unrouted})
+	return ch.SendWithin(time.Second, &channel.Fault{CircuitID: f.circuit, Reason: f.reason, Unrouted: f.unrouted, Clean: f.clean})
 }
 
 // flushFaults sends the kept faults; those that still cannot be sent are kept.

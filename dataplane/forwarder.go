@@ -131,8 +131,18 @@ func (fw *Forwarder) Each(f func(circuit uint64, toInitiator, toTerminator Hop))
 
 // Unroute removes a circuit's route; it reports whether there was one.
 func (fw *Forwarder) Unroute(circuit uint64) bool {
-	_, ok := fw.routes.LoadAndDelete(circuit)
+	_, _, ok := fw.Remove(circuit)
 	return ok
+}
+
+// Remove removes a circuit's route and returns its hops; ok reports whether there was one.
+func (fw *Forwarder) Remove(circuit uint64) (toInitiator, toTerminator Hop, ok bool) {
+	v, ok := fw.routes.LoadAndDelete(circuit)
+	if !ok {
+		return nil, nil, false
+	}
+	r := v.(*route)
+	return r.toward[xgress.Initiator], r.toward[xgress.Terminator], true
 }
 
 // Routed reports whether the circuit has a route here.

@@ -293,7 +293,7 @@ func (e *Endpoint) Receive(f *Frame) {
 }
 
 // writeLoop writes queued payloads to the connection in order and acknowledges them, one ack
-// per batch, until the queue is empty.
+// per batch that carried data, until the queue is empty.
 func (e *Endpoint) writeLoop() {
 	for {
 		e.mu.Lock()
@@ -346,7 +346,11 @@ func (e *Endpoint) writeLoop() {
 			e.eofIn = true
 		}
 		e.mu.Unlock()
-		e.sendAck(delivered)
+		if written > 0 {
+			// A batch of no data (an EOF, an empty opening payload) moves no window:
+			// acknowledging it would cost the link a frame for nothing.
+			e.sendAck(delivered)
+		}
 		if eof {
 			if cw, ok := e.conn.(closeWriter); ok {
 				cw.CloseWrite()

@@ -501,3 +501,47 @@ func TestStartWithinReleases(t *testing.T) {
 		}
 	}
 }
+
+// TestNoAckWithoutData: a terminator acknowledges the payloads that carried data, and not an
+// empty opening payload or an EOF, which move no window: each would cost the link a frame
+// for every circuit.
+func TestNoAckWithoutData(t *testing.T) {
+	t.Parallel()
+	conn, server := tcpPair(t)
+	rec := &recorder{}
+	e := NewEndpoint(8, Terminator, conn, rec, NewPool(), nil)
+	e.Start()
+	send := func(seq uint64, data string, flags uint8) {
+		f := e.pool.Get(len(data))
+		f.Type, f.Origin, f.Circuit, f.Seq, f.Flags = Payload, Initiator, 8, seq, flags
+		f.SetData([]byte(data))
+		e.Receive(f)
+	}
+	// One payload at a time, each written before the next comes, so that each is a batch.
+	server.SetReadDeadline(time.Now().Add(5 * time.Second))
+	send(0, "", 0)
+	time.Sleep(20 * time.Millisecond)
+	send(0, "hi", 0)
+	buf := make([]byte, 2)
+	if _, err := io.ReadFull(server, buf); err != nil || string(buf) != "hi" {
+		t.Fatalf("the service read %q, %v; want hi", buf, err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	send(2, "", FlagEOF)
+	if n, err := server.Read(buf); n != 0 || err != io.EOF {
+		t.Fatalf("the service read %d bytes, %v; want EOF", n, err)
+	}
+	time.Sleep(50 * time.Millisecond) // an ack for the EOF would be sent by now
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var acks []uint64
+	for _, f := range rec.frames {
+		if f.Type == Ack {
+			acks = append(acks, f.Seq)
+		}
+	}
+	if len(acks) != 1 || acks[0] != 2 {
+		t.Fatalf("acks %v, want one, for 2 bytes", acks)
+	}
+	e.Close("")
+}

@@ -101,10 +101,17 @@ type handlerEntry struct {
 	async bool
 }
 
+// frame is an encoded message on its way to the writer. buf, when set, is the pooled buffer
+// body was encoded in, which the writer returns to the channel's pool once it wrote it.
 type frame struct {
 	h    header
 	body []byte
+	buf  *[]byte
 }
+
+// maxPooledBody is the largest body buffer kept for reuse: circuit messages take a few
+// hundred bytes; the rare large one (a Hello listing many circuits) is left to the GC.
+const maxPooledBody = 4 << 10
 
 // result is a reply as the reader decoded it, for the request waiting for it.
 type result struct {
@@ -132,6 +139,7 @@ type Channel struct {
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	out     chan frame
+	bodies  sync.Pool // of *[]byte, the buffers frames are encoded in
 	seq     atomic.Uint32
 	async   chan struct{} // semaphore of async handlers
 	jobs    chan asyncJob // to the async goroutines waiting for a message
@@ -349,16 +357,35 @@ func (c *Channel) nextSeq() uint32 {
 	return s
 }
 
+// encode encodes msg into a frame whose body is in a buffer from the channel's pool: a
+// router sets up thousands of circuits a second, each a few messages.
 func (c *Channel) encode(msg Message, flags uint16, replyTo uint32) (frame, error) {
-	body, err := encodeBody(msg)
+	buf, _ := c.bodies.Get().(*[]byte)
+	if buf == nil {
+		b := make([]byte, 0, 512)
+		buf = &b
+	}
+	body, err := appendBody((*buf)[:0], msg)
 	if err != nil {
+		c.bodies.Put(buf)
 		return frame{}, fmt.Errorf("channel: encode %s: %w", msg.MessageType(), err)
 	}
 	if len(body) > int(c.maxBody) {
+		c.bodies.Put(buf)
 		return frame{}, fmt.Errorf("%w: %s body of %d bytes, maximum %d", ErrFrameTooLarge, msg.MessageType(), len(body), c.maxBody)
 	}
 	h := header{typ: msg.MessageType(), flags: flags, seq: c.nextSeq(), replyTo: replyTo, size: uint32(len(body))}
-	return frame{h: h, body: body}, nil
+	return frame{h: h, body: body, buf: buf}, nil
+}
+
+// recycle returns the buffer of a frame that was written, or dropped, to the pool. The
+// frame's body must not be used after.
+func (c *Channel) recycle(f frame) {
+	if f.buf == nil || cap(f.body) > maxPooledBody {
+		return
+	}
+	*f.buf = f.body[:0] // the buffer as the encoder grew it, or the one encoding/json made
+	c.bodies.Put(f.buf)
 }
 
 func (c *Channel) enqueue(ctx context.Context, f frame) error {
@@ -398,6 +425,7 @@ func (c *Channel) writeLoop() {
 		if c.opts.Trace != nil && err == nil {
 			c.trace(TraceOut, f.h, f.body)
 		}
+		c.recycle(f)
 		return err
 	}
 	for {

@@ -37,9 +37,13 @@ type fastMessage interface {
 }
 
 // encodeBody returns the JSON body of msg.
-func encodeBody(msg Message) ([]byte, error) {
+func encodeBody(msg Message) ([]byte, error) { return appendBody(make([]byte, 0, 256), msg) }
+
+// appendBody appends the JSON body of msg to dst; encoding/json's bodies are not appended
+// but returned as they come.
+func appendBody(dst []byte, msg Message) ([]byte, error) {
 	if fm, ok := msg.(fastMessage); ok && currentCodecs[msg.MessageType()] {
-		if b, ok := fm.appendJSON(make([]byte, 0, 256)); ok {
+		if b, ok := fm.appendJSON(dst); ok {
 			return b, nil
 		}
 	}
@@ -71,7 +75,7 @@ var codecFields = map[reflect.Type][]string{
 	reflect.TypeFor[Hop]():           {"router", "xgress"},
 	reflect.TypeFor[Xgress]():        {"binding", "address", "initiatorId", "appData"},
 	reflect.TypeFor[RouteReply]():    {"circuitId", "errorCode", "errorMessage"},
-	reflect.TypeFor[Fault]():         {"circuitId", "reason", "unrouted"},
+	reflect.TypeFor[Fault]():         {"circuitId", "reason", "unrouted", "clean"},
 	reflect.TypeFor[Unroute]():       {"circuitId", "reason"},
 }
 
@@ -328,6 +332,7 @@ func (m *Fault) appendJSON(b []byte) ([]byte, bool) {
 	e.uint("circuitId", m.CircuitID)
 	e.str("reason", m.Reason)
 	e.boolOmit("unrouted", m.Unrouted)
+	e.boolOmit("clean", m.Clean)
 	e.close()
 	return e.b, e.ok
 }
@@ -652,7 +657,7 @@ func (m *RouteReply) decodeJSON(d *decoder) bool {
 	})
 }
 
-var faultKeys = []string{"circuitId", "reason", "unrouted"}
+var faultKeys = []string{"circuitId", "reason", "unrouted", "clean"}
 
 func (m *Fault) decodeJSON(d *decoder) bool {
 	return d.object(faultKeys, func(k int) bool {
@@ -661,8 +666,10 @@ func (m *Fault) decodeJSON(d *decoder) bool {
 			return d.uint(&m.CircuitID)
 		case 1:
 			return d.str(&m.Reason)
-		default:
+		case 2:
 			return d.bool(&m.Unrouted)
+		default:
+			return d.bool(&m.Clean)
 		}
 	})
 }

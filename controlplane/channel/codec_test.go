@@ -60,7 +60,7 @@ func randomMessage(tb testing.TB, r *rand.Rand, t Type) Message {
 	case TypeRouteReply:
 		return &RouteReply{CircuitID: u(), Outcome: outcome()}
 	case TypeFault:
-		return &Fault{CircuitID: u(), Reason: s(), Unrouted: r.IntN(2) == 0}
+		return &Fault{CircuitID: u(), Reason: s(), Unrouted: r.IntN(2) == 0, Clean: r.IntN(2) == 0}
 	case TypeUnroute:
 		return &Unroute{CircuitID: u(), Reason: s()}
 	}
@@ -163,6 +163,8 @@ func TestFastDecodeOtherShapes(t *testing.T) {
 		TypeFault: {
 			`{"circuitId":5,"reason":"closed","unrouted":true}`,
 			`{"circuitId":5,"reason":"closed","unrouted":false}`,
+			`{"circuitId":5,"reason":"closed","unrouted":true,"clean":true}`,
+			`{"circuitId":5,"clean":1}`,
 			`{"circuitId":5,"unrouted":truex}`,
 			`{"circuitId":5,"unrouted":tru}`,
 			`{"circuitId":5,"unrouted":1}`,

@@ -212,6 +212,10 @@ type Fault struct {
 	// so the controller unroutes it on the other routers only. A controller that does not
 	// know the field sends the router an Unroute that changes nothing.
 	Unrouted bool `json:"unrouted,omitempty"`
+	// Clean: the circuit ended cleanly at its initiator on this router (both directions
+	// closed, every byte acknowledged), so its terminator ends cleanly too and its router
+	// removes the circuit without a Fault; the controller unroutes only the routers between.
+	Clean bool `json:"clean,omitempty"`
 }
 
 func (*Fault) MessageType() Type { return TypeFault }

@@ -306,10 +306,11 @@ type endedCircuit struct {
 
 // Remove ends a circuit on every router of its path; it reports whether the circuit was
 // known.
-func (s *Service) Remove(id uint64, reason string) bool { return s.remove(id, "", reason) }
+func (s *Service) Remove(id uint64, reason string) bool { return s.remove(id, reason, nil) }
 
-// remove is Remove without telling router skip, if not "".
-func (s *Service) remove(id uint64, skip, reason string) bool {
+// remove is Remove without telling the routers of the path for which skip, if not nil, is
+// true (at is the router's place on the path).
+func (s *Service) remove(id uint64, reason string, skip func(c *Circuit, at int) bool) bool {
 	now := time.Since(s.epoch)
 	s.mu.Lock()
 	c, ok := s.circuits[id]
@@ -326,8 +327,8 @@ func (s *Service) remove(id uint64, skip, reason string) bool {
 	s.endedOrder = s.endedOrder[drop:]
 	s.mu.Unlock()
 	if ok {
-		for _, r := range c.Path {
-			if r != skip {
+		for at, r := range c.Path {
+			if skip == nil || !skip(c, at) {
 				s.unroute(id, []string{r}, reason)
 			}
 		}
@@ -336,8 +337,9 @@ func (s *Service) remove(id uint64, skip, reason string) bool {
 }
 
 // Fault handles a router's report that a circuit ended there: one of its ends finished or
-// failed, or a link it used went down. The circuit is removed from the other routers. Ends
-// are logged at debug level: a busy network ends thousands of circuits a second.
+// failed, or a link it used went down. The circuit is removed from the other routers, but for
+// the terminator's after a clean end at the initiator (Fault.Clean). Ends are logged at debug
+// level: a busy network ends thousands of circuits a second.
 func (s *Service) Fault(router string, f *channel.Fault) {
 	s.mu.Lock()
 	c, ok := s.circuits[f.CircuitID]
@@ -347,11 +349,18 @@ func (s *Service) Fault(router string, f *channel.Fault) {
 		s.log.Warn("fault ignored: the router is not on the circuit's path", "circuit", f.CircuitID, "router", router)
 		return
 	}
-	var skip string
-	if f.Unrouted {
-		skip = router // it removed the circuit itself
+	skip := func(c *Circuit, at int) bool {
+		switch {
+		case f.Unrouted && c.Path[at] == router:
+			return true // it removed the circuit itself
+		case f.Clean && !c.Adopted && c.Path[0] == router && at == len(c.Path)-1:
+			// A clean end at the initiator is one at the terminator too, whose router
+			// removes the circuit by itself.
+			return true
+		}
+		return false
 	}
-	if s.remove(f.CircuitID, skip, "ended at router "+router+": "+f.Reason) {
+	if s.remove(f.CircuitID, "ended at router "+router+": "+f.Reason, skip) {
 		s.log.Debug("circuit ended", "circuit", f.CircuitID, "router", router, "reason", f.Reason)
 	}
 }

@@ -29,14 +29,28 @@ func (l Link) cost() int64 { return max(int64(l.Latency/time.Microsecond), 1) }
 type Graph struct {
 	mu    sync.RWMutex
 	links map[string]Link // by link id
+	// trees caches the cheapest paths from each router asked about, until the links
+	// change: circuits are set up thousands of times a second, links change every few
+	// seconds. gen counts the changes, so that a tree computed meanwhile is not cached.
+	trees map[string]tree
+	gen   uint64
 }
 
 // NewGraph returns an empty mesh.
-func NewGraph() *Graph { return &Graph{links: map[string]Link{}} }
+func NewGraph() *Graph { return &Graph{links: map[string]Link{}, trees: map[string]tree{}} }
+
+// changed forgets the cached paths. Called with mu held for writing.
+func (g *Graph) changed() {
+	g.gen++
+	clear(g.trees)
+}
 
 // Up adds or updates a link.
 func (g *Graph) Up(l Link) {
 	g.mu.Lock()
+	if old, ok := g.links[l.ID]; !ok || old.A != l.A || old.B != l.B || old.cost() != l.cost() {
+		g.changed()
+	}
 	g.links[l.ID] = l
 	g.mu.Unlock()
 }
@@ -44,7 +58,10 @@ func (g *Graph) Up(l Link) {
 // Down removes a link.
 func (g *Graph) Down(linkID string) {
 	g.mu.Lock()
-	delete(g.links, linkID)
+	if _, ok := g.links[linkID]; ok {
+		delete(g.links, linkID)
+		g.changed()
+	}
 	g.mu.Unlock()
 }
 
@@ -54,6 +71,7 @@ func (g *Graph) RouterGone(routerID string) {
 	for id, l := range g.links {
 		if l.A == routerID || l.B == routerID {
 			delete(g.links, id)
+			g.changed()
 		}
 	}
 	g.mu.Unlock()
@@ -86,23 +104,42 @@ func (g *Graph) Path(from, to string) ([]Hop, int64, error) {
 	return g.shortest(from).path(to)
 }
 
-// tree holds the cheapest paths from one router to all others.
+// tree holds the cheapest paths from one router to all others. It is not changed once
+// built: trees are shared from the cache.
 type tree struct {
 	from string
 	dist map[string]int64
 	prev map[string]Hop // for each router, the router before it and the link between
 }
 
-// shortest runs Dijkstra from router from over the current links.
+// shortest returns the cheapest paths from router from over the current links, from the
+// cache or by running Dijkstra.
 func (g *Graph) shortest(from string) tree {
 	g.mu.RLock()
+	t, ok := g.trees[from]
+	gen := g.gen
+	if ok {
+		g.mu.RUnlock()
+		return t
+	}
 	adj := make(map[string][]Link, len(g.links))
 	for _, l := range g.links {
 		adj[l.A] = append(adj[l.A], l)
 		adj[l.B] = append(adj[l.B], l)
 	}
 	g.mu.RUnlock()
+	t = dijkstra(from, adj)
+	g.mu.Lock()
+	if g.gen == gen {
+		g.trees[from] = t
+	}
+	g.mu.Unlock()
+	return t
+}
 
+// dijkstra computes the cheapest paths from router from over the links adj lists for each
+// router.
+func dijkstra(from string, adj map[string][]Link) tree {
 	t := tree{from: from, dist: map[string]int64{from: 0}, prev: map[string]Hop{}}
 	q := &queue{{router: from}}
 	for q.Len() > 0 {

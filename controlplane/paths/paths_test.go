@@ -50,6 +50,11 @@ func TestPath(t *testing.T) {
 	if p, _, _ := g.Path("A", "C"); routers(p) != "AC" {
 		t.Errorf("after B-C slowed: %s", routers(p))
 	}
+	// The paths from A are cached now; losing the direct link must not leave them stale.
+	g.Down("ac")
+	if p, _, _ := g.Path("A", "C"); routers(p) != "ABC" {
+		t.Errorf("after A-C went down: %s", routers(p))
+	}
 	g.RouterGone("C")
 	if _, _, err := g.Path("A", "D"); !errors.Is(err, ErrNoPath) {
 		t.Errorf("after C left: %v", err)
