@@ -367,20 +367,27 @@ func TestStalledPeerTakesTheLinkDown(t *testing.T) {
 }
 
 // TestRetransmitsReadable: the retransmission count of a tls: link's connections comes from
-// the kernel (TCP_INFO); on loopback nothing is lost, so it reads 0.
+// the kernel (TCP_INFO), as Stats reports it. (Loopback loses nothing, but a loaded machine
+// can still see a tail loss probe, so the count is bracketed by two kernel reads rather than
+// expected to be 0.)
 func TestRetransmitsReadable(t *testing.T) {
 	t.Parallel()
 	ca := newCA(t)
 	a := newNode(t, ca, "router-a", releaseAll, noProbes)
 	b := newNode(t, ca, "router-b", releaseAll, noProbes)
 	la, _ := connect(t, a, b, b.listen(t, config.TransportTLS, 0), true)
-	for i, cs := range la.Stats() {
-		n, err := tcpRetransmits(tcpOf(t, la, i))
+	for i := range la.Stats() {
+		before, err := tcpRetransmits(tcpOf(t, la, i))
 		if err != nil {
 			t.Fatalf("connection %d: TCP_INFO: %v", i, err)
 		}
-		if n != 0 || cs.Retransmits != 0 {
-			t.Errorf("connection %d: %d retransmits read, %d in Stats, on loopback", i, n, cs.Retransmits)
+		got := la.Stats()[i].Retransmits
+		after, err := tcpRetransmits(tcpOf(t, la, i))
+		if err != nil {
+			t.Fatalf("connection %d: TCP_INFO: %v", i, err)
+		}
+		if got < before || got > after {
+			t.Errorf("connection %d: %d retransmits in Stats, the kernel counted %d then %d", i, got, before, after)
 		}
 	}
 }

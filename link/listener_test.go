@@ -32,6 +32,30 @@ func openLinkConn(t *testing.T, ident Identity, ln *Listener, peer string, h hel
 	return s
 }
 
+// waitPaired waits until the listener holds n connections of split link id from router:
+// the listener answers a hello before it pairs the connection, so a test that needs one
+// connection to arrive before another waits for it.
+func waitPaired(t *testing.T, ln *Listener, router, id string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ln.mu.Lock()
+		p := ln.pending[pairKey{router, id}]
+		arrived := 0
+		if p != nil {
+			arrived = p.arrived
+		}
+		ln.mu.Unlock()
+		if arrived >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("link %s from %s: %d connections paired, want %d", id, router, arrived, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // waitClosed fails unless the listener closes s soon.
 func waitClosed(t *testing.T, s stream, what string) {
 	t.Helper()
@@ -85,6 +109,7 @@ func TestPairingTakesEachConnectionOnce(t *testing.T) {
 
 	const id = "link-2"
 	p0 := openLinkConn(t, a, ln, "router-b", hello{LinkID: id, Role: RolePayload, Payloads: 2, Index: 0})
+	waitPaired(t, ln, "router-a", id, 1)
 	for _, tc := range []struct {
 		what  string
 		ident Identity
@@ -97,9 +122,10 @@ func TestPairingTakesEachConnectionOnce(t *testing.T) {
 		waitClosed(t, openLinkConn(t, tc.ident, ln, "router-b", tc.h), tc.what)
 	}
 	p1 := openLinkConn(t, a, ln, "router-b", hello{LinkID: id, Role: RolePayload, Payloads: 2, Index: 1})
+	waitPaired(t, ln, "router-a", id, 2)
 	ack := openLinkConn(t, a, ln, "router-b", hello{LinkID: id, Role: RoleAck, Payloads: 2})
-	waitClosed(t, openLinkConn(t, a, ln, "router-b", hello{LinkID: id, Role: RoleAck, Payloads: 2}), "a second ack connection")
 	l := b.waitUp(t)
+	waitClosed(t, openLinkConn(t, a, ln, "router-b", hello{LinkID: id, Role: RoleAck, Payloads: 2}), "a second ack connection")
 	for i, s := range []stream{p0, p1, ack} {
 		if got, want := l.conns[i].s.RemoteAddr().String(), s.LocalAddr().String(); got != want {
 			t.Errorf("the link's %s comes from %s, want %s", l.conns[i], got, want)
@@ -119,6 +145,7 @@ func TestPairingWithoutStriping(t *testing.T) {
 
 	const id = "link-3"
 	p := openLinkConn(t, a, ln, "router-b", hello{LinkID: id, Role: RolePayload})
+	waitPaired(t, ln, "router-a", id, 1)
 	waitClosed(t, openLinkConn(t, a, ln, "router-b", hello{LinkID: id, Role: RolePayload}), "a second payload connection")
 	ack := openLinkConn(t, a, ln, "router-b", hello{LinkID: id, Role: RoleAck})
 	l := b.waitUp(t)

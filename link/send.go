@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/zmesh/zmesh/xgress"
@@ -85,10 +86,24 @@ func (c *conn) writeBatch(f *xgress.Frame) error {
 		return err
 	}
 	c.s.cork(c.corkSize)
+	yielded := false
 	for {
 		if err := c.writeFrame(f); err != nil {
 			return err
 		}
+		select {
+		case f = <-c.queue:
+			continue
+		default:
+		}
+		if yielded {
+			return c.flush()
+		}
+		// The queue is empty: let the goroutines that are ready run first, once, so that
+		// the frames they are about to send (an endpoint's ack or EOF) join this write
+		// rather than cost one of their own. With nothing else ready, it goes on at once.
+		runtime.Gosched()
+		yielded = true
 		select {
 		case f = <-c.queue:
 		default:

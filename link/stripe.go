@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 
 	"github.com/zmesh/zmesh/xgress"
@@ -117,15 +118,21 @@ func (s *stripe) takeQueued(c *conn) bool {
 func (s *stripe) batch(c *conn, f *xgress.Frame) {
 	c.out = append(c.out[:0], f)
 	size := len(f.Data)
+	yielded := false
 more:
 	for len(c.out) < maxStripeBatch && size < c.corkSize {
 		select {
 		case f = <-c.queue:
 			c.out = append(c.out, f)
 			size += len(f.Data)
+			continue
 		default:
+		}
+		if yielded {
 			break more
 		}
+		runtime.Gosched() // as writeBatch does: frames about to be sent join the batch
+		yielded = true
 	}
 	c.putStripeHeader(s.numbered)
 	s.numbered += uint64(len(c.out))
