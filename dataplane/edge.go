@@ -3,7 +3,6 @@ package dataplane
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/edge"
+	"github.com/zmesh/zmesh/tlscork"
 )
 
 // The edge listener (listener binding edge) is where SDK clients connect (protocol in
@@ -92,7 +92,7 @@ func (r *Router) EdgeAddresses() []string {
 }
 
 // serve runs one client's connection until it ends or ctx does.
-func (s *edgeServer) serve(ctx context.Context, c *tls.Conn) {
+func (s *edgeServer) serve(ctx context.Context, c *tlscork.Batched) {
 	log := s.r.log.With("edgeClient", c.RemoteAddr().String())
 	c.SetDeadline(time.Now().Add(edge.HandshakeTimeout))
 	if err := c.HandshakeContext(ctx); err != nil {
@@ -101,6 +101,7 @@ func (s *edgeServer) serve(ctx context.Context, c *tls.Conn) {
 		return
 	}
 	c.SetDeadline(time.Time{})
+	c.ReadAhead(edge.ReadAhead)
 	identityID := c.ConnectionState().PeerCertificates[0].Subject.CommonName
 	sess, err := smux.Server(c, edge.Smux())
 	if err != nil {

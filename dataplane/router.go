@@ -32,10 +32,13 @@ type Router struct {
 	log     *slog.Logger
 	ident   link.Identity
 
-	pool  *xgress.Pool
-	fw    *Forwarder
-	links *link.Registry
-	ctrl  *ctrlClient
+	pool *xgress.Pool
+	// clientBufs lends the TLS connections of edge and transport clients the buffers their
+	// writes are gathered in (tlscork).
+	clientBufs sync.Pool
+	fw         *Forwarder
+	links      *link.Registry
+	ctrl       *ctrlClient
 	// localCtrl, when set, connects to a controller in this process (ConnectLocally).
 	localCtrl func(*x509.Certificate) (net.Conn, error)
 	dials     *xgress.DialPool

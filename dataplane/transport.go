@@ -12,6 +12,8 @@ import (
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/edge"
+	"github.com/zmesh/zmesh/tlscork"
 )
 
 // The transport listener (listener binding transport) is the fabric on-ramp: a client
@@ -42,7 +44,7 @@ func (r *Router) startTransportListeners(ctx context.Context, wg *sync.WaitGroup
 // listenClients listens on bind for clients that present a certificate of an identity of
 // the network over TLS 1.3, and serves each connection with serve on its own goroutine until
 // ctx ends; it returns the address it listens on.
-func (r *Router) listenClients(ctx context.Context, wg *sync.WaitGroup, kind string, bind *config.Address, serve func(context.Context, *tls.Conn)) (string, error) {
+func (r *Router) listenClients(ctx context.Context, wg *sync.WaitGroup, kind string, bind *config.Address, serve func(context.Context, *tlscork.Batched)) (string, error) {
 	ln, err := net.Listen("tcp", bind.HostPort())
 	if err != nil {
 		return "", fmt.Errorf("listeners: %s %s: %w", kind, bind, err)
@@ -70,7 +72,8 @@ func (r *Router) listenClients(ctx context.Context, wg *sync.WaitGroup, kind str
 				continue
 			}
 			wait = 0
-			conns.Go(func() { serve(ctx, tls.Server(c, tc)) })
+			cc := tlscork.New(c.(*net.TCPConn), &r.clientBufs, edge.CorkSize)
+			conns.Go(func() { serve(ctx, tlscork.NewBatched(tls.Server(cc, tc), cc, edge.CorkSize)) })
 		}
 	})
 	return ln.Addr().String(), nil
@@ -83,13 +86,14 @@ func (r *Router) TransportAddresses() []string {
 	return append([]string(nil), r.transportAddr...)
 }
 
-func (r *Router) serveTransport(ctx context.Context, c *tls.Conn) {
+func (r *Router) serveTransport(ctx context.Context, c *tlscork.Batched) {
 	c.SetDeadline(time.Now().Add(transportHelloTimeout))
 	if err := c.HandshakeContext(ctx); err != nil {
 		r.log.Debug("transport listener: handshake failed", "remote", c.RemoteAddr().String(), "err", err)
 		c.Close()
 		return
 	}
+	c.ReadAhead(edge.ReadAhead)
 	var n [1]byte
 	if _, err := io.ReadFull(c, n[:]); err != nil || n[0] == 0 {
 		r.log.Debug("transport listener: no hello", "remote", c.RemoteAddr().String(), "err", err)

@@ -159,13 +159,21 @@ func Read(r io.Reader, v any) error {
 	return nil
 }
 
+// Both ends run TLS over a tlscork.Conn: each smux frame's records leave in one system call
+// (CorkSize covers the largest frame with its TLS overhead; the buffers are pooled), and
+// reads take up to ReadAhead bytes, several records, at a time.
+const (
+	CorkSize  = 128 << 10
+	ReadAhead = 64 << 10
+)
+
 // Smux returns the smux settings both ends use.
 func Smux() *smux.Config {
 	c := smux.DefaultConfig()
 	c.Version = 2 // per-stream flow control
 	c.KeepAliveInterval = 10 * time.Second
 	c.KeepAliveTimeout = 30 * time.Second
-	c.MaxFrameSize = 32 << 10
+	c.MaxFrameSize = 65535 // the most a frame holds (its length is 16 bits)
 	c.MaxReceiveBuffer = 16 << 20
 	c.MaxStreamBuffer = 1 << 20
 	return c

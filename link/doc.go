@@ -27,7 +27,7 @@
 // Each connection has a writer and a reader goroutine (send.go, receive.go, which read in
 // the order frames flow). A writer takes a frame from its queue with every frame queued
 // behind it and writes them as one batch through a buffered writer. TLS writes each record
-// of at most 16 KiB with a system call of its own; under TLS a corkConn gathers the records
+// of at most 16 KiB with a system call of its own; under TLS a tlscork.Conn gathers the records
 // of a batch and writes them up to 256 KiB at a time, in a buffer borrowed from the
 // Registry for the batch, and the reader reads up to 256 KiB at a time (transport.go). The
 // payload connections of a link share one queue and carry one ordered stream of frames:

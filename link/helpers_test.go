@@ -251,7 +251,7 @@ func tcpOf(t testing.TB, l *Link, i int) *net.TCPConn {
 	if !ok {
 		t.Fatalf("connection %d of link %s is a %T, not TLS", i, l.ID(), l.conns[i].s)
 	}
-	return ts.cc.tcp
+	return ts.cc.TCP()
 }
 
 // frame returns a frame of pool p.

@@ -56,7 +56,7 @@ type conn struct {
 	queue chan *xgress.Frame // shared by the payload connections of a link
 	bw    *bufio.Writer
 	// corkSize is the most the stream gathers for one system call, and reads ahead (see
-	// corkConn).
+	// tlscork.Conn).
 	corkSize int
 	readDone chan struct{} // closed when the reader ends
 	// writeTimeout bounds the write of one batch.

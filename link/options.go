@@ -82,7 +82,7 @@ const (
 
 const (
 	// corkSize is the most a TLS connection gathers for one system call, and reads at a
-	// time (see corkConn): on payload and single connections, where batches are large, and
+	// time (see tlscork.Conn): on payload and single connections, where batches are large, and
 	// on ack connections.
 	corkSize          = 256 << 10
 	ackCorkSize       = 16 << 10

@@ -11,7 +11,7 @@ import (
 
 // The receive path. Each connection's reader reads frames into frames of the pool straight
 // from the stream, which buffers what it decrypted (a TLS record, QUIC stream frames) and,
-// over TLS, what it read ahead from the network (see corkConn), and hands Payload, Ack and
+// over TLS, what it read ahead from the network (see tlscork.Conn), and hands Payload, Ack and
 // Close frames to the Handler in order. Probes are answered here and probe replies measure
 // the link; neither reaches the handler. On a split link each connection accepts only the
 // frame types its role carries. The payload readers of a link with several payload

@@ -14,7 +14,7 @@ import (
 // type; that connection's writer takes it, with every frame queued behind it, into its
 // buffered writer, and flushes once the queue is empty, so that frames queued together leave
 // in one write; under the buffered writer a TLS stream is corked for the batch, so that the
-// records of the batch leave in as few system calls as corkSize allows (see corkConn). The
+// records of the batch leave in as few system calls as corkSize allows (see tlscork.Conn). The
 // payload connections of a striped link share one queue: a writer takes a numbered batch
 // from it and writes it behind a batch header (see stripe.go). Frames go back to their pool
 // once written. Nothing here allocates.

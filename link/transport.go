@@ -1,7 +1,6 @@
 package link
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/tlscork"
 )
 
 // A link connection runs over one of two transports: tls (TLS 1.3 over TCP, Nagle off) or
@@ -23,7 +23,7 @@ import (
 //
 // TLS writes every record of at most 16 KiB with its own system call, and on loopback or a
 // fast network those calls cost more than the encryption. So a TLS stream runs over a
-// corkConn: while the link's writer has it corked (a batch, see send.go), the records TLS
+// tlscork.Conn: while the link's writer has it corked (a batch, see send.go), the records TLS
 // writes are gathered and leave in one system call per corkSize bytes, and the receiving
 // kernel and router see fewer, larger segments; the reader reads as much at a time.
 
@@ -57,7 +57,7 @@ type stream interface {
 }
 
 // Buffered writers in front of the streams: a TLS record's worth, so that small frames are
-// gathered into full records while large ones go to TLS uncopied (the corkConn gathers the
+// gathered into full records while large ones go to TLS uncopied (the tlscork.Conn gathers the
 // records); QUIC streams copy what they are given and wake their connection's sender on
 // every write, so they get larger writes.
 const (
@@ -72,7 +72,7 @@ const (
 )
 
 // dialStream opens a stream to addr from local (zero: any) and completes the TLS handshake.
-// A TLS stream borrows the buffers it gathers batches in from bufs (see corkConn).
+// A TLS stream borrows the buffers it gathers batches in from bufs (see tlscork.Conn).
 func dialStream(ctx context.Context, addr config.Address, local netip.AddrPort, tlsConf *tls.Config, timeout time.Duration, bufs *sync.Pool) (stream, error) {
 	switch addr.Transport {
 	case config.TransportTLS:
@@ -97,7 +97,7 @@ func dialTLS(ctx context.Context, addr config.Address, local netip.AddrPort, tls
 		raw.Close()
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	cc := &corkConn{Conn: tcp, tcp: tcp, pool: bufs}
+	cc := tlscork.New(tcp, bufs, corkSize)
 	tc := tls.Client(cc, tlsConf)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
@@ -200,7 +200,7 @@ func (a tlsAcceptor) handshake(ctx context.Context, raw net.Conn) (stream, error
 		raw.Close()
 		return nil, err
 	}
-	cc := &corkConn{Conn: tcp, tcp: tcp, pool: a.bufs}
+	cc := tlscork.New(tcp, a.bufs, corkSize)
 	tc := tls.Server(cc, a.conf)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
@@ -232,12 +232,12 @@ func (a quicAcceptor) accept(ctx context.Context) (func(context.Context) (stream
 func (a quicAcceptor) addr() net.Addr { return a.ln.Addr() }
 func (a quicAcceptor) close() error   { return a.ln.Close() }
 
-// tlsStream is a TLS connection over a corkConn. Close closes the TCP connection without a
+// tlsStream is a TLS connection over a tlscork.Conn. Close closes the TCP connection without a
 // close_notify alert, so that it never blocks; the link ends its streams with CloseWrite
 // when it can.
 type tlsStream struct {
 	*tls.Conn
-	cc *corkConn
+	cc *tlscork.Conn
 }
 
 func (s tlsStream) Close() error { return s.cc.Close() }
@@ -246,13 +246,13 @@ func (s tlsStream) Close() error { return s.cc.Close() }
 func (s tlsStream) linger(time.Time) {}
 
 func (s tlsStream) sever() {
-	s.cc.tcp.SetLinger(0) // close with a reset
+	s.cc.TCP().SetLinger(0) // close with a reset
 	s.cc.Close()
 }
 
 // retransmits is the connection's count of retransmitted segments; 0 when it cannot be read.
 func (s tlsStream) retransmits() uint64 {
-	n, _ := tcpRetransmits(s.cc.tcp)
+	n, _ := tcpRetransmits(s.cc.TCP())
 	return n
 }
 
@@ -276,9 +276,9 @@ func tcpRetransmits(c *net.TCPConn) (uint64, error) {
 	return n, infoErr
 }
 
-func (s tlsStream) cork(size int)      { s.cc.cork(size) }
-func (s tlsStream) uncork() error      { return s.cc.uncork() }
-func (s tlsStream) readAhead(size int) { s.cc.readAhead(size) }
+func (s tlsStream) cork(size int)      { s.cc.Cork(size) }
+func (s tlsStream) uncork() error      { return s.cc.Uncork() }
+func (s tlsStream) readAhead(size int) { s.cc.ReadAhead(size) }
 func (s tlsStream) bufferSize() int    { return tlsBufferSize }
 
 func (s tlsStream) peerCertificate() *x509.Certificate {
@@ -330,103 +330,4 @@ func (s *quicStream) linger(deadline time.Time) {
 
 func (s *quicStream) peerCertificate() *x509.Certificate {
 	return s.conn.ConnectionState().TLS.PeerCertificates[0]
-}
-
-// corkConn is the TCP connection under a TLS stream. Uncorked, it writes at once. Corked by
-// the link's writer, it gathers what TLS writes, up to the size given to cork, and writes
-// it in one system call when that is reached and at uncork. Buffers of corkSize are
-// borrowed from pool for the time of a batch, so that idle links hold none; others, small,
-// are kept. TLS writes from other goroutines too (a KeyUpdate reply from the reader, the
-// close_notify alert); mu keeps their records whole and in order. Once the link reads
-// (readAhead), reads go through a buffer, so that TLS, which asks for little more than a
-// record at a time, takes what has arrived with fewer system calls.
-type corkConn struct {
-	net.Conn
-	tcp  *net.TCPConn
-	pool *sync.Pool    // of *[]byte with a capacity of corkSize
-	br   *bufio.Reader // set by the reader before it reads, once the handshake is done
-
-	mu     sync.Mutex
-	corked bool
-	buf    []byte  // what was gathered; its capacity is the most gathered
-	lent   *[]byte // the buffer borrowed from pool, while corked
-	own    []byte  // the buffer of other sizes
-}
-
-func (c *corkConn) Read(p []byte) (int, error) {
-	if c.br != nil {
-		return c.br.Read(p)
-	}
-	return c.Conn.Read(p)
-}
-
-// readAhead has reads go through a buffer of size bytes. Only the reader calls it, before
-// it reads; nothing has been read ahead before.
-func (c *corkConn) readAhead(size int) {
-	if c.br == nil {
-		c.br = bufio.NewReaderSize(c.Conn, size)
-	}
-}
-
-func (c *corkConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.corked {
-		return c.Conn.Write(p)
-	}
-	if len(c.buf)+len(p) > cap(c.buf) {
-		if err := c.flush(); err != nil {
-			return 0, err
-		}
-		if len(p) >= cap(c.buf) {
-			return c.Conn.Write(p)
-		}
-	}
-	c.buf = append(c.buf, p...)
-	return len(p), nil
-}
-
-// cork starts gathering writes, at most size bytes.
-func (c *corkConn) cork(size int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case size == corkSize && c.pool != nil:
-		c.lent, _ = c.pool.Get().(*[]byte)
-		if c.lent == nil {
-			b := make([]byte, 0, corkSize)
-			c.lent = &b
-		}
-		c.buf = (*c.lent)[:0]
-	default:
-		if cap(c.own) != size {
-			c.own = make([]byte, 0, size)
-		}
-		c.buf = c.own[:0]
-	}
-	c.corked = true
-}
-
-// uncork writes what was gathered and stops gathering.
-func (c *corkConn) uncork() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	err := c.flush()
-	if c.lent != nil {
-		*c.lent = c.buf[:0]
-		c.pool.Put(c.lent)
-		c.lent = nil
-	}
-	c.corked, c.buf = false, nil
-	return err
-}
-
-// flush writes what was gathered; mu is held.
-func (c *corkConn) flush() error {
-	if len(c.buf) == 0 {
-		return nil
-	}
-	_, err := c.Conn.Write(c.buf)
-	c.buf = c.buf[:0]
-	return err
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane/edgeclient"
 	"github.com/zmesh/zmesh/edge"
+	"github.com/zmesh/zmesh/tlscork"
 )
 
 // routerRetryDelay is how long a failed connection to a router is remembered: needs within
@@ -209,7 +210,8 @@ func (c *Context) dialRouter(ctx context.Context, r edgeRouter, tok string) (_ *
 	if err != nil {
 		return nil, fmt.Errorf("sdk: edge router %s: %w", r.name, err)
 	}
-	tc := tls.Client(raw, &tls.Config{
+	cc := tlscork.New(raw.(*net.TCPConn), &c.bufs, edge.CorkSize)
+	tc := tls.Client(cc, &tls.Config{
 		Certificates: []tls.Certificate{c.cert},
 		RootCAs:      c.roots,
 		ServerName:   u.Hostname(),
@@ -219,7 +221,8 @@ func (c *Context) dialRouter(ctx context.Context, r edgeRouter, tok string) (_ *
 		raw.Close()
 		return nil, fmt.Errorf("sdk: edge router %s: TLS: %w", r.name, err)
 	}
-	mux, err := smux.Client(tc, edge.Smux())
+	cc.ReadAhead(edge.ReadAhead)
+	mux, err := smux.Client(tlscork.NewBatched(tc, cc, edge.CorkSize), edge.Smux())
 	if err != nil {
 		tc.Close()
 		return nil, fmt.Errorf("sdk: edge router %s: smux: %w", r.name, err)

@@ -110,6 +110,9 @@ type Context struct {
 	roots *x509.CertPool      // the network's CAs
 	id    string              // the identity's id: its certificate's common name
 	api   *edgeclient.Client  // template of controller calls; its Token stays empty
+	// bufs lends the TLS connections to edge routers the buffers their writes are gathered
+	// in (tlscork).
+	bufs sync.Pool
 
 	life   context.Context // ends at Close
 	cancel context.CancelFunc
