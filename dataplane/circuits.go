@@ -169,33 +169,7 @@ func (r *Router) dial(ctx context.Context, x *channel.Xgress, circuitID uint64, 
 	if x.Binding == BindingTunnel {
 		return r.overlay.connect(x, circuitID)
 	}
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	done := make(chan result, 1)
-	err := r.dials.Submit(xgress.DialRequest{Binding: x.Binding, Address: x.Address, Done: func(c net.Conn, err error) { done <- result{c, err} }})
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case res := <-done:
-		return res.c, res.err
-	case <-time.After(timeout):
-		go func() {
-			if res := <-done; res.c != nil {
-				res.c.Close()
-			}
-		}()
-		return nil, fmt.Errorf("dial %s %s: no answer within %s", x.Binding, x.Address, timeout)
-	case <-ctx.Done():
-		go func() {
-			if res := <-done; res.c != nil {
-				res.c.Close()
-			}
-		}()
-		return nil, ctx.Err()
-	}
+	return r.dials.Dial(ctx, xgress.DialRequest{Binding: x.Binding, Address: x.Address}, timeout)
 }
 
 // HandleFrame takes a frame from a link: the forwarder moves it on. A payload of a circuit

@@ -7,13 +7,15 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// Egress: when a circuit ends at this router, the service is dialed by a pool of workers fed
-// by a bounded queue, so that a burst of circuits to a slow service neither spawns unbounded
-// goroutines nor hangs: a full queue fails the circuit at once.
+// Egress: when a circuit ends at this router, the service is dialed through a pool that runs
+// at most Workers dials at a time and lets at most QueueLength more wait for their turn, in
+// order, so that a burst of circuits to a slow service neither piles up dials nor hangs: a
+// full queue fails the circuit at once. A dial runs in the goroutine that asks for it (the
+// route's handler), so that a circuit costs no hand-over to a worker and back.
 
 // Dialer bindings, as router configurations name them.
 const (
@@ -30,89 +32,74 @@ var ErrDialQueueFull = errors.New("the dial queue is full")
 type DialRequest struct {
 	Binding string
 	Address string
-	// Done receives the connection or the error; it is called by a worker.
-	Done func(net.Conn, error)
 }
 
 // DialPoolOptions are the forwarder.xgressDial* settings.
 type DialPoolOptions struct {
 	QueueLength int           // xgressDialQueueLength
 	Workers     int           // xgressDialWorkerCount
-	Dwell       time.Duration // xgressDialDwellTime: wait before each dial
+	Dwell       time.Duration // xgressDialDwellTime: wait before each dial, in its turn
 	Timeout     time.Duration // of one dial; 10s when zero
 	// TLS is the client configuration of transport dials to tls: addresses.
 	TLS *tls.Config
 }
 
-// DialPool dials terminators with a fixed number of workers.
+// DialPool dials terminators, Workers at a time.
 type DialPool struct {
-	opts  DialPoolOptions
-	queue chan DialRequest
-	wg    sync.WaitGroup
-
-	mu   sync.Mutex
-	busy int
+	opts    DialPoolOptions
+	life    context.Context
+	turns   chan struct{} // one per dial running; blocked senders wait in order
+	waiting atomic.Int64  // dials waiting for a turn
 }
 
-// NewDialPool starts the workers; they stop when ctx ends, failing what is still queued.
+// NewDialPool returns a pool whose waiting dials fail when ctx ends.
 func NewDialPool(ctx context.Context, opts DialPoolOptions) *DialPool {
 	if opts.Timeout == 0 {
 		opts.Timeout = 10 * time.Second
 	}
-	p := &DialPool{opts: opts, queue: make(chan DialRequest, opts.QueueLength)}
-	for range opts.Workers {
-		p.wg.Add(1)
-		go p.work(ctx)
-	}
-	go func() {
-		<-ctx.Done()
-		p.wg.Wait()
-		for {
-			select {
-			case r := <-p.queue:
-				r.Done(nil, ctx.Err())
-			default:
-				return
-			}
-		}
-	}()
-	return p
+	return &DialPool{opts: opts, life: ctx, turns: make(chan struct{}, max(opts.Workers, 1))}
 }
 
-// Submit queues a dial; it fails at once with ErrDialQueueFull when the queue is full.
-func (p *DialPool) Submit(r DialRequest) error {
+// Dial dials r in the calling goroutine in its turn: at once when fewer than Workers dials
+// run, else after those that waited before it. It fails at once with ErrDialQueueFull when
+// QueueLength dials wait already, and when its turn does not come within wait, or ctx or the
+// pool ends first.
+func (p *DialPool) Dial(ctx context.Context, r DialRequest, wait time.Duration) (net.Conn, error) {
 	select {
-	case p.queue <- r:
-		return nil
+	case p.turns <- struct{}{}:
 	default:
-		return fmt.Errorf("dial %s %s: %w (%d queued)", r.Binding, r.Address, ErrDialQueueFull, cap(p.queue))
-	}
-}
-
-// Load returns how many dials are queued and how many workers are dialing.
-func (p *DialPool) Load() (queued, busy int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.queue), p.busy
-}
-
-func (p *DialPool) work(ctx context.Context) {
-	defer p.wg.Done()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case r := <-p.queue:
-			p.mu.Lock()
-			p.busy++
-			p.mu.Unlock()
-			conn, err := p.dial(ctx, r)
-			p.mu.Lock()
-			p.busy--
-			p.mu.Unlock()
-			r.Done(conn, err)
+		if err := p.await(ctx, r, wait); err != nil {
+			return nil, err
 		}
 	}
+	defer func() { <-p.turns }()
+	return p.dial(ctx, r)
+}
+
+// await queues r until its turn.
+func (p *DialPool) await(ctx context.Context, r DialRequest, wait time.Duration) error {
+	if n := p.waiting.Add(1); n > int64(p.opts.QueueLength) {
+		p.waiting.Add(-1)
+		return fmt.Errorf("dial %s %s: %w (%d queued)", r.Binding, r.Address, ErrDialQueueFull, p.opts.QueueLength)
+	}
+	defer p.waiting.Add(-1)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case p.turns <- struct{}{}:
+		return nil
+	case <-timer.C:
+		return fmt.Errorf("dial %s %s: no turn to dial within %s", r.Binding, r.Address, wait)
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.life.Done():
+		return p.life.Err()
+	}
+}
+
+// Load returns how many dials wait and how many run.
+func (p *DialPool) Load() (queued, busy int) {
+	return int(p.waiting.Load()), len(p.turns)
 }
 
 func (p *DialPool) dial(ctx context.Context, r DialRequest) (net.Conn, error) {
@@ -121,6 +108,8 @@ func (p *DialPool) dial(ctx context.Context, r DialRequest) (net.Conn, error) {
 		case <-time.After(p.opts.Dwell):
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-p.life.Done():
+			return nil, p.life.Err()
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)

@@ -5,39 +5,41 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
+// TestDialPoolQueueFullFailsAtOnce: with one turn taken and the queue full, a dial fails at
+// once; stopping the pool fails the dial that waits rather than leaving it hanging.
 func TestDialPoolQueueFullFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p := NewDialPool(ctx, DialPoolOptions{QueueLength: 1, Workers: 1, Dwell: time.Second})
-	results := make(chan error, 3)
-	req := DialRequest{Binding: BindingProxy, Address: "127.0.0.1:1", Done: func(c net.Conn, err error) { results <- err }}
-	if err := p.Submit(req); err != nil {
-		t.Fatal(err)
-	}
-	// Wait until the worker holds the first request, so that the queue has room for one.
-	for {
-		if _, busy := p.Load(); busy == 1 {
-			break
+	p := NewDialPool(ctx, DialPoolOptions{QueueLength: 1, Workers: 1, Dwell: time.Hour})
+	req := DialRequest{Binding: BindingProxy, Address: "127.0.0.1:1"}
+	results := make(chan error, 2)
+	for want := 1; want <= 2; want++ {
+		go func() {
+			_, err := p.Dial(context.Background(), req, time.Hour)
+			results <- err
+		}()
+		for { // the first takes the turn, the second waits in the queue
+			if queued, busy := p.Load(); queued+busy == want {
+				break
+			}
+			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	if err := p.Submit(req); err != nil {
-		t.Fatal(err)
 	}
 	start := time.Now()
-	err := p.Submit(req)
+	_, err := p.Dial(context.Background(), req, time.Hour)
 	if !errors.Is(err, ErrDialQueueFull) || time.Since(start) > 100*time.Millisecond {
-		t.Fatalf("third submit: %v after %s", err, time.Since(start))
+		t.Fatalf("third dial: %v after %s", err, time.Since(start))
 	}
 	if queued, busy := p.Load(); queued != 1 || busy != 1 {
 		t.Fatalf("load %d queued, %d busy", queued, busy)
 	}
-	// Stopping the pool fails what is queued rather than leaving it hanging.
 	cancel()
 	for range 2 {
 		select {
@@ -46,8 +48,68 @@ func TestDialPoolQueueFullFailsAtOnce(t *testing.T) {
 				t.Fatal("a dial to a closed port succeeded")
 			}
 		case <-time.After(5 * time.Second):
-			t.Fatal("a queued dial was never answered")
+			t.Fatal("a dial was never answered after the pool stopped")
 		}
+	}
+	if queued, busy := p.Load(); queued != 0 || busy != 0 {
+		t.Fatalf("after the pool stopped: load %d queued, %d busy", queued, busy)
+	}
+}
+
+// TestDialPoolTurns: at most Workers dials run at once, the others wait their turn in order,
+// and a dial whose turn does not come in time fails.
+func TestDialPoolTurns(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	p := NewDialPool(t.Context(), DialPoolOptions{QueueLength: 8, Workers: 2, Dwell: 50 * time.Millisecond})
+	req := DialRequest{Binding: BindingProxy, Address: ln.Addr().String()}
+	var most atomic.Int64
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			c, err := p.Dial(t.Context(), req, 10*time.Second)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			c.Close()
+		})
+	}
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, busy := p.Load()
+			if int64(busy) > most.Load() {
+				most.Store(int64(busy))
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	if most.Load() != 2 {
+		t.Fatalf("at most %d dials ran at once, want 2", most.Load())
+	}
+	// Both turns held through a long dwell: a dial that may wait 50 ms fails.
+	slow := NewDialPool(t.Context(), DialPoolOptions{QueueLength: 8, Workers: 1, Dwell: time.Hour})
+	go slow.Dial(t.Context(), req, time.Hour)
+	for {
+		if _, busy := slow.Load(); busy == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := slow.Dial(t.Context(), req, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "no turn") {
+		t.Fatalf("a dial without a turn in time: %v", err)
 	}
 }
 
@@ -72,20 +134,7 @@ func TestDialBindings(t *testing.T) {
 	defer cancel()
 	p := NewDialPool(ctx, DialPoolOptions{QueueLength: 4, Workers: 2})
 	dial := func(binding, addr string) (net.Conn, error) {
-		ch := make(chan struct {
-			c   net.Conn
-			err error
-		}, 1)
-		if err := p.Submit(DialRequest{Binding: binding, Address: addr, Done: func(c net.Conn, err error) {
-			ch <- struct {
-				c   net.Conn
-				err error
-			}{c, err}
-		}}); err != nil {
-			return nil, err
-		}
-		r := <-ch
-		return r.c, r.err
+		return p.Dial(ctx, DialRequest{Binding: binding, Address: addr}, 5*time.Second)
 	}
 	for _, tc := range []struct{ binding, addr, errPart string }{
 		{BindingProxy, ln.Addr().String(), ""},
