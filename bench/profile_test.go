@@ -83,7 +83,7 @@ func TestProfileZmesh(t *testing.T) {
 
 // TestRunWritesProfiles runs the io-copy baseline with Options.ProfileDir and Trace: its relay
 // (and only it: the sink and the load generator are not on the forwarding path) leaves a CPU
-// profile and an execution trace.
+// profile, a heap profile and an execution trace.
 func TestRunWritesProfiles(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -100,7 +100,7 @@ func TestRunWritesProfiles(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "*"))
-	want := []string{BaselineProxy + ".relay.cpu.pprof", BaselineProxy + ".relay.trace"}
+	want := []string{BaselineProxy + ".relay.cpu.pprof", BaselineProxy + ".relay.heap.pprof", BaselineProxy + ".relay.trace"}
 	if len(files) != len(want) {
 		t.Fatalf("profiles %q, want %q", files, want)
 	}
@@ -109,4 +109,5 @@ func TestRunWritesProfiles(t *testing.T) {
 			t.Errorf("%s: %v, %v", name, st, err)
 		}
 	}
+
 }
