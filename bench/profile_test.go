@@ -109,5 +109,4 @@ func TestRunWritesProfiles(t *testing.T) {
 			t.Errorf("%s: %v, %v", name, st, err)
 		}
 	}
-
 }
