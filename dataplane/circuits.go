@@ -169,7 +169,10 @@ func (r *Router) dial(ctx context.Context, x *channel.Xgress, circuitID uint64, 
 	if x.Binding == BindingTunnel {
 		return r.overlay.connect(x, circuitID)
 	}
-	return r.dials.Dial(ctx, xgress.DialRequest{Binding: x.Binding, Address: x.Address}, timeout)
+	// The route's timeout bounds the whole: the wait for a turn, the dwell and the dial.
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return r.dials.Dial(ctx, xgress.DialRequest{Binding: x.Binding, Address: x.Address})
 }
 
 // HandleFrame takes a frame from a link: the forwarder moves it on. A payload of a circuit

@@ -99,8 +99,8 @@ func newRouterMetrics(r *Router) *routerMetrics {
 			func() float64 { return float64(r.fw.Dropped.Load()) }),
 		counter("zmesh_xgress_frame_double_releases_total", "Frames released twice to the frame pool: a bug, counted rather than corrupting circuits.",
 			func() float64 { return float64(r.pool.DoubleReleases()) }),
-		gauge("zmesh_xgress_dial_queue_depth", "Service dials waiting for a dial worker (forwarder.xgressDialQueueLength bounds it).", dialLoad(false)),
-		gauge("zmesh_xgress_dial_workers_busy", "Dial workers dialing a service now (of forwarder.xgressDialWorkerCount).", dialLoad(true)),
+		gauge("zmesh_xgress_dial_queue_depth", "Service dials waiting for their turn (forwarder.xgressDialQueueLength bounds it).", dialLoad(false)),
+		gauge("zmesh_xgress_dial_workers_busy", "Service dials running now (forwarder.xgressDialWorkerCount at most).", dialLoad(true)),
 		gauge("zmesh_ctrl_connected", "1 while the control channel to the controller is up, 0 otherwise.", func() float64 {
 			if r.ctrl != nil && r.ctrl.isConnected() {
 				return 1

@@ -147,6 +147,17 @@ func (b *Batched) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// Close closes the connection. With no Write running it sends TLS's close_notify first; while
+// one runs (its records may be corked), it closes the TCP connection at once, as crypto/tls
+// does when a Write is in progress, rather than let the alert go into the corked buffer.
+func (b *Batched) Close() error {
+	if !b.mu.TryLock() {
+		return b.under.Close()
+	}
+	defer b.mu.Unlock()
+	return b.Conn.Close()
+}
+
 // ReadAhead has the reads of the connection under b go through a buffer of size bytes; see
 // Conn.ReadAhead.
 func (b *Batched) ReadAhead(size int) { b.under.ReadAhead(size) }

@@ -6,8 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 )
 
@@ -15,7 +16,8 @@ import (
 // at most Workers dials at a time and lets at most QueueLength more wait for their turn, in
 // order, so that a burst of circuits to a slow service neither piles up dials nor hangs: a
 // full queue fails the circuit at once. A dial runs in the goroutine that asks for it (the
-// route's handler), so that a circuit costs no hand-over to a worker and back.
+// route's handler), so that a circuit costs no hand-over to a worker and back; a dial that
+// ends hands its turn straight to the first that waits.
 
 // Dialer bindings, as router configurations name them.
 const (
@@ -46,60 +48,88 @@ type DialPoolOptions struct {
 
 // DialPool dials terminators, Workers at a time.
 type DialPool struct {
-	opts    DialPoolOptions
-	life    context.Context
-	turns   chan struct{} // one per dial running; blocked senders wait in order
-	waiting atomic.Int64  // dials waiting for a turn
+	opts DialPoolOptions
+	life context.Context
+
+	mu      sync.Mutex
+	running int             // dials that have their turn
+	waiters []chan struct{} // dials waiting for a turn, in order; closed when it comes
 }
 
-// NewDialPool returns a pool whose waiting dials fail when ctx ends.
+// NewDialPool returns a pool whose waiting and running dials fail when ctx ends.
 func NewDialPool(ctx context.Context, opts DialPoolOptions) *DialPool {
 	if opts.Timeout == 0 {
 		opts.Timeout = 10 * time.Second
 	}
-	return &DialPool{opts: opts, life: ctx, turns: make(chan struct{}, max(opts.Workers, 1))}
+	opts.Workers = max(opts.Workers, 1)
+	return &DialPool{opts: opts, life: ctx}
 }
 
 // Dial dials r in the calling goroutine in its turn: at once when fewer than Workers dials
-// run, else after those that waited before it. It fails at once with ErrDialQueueFull when
-// QueueLength dials wait already, and when its turn does not come within wait, or ctx or the
-// pool ends first.
-func (p *DialPool) Dial(ctx context.Context, r DialRequest, wait time.Duration) (net.Conn, error) {
-	select {
-	case p.turns <- struct{}{}:
-	default:
-		if err := p.await(ctx, r, wait); err != nil {
-			return nil, err
-		}
+// run and none waits, else after those that waited before it. It fails at once with
+// ErrDialQueueFull when QueueLength dials wait already, and when ctx or the pool ends first;
+// ctx bounds the whole: the wait, the dwell and the dial.
+func (p *DialPool) Dial(ctx context.Context, r DialRequest) (net.Conn, error) {
+	if err := p.turn(ctx, r); err != nil {
+		return nil, err
 	}
-	defer func() { <-p.turns }()
+	defer p.done()
 	return p.dial(ctx, r)
 }
 
-// await queues r until its turn.
-func (p *DialPool) await(ctx context.Context, r DialRequest, wait time.Duration) error {
-	if n := p.waiting.Add(1); n > int64(p.opts.QueueLength) {
-		p.waiting.Add(-1)
+// turn returns once r has a turn, or fails.
+func (p *DialPool) turn(ctx context.Context, r DialRequest) error {
+	p.mu.Lock()
+	if p.running < p.opts.Workers && len(p.waiters) == 0 {
+		p.running++
+		p.mu.Unlock()
+		return nil
+	}
+	if len(p.waiters) >= p.opts.QueueLength {
+		p.mu.Unlock()
 		return fmt.Errorf("dial %s %s: %w (%d queued)", r.Binding, r.Address, ErrDialQueueFull, p.opts.QueueLength)
 	}
-	defer p.waiting.Add(-1)
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
+	ready := make(chan struct{})
+	p.waiters = append(p.waiters, ready)
+	p.mu.Unlock()
+	var err error
 	select {
-	case p.turns <- struct{}{}:
+	case <-ready:
 		return nil
-	case <-timer.C:
-		return fmt.Errorf("dial %s %s: no turn to dial within %s", r.Binding, r.Address, wait)
 	case <-ctx.Done():
-		return ctx.Err()
+		err = ctx.Err()
 	case <-p.life.Done():
-		return p.life.Err()
+		err = p.life.Err()
 	}
+	err = fmt.Errorf("dial %s %s: no turn among %d dials at a time: %w", r.Binding, r.Address, p.opts.Workers, err)
+	p.mu.Lock()
+	if i := slices.Index(p.waiters, ready); i >= 0 {
+		p.waiters = slices.Delete(p.waiters, i, i+1)
+		p.mu.Unlock()
+		return err
+	}
+	p.mu.Unlock()
+	p.done() // the turn came meanwhile: pass it on
+	return err
+}
+
+// done ends a turn: the first waiter takes it over, or one dial fewer runs.
+func (p *DialPool) done() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.waiters) > 0 {
+		close(p.waiters[0])
+		p.waiters = slices.Delete(p.waiters, 0, 1)
+		return
+	}
+	p.running--
 }
 
 // Load returns how many dials wait and how many run.
 func (p *DialPool) Load() (queued, busy int) {
-	return int(p.waiting.Load()), len(p.turns)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.waiters), p.running
 }
 
 func (p *DialPool) dial(ctx context.Context, r DialRequest) (net.Conn, error) {
@@ -114,6 +144,7 @@ func (p *DialPool) dial(ctx context.Context, r DialRequest) (net.Conn, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
 	defer cancel()
+	defer context.AfterFunc(p.life, cancel)() // a pool that stops ends its dials
 	network, address, useTLS, err := target(r.Binding, r.Address)
 	if err != nil {
 		return nil, err

@@ -22,7 +22,7 @@ func TestDialPoolQueueFullFailsAtOnce(t *testing.T) {
 	results := make(chan error, 2)
 	for want := 1; want <= 2; want++ {
 		go func() {
-			_, err := p.Dial(context.Background(), req, time.Hour)
+			_, err := p.Dial(context.Background(), req)
 			results <- err
 		}()
 		for { // the first takes the turn, the second waits in the queue
@@ -33,7 +33,7 @@ func TestDialPoolQueueFullFailsAtOnce(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	_, err := p.Dial(context.Background(), req, time.Hour)
+	_, err := p.Dial(context.Background(), req)
 	if !errors.Is(err, ErrDialQueueFull) || time.Since(start) > 100*time.Millisecond {
 		t.Fatalf("third dial: %v after %s", err, time.Since(start))
 	}
@@ -56,8 +56,9 @@ func TestDialPoolQueueFullFailsAtOnce(t *testing.T) {
 	}
 }
 
-// TestDialPoolTurns: at most Workers dials run at once, the others wait their turn in order,
-// and a dial whose turn does not come in time fails.
+// TestDialPoolTurns: at most Workers dials run at once; the others take their turns in the
+// order they came, each handed over as a dial ends (a dial that asks again at once does not
+// find the queue full); a dial whose turn does not come before its context ends fails.
 func TestDialPoolTurns(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -65,51 +66,86 @@ func TestDialPoolTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	p := NewDialPool(t.Context(), DialPoolOptions{QueueLength: 8, Workers: 2, Dwell: 50 * time.Millisecond})
+	p := NewDialPool(t.Context(), DialPoolOptions{QueueLength: 8, Workers: 2, Dwell: 100 * time.Millisecond})
 	req := DialRequest{Binding: BindingProxy, Address: ln.Addr().String()}
-	var most atomic.Int64
-	var wg sync.WaitGroup
-	for range 6 {
+	var (
+		most  atomic.Int64
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range 6 {
 		wg.Go(func() {
-			c, err := p.Dial(t.Context(), req, 10*time.Second)
+			c, err := p.Dial(t.Context(), req)
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			c.Close()
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
 		})
-	}
-	stop := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			_, busy := p.Load()
-			if int64(busy) > most.Load() {
-				most.Store(int64(busy))
+		for { // each one queued before the next comes
+			if queued, busy := p.Load(); queued+busy == i+1 {
+				if busy > int(most.Load()) {
+					most.Store(int64(busy))
+				}
+				break
 			}
 			time.Sleep(time.Millisecond)
 		}
-	}()
+	}
 	wg.Wait()
-	close(stop)
 	if most.Load() != 2 {
 		t.Fatalf("at most %d dials ran at once, want 2", most.Load())
 	}
-	// Both turns held through a long dwell: a dial that may wait 50 ms fails.
+	// Two run at a time with equal dwell: 0 and 1 end first, then 2 and 3, then 4 and 5.
+	for k, i := range order {
+		if i/2 != k/2 {
+			t.Fatalf("dials ended in the order %v, want the queue's", order)
+		}
+	}
+
+	// Workers 1, queue 1: a dial that ends and asks again at once while another waits is
+	// queued behind it, not refused.
+	one := NewDialPool(t.Context(), DialPoolOptions{QueueLength: 1, Workers: 1})
+	for range 200 {
+		var pair sync.WaitGroup
+		for range 2 {
+			pair.Go(func() {
+				for range 2 {
+					c, err := one.Dial(t.Context(), req)
+					if err != nil {
+						t.Errorf("a dial with the queue not full: %v", err)
+						return
+					}
+					c.Close()
+				}
+			})
+		}
+		pair.Wait()
+		if t.Failed() {
+			return
+		}
+	}
+
+	// The only turn held through a long dwell: a dial whose context ends first fails.
 	slow := NewDialPool(t.Context(), DialPoolOptions{QueueLength: 8, Workers: 1, Dwell: time.Hour})
-	go slow.Dial(t.Context(), req, time.Hour)
+	go slow.Dial(t.Context(), req)
 	for {
 		if _, busy := slow.Load(); busy == 1 {
 			break
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := slow.Dial(t.Context(), req, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "no turn") {
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := slow.Dial(ctx, req); err == nil || !strings.Contains(err.Error(), "no turn") {
 		t.Fatalf("a dial without a turn in time: %v", err)
+	}
+	if queued, _ := slow.Load(); queued != 0 {
+		t.Fatalf("%d dials still queued after the one waiting gave up", queued)
 	}
 }
 
@@ -134,7 +170,7 @@ func TestDialBindings(t *testing.T) {
 	defer cancel()
 	p := NewDialPool(ctx, DialPoolOptions{QueueLength: 4, Workers: 2})
 	dial := func(binding, addr string) (net.Conn, error) {
-		return p.Dial(ctx, DialRequest{Binding: binding, Address: addr}, 5*time.Second)
+		return p.Dial(ctx, DialRequest{Binding: binding, Address: addr})
 	}
 	for _, tc := range []struct{ binding, addr, errPart string }{
 		{BindingProxy, ln.Addr().String(), ""},

@@ -148,9 +148,16 @@ func (e *Endpoint) StartWithin(d time.Duration) {
 	e.mu.Lock()
 	if !e.opened && !e.closed {
 		e.openTimer = time.AfterFunc(d, func() {
-			if !e.Opened() {
-				e.Close(fmt.Sprintf("the circuit was not opened within %s of its route", d))
+			// Decided under mu, so that an opening payload arriving now is either in time
+			// or dropped by the closing endpoint, never queued and then lost.
+			e.mu.Lock()
+			if e.opened || e.closed {
+				e.mu.Unlock()
+				return
 			}
+			e.closed = true
+			e.mu.Unlock()
+			e.shutdown(fmt.Errorf("the circuit was not opened within %s of its route", d), true)
 		})
 	}
 	e.mu.Unlock()

@@ -214,7 +214,8 @@ type Fault struct {
 	Unrouted bool `json:"unrouted,omitempty"`
 	// Clean: the circuit ended cleanly at its initiator on this router (both directions
 	// closed, every byte acknowledged), so its terminator ends cleanly too and its router
-	// removes the circuit without a Fault; the controller unroutes only the routers between.
+	// removes the circuit without a Fault. On a two-router path the controller then unroutes
+	// nothing more; with routers between, it unroutes them and the terminator's router.
 	Clean bool `json:"clean,omitempty"`
 }
 

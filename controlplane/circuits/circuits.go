@@ -338,8 +338,8 @@ func (s *Service) remove(id uint64, reason string, skip func(c *Circuit, at int)
 
 // Fault handles a router's report that a circuit ended there: one of its ends finished or
 // failed, or a link it used went down. The circuit is removed from the other routers, but for
-// the terminator's after a clean end at the initiator (Fault.Clean). Ends are logged at debug
-// level: a busy network ends thousands of circuits a second.
+// the terminator's after a clean end at the initiator on a two-router path (Fault.Clean). Ends
+// are logged at debug level: a busy network ends thousands of circuits a second.
 func (s *Service) Fault(router string, f *channel.Fault) {
 	s.mu.Lock()
 	c, ok := s.circuits[f.CircuitID]
@@ -353,9 +353,12 @@ func (s *Service) Fault(router string, f *channel.Fault) {
 		switch {
 		case f.Unrouted && c.Path[at] == router:
 			return true // it removed the circuit itself
-		case f.Clean && !c.Adopted && c.Path[0] == router && at == len(c.Path)-1:
+		case f.Clean && !c.Adopted && len(c.Path) == 2 && c.Path[0] == router && at == 1:
 			// A clean end at the initiator is one at the terminator too, whose router
-			// removes the circuit by itself.
+			// removes the circuit by itself once the initiator's EOF, sent before this
+			// fault on the link between them, arrives. (With routers between, an Unroute
+			// could reach one of them before that EOF passed: the terminator is unrouted
+			// as before.)
 			return true
 		}
 		return false

@@ -224,32 +224,38 @@ func TestFaultUnroutesTheOthers(t *testing.T) {
 	}
 }
 
-// TestCleanFaultSkipsTheTerminator: a clean end reported by the initiator's router unroutes
-// the routers between, not the terminator's, which removes the circuit by itself; a clean
-// end reported by another router, or of an adopted circuit, unroutes as any fault does.
+// TestCleanFaultSkipsTheTerminator: a clean end reported by the initiator's router of a
+// two-router path unroutes nothing more (the terminator's router removes the circuit by
+// itself); with a router between, that router and the terminator's are unrouted, since an
+// Unroute could reach the router between before the initiator's EOF passed it; a clean end
+// reported by another router, or of an adopted circuit, unroutes as any fault does.
 func TestCleanFaultSkipsTheTerminator(t *testing.T) {
 	t.Parallel()
 	_, m := newService(t)
 	rs := newPipeRouters(t, "A", "B", "C")
 	s := New(m, paths.NewGraph(), rs, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	s.mu.Lock()
-	for _, id := range []uint64{1, 2} {
-		s.circuits[id] = &Circuit{ID: id, Path: []string{"A", "B", "C"}}
-	}
+	s.circuits[1] = &Circuit{ID: 1, Path: []string{"A", "C"}}
+	s.circuits[2] = &Circuit{ID: 2, Path: []string{"A", "C"}}
+	s.circuits[4] = &Circuit{ID: 4, Path: []string{"A", "B", "C"}}
 	s.mu.Unlock()
 	s.Adopt("A", []uint64{3})
 	s.Adopt("C", []uint64{3})
 
 	s.Fault("A", &channel.Fault{CircuitID: 1, Reason: "closed", Unrouted: true, Clean: true})
-	if got := rs.got(); !slices.Equal(got, []string{"B 1"}) {
-		t.Errorf("unroutes after a clean end at the initiator: %v, want B only", got)
+	if got := rs.got(); len(got) != 0 {
+		t.Errorf("unroutes after a clean end at the initiator of a two-router path: %v, want none", got)
 	}
 	s.Fault("C", &channel.Fault{CircuitID: 2, Reason: "closed", Unrouted: true, Clean: true})
-	if got := rs.got(); !slices.Equal(got, []string{"A 2", "B 2"}) {
+	if got := rs.got(); !slices.Equal(got, []string{"A 2"}) {
 		t.Errorf("unroutes after a clean fault from the terminator's router: %v", got)
 	}
 	s.Fault("A", &channel.Fault{CircuitID: 3, Reason: "closed", Unrouted: true, Clean: true})
 	if got := rs.got(); !slices.Equal(got, []string{"C 3"}) {
 		t.Errorf("unroutes after a clean end of an adopted circuit: %v", got)
+	}
+	s.Fault("A", &channel.Fault{CircuitID: 4, Reason: "closed", Unrouted: true, Clean: true})
+	if got := rs.got(); !slices.Equal(got, []string{"B 4", "C 4"}) {
+		t.Errorf("unroutes after a clean end at the initiator of a three-router path: %v", got)
 	}
 }
