@@ -2,13 +2,17 @@ package dataplane
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -613,4 +617,41 @@ func bulkTransfer(t *testing.T, addr string, size, atLeast int64) (*client, <-ch
 	go cl.receive()
 	waitFor(t, fmt.Sprintf("%d MiB through the circuit", atLeast>>20), func() bool { return cl.got.n.Load() >= atLeast })
 	return cl, sent
+}
+
+// A circuit that ends cleanly is told to the controller once: the initiator's router sends a
+// Fault marked Clean, the terminator's router sends none; the controller unroutes the router
+// between, and nothing is left anywhere. The routers' message traces show what was sent.
+func TestCleanEndToldOnce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	trace := func(name string) string { return "trace:\n  path: " + filepath.Join(dir, name+".trace") + "\n" }
+	n, srv, addr := buildLine(t, lineConfig{transport: "tls", split: true, a: trace("a"), c: trace("c")})
+	if err := transfer(srv, addr, 1000, 1000, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	n.waitGone(t, nil)
+	faults := func(name string) (all []string) {
+		n.routers[strings.ToUpper(name)].stop() // the trace is complete once its router stopped
+		data, err := os.ReadFile(filepath.Join(dir, name+".trace"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			var l traceLine
+			if err := json.Unmarshal([]byte(line), &l); err != nil {
+				t.Fatalf("%s trace: %q: %v", name, line, err)
+			}
+			if l.Direction == "out" && l.Type == "Fault" {
+				all = append(all, string(l.Message))
+			}
+		}
+		return all
+	}
+	if got := faults("a"); len(got) != 1 || !strings.Contains(got[0], `"clean":true`) || !strings.Contains(got[0], `"unrouted":true`) {
+		t.Errorf("the initiator's router sent the faults %q, want one, clean and unrouted", got)
+	}
+	if got := faults("c"); len(got) != 0 {
+		t.Errorf("the terminator's router sent the faults %q after a clean end, want none", got)
+	}
 }
