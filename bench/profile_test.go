@@ -6,10 +6,13 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zmesh/zmesh/internal/pproftest"
 )
 
 // TestProfileZmesh is not a test but a tool, skipped unless ZMESH_BENCH_PROFILE_DIR names a
@@ -108,5 +111,8 @@ func TestRunWritesProfiles(t *testing.T) {
 		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v, %v", name, st, err)
 		}
+	}
+	if types := pproftest.SampleTypes(t, filepath.Join(dir, want[1])); !slices.Contains(types, "inuse_space/bytes") {
+		t.Errorf("the heap profile's sample types: %v", types)
 	}
 }

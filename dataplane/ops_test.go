@@ -3,13 +3,11 @@ package dataplane
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -22,9 +20,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/internal/pproftest"
 )
 
 // Operations of a router: the web listener's health-checks and metrics APIs, profiles and
@@ -253,10 +251,10 @@ trace:
 
 	a.stop()
 	dir := filepath.Dir(a.file)
-	if types := profileSampleTypes(t, filepath.Join(dir, "cpu.pprof")); !slices.Contains(types, "cpu") {
+	if types := pproftest.SampleTypes(t, filepath.Join(dir, "cpu.pprof")); !slices.Contains(types, "cpu/nanoseconds") {
 		t.Errorf("the CPU profile holds samples of %v", types)
 	}
-	if types := profileSampleTypes(t, filepath.Join(dir, "mem.pprof")); !slices.Contains(types, "inuse_space") {
+	if types := pproftest.SampleTypes(t, filepath.Join(dir, "mem.pprof")); !slices.Contains(types, "inuse_space/bytes") {
 		t.Errorf("the heap profile holds samples of %v", types)
 	}
 	checkTrace(t, filepath.Join(dir, "ctrl.trace"))
@@ -332,58 +330,6 @@ func checkTrace(t *testing.T, path string) {
 			t.Errorf("the trace has no %s (request out, reply in); it pairs %v", want, answered)
 		}
 	}
-}
-
-// profileSampleTypes reads a profile file (gzipped pprof protocol buffer), checks that each
-// of its top-level fields decodes, and returns the names of its sample types.
-func profileSampleTypes(t *testing.T, path string) []string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	b, err := io.ReadAll(zr)
-	if err != nil || len(b) == 0 {
-		t.Fatalf("%s: %d bytes, %v", path, len(b), err)
-	}
-	var strs []string
-	var typeIdx []uint64
-	for len(b) > 0 {
-		num, typ, k := protowire.ConsumeTag(b)
-		if k < 0 {
-			t.Fatalf("%s: %v", path, protowire.ParseError(k))
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b[k:])
-		if m < 0 {
-			t.Fatalf("%s: field %d: %v", path, num, protowire.ParseError(m))
-		}
-		if typ == protowire.BytesType {
-			v, _ := protowire.ConsumeBytes(b[k:])
-			switch num {
-			case 1: // sample_type {type = 1, unit = 2}
-				if fn, ft, j := protowire.ConsumeTag(v); j > 0 && fn == 1 && ft == protowire.VarintType {
-					x, _ := protowire.ConsumeVarint(v[j:])
-					typeIdx = append(typeIdx, x)
-				}
-			case 6: // string_table
-				strs = append(strs, string(v))
-			}
-		}
-		b = b[k+m:]
-	}
-	var out []string
-	for _, i := range typeIdx {
-		if i >= uint64(len(strs)) {
-			t.Fatalf("%s: sample type %d outside the string table", path, i)
-		}
-		out = append(out, strs[i])
-	}
-	return out
 }
 
 // With linkCheck.minLinks 1 a router without links is unhealthy (503, link.health failing),
