@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 )
 
 // The first byte a load generator sends on a connection tells the sink what to do with it.
@@ -18,16 +19,24 @@ const (
 	modeEcho = 'E'
 )
 
-// runSink serves discard and echo connections on listen until ctx ends.
+// echoBufferSize is the buffer an echo connection reads into: a 64-byte round trip or the
+// one byte of a circuit setup fits many times over.
+const echoBufferSize = 16 << 10
+
+// runSink serves discard and echo connections on listen until ctx ends. Echo connections
+// share pooled buffers: the circuit setup measurement opens thousands a second, and a buffer
+// allocated for each made the sink the busiest process on the machine after the routers,
+// its garbage collection taking CPU from the path being measured.
 func runSink(ctx context.Context, listen string, ready func(net.Addr) error, log *slog.Logger) error {
+	bufs := sync.Pool{New: func() any { return new([echoBufferSize]byte) }}
 	return serve(ctx, listen, ready, func(ctx context.Context, conn net.Conn) {
-		if err := sinkConn(conn); err != nil && ctx.Err() == nil {
+		if err := sinkConn(conn, &bufs); err != nil && ctx.Err() == nil {
 			log.Warn("sink connection failed", "from", conn.RemoteAddr(), "err", err)
 		}
 	}, log)
 }
 
-func sinkConn(conn net.Conn) error {
+func sinkConn(conn net.Conn, bufs *sync.Pool) error {
 	var mode [1]byte
 	if _, err := io.ReadFull(conn, mode[:]); err != nil {
 		return fmt.Errorf("read mode: %w", err)
@@ -36,7 +45,9 @@ func sinkConn(conn net.Conn) error {
 	case modeDiscard:
 		return discard(conn)
 	case modeEcho:
-		return echo(conn)
+		buf := bufs.Get().(*[echoBufferSize]byte)
+		defer bufs.Put(buf)
+		return echo(conn, buf[:])
 	default:
 		return fmt.Errorf("unknown mode byte %q", mode[0])
 	}
@@ -63,8 +74,7 @@ func discard(conn net.Conn) error {
 	return nil
 }
 
-func echo(conn net.Conn) error {
-	buf := make([]byte, 64<<10)
+func echo(conn net.Conn, buf []byte) error {
 	for {
 		n, err := conn.Read(buf)
 		if n > 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -125,5 +126,46 @@ func TestLoopbackAndWaitListening(t *testing.T) {
 	defer ln.Close()
 	if err := WaitListening(t.Context(), addr, 5*time.Second); err != nil {
 		t.Errorf("WaitListening on %s: %v", addr, err)
+	}
+}
+
+// TestSinkEchoesConcurrentConnections echoes, on connections open at once, more than the
+// sink's pooled echo buffer holds, each connection its own bytes: a buffer shared by two
+// connections would mix them.
+func TestSinkEchoesConcurrentConnections(t *testing.T) {
+	t.Parallel()
+	sink := startWorker(t, "sink")
+	const conns, size = 8, 3*echoBufferSize + 123
+	errs := make(chan error, conns)
+	for i := range conns {
+		go func() {
+			errs <- func() error {
+				conn, err := net.Dial("tcp", sink)
+				if err != nil {
+					return err
+				}
+				defer conn.Close()
+				conn.SetDeadline(time.Now().Add(10 * time.Second))
+				want := bytes.Repeat([]byte{byte('a' + i)}, size)
+				go func() {
+					conn.Write([]byte{modeEcho})
+					conn.Write(want)
+					conn.(*net.TCPConn).CloseWrite()
+				}()
+				got, err := io.ReadAll(conn)
+				if err != nil {
+					return err
+				}
+				if !bytes.Equal(got, want) {
+					return fmt.Errorf("connection %d: echoed %d bytes that are not the %d it sent", i, len(got), size)
+				}
+				return nil
+			}()
+		}()
+	}
+	for range conns {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
