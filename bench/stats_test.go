@@ -69,3 +69,22 @@ func TestGbps(t *testing.T) {
 		t.Errorf("gbps over 0s = %v, want 0", got)
 	}
 }
+
+// TestWithRatio: a ratio too small for two decimals is shown as below 0.01, not as 0.00.
+func TestWithRatio(t *testing.T) {
+	for _, tc := range []struct {
+		ok    bool
+		ratio float64
+		want  string
+	}{
+		{false, 2, "1ms"},
+		{true, 1.234, "1ms (1.23×)"},
+		{true, 0.01, "1ms (0.01×)"},
+		{true, 0.0009, "1ms (<0.01×)"},
+		{true, 0, "1ms (0.00×)"},
+	} {
+		if got := withRatio("1ms", tc.ok, tc.ratio); got != tc.want {
+			t.Errorf("withRatio(%v, %v) = %q, want %q", tc.ok, tc.ratio, got, tc.want)
+		}
+	}
+}
