@@ -36,6 +36,10 @@ type window struct {
 	acked   uint64 // every byte below it was delivered by the far end
 	closed  bool
 	blocked time.Time // when the sender last ran out of window; zero when it did not
+	// stall shrinks the window once the sender has waited StallTimeout; made at the first
+	// wait and reused, so that waiting for acks allocates nothing. One sender waits at a
+	// time: the endpoint's reader.
+	stall *time.Timer
 }
 
 func newWindow() *window {
@@ -64,16 +68,25 @@ func (w *window) acquire(least, most int) int {
 // waitStall waits for an ack or a close; it shrinks the window when none comes for
 // StallTimeout. Called with mu held.
 func (w *window) waitStall() {
-	timer := time.AfterFunc(StallTimeout, func() {
-		w.mu.Lock()
-		if !w.blocked.IsZero() && time.Since(w.blocked) >= StallTimeout && w.size > MinWindow {
-			w.size = max(w.size/2, MinWindow)
-			w.blocked = time.Now()
-		}
-		w.mu.Unlock()
-	})
+	if w.stall == nil {
+		w.stall = time.AfterFunc(StallTimeout, w.stalled)
+	} else {
+		w.stall.Reset(StallTimeout)
+	}
 	w.cond.Wait()
-	timer.Stop()
+	w.stall.Stop()
+}
+
+// stalled halves the window when the sender has been waiting for StallTimeout. A timer that
+// fires late, after the wait it was set for, finds the sender not blocked, or blocked for
+// less, and leaves the window alone.
+func (w *window) stalled() {
+	w.mu.Lock()
+	if !w.blocked.IsZero() && time.Since(w.blocked) >= StallTimeout && w.size > MinWindow {
+		w.size = max(w.size/2, MinWindow)
+		w.blocked = time.Now()
+	}
+	w.mu.Unlock()
 }
 
 // sentBytes records n bytes sent and returns the Seq of their first byte.
