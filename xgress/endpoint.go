@@ -58,6 +58,10 @@ type Endpoint struct {
 	readable func(fd uintptr) bool
 	peek     [1]byte
 
+	// writer is writeLoop as a value, made once: a `go e.writeLoop()` would allocate its
+	// closure at each burst of payloads.
+	writer func()
+
 	mu        sync.Mutex
 	queue     []*Frame // payloads from the other end, not yet written
 	spare     []*Frame // the writer's previous batch, reused as the next queue
@@ -82,6 +86,7 @@ type Endpoint struct {
 // the reason otherwise.
 func NewEndpoint(circuit uint64, origin Origin, conn net.Conn, fwd Forwarder, pool *Pool, done func(error)) *Endpoint {
 	e := &Endpoint{circuit: circuit, origin: origin, conn: conn, fwd: fwd, pool: pool, done: done, win: newWindow()}
+	e.writer = e.writeLoop
 	if sc, ok := conn.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			e.raw = raw
@@ -281,7 +286,7 @@ func (e *Endpoint) Receive(f *Frame) {
 		e.opening()
 		e.mu.Unlock()
 		if start {
-			go e.writeLoop()
+			go e.writer()
 		}
 		if read {
 			go e.readLoop()
@@ -304,16 +309,22 @@ func (e *Endpoint) Receive(f *Frame) {
 func (e *Endpoint) writeLoop() {
 	for {
 		e.mu.Lock()
-		batch := e.queue
-		e.queue, e.spare = e.spare[:0], nil
-		if len(batch) == 0 || e.closed {
+		if len(e.queue) == 0 || e.closed {
+			// The queue and the spare are both kept for the next batch: a writer that stops
+			// whenever it has caught up, as it does between bursts, allocates no queue.
 			e.writing = false
+			var dropped []*Frame
+			if e.closed {
+				dropped, e.queue = e.queue, nil
+			}
 			e.mu.Unlock()
-			for _, f := range batch {
+			for _, f := range dropped {
 				f.Release()
 			}
 			return
 		}
+		batch := e.queue
+		e.queue, e.spare = e.spare[:0], nil
 		expect := e.expect
 		e.mu.Unlock()
 

@@ -255,6 +255,38 @@ func TestOutOfOrderPayloadFails(t *testing.T) {
 	}
 }
 
+// TestRoundTripsAllocateNothing sends 1 KiB messages back and forth through a circuit, so
+// that each end's writer catches up and stops after every message: in steady state the
+// endpoints allocate nothing per message (the writer's queues are kept, its goroutine starts
+// without a closure, the window waits without a new timer).
+func TestRoundTripsAllocateNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not kept under the race detector")
+	}
+	c := newCircuit(t)
+	msg, got := make([]byte, 1<<10), make([]byte, 1<<10)
+	roundTrip := func() {
+		if _, err := c.client.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c.server, got); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.server.Write(got); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c.client, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 100 { // the pool and the queues reach their steady size
+		roundTrip()
+	}
+	if allocs := testing.AllocsPerRun(500, roundTrip); allocs > 0.1 {
+		t.Fatalf("%.2f allocations per round trip, want none", allocs)
+	}
+}
+
 // BenchmarkRelay compares one circuit through two endpoints (the forwarding of a single
 // router) with a plain io.Copy relay between the same kind of sockets. Each op moves 16 MiB
 // one way.

@@ -1,0 +1,5 @@
+//go:build !race
+
+package xgress
+
+const raceEnabled = false
