@@ -67,9 +67,7 @@ func (p *Proxy) Serve(ctx context.Context, carry func(ctx context.Context, conn 
 					continue
 				}
 				wait = 0
-				if tc, ok := conn.(*net.TCPConn); ok {
-					tc.SetNoDelay(true)
-				}
+				// TCP_NODELAY is on already: the net package sets it on every TCP connection.
 				wg.Go(func() { carry(ctx, conn, service) })
 			}
 		})

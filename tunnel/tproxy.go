@@ -727,9 +727,6 @@ func (r *tproxyRun) carryTCP(ctx context.Context, c net.Conn) {
 	r.t.tcp.Add(1)
 	r.t.active.Add(1)
 	defer r.t.active.Add(-1)
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
-	}
 	app := appData(intercept.TCP, src, dst, hostname)
 	circuit, err := r.dial(ctx, is, app)
 	if err != nil {
