@@ -259,7 +259,7 @@ func withRatio(s string, ok bool, ratio float64) string {
 	if !ok {
 		return s
 	}
-	if ratio > 0 && ratio < 0.01 {
+	if ratio > 0 && ratio < 0.005 {
 		// Two decimals would print 0.00×, as if the figure were nothing: a zmesh path's setup
 		// latency against a TLS relay that cannot keep up with the rate, for one.
 		return s + " (<0.01×)"

@@ -70,7 +70,7 @@ func TestGbps(t *testing.T) {
 	}
 }
 
-// TestWithRatio: a ratio too small for two decimals is shown as below 0.01, not as 0.00.
+// TestWithRatio: a ratio that two decimals would show as 0.00 is shown as below 0.01.
 func TestWithRatio(t *testing.T) {
 	for _, tc := range []struct {
 		ok    bool
@@ -80,7 +80,8 @@ func TestWithRatio(t *testing.T) {
 		{false, 2, "1ms"},
 		{true, 1.234, "1ms (1.23×)"},
 		{true, 0.01, "1ms (0.01×)"},
-		{true, 0.0009, "1ms (<0.01×)"},
+		{true, 0.006, "1ms (0.01×)"},
+		{true, 0.0049, "1ms (<0.01×)"},
 		{true, 0, "1ms (0.00×)"},
 	} {
 		if got := withRatio("1ms", tc.ok, tc.ratio); got != tc.want {

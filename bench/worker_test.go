@@ -131,10 +131,20 @@ func TestLoopbackAndWaitListening(t *testing.T) {
 
 // TestSinkEchoesConcurrentConnections echoes, on connections open at once, more than the
 // sink's pooled echo buffer holds, each connection its own bytes: a buffer shared by two
-// connections would mix them.
+// connections would mix them. Twenty rounds, since two echoes must overlap to show it.
 func TestSinkEchoesConcurrentConnections(t *testing.T) {
 	t.Parallel()
 	sink := startWorker(t, "sink")
+	for round := range 20 {
+		if !echoConcurrently(t, sink) {
+			t.Fatalf("round %d failed", round+1)
+		}
+	}
+}
+
+// echoConcurrently echoes a connection's own bytes on each of 8 connections at once and
+// reports whether every connection got its bytes back.
+func echoConcurrently(t *testing.T, sink string) bool {
 	const conns, size = 8, 3*echoBufferSize + 123
 	errs := make(chan error, conns)
 	for i := range conns {
@@ -163,9 +173,12 @@ func TestSinkEchoesConcurrentConnections(t *testing.T) {
 			}()
 		}()
 	}
+	ok := true
 	for range conns {
 		if err := <-errs; err != nil {
 			t.Error(err)
+			ok = false
 		}
 	}
+	return ok
 }

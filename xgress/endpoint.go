@@ -304,6 +304,11 @@ func (e *Endpoint) Receive(f *Frame) {
 	}
 }
 
+// maxKeptQueue is the most frames a stopped writer's queues keep room for (2 KiB each): a
+// batch of full frames holds at most a window's worth, 64 of them; a burst of small
+// datagrams may hold thousands.
+const maxKeptQueue = 256
+
 // writeLoop writes queued payloads to the connection in order and acknowledges them, one ack
 // per batch that carried data, until the queue is empty.
 func (e *Endpoint) writeLoop() {
@@ -311,11 +316,18 @@ func (e *Endpoint) writeLoop() {
 		e.mu.Lock()
 		if len(e.queue) == 0 || e.closed {
 			// The queue and the spare are both kept for the next batch: a writer that stops
-			// whenever it has caught up, as it does between bursts, allocates no queue.
+			// whenever it has caught up, as it does between bursts, allocates no queue. Not
+			// when a burst of many small frames grew them: an idle end keeps little.
 			e.writing = false
 			var dropped []*Frame
 			if e.closed {
 				dropped, e.queue = e.queue, nil
+			}
+			if cap(e.queue) > maxKeptQueue {
+				e.queue = nil
+			}
+			if cap(e.spare) > maxKeptQueue {
+				e.spare = nil
 			}
 			e.mu.Unlock()
 			for _, f := range dropped {

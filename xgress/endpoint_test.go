@@ -257,8 +257,9 @@ func TestOutOfOrderPayloadFails(t *testing.T) {
 
 // TestRoundTripsAllocateNothing sends 1 KiB messages back and forth through a circuit, so
 // that each end's writer catches up and stops after every message: in steady state the
-// endpoints allocate nothing per message (the writer's queues are kept, its goroutine starts
-// without a closure, the window waits without a new timer).
+// endpoints allocate nothing per message (frames from the pool, the writer's goroutine
+// started without a closure). Each run is 10 round trips: testing.AllocsPerRun counts whole
+// allocations per run, so one allocation in 10 round trips shows.
 func TestRoundTripsAllocateNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not kept under the race detector")
@@ -279,11 +280,129 @@ func TestRoundTripsAllocateNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for range 100 { // the pool and the queues reach their steady size
+	for range 100 { // the pool reaches its steady size
 		roundTrip()
 	}
-	if allocs := testing.AllocsPerRun(500, roundTrip); allocs > 0.1 {
-		t.Fatalf("%.2f allocations per round trip, want none", allocs)
+	allocs := testing.AllocsPerRun(50, func() {
+		for range 10 {
+			roundTrip()
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%.0f allocations per 10 round trips, want none", allocs)
+	}
+}
+
+// gatedConn is a connection whose writes wait for a turn, so that a test holds the
+// endpoint's writer in a write while more payloads arrive.
+type gatedConn struct {
+	net.Conn
+	entered chan struct{} // a write is waiting for its turn
+	turn    chan struct{}
+}
+
+func (g *gatedConn) Write(p []byte) (int, error) {
+	g.entered <- struct{}{}
+	<-g.turn
+	return g.Conn.Write(p)
+}
+
+// releaser is a forwarder that drops what it is given (the acks of a lone endpoint).
+type releaser struct{}
+
+func (releaser) Forward(f *Frame) { f.Release() }
+
+// TestBurstsAllocateNothing delivers bursts of three payloads, two of which arrive while the
+// writer writes the first: each burst takes the writer two batches, after which it stops. In
+// steady state a burst allocates nothing: the stopped writer kept both its queues.
+func TestBurstsAllocateNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not kept under the race detector")
+	}
+	conn, peer := tcpPair(t)
+	go io.Copy(io.Discard, peer)
+	g := &gatedConn{Conn: conn, entered: make(chan struct{}), turn: make(chan struct{})}
+	pool := NewPool()
+	e := NewEndpoint(7, Terminator, g, releaser{}, pool, nil)
+	defer e.Close("")
+	data := []byte("sixteen bytes...")
+	var seq uint64
+	send := func() {
+		f := pool.Get(len(data))
+		f.Type, f.Origin, f.Circuit, f.Seq = Payload, Initiator, 7, seq
+		f.SetData(data)
+		seq += uint64(len(data))
+		e.Receive(f)
+	}
+	burst := func() {
+		send()
+		<-g.entered // the writer is in its first batch's write
+		send()
+		send()
+		g.turn <- struct{}{}
+		for range 2 { // the second batch: the two payloads queued meanwhile
+			<-g.entered
+			g.turn <- struct{}{}
+		}
+		for { // until the writer has stopped
+			e.mu.Lock()
+			writing := e.writing
+			e.mu.Unlock()
+			if !writing {
+				return
+			}
+			runtime.Gosched()
+		}
+	}
+	for range 10 {
+		burst()
+	}
+	allocs := testing.AllocsPerRun(50, func() {
+		for range 10 {
+			burst()
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%.0f allocations per 10 bursts, want none", allocs)
+	}
+}
+
+// TestStoppedWriterKeepsSmallQueues: after a burst of more small payloads than
+// maxKeptQueue, the stopped writer keeps no queue that large.
+func TestStoppedWriterKeepsSmallQueues(t *testing.T) {
+	t.Parallel()
+	conn, peer := tcpPair(t)
+	go io.Copy(io.Discard, peer)
+	g := &gatedConn{Conn: conn, entered: make(chan struct{}), turn: make(chan struct{})}
+	pool := NewPool()
+	e := NewEndpoint(7, Terminator, g, releaser{}, pool, nil)
+	defer e.Close("")
+	const n = 2*maxKeptQueue + 1
+	for i := range n {
+		f := pool.Get(1)
+		f.Type, f.Origin, f.Circuit, f.Seq = Payload, Initiator, 7, uint64(i)
+		f.SetData([]byte{'x'})
+		e.Receive(f)
+		if i == 0 {
+			<-g.entered // the writer holds the first; the others queue behind it
+		}
+	}
+	g.turn <- struct{}{}
+	for range n - 1 {
+		<-g.entered
+		g.turn <- struct{}{}
+	}
+	for {
+		e.mu.Lock()
+		writing, queue, spare := e.writing, cap(e.queue), cap(e.spare)
+		e.mu.Unlock()
+		if !writing {
+			if queue > maxKeptQueue || spare > maxKeptQueue {
+				t.Fatalf("the stopped writer keeps queues of %d and %d frames, want at most %d", queue, spare, maxKeptQueue)
+			}
+			return
+		}
+		runtime.Gosched()
 	}
 }
 

@@ -36,20 +36,24 @@ type window struct {
 	acked   uint64 // every byte below it was delivered by the far end
 	closed  bool
 	blocked time.Time // when the sender last ran out of window; zero when it did not
-	// stall shrinks the window once the sender has waited StallTimeout; made at the first
-	// wait and reused, so that waiting for acks allocates nothing. One sender waits at a
-	// time: the endpoint's reader.
+	// stall shrinks the window once the sender has waited stallAfter; made at the first
+	// wait and reused, so that waiting for acks allocates nothing.
 	stall *time.Timer
+	// growWithin and stallAfter are the package's growWithin and StallTimeout; tests
+	// shorten or lengthen them.
+	growWithin, stallAfter time.Duration
 }
 
 func newWindow() *window {
-	w := &window{size: InitialWindow}
+	w := &window{size: InitialWindow, growWithin: growWithin, stallAfter: StallTimeout}
 	w.cond.L = &w.mu
 	return w
 }
 
 // acquire waits until the window allows sending at least least bytes and returns how many
-// bytes may be sent now (at most most), or 0 when the window was closed.
+// bytes may be sent now (at most most), or 0 when the window was closed. One sender calls it
+// at a time (the endpoint's reader): a second waiter would share the stall timer, and one
+// waiter's wake-up would stop the other's.
 func (w *window) acquire(least, most int) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -66,23 +70,23 @@ func (w *window) acquire(least, most int) int {
 }
 
 // waitStall waits for an ack or a close; it shrinks the window when none comes for
-// StallTimeout. Called with mu held.
+// stallAfter. Called with mu held.
 func (w *window) waitStall() {
 	if w.stall == nil {
-		w.stall = time.AfterFunc(StallTimeout, w.stalled)
+		w.stall = time.AfterFunc(w.stallAfter, w.stalled)
 	} else {
-		w.stall.Reset(StallTimeout)
+		w.stall.Reset(w.stallAfter)
 	}
 	w.cond.Wait()
 	w.stall.Stop()
 }
 
-// stalled halves the window when the sender has been waiting for StallTimeout. A timer that
+// stalled halves the window when the sender has been waiting for stallAfter. A timer that
 // fires late, after the wait it was set for, finds the sender not blocked, or blocked for
 // less, and leaves the window alone.
 func (w *window) stalled() {
 	w.mu.Lock()
-	if !w.blocked.IsZero() && time.Since(w.blocked) >= StallTimeout && w.size > MinWindow {
+	if !w.blocked.IsZero() && time.Since(w.blocked) >= w.stallAfter && w.size > MinWindow {
 		w.size = max(w.size/2, MinWindow)
 		w.blocked = time.Now()
 	}
@@ -105,7 +109,7 @@ func (w *window) ack(seq uint64) {
 	if seq > w.acked && seq <= w.sent {
 		w.acked = seq
 		if !w.blocked.IsZero() {
-			if time.Since(w.blocked) < growWithin && w.size < MaxWindow {
+			if time.Since(w.blocked) < w.growWithin && w.size < MaxWindow {
 				w.size = min(w.size*2, MaxWindow)
 			}
 			w.blocked = time.Time{}

@@ -1,6 +1,7 @@
 package xgress
 
 import (
+	"runtime"
 	"testing"
 	"time"
 )
@@ -12,11 +13,36 @@ func fill(w *window) int {
 	return n
 }
 
-// TestWindowGrowsOnQuickAcks: a sender that used up its window and is acknowledged at once
-// gets a window twice as large, up to MaxWindow.
+// waitBlocked waits until the sender has run out of window and is waiting.
+func waitBlocked(t *testing.T, w *window) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w.mu.Lock()
+		blocked := !w.blocked.IsZero()
+		w.mu.Unlock()
+		if blocked {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sender never waited for its window")
+		}
+		runtime.Gosched()
+	}
+}
+
+// ackAll acknowledges every byte sent.
+func ackAll(w *window) {
+	_, sent, _ := w.state()
+	w.ack(sent)
+}
+
+// TestWindowGrowsOnQuickAcks: a sender that used up its window and is acknowledged quickly
+// gets a window twice as large, up to MaxWindow; acknowledged slowly, it keeps its window.
 func TestWindowGrowsOnQuickAcks(t *testing.T) {
 	t.Parallel()
 	w := newWindow()
+	w.growWithin = time.Minute // "quickly", however loaded the machine
 	for want := uint64(InitialWindow); ; want = min(2*want, MaxWindow) {
 		if size, _, _ := w.state(); size != want {
 			t.Fatalf("window %d, want %d", size, want)
@@ -25,39 +51,62 @@ func TestWindowGrowsOnQuickAcks(t *testing.T) {
 			break
 		}
 		fill(w)
-		go func() {
-			time.Sleep(time.Millisecond) // the sender is waiting by now, most likely
-			_, sent, _ := w.state()
-			w.ack(sent)
-		}()
-		if n := w.acquire(1, 1); n != 1 {
-			t.Fatalf("acquire after the ack: %d", n)
-		}
-	}
-}
-
-// TestWindowShrinksOnStall: a sender left without an ack for StallTimeout finds its window
-// halved; an ack then lets it send again, and the next stall halves it again, not below
-// MinWindow.
-func TestWindowShrinksOnStall(t *testing.T) {
-	t.Parallel()
-	w := newWindow()
-	want := uint64(InitialWindow)
-	for range 2 {
-		fill(w)
 		done := make(chan int)
 		go func() { done <- w.acquire(1, 1) }()
-		time.Sleep(StallTimeout + StallTimeout/2)
-		want = max(want/2, MinWindow)
-		if size, _, _ := w.state(); size != want {
-			t.Fatalf("after a stall the window is %d, want %d", size, want)
-		}
-		_, sent, _ := w.state()
-		w.ack(sent)
+		waitBlocked(t, w)
+		ackAll(w)
 		if n := <-done; n != 1 {
 			t.Fatalf("acquire after the ack: %d", n)
 		}
 		w.sentBytes(1)
+		ackAll(w)
+	}
+
+	w = newWindow()
+	w.growWithin = 0 // every ack is slow
+	fill(w)
+	done := make(chan int)
+	go func() { done <- w.acquire(1, 1) }()
+	waitBlocked(t, w)
+	ackAll(w)
+	<-done
+	if size, _, _ := w.state(); size != InitialWindow {
+		t.Fatalf("after a slow ack the window is %d, want %d", size, InitialWindow)
+	}
+}
+
+// TestWindowShrinksOnStall: a sender left without an ack for the stall time finds its window
+// halved; an ack lets it send again; each later stall halves it again, never below
+// MinWindow.
+func TestWindowShrinksOnStall(t *testing.T) {
+	t.Parallel()
+	w := newWindow()
+	w.stallAfter = 20 * time.Millisecond
+	want := uint64(InitialWindow)
+	for range 4 { // 256 KiB, 128, 64, and 64 again
+		fill(w)
+		done := make(chan int)
+		go func() { done <- w.acquire(1, 1) }()
+		waitBlocked(t, w)
+		next := max(want/2, MinWindow)
+		deadline := time.Now().Add(10 * time.Second)
+		for size, _, _ := w.state(); size != next; size, _, _ = w.state() {
+			if size != want || time.Now().After(deadline) {
+				t.Fatalf("stalled with a window of %d: it became %d, want %d", want, size, next)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(3 * w.stallAfter) // a further halving during the same wait would show
+		if size, _, _ := w.state(); size != next {
+			t.Fatalf("one stall took the window from %d to %d, want %d", want, size, next)
+		}
+		want = next
+		ackAll(w)
+		if n := <-done; n != 1 {
+			t.Fatalf("acquire after the ack: %d", n)
+		}
+		w.sentBytes(1)
+		ackAll(w)
 	}
 }
 
@@ -68,20 +117,21 @@ func TestWindowCloseWakesSender(t *testing.T) {
 	fill(w)
 	done := make(chan int)
 	go func() { done <- w.acquire(1, 1) }()
-	time.Sleep(10 * time.Millisecond)
+	waitBlocked(t, w)
 	w.close()
 	select {
 	case n := <-done:
 		if n != 0 {
 			t.Fatalf("acquire on a closed window: %d, want 0", n)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("close did not wake the waiting sender")
 	}
 }
 
 // TestWindowWaitAllocatesNothing: a sender that waits for an ack on every payload allocates
-// nothing (the stall timer is made once).
+// nothing (the stall timer is made once). Each run is 10 waits: testing.AllocsPerRun counts
+// whole allocations per run, so one allocation in 10 waits shows.
 func TestWindowWaitAllocatesNothing(t *testing.T) {
 	w := newWindow()
 	acks := make(chan uint64)
@@ -92,14 +142,16 @@ func TestWindowWaitAllocatesNothing(t *testing.T) {
 		}
 	}()
 	defer close(acks)
-	allocs := testing.AllocsPerRun(200, func() {
-		n := w.acquire(int(MinWindow), int(MaxWindow))
-		w.sentBytes(n)
-		_, sent, _ := w.state()
-		acks <- sent
+	allocs := testing.AllocsPerRun(50, func() {
+		for range 10 {
+			n := w.acquire(int(MinWindow), int(MaxWindow))
+			w.sentBytes(n)
+			_, sent, _ := w.state()
+			acks <- sent
+		}
 	})
 	if allocs != 0 {
-		t.Fatalf("%.1f allocations per payload that waited for its window, want 0", allocs)
+		t.Fatalf("%.0f allocations per 10 payloads that waited for their window, want 0", allocs)
 	}
 }
 
