@@ -283,13 +283,33 @@ func TestRoundTripsAllocateNothing(t *testing.T) {
 	for range 100 { // the pool reaches its steady size
 		roundTrip()
 	}
+	noAllocations(t, "round trips", roundTrip)
+}
+
+// noAllocations fails the test unless 10 calls of f, repeated, allocate nothing: a run of
+// 10, since testing.AllocsPerRun counts whole allocations per run.
+func noAllocations(t *testing.T, what string, f func()) {
+	t.Helper()
 	allocs := testing.AllocsPerRun(50, func() {
 		for range 10 {
-			roundTrip()
+			f()
 		}
 	})
 	if allocs != 0 {
-		t.Fatalf("%.0f allocations per 10 round trips, want none", allocs)
+		t.Fatalf("%.0f allocations per 10 %s, want none", allocs, what)
+	}
+}
+
+// waitStopped waits until e's writer has caught up and stopped.
+func waitStopped(e *Endpoint) {
+	for {
+		e.mu.Lock()
+		writing := e.writing
+		e.mu.Unlock()
+		if !writing {
+			return
+		}
+		runtime.Gosched()
 	}
 }
 
@@ -312,6 +332,18 @@ type releaser struct{}
 
 func (releaser) Forward(f *Frame) { f.Release() }
 
+// gatedTerminator returns a lone terminator of circuit 7 whose connection's writes wait for
+// their turn, and the pool of its frames; it is closed when the test ends.
+func gatedTerminator(t *testing.T) (*Endpoint, *gatedConn, *Pool) {
+	conn, peer := tcpPair(t)
+	go io.Copy(io.Discard, peer)
+	g := &gatedConn{Conn: conn, entered: make(chan struct{}), turn: make(chan struct{})}
+	pool := NewPool()
+	e := NewEndpoint(7, Terminator, g, releaser{}, pool, nil)
+	t.Cleanup(func() { e.Close("") })
+	return e, g, pool
+}
+
 // TestBurstsAllocateNothing delivers bursts of three payloads, two of which arrive while the
 // writer writes the first: each burst takes the writer two batches, after which it stops. In
 // steady state a burst allocates nothing: the stopped writer kept both its queues.
@@ -319,12 +351,7 @@ func TestBurstsAllocateNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not kept under the race detector")
 	}
-	conn, peer := tcpPair(t)
-	go io.Copy(io.Discard, peer)
-	g := &gatedConn{Conn: conn, entered: make(chan struct{}), turn: make(chan struct{})}
-	pool := NewPool()
-	e := NewEndpoint(7, Terminator, g, releaser{}, pool, nil)
-	defer e.Close("")
+	e, g, pool := gatedTerminator(t)
 	data := []byte("sixteen bytes...")
 	var seq uint64
 	send := func() {
@@ -344,39 +371,19 @@ func TestBurstsAllocateNothing(t *testing.T) {
 			<-g.entered
 			g.turn <- struct{}{}
 		}
-		for { // until the writer has stopped
-			e.mu.Lock()
-			writing := e.writing
-			e.mu.Unlock()
-			if !writing {
-				return
-			}
-			runtime.Gosched()
-		}
+		waitStopped(e)
 	}
 	for range 10 {
 		burst()
 	}
-	allocs := testing.AllocsPerRun(50, func() {
-		for range 10 {
-			burst()
-		}
-	})
-	if allocs != 0 {
-		t.Fatalf("%.0f allocations per 10 bursts, want none", allocs)
-	}
+	noAllocations(t, "bursts", burst)
 }
 
 // TestStoppedWriterKeepsSmallQueues: after a burst of more small payloads than
 // maxKeptQueue, the stopped writer keeps no queue that large.
 func TestStoppedWriterKeepsSmallQueues(t *testing.T) {
 	t.Parallel()
-	conn, peer := tcpPair(t)
-	go io.Copy(io.Discard, peer)
-	g := &gatedConn{Conn: conn, entered: make(chan struct{}), turn: make(chan struct{})}
-	pool := NewPool()
-	e := NewEndpoint(7, Terminator, g, releaser{}, pool, nil)
-	defer e.Close("")
+	e, g, pool := gatedTerminator(t)
 	const n = 2*maxKeptQueue + 1
 	for i := range n {
 		f := pool.Get(1)
@@ -392,17 +399,12 @@ func TestStoppedWriterKeepsSmallQueues(t *testing.T) {
 		<-g.entered
 		g.turn <- struct{}{}
 	}
-	for {
-		e.mu.Lock()
-		writing, queue, spare := e.writing, cap(e.queue), cap(e.spare)
-		e.mu.Unlock()
-		if !writing {
-			if queue > maxKeptQueue || spare > maxKeptQueue {
-				t.Fatalf("the stopped writer keeps queues of %d and %d frames, want at most %d", queue, spare, maxKeptQueue)
-			}
-			return
-		}
-		runtime.Gosched()
+	waitStopped(e)
+	e.mu.Lock()
+	queue, spare := cap(e.queue), cap(e.spare)
+	e.mu.Unlock()
+	if queue > maxKeptQueue || spare > maxKeptQueue {
+		t.Fatalf("the stopped writer keeps queues of %d and %d frames, want at most %d", queue, spare, maxKeptQueue)
 	}
 }
 
