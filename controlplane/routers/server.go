@@ -237,7 +237,9 @@ func (s *Server) hello(rt *Router, h *channel.Hello, log *slog.Logger) channel.M
 	}
 	log.Info("router connected", "version", h.Version, "hostname", h.Hostname)
 	if s.cfg.OnConnect != nil {
-		go s.cfg.OnConnect(rt) // after the reply: it may send the router messages
+		// After the reply, since it may send the router messages; Serve waits for it, so
+		// that it never outlives the controller's store.
+		s.wg.Go(func() { s.cfg.OnConnect(rt) })
 	}
 	return &channel.HelloReply{Accepted: true, ControllerID: s.cfg.ControllerID, Endpoints: s.cfg.Endpoints}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -25,6 +26,8 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrSchema means the store was written by a version of zmesh with another layout.
 	ErrSchema = errors.New("unsupported store schema")
+	// ErrClosed is the error of a store operation that starts once Close has.
+	ErrClosed = errors.New("store: closed")
 )
 
 // ConflictError reports a unique index that already holds the value for another record.
@@ -36,10 +39,39 @@ func (e *ConflictError) Error() string {
 	return fmt.Sprintf("%s %s %q is already used by %s", e.Collection, e.Index, e.Value, e.ExistingID)
 }
 
-// Store is an open Badger database.
+// Store is an open Badger database. Close waits for the operations under way (Badger panics
+// on a transaction of a closed database) and those that start later fail with ErrClosed: a
+// request or a router's handler still running while the controller shuts down gets an error,
+// never a crash.
 type Store struct {
 	db  *badger.DB
 	log *slog.Logger
+
+	mu     sync.Mutex
+	idle   sync.Cond // signalled when active drops to 0
+	active int       // operations under way
+	closed bool
+}
+
+// enter starts an operation, unless the store is closing. An operation started inside
+// another (f using the store again) fails with ErrClosed once Close has begun rather than
+// waiting for it, so the two cannot wait for each other.
+func (s *Store) enter() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.active++
+	return nil
+}
+
+func (s *Store) leave() {
+	s.mu.Lock()
+	if s.active--; s.active == 0 {
+		s.idle.Broadcast()
+	}
+	s.mu.Unlock()
 }
 
 // Options tune the store.
@@ -67,6 +99,7 @@ func Open(dir string, log *slog.Logger, o Options) (*Store, error) {
 		return nil, fmt.Errorf("open store in %s: %w", dir, err)
 	}
 	s := &Store{db: db, log: log}
+	s.idle.L = &s.mu
 	if err := s.checkSchema(); err != nil {
 		db.Close()
 		return nil, err
@@ -94,8 +127,21 @@ func (s *Store) checkSchema() error {
 	})
 }
 
-// Close flushes and closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+// Close waits for the operations under way, then flushes and closes the database; later
+// operations fail with ErrClosed. Closing again does nothing.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	for s.active > 0 {
+		s.idle.Wait()
+	}
+	s.mu.Unlock()
+	return s.db.Close()
+}
 
 // RunGC reclaims value-log space every interval until ctx ends.
 func (s *Store) RunGC(ctx context.Context, interval time.Duration) {
@@ -106,8 +152,12 @@ func (s *Store) RunGC(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if s.enter() != nil {
+				return
+			}
 			for s.db.RunValueLogGC(0.5) == nil {
 			}
+			s.leave()
 		}
 	}
 }
@@ -129,6 +179,23 @@ const maxAttempts = 8
 // a concurrent one is run again from the start; f must therefore have no effects outside tx
 // (use OnCommit for those).
 func (s *Store) Update(f func(tx *Tx) error) error {
+	after, err := s.commit(f)
+	if err != nil {
+		return err
+	}
+	for _, g := range after { // outside the operation: a hook may use the store
+		g()
+	}
+	return nil
+}
+
+// commit runs f in read-write transactions until one commits, and returns its after-commit
+// hooks.
+func (s *Store) commit(f func(tx *Tx) error) ([]func(), error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
 	for attempt := 1; ; attempt++ {
 		tx := &Tx{txn: s.db.NewTransaction(true)}
 		err := f(tx)
@@ -140,17 +207,18 @@ func (s *Store) Update(f func(tx *Tx) error) error {
 			continue
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
-		for _, g := range tx.after {
-			g()
-		}
-		return nil
+		return tx.after, nil
 	}
 }
 
 // View runs f in a read-only transaction.
 func (s *Store) View(f func(tx *Tx) error) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
 	return s.db.View(func(txn *badger.Txn) error { return f(&Tx{txn: txn}) })
 }
 
@@ -173,6 +241,10 @@ func (l badgerLogger) Debugf(f string, a ...any) {
 // Check reads the schema version key in a read transaction: it fails when the database is
 // closed or cannot be read. The controller's health check runs it.
 func (s *Store) Check() error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
 	return s.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(schemaKey)
 		if err != nil {
@@ -185,6 +257,10 @@ func (s *Store) Check() error {
 // Counts returns the number of records of every collection that holds at least one, by
 // collection name. It reads keys only, in one read transaction.
 func (s *Store) Counts() (map[string]int, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
 	out := map[string]int{}
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(recordsPrefix)})
@@ -209,4 +285,10 @@ const recordsPrefix = "r/"
 
 // Sizes returns the bytes of the LSM tree and of the value log on disk, as Badger last
 // measured them (it does so about every minute).
-func (s *Store) Sizes() (lsm, vlog int64) { return s.db.Size() }
+func (s *Store) Sizes() (lsm, vlog int64) {
+	if s.enter() != nil {
+		return 0, 0
+	}
+	defer s.leave()
+	return s.db.Size()
+}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -258,4 +259,60 @@ func TestConcurrentUpdatesRetry(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestCloseWaitsForOperations closes the store while a read is under way: Close waits for
+// it (the read finishes and sees the record; Badger would panic on an iterator of a closed
+// database), and reads, writes and checks that start afterwards fail with ErrClosed.
+func TestCloseWaitsForOperations(t *testing.T) {
+	t.Parallel()
+	s := open(t, t.TempDir())
+	c := people()
+	if err := s.Update(func(tx *Tx) error { return c.Create(tx, &person{ID: "1", Name: "ann"}) }); err != nil {
+		t.Fatal(err)
+	}
+	reading, finish := make(chan struct{}), make(chan struct{})
+	readErr := make(chan error, 1)
+	go func() {
+		readErr <- s.View(func(tx *Tx) error {
+			close(reading)
+			<-finish // Close is called meanwhile
+			n := 0
+			err := c.Each(tx, func(*person) error { n++; return nil })
+			if err == nil && n != 1 {
+				err = fmt.Errorf("read %d records, want 1", n)
+			}
+			return err
+		})
+	}()
+	<-reading
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a read was under way", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := s.View(func(*Tx) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Errorf("a read started while closing: %v, want ErrClosed", err)
+	}
+	close(finish)
+	if err := <-readErr; err != nil {
+		t.Fatalf("the read under way: %v", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.Update(func(tx *Tx) error { return c.Create(tx, &person{ID: "2", Name: "bob"}) }); !errors.Is(err, ErrClosed) {
+		t.Errorf("a write after Close: %v, want ErrClosed", err)
+	}
+	if err := s.Check(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Check after Close: %v, want ErrClosed", err)
+	}
+	if _, err := s.Counts(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Counts after Close: %v, want ErrClosed", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("a second Close: %v", err)
+	}
 }
