@@ -153,6 +153,7 @@ type Channel struct {
 	startOnce, closeOnce, doneOnce sync.Once
 	started                        atomic.Bool
 	done                           chan struct{}
+	readDone                       chan struct{} // closed when the reader has stopped
 
 	epoch       time.Time
 	latency     atomic.Int64 // last measured round trip, nanoseconds
@@ -175,6 +176,7 @@ func New(ctx context.Context, conn net.Conn, log *slog.Logger, opts Options) *Ch
 		pending:  make(map[uint32]chan result),
 		handlers: make(map[Type]handlerEntry),
 		done:     make(chan struct{}),
+		readDone: make(chan struct{}),
 		epoch:    time.Now(),
 	}
 	c.unanswered.Store(-1)
@@ -209,9 +211,11 @@ func (c *Channel) Start() {
 	})
 }
 
-// Close writes what is queued (waiting at most a second), closes the connection and waits
-// until the writer has stopped. Err then returns ErrClosed, unless the channel had already
-// closed for another reason. Close is idempotent, and releases a channel never started.
+// Close writes what is queued (waiting at most a second), half-closes the connection and
+// waits, at most another second, for the peer to close its side (reading on, acting on
+// nothing), then closes the connection; it returns once the writer has stopped. Err then
+// returns ErrClosed, unless the channel had already closed for another reason. Close is
+// idempotent, and releases a channel never started.
 func (c *Channel) Close() error {
 	c.startOnce.Do(func() {}) // a channel never started is not started by closing it
 	c.shutdown(ErrClosed)
@@ -466,13 +470,34 @@ func (c *Channel) writeLoop() {
 					more = false
 				}
 			}
-			bw.Flush()
+			if bw.Flush() == nil {
+				c.linger()
+			}
 			return
 		}
 	}
 }
 
+// linger ends a channel this side closed (Close, or a handler's ReplyAndClose): once
+// everything queued is written, it half-closes the connection and waits, at most
+// closeFlushTimeout, for the peer to close its side, while the reader reads on. Closing a
+// socket that holds unread data (a heartbeat that crossed the close) makes the kernel reset
+// the connection, and the peer loses what it had not read yet of the last messages.
+func (c *Channel) linger() {
+	cw, ok := c.conn.(interface{ CloseWrite() error })
+	if !ok || !errors.Is(context.Cause(c.ctx), ErrClosed) || cw.CloseWrite() != nil {
+		return
+	}
+	t := time.NewTimer(closeFlushTimeout)
+	defer t.Stop()
+	select {
+	case <-c.readDone:
+	case <-t.C:
+	}
+}
+
 func (c *Channel) readLoop() {
+	defer close(c.readDone)
 	br := bufio.NewReaderSize(c.conn, readBufferSize)
 	var hbuf [headerSize]byte
 	// Bodies are decoded before the next frame is read, so that one buffer serves them all.
@@ -490,6 +515,9 @@ func (c *Channel) readLoop() {
 		}
 		if c.opts.Trace != nil {
 			c.trace(TraceIn, h, body)
+		}
+		if c.ctx.Err() != nil {
+			continue // closing: read to the peer's end, acting on nothing
 		}
 		c.dispatch(h, body)
 		if cap(body) > cap(buf) && cap(body) <= maxKeptBody {

@@ -235,6 +235,67 @@ func TestCloseBothEnds(t *testing.T) {
 	ctrl.Close()
 }
 
+// TestCloseWithUnreadData closes a channel whose reader is held in a handler (for less than
+// closeFlushTimeout) while the peer sent it more, and whose last messages the peer, slow to
+// read, has not received yet: closing a socket with unread data makes the kernel reset the
+// connection and drop what it had not sent, so the closing side half-closes, reads on
+// (acting on nothing) until the peer closes, then closes.
+func TestCloseWithUnreadData(t *testing.T) {
+	t.Parallel()
+	const n = 250 // within the writer's queue: no Send waits
+	got := make(chan struct{}, n)
+	slow := make(chan struct{})
+	router, ctrl := pair(t, Options{}, func(c *Channel) {
+		c.Handle(TypeMetrics, func(context.Context, Message) (Message, error) {
+			<-slow // the controller reads nothing until after the router's Close
+			got <- struct{}{}
+			return nil, nil
+		})
+	})
+	held, release := make(chan struct{}), make(chan struct{})
+	acted := make(chan struct{}, 10)
+	router.Handle(TypeEndpointsUpdate, func(context.Context, Message) (Message, error) {
+		select {
+		case held <- struct{}{}:
+			<-release // holds the reader until after Close
+		default:
+			acted <- struct{}{} // a message read after Close
+		}
+		return nil, nil
+	})
+	if err := ctrl.Send(context.Background(), &EndpointsUpdate{}); err != nil {
+		t.Fatal(err)
+	}
+	<-held
+	for range 3 { // unread by the router while its reader is held
+		if err := ctrl.Send(context.Background(), &EndpointsUpdate{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond) // they reach the router's socket
+	values := map[string]float64{}
+	for i := range 400 {
+		values[fmt.Sprintf("metric.%03d", i)] = float64(i)
+	}
+	for range n { // about 8 KiB each: more than the sockets buffer while the controller waits
+		if err := router.Send(context.Background(), &Metrics{Values: values}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.AfterFunc(100*time.Millisecond, func() { close(release) })
+	time.AfterFunc(200*time.Millisecond, func() { close(slow) })
+	router.Close()
+	if err := waitDone(t, ctrl, 5*time.Second); !errors.Is(err, ErrPeerClosed) {
+		t.Errorf("peer end: Err = %v, want ErrPeerClosed", err)
+	}
+	if len(got) != n {
+		t.Errorf("%d of %d messages queued before Close arrived", len(got), n)
+	}
+	if len(acted) != 0 {
+		t.Errorf("the closed channel acted on %d messages it read while closing", len(acted))
+	}
+}
+
 func TestContextEndsChannel(t *testing.T) {
 	t.Parallel()
 	cc, sc := tlsPair(t)
