@@ -307,6 +307,27 @@ func TestLinkKilledMidTransfer(t *testing.T) {
 			if relinked > 3*time.Second {
 				t.Errorf("the link came back after %s", relinked)
 			}
+			// The controller learns of the new link from A's link report, a moment after A
+			// has the link: a circuit asked for meanwhile finds no path and is refused.
+			// Circuits must succeed within seconds of the link's return.
+			var refused int
+			var firstErr error
+			for start := time.Now(); ; {
+				err := transfer(srv, addr, 1, 1, 5*time.Second)
+				if err == nil {
+					break
+				}
+				if refused++; firstErr == nil {
+					firstErr = err
+				}
+				if time.Since(start) > 5*time.Second {
+					t.Fatalf("no circuit succeeded within 5 s of the link's return (%d refused; first: %v; last: %v)", refused, firstErr, err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if refused > 0 {
+				t.Logf("%d circuits refused before the controller knew the new link (first: %v)", refused, firstErr)
+			}
 			if err := transfer(srv, addr, 1<<20, 1<<20, 30*time.Second); err != nil {
 				t.Fatalf("a new circuit after the cut: %v", err)
 			}
