@@ -2,14 +2,9 @@ package tlscork
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
 	"net"
 	"sync"
@@ -28,16 +23,7 @@ func pair(t *testing.T) (client, server *tls.Conn, cc, sc *Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "server"}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _, err := ca.SignCSR(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
-		pki.SignRequest{CommonName: "server", Usage: pki.Server, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	cert, err := ca.ServerCert(t.TempDir(), []string{"127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +44,7 @@ func pair(t *testing.T) (client, server *tls.Conn, cc, sc *Conn) {
 	cc, sc = New(raw.(*net.TCPConn), nil, 0), New(<-accepted, nil, 0)
 	t.Cleanup(func() { cc.Close(); sc.Close() })
 	client = tls.Client(cc, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13})
-	server = tls.Server(sc, &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}}, MinVersion: tls.VersionTLS13})
+	server = tls.Server(sc, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})
 	done := make(chan error, 1)
 	go func() { done <- server.Handshake() }()
 	if err := client.Handshake(); err != nil {
