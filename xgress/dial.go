@@ -87,7 +87,8 @@ func (p *DialPool) turn(ctx context.Context, r DialRequest) error {
 	}
 	if len(p.waiters) >= p.opts.QueueLength {
 		p.mu.Unlock()
-		return fmt.Errorf("dial %s %s: %w (%d queued)", r.Binding, r.Address, ErrDialQueueFull, p.opts.QueueLength)
+		return fmt.Errorf("dial %s %s: %w: %d dials wait for a turn among %d at a time (forwarder.xgressDialQueueLength, forwarder.xgressDialWorkerCount)",
+			r.Binding, r.Address, ErrDialQueueFull, p.opts.QueueLength, p.opts.Workers)
 	}
 	ready := make(chan struct{})
 	p.waiters = append(p.waiters, ready)
@@ -101,7 +102,7 @@ func (p *DialPool) turn(ctx context.Context, r DialRequest) error {
 	case <-p.life.Done():
 		err = p.life.Err()
 	}
-	err = fmt.Errorf("dial %s %s: no turn among %d dials at a time: %w", r.Binding, r.Address, p.opts.Workers, err)
+	err = fmt.Errorf("dial %s %s: no turn among %d dials at a time (forwarder.xgressDialWorkerCount): %w", r.Binding, r.Address, p.opts.Workers, err)
 	p.mu.Lock()
 	if i := slices.Index(p.waiters, ready); i >= 0 {
 		p.waiters = slices.Delete(p.waiters, i, i+1)
@@ -142,7 +143,13 @@ func (p *DialPool) dial(ctx context.Context, r DialRequest) (net.Conn, error) {
 			return nil, p.life.Err()
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
+	// One timer per dial: the caller's deadline (a route's timeout) when it comes first.
+	var cancel context.CancelFunc
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= p.opts.Timeout {
+		ctx, cancel = context.WithCancel(ctx)
+	} else {
+		ctx, cancel = context.WithTimeout(ctx, p.opts.Timeout)
+	}
 	defer cancel()
 	defer context.AfterFunc(p.life, cancel)() // a pool that stops ends its dials
 	network, address, useTLS, err := target(r.Binding, r.Address)
