@@ -212,3 +212,52 @@ func TestDialBindings(t *testing.T) {
 		t.Fatalf("udp: %q %v", buf[:n], err)
 	}
 }
+
+// TestDialTimeouts: a dial that hangs (a TLS service that never answers its handshake) ends
+// at the pool's Timeout when the caller's deadline is later (10 s, so that a pool ignoring
+// its Timeout fails the test rather than hangs it), and at the caller's deadline when that
+// comes first.
+func TestDialTimeouts(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // accepts and stays silent
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	req := DialRequest{Binding: BindingTransport, Address: "tls:" + ln.Addr().String()}
+	for _, tc := range []struct {
+		name              string
+		pool, caller, max time.Duration
+	}{
+		{"the pool's timeout", 100 * time.Millisecond, 10 * time.Second, 5 * time.Second},
+		{"the caller's deadline", time.Minute, 100 * time.Millisecond, 5 * time.Second},
+	} {
+		p := NewDialPool(t.Context(), DialPoolOptions{QueueLength: 1, Workers: 1, Timeout: tc.pool})
+		ctx, cancel := context.WithTimeout(t.Context(), tc.caller)
+		defer cancel()
+		start := time.Now()
+		_, err := p.Dial(ctx, req)
+		took := time.Since(start)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: the hanging dial ended with %v, want a deadline error", tc.name, err)
+		}
+		if took < 100*time.Millisecond || took > tc.max {
+			t.Errorf("%s: the hanging dial ended after %s, want about 100ms", tc.name, took)
+		}
+	}
+}
