@@ -56,16 +56,23 @@ func TestDialPoolQueueFullFailsAtOnce(t *testing.T) {
 	}
 }
 
+// listenLoopback returns a TCP listener on 127.0.0.1, closed when the test ends.
+func listenLoopback(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
 // TestDialPoolTurns: at most Workers dials run at once; the others take their turns in the
 // order they came, each handed over as a dial ends (a dial that asks again at once does not
 // find the queue full); a dial whose turn does not come before its context ends fails.
 func TestDialPoolTurns(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := listenLoopback(t)
 	p := NewDialPool(t.Context(), DialPoolOptions{QueueLength: 8, Workers: 2, Dwell: 100 * time.Millisecond})
 	req := DialRequest{Binding: BindingProxy, Address: ln.Addr().String()}
 	var (
@@ -151,11 +158,7 @@ func TestDialPoolTurns(t *testing.T) {
 
 func TestDialBindings(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := listenLoopback(t)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -219,11 +222,7 @@ func TestDialBindings(t *testing.T) {
 // comes first.
 func TestDialTimeouts(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := listenLoopback(t)
 	go func() { // accepts and stays silent
 		var held []net.Conn
 		defer func() {
