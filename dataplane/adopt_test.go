@@ -71,9 +71,11 @@ func TestFaultsKeptWhileControllerDown(t *testing.T) {
 	}
 	cl.c.SetDeadline(time.Now().Add(time.Minute))
 	var id uint64
-	waitFor(t, "the circuit routed at B", func() bool {
+	// A routes its end once the controller's reply comes, after B and C have their routes:
+	// the controller stops only then, so the circuit is made before it goes.
+	waitFor(t, "the circuit routed at A, B and C", func() bool {
 		n.routers["B"].r.fw.Each(func(c uint64, _, _ Hop) { id = c })
-		return id != 0
+		return id != 0 && n.routers["A"].r.fw.Routed(id) && n.routers["C"].r.fw.Routed(id)
 	})
 	n.stopController()
 	if err := cl.send(); err != nil {

@@ -3,10 +3,10 @@ package xgress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -25,12 +25,8 @@ func TestDialPoolQueueFullFailsAtOnce(t *testing.T) {
 			_, err := p.Dial(context.Background(), req)
 			results <- err
 		}()
-		for { // the first takes the turn, the second waits in the queue
-			if queued, busy := p.Load(); queued+busy == want {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
+		// the first takes the turn, the second waits in the queue
+		waitLoad(t, p, fmt.Sprintf("dial %d asked", want), func(queued, busy int) bool { return queued+busy == want })
 	}
 	start := time.Now()
 	_, err := p.Dial(context.Background(), req)
@@ -67,51 +63,78 @@ func listenLoopback(t *testing.T) net.Listener {
 	return ln
 }
 
+// waitLoad waits (at most 10 s) until the pool's load satisfies ok.
+func waitLoad(t *testing.T, p *DialPool, what string, ok func(queued, busy int) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		queued, busy := p.Load()
+		if ok(queued, busy) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still %d queued, %d busy after 10s", what, queued, busy)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestDialPoolTurns: at most Workers dials run at once; the others take their turns in the
 // order they came, each handed over as a dial ends (a dial that asks again at once does not
 // find the queue full); a dial whose turn does not come before its context ends fails.
 func TestDialPoolTurns(t *testing.T) {
 	t.Parallel()
 	ln := listenLoopback(t)
-	p := NewDialPool(t.Context(), DialPoolOptions{QueueLength: 8, Workers: 2, Dwell: 100 * time.Millisecond})
 	req := DialRequest{Binding: BindingProxy, Address: ln.Addr().String()}
-	var (
-		most  atomic.Int64
-		mu    sync.Mutex
-		order []int
-		wg    sync.WaitGroup
-	)
+
+	// Six turns among two workers, each held until the test ends it: the turns come in the
+	// order asked, one as each running turn ends.
+	p := NewDialPool(t.Context(), DialPoolOptions{QueueLength: 8, Workers: 2})
+	started := make(chan int, 6)
+	var end [6]chan struct{}
+	var wg sync.WaitGroup
 	for i := range 6 {
+		end[i] = make(chan struct{})
 		wg.Go(func() {
-			c, err := p.Dial(t.Context(), req)
-			if err != nil {
+			if err := p.turn(t.Context(), req); err != nil {
 				t.Error(err)
 				return
 			}
-			c.Close()
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
+			started <- i
+			<-end[i]
+			p.done()
 		})
-		for { // each one queued before the next comes
-			if queued, busy := p.Load(); queued+busy == i+1 {
-				if busy > int(most.Load()) {
-					most.Store(int64(busy))
-				}
-				break
-			}
-			time.Sleep(time.Millisecond)
+		waitLoad(t, p, fmt.Sprintf("turn %d asked", i), func(queued, busy int) bool { return queued+busy == i+1 })
+	}
+	next := func() int {
+		select {
+		case i := <-started:
+			return i
+		case <-time.After(10 * time.Second):
+			t.Fatal("no turn began within 10s")
+			return -1
 		}
 	}
+	if a, b := next(), next(); a+b != 1 {
+		t.Fatalf("the first turns went to %d and %d, want 0 and 1", a, b)
+	}
+	if queued, busy := p.Load(); queued != 4 || busy != 2 {
+		t.Fatalf("load %d queued, %d busy; want 4 and 2", queued, busy)
+	}
+	for i := range 4 {
+		close(end[i])
+		if got := next(); got != i+2 {
+			t.Fatalf("turn %d ended and turn %d began, want %d", i, got, i+2)
+		}
+		if queued, busy := p.Load(); queued != 3-i || busy != 2 {
+			t.Fatalf("after turn %d: load %d queued, %d busy", i, queued, busy)
+		}
+	}
+	close(end[4])
+	close(end[5])
 	wg.Wait()
-	if most.Load() != 2 {
-		t.Fatalf("at most %d dials ran at once, want 2", most.Load())
-	}
-	// Two run at a time with equal dwell: 0 and 1 end first, then 2 and 3, then 4 and 5.
-	for k, i := range order {
-		if i/2 != k/2 {
-			t.Fatalf("dials ended in the order %v, want the queue's", order)
-		}
+	if queued, busy := p.Load(); queued != 0 || busy != 0 {
+		t.Fatalf("all turns ended: load %d queued, %d busy", queued, busy)
 	}
 
 	// Workers 1, queue 1: a dial that ends and asks again at once while another waits is
@@ -140,12 +163,7 @@ func TestDialPoolTurns(t *testing.T) {
 	// The only turn held through a long dwell: a dial whose context ends first fails.
 	slow := NewDialPool(t.Context(), DialPoolOptions{QueueLength: 8, Workers: 1, Dwell: time.Hour})
 	go slow.Dial(t.Context(), req)
-	for {
-		if _, busy := slow.Load(); busy == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitLoad(t, slow, "the first dial's turn", func(_, busy int) bool { return busy == 1 })
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	if _, err := slow.Dial(ctx, req); err == nil || !strings.Contains(err.Error(), "no turn") {
