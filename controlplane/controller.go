@@ -409,3 +409,7 @@ func (c *Controller) Routers() *routers.Server { return c.routers }
 
 // Metrics returns the controller's Prometheus registry and instruments.
 func (c *Controller) Metrics() *metrics.Metrics { return c.metrics }
+
+// Links returns the router links that circuits are routed over: those both of their routers
+// reported up.
+func (c *Controller) Links() []paths.Link { return c.mesh.Links() }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -175,22 +176,26 @@ func TestStalledConsumerDoesNotSlowNeighbour(t *testing.T) {
 		}
 	}
 
-	var with time.Duration
-	second := make(chan error, 1)
-	go func() {
+	// Circuit 2, while circuit 1 stalls: the fastest of up to three runs counts, so that a
+	// burst of other work on the machine during one run does not decide.
+	with := time.Duration(math.MaxInt64)
+	for run := 1; run <= 3; run++ {
+		second := make(chan error, 1)
 		start := time.Now()
-		err := transfer(srv, addr, 0, size, time.Minute)
-		with = time.Since(start)
-		second <- err
-	}()
-	select {
-	case err := <-second:
-		if err != nil {
-			t.Fatal(err)
+		go func() { second <- transfer(srv, addr, 0, size, time.Minute) }()
+		select {
+		case err := <-second:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Until(stalled.Add(5 * time.Second))):
+			c1.c.Close() // circuit 1's client never reads again; circuit 2 may finish now
+			t.Fatalf("circuit 2 (run %d) was still running when the 5 s stall ended (%v)", run, <-second)
 		}
-	case <-time.After(time.Until(stalled.Add(5 * time.Second))):
-		c1.c.Close() // circuit 1's client never reads again; circuit 2 may finish now
-		t.Fatalf("circuit 2 was still running when the 5 s stall ended (%v)", <-second)
+		with = min(with, time.Since(start))
+		if with <= 2*alone || time.Until(stalled.Add(5*time.Second)) < 3*with {
+			break
+		}
 	}
 	if c1.got.n.Load() != before {
 		t.Fatal("circuit 1's client read while stalled")
@@ -287,6 +292,17 @@ func TestLinkKilledMidTransfer(t *testing.T) {
 
 			old.Sever()
 			cut := time.Now()
+			// Watched from the cut, while the interrupted circuit ends.
+			relinkedAfter := make(chan time.Duration, 1)
+			go func() {
+				for time.Since(cut) < 30*time.Second {
+					if l := a.links.Get(n.routers["B"].id); l != nil && l != old {
+						relinkedAfter <- time.Since(cut)
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
 			res, err := cl.ended(t, srv, sent, 15*time.Second)
 			t.Logf("the interrupted circuit ended %s after the cut: client got %d MiB (%v), server got %d MiB (%v)",
 				time.Since(cut).Round(time.Millisecond), cl.got.n.Load()>>20, err, res.read>>20, res.err)
@@ -295,16 +311,16 @@ func TestLinkKilledMidTransfer(t *testing.T) {
 			}
 
 			var relinked time.Duration
-			waitFor(t, "a new A–B link", func() bool {
-				l := a.links.Get(n.routers["B"].id)
-				relinked = time.Since(cut)
-				return l != nil && l != old
-			})
+			select {
+			case relinked = <-relinkedAfter:
+			case <-time.After(30*time.Second - time.Since(cut)):
+				t.Fatal("no new A–B link within 30 s of the cut")
+			}
 			t.Logf("A–B linked again %s after the cut", relinked.Round(time.Millisecond))
 			// The link lived longer than minRetryInterval, so it is dialed again at once: allow
-			// the 1 s maxRetryInterval and the handshakes under the race detector, less than
-			// the default healthy backoff's 5 s minimum.
-			if relinked > 3*time.Second {
+			// the 1 s maxRetryInterval and the handshakes under the race detector and a loaded
+			// machine, less than the default healthy backoff's 5 s minimum.
+			if relinked > 4500*time.Millisecond {
 				t.Errorf("the link came back after %s", relinked)
 			}
 			// The controller learns of the new link from A's link report, a moment after A
@@ -421,6 +437,9 @@ func TestControllerRestartKeepsCircuits(t *testing.T) {
 	}
 
 	waitFor(t, "the routers online again", func() bool { return n.online("A") && n.online("B") && n.online("C") })
+	// The routers report their links once the controller answered their hello, after they
+	// count as online: new circuits need those reports.
+	waitFor(t, "links A–B and C–B known again", func() bool { return n.linked("A", "B") && n.linked("C", "B") })
 	if err := transfer(srv, addr, 1<<20, 1<<20, 30*time.Second); err != nil {
 		t.Fatalf("a new circuit after the restart: %v", err)
 	}

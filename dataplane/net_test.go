@@ -16,6 +16,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -26,6 +27,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/api"
 	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/controlplane/paths"
 )
 
 // testNet is a controller and routers on loopback, for end-to-end tests of the data plane.
@@ -282,9 +284,17 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// linked reports whether router a has a link to router b.
+// linked reports whether router a has a link to router b that the controller routes over.
 func (n *testNet) linked(a, b string) bool {
-	return n.routers[a].r.links != nil && n.routers[a].r.links.Get(n.routers[b].id) != nil
+	if n.routers[a].r.links == nil {
+		return false
+	}
+	l := n.routers[a].r.links.Get(n.routers[b].id)
+	if l == nil {
+		return false
+	}
+	// The controller routes over the link once both routers reported it, a moment later.
+	return slices.ContainsFunc(n.ctrl.Links(), func(cl paths.Link) bool { return cl.ID == l.ID() })
 }
 
 // service creates a service with a terminator on router at address (proxy binding) and a

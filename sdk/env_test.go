@@ -64,9 +64,17 @@ func (e *testEnv) identity(name string) *edgeclient.IdentityFile {
 
 // sdk returns a Context of a new identity, closed at the end of the test.
 func (e *testEnv) sdk(name string) *Context {
+	e.t.Helper()
+	return e.sdkWith(name, func(*Options) {})
+}
+
+// sdkWith is sdk with the tests' options changed by set.
+func (e *testEnv) sdkWith(name string, set func(*Options)) *Context {
 	t := e.t
 	t.Helper()
-	c, err := New(e.identity(name), e.options(name))
+	opts := e.options(name)
+	set(&opts)
+	c, err := New(e.identity(name), opts)
 	check(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c

@@ -86,6 +86,9 @@ func (m *Mesh) Disconnected(rt *routers.Router) {
 	}
 }
 
+// Links returns the links circuits are routed over: those both of their routers reported up.
+func (m *Mesh) Links() []paths.Link { return m.graph.Links() }
+
 // LinkState records a router's report about one of its links. A link counts once both of its
 // routers reported it up, at the larger of their latencies; a down report from either takes
 // it out.
