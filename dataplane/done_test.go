@@ -449,12 +449,13 @@ func TestControllerRestartKeepsCircuits(t *testing.T) {
 // cleanly; the circuits it took, and later ones, work; nothing is left behind.
 func TestDialQueueFullFailsCleanly(t *testing.T) {
 	t.Parallel()
-	// The queued dial ends after two dwell times, well within the controller's 5 s wait.
-	const dwell = 1500 * time.Millisecond
+	// The queued dial ends after two dwell times, within the controller's 5 s wait; a
+	// refusal must come within 3/4 of one, time enough on a loaded machine.
+	const dwell = 2 * time.Second
 	n, srv, addr := buildLine(t, lineConfig{transport: "tls", split: true, c: `forwarder:
   xgressDialQueueLength: 1
   xgressDialWorkerCount: 1
-  xgressDialDwellTime: 1500
+  xgressDialDwellTime: 2000
 `})
 	const circuits = 6
 	outs := burst(srv, addr, circuits)

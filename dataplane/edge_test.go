@@ -350,14 +350,15 @@ func TestEdgeDialAndBind(t *testing.T) {
 	if _, err := st2.Read(buf); err == nil {
 		t.Fatal("the deleted identity's circuit still carries data")
 	}
-	if d := time.Since(start); d > time.Second {
+	// The deletion reaches the router over its control channel: moments, even on a loaded machine.
+	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("the deleted identity's circuit ended after %v", d)
 	}
 	hosted2.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.ReadAll(hosted2); err != nil && !errors.Is(err, io.EOF) {
 		t.Logf("the host's end: %v", err)
 	}
-	if d := time.Since(start); d > 2*time.Second {
+	if d := time.Since(start); d > 4*time.Second {
 		t.Fatalf("the host's end of the deleted identity's circuit ended after %v", d)
 	}
 

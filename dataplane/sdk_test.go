@@ -167,7 +167,7 @@ func TestSDKEndToEndEncrypted(t *testing.T) {
 	start := time.Now()
 	c3.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, err = io.ReadAll(c3)
-	if d := time.Since(start); d > time.Second {
+	if d := time.Since(start); d > 3*time.Second { // moments, even on a loaded machine
 		t.Fatalf("the deleted identity's circuit ended after %v (%v)", d, err)
 	}
 }

@@ -117,13 +117,13 @@ func TestHandshakeRefusesClaimNotMatchingCertificate(t *testing.T) {
 			addr, _ := config.ParseAddress(targetOf("router-b", ln).Address, tr)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			s, err := dialStream(ctx, addr, netip.AddrPort{}, x.clientTLS("router-b"), time.Second, nil)
+			s, err := dialStream(ctx, addr, netip.AddrPort{}, x.clientTLS("router-b"), 5*time.Second, nil)
 			if err != nil {
 				t.Fatalf("dial: %v", err)
 			}
 			defer s.Close()
 			h := hello{V: helloVersion, RouterID: "router-a", LinkID: "l1", Role: RoleSingle, Groups: []string{"default"}}
-			err = clientHandshake(s, h, "router-b", time.Second)
+			err = clientHandshake(s, h, "router-b", 5*time.Second)
 			if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), `certificate names "router-x"`) {
 				t.Fatalf("handshake error %v; want a refusal naming the certificate", err)
 			}

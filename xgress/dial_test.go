@@ -30,7 +30,7 @@ func TestDialPoolQueueFullFailsAtOnce(t *testing.T) {
 	}
 	start := time.Now()
 	_, err := p.Dial(context.Background(), req)
-	if !errors.Is(err, ErrDialQueueFull) || time.Since(start) > 100*time.Millisecond {
+	if !errors.Is(err, ErrDialQueueFull) || time.Since(start) > time.Second { // not the hour's dwell
 		t.Fatalf("third dial: %v after %s", err, time.Since(start))
 	}
 	if queued, busy := p.Load(); queued != 1 || busy != 1 {

@@ -282,9 +282,24 @@ func TestCloseWithUnreadData(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.AfterFunc(100*time.Millisecond, func() { close(release) })
-	time.AfterFunc(200*time.Millisecond, func() { close(slow) })
-	router.Close()
+	closed := make(chan struct{})
+	go func() {
+		router.Close()
+		close(closed)
+	}()
+	// The reader goes on once Close has begun, the controller reads a moment later.
+	for deadline := time.Now().Add(5 * time.Second); router.Err() == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Close did not begin within 5 s")
+		}
+	}
+	close(release)
+	time.AfterFunc(100*time.Millisecond, func() { close(slow) })
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return within 10 s")
+	}
 	if err := waitDone(t, ctrl, 5*time.Second); !errors.Is(err, ErrPeerClosed) {
 		t.Errorf("peer end: Err = %v, want ErrPeerClosed", err)
 	}

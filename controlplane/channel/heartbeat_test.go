@@ -12,7 +12,10 @@ var fastBeats = Heartbeats{SendInterval: 50 * time.Millisecond, CheckInterval: 2
 
 func TestHeartbeatLatency(t *testing.T) {
 	t.Parallel()
-	router, ctrl := pair(t, Options{Heartbeats: fastBeats}, nil)
+	// The unresponsive timeout is long enough for a loaded machine's stalls, many beats long.
+	beats := fastBeats
+	beats.CloseUnresponsiveTimeout = time.Second
+	router, ctrl := pair(t, Options{Heartbeats: beats}, nil)
 	deadline := time.Now().Add(5 * time.Second)
 	for router.Latency() == 0 || ctrl.Latency() == 0 {
 		if time.Now().After(deadline) {
@@ -25,7 +28,7 @@ func TestHeartbeatLatency(t *testing.T) {
 		t.Fatalf("Ping = %s, %v", rtt, err)
 	}
 	// Healthy channels outlive many unresponsive-timeouts.
-	time.Sleep(3 * fastBeats.CloseUnresponsiveTimeout)
+	time.Sleep(3 * beats.CloseUnresponsiveTimeout)
 	if router.Err() != nil || ctrl.Err() != nil {
 		t.Fatalf("healthy channel closed: %v / %v", router.Err(), ctrl.Err())
 	}

@@ -23,7 +23,7 @@ func TestController(t *testing.T) {
 		t.Fatalf("the router got %d API sessions, want the administrator's", len(apis))
 	}
 	c.Admin(t) // a second login through the API
-	waitInSync(t, r, m, time.Second)
+	waitInSync(t, r, m, 3*time.Second)
 	if apis, _, _ := r.state(); len(apis) != 2 {
 		t.Fatalf("after a second login the router has %d API sessions, want 2", len(apis))
 	}

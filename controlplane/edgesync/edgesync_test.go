@@ -91,11 +91,12 @@ func TestUpdates(t *testing.T) {
 	r.connect(t, e.ctrlAddr, e.ca.Pool(), routerID, cert)
 	waitInSync(t, r, e.m, 5*time.Second)
 
-	// inSync waits for the router to hold what the store holds, within 1 s of the change.
+	// inSync waits for the router to hold what the store holds, within 3 s of the change
+	// (about 20 ms on an idle machine; the time taken is logged).
 	inSync := func(what string) {
 		t.Helper()
 		start := time.Now()
-		waitInSync(t, r, e.m, time.Second)
+		waitInSync(t, r, e.m, 3*time.Second)
 		t.Logf("%s reached the router in %s", what, time.Since(start).Round(time.Millisecond))
 	}
 	has := func(apiID, sessionID string) bool {
@@ -282,7 +283,7 @@ func TestReconnect(t *testing.T) {
 	}
 	n := len(r2.messages())
 	must(t, e.m.DeleteAPISession(apis[1].ID))
-	waitInSync(t, r3, e.m, time.Second)
+	waitInSync(t, r3, e.m, 3*time.Second)
 	if len(r2.messages()) != n {
 		t.Error("the replaced connection was sent an update")
 	}
@@ -329,7 +330,7 @@ func TestSlowRouterGetsSnapshot(t *testing.T) {
 	var extra []*model.APISession
 	for range 10 {
 		extra = append(extra, login(t, e.m, chain, 1)...)
-		waitInSync(t, fast, e.m, time.Second)
+		waitInSync(t, fast, e.m, 3*time.Second)
 	}
 	overflowed := func(router string) bool {
 		for line := range strings.Lines(e.logs.String()[logStart:]) {
@@ -357,8 +358,8 @@ func TestSlowRouterGetsSnapshot(t *testing.T) {
 	}
 	// It keeps receiving updates afterwards.
 	must(t, e.m.DeleteAPISession(extra[0].ID))
-	waitInSync(t, slow, e.m, time.Second)
-	waitInSync(t, fast, e.m, time.Second)
+	waitInSync(t, slow, e.m, 3*time.Second)
+	waitInSync(t, fast, e.m, 3*time.Second)
 	slow.check(t)
 	fast.check(t)
 }
