@@ -46,7 +46,7 @@
 // sink; against io-copy), zmesh-2routers-tls (router A with the controller, the on-ramp and a
 // link dialer; router B with a tls: link listener and the terminator; split links; against
 // tls-2hop), zmesh-2routers-quic (the same over quic:) and zmesh-sdk-e2ee (router A with the
-// controller, an edge listener and a link dialer; router B with a tls: link listener and its
+// controller, an SDK listener and a link dialer; router B with a tls: link listener and its
 // tunnel in host mode; the on-ramp is an SDK client, `zmesh tunnel proxy --identity F`, its
 // own process, and the service requires end-to-end encryption, so routers carry ciphertext
 // between the client and B's tunnel; against tls-2hop). Their setup prepares the network

@@ -7,7 +7,7 @@ import (
 	"runtime/trace"
 	"time"
 
-	"github.com/zmesh/zmesh/profile"
+	"github.com/zmesh/zmesh/internal/ops/profile"
 )
 
 // Profiling the processes of a run. With Options.ProfileDir set, the harness gives every

@@ -17,7 +17,7 @@ import (
 	"github.com/zmesh/zmesh/dataplane"
 	"github.com/zmesh/zmesh/sdk"
 	"github.com/zmesh/zmesh/tunnel"
-	"github.com/zmesh/zmesh/tunneler"
+	"github.com/zmesh/zmesh/tunnel/sdkoverlay"
 )
 
 // runRouter is `zmesh router run ROUTER.yml [--controller CONTROLLER.yml] [--log-level L]`
@@ -148,6 +148,6 @@ func runTunnelProxy(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	fmt.Fprintf(stdout, "service %s on %s\n", name, p.Addr(name))
-	p.ServeOverlay(ctx, tunneler.Overlay{C: c}, log)
+	p.ServeOverlay(ctx, sdkoverlay.Overlay{C: c}, log)
 	return nil
 }

@@ -21,9 +21,9 @@ import (
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane"
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
 	"github.com/zmesh/zmesh/controlplane/model"
-	"github.com/zmesh/zmesh/quickstart"
+	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/quickstart"
 )
 
 // Names of the zmesh scenarios.
@@ -39,7 +39,7 @@ const (
 	// ZmeshTwoRoutersQUIC is ZmeshTwoRoutersTLS over a quic: link listener.
 	ZmeshTwoRoutersQUIC = "zmesh-2routers-quic"
 	// ZmeshSDKEncrypted is an SDK client, `zmesh tunnel proxy --identity F`, dialing through
-	// router A (co-located controller, edge listener, link dialer) and router B (tls: link
+	// router A (co-located controller, SDK listener, link dialer) and router B (tls: link
 	// listener, tunnel host mode dialing the sink from the service's host.v1 config), with
 	// end-to-end encryption between the SDK and B's tunnel: compared with BaselineTLSRelay.
 	ZmeshSDKEncrypted = "zmesh-sdk-e2ee"
@@ -78,7 +78,7 @@ type routerSpec struct {
 	ingress bool
 	// egress: the router hosts benchService's terminator (binding proxy, address the sink).
 	egress bool
-	// edge: the router has an edge listener, where the bench's SDK client (a standalone
+	// edge: the router has an SDK listener, where the bench's SDK client (a standalone
 	// tunneler in proxy mode) dials benchService.
 	edge bool
 	// host: the router's tunnel in host mode hosts benchService, which requires end-to-end
@@ -105,7 +105,7 @@ func twoRouters(transport string) []routerSpec {
 	}
 }
 
-// sdkEncrypted is router A (controller, edge listener, link dialer) and router B (tls: link
+// sdkEncrypted is router A (controller, SDK listener, link dialer) and router B (tls: link
 // listener, tunnel host mode), with the bench's SDK client as the on-ramp.
 func sdkEncrypted() []routerSpec {
 	return []routerSpec{
@@ -396,7 +396,7 @@ func enrollClient(ctrl *controlplane.Controller, dir, apiURL string, mesh *prepa
 	if err != nil {
 		return "", fmt.Errorf("SDK client key: %w", err)
 	}
-	f := &edgeclient.IdentityFile{ZtAPI: apiURL}
+	f := &apiclient.IdentityFile{ZtAPI: apiURL}
 	f.ID.Cert = "pem:" + string(cert)
 	f.ID.Key = "pem:" + string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
 	f.ID.CA = "pem:" + string(ctrl.CA().PEM())

@@ -154,7 +154,7 @@ const (
 	BindingTunnel    = "tunnel"
 )
 
-// Listener is an on-ramp: an edge listener for SDK clients, a transport listener for fabric
+// Listener is an on-ramp: an SDK listener (binding edge), a transport listener for fabric
 // clients, or the tunnel.
 type Listener struct {
 	Binding   string         `json:"binding" yaml:"binding"`

@@ -25,16 +25,17 @@ import (
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane/api"
-	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/circuits"
-	"github.com/zmesh/zmesh/controlplane/edgesync"
 	"github.com/zmesh/zmesh/controlplane/metrics"
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/paths"
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/routers"
+	"github.com/zmesh/zmesh/controlplane/sessionsync"
 	"github.com/zmesh/zmesh/controlplane/store"
-	"github.com/zmesh/zmesh/health"
+	"github.com/zmesh/zmesh/internal/certid"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/ops/health"
 )
 
 // Build describes the binary, for the version endpoint.
@@ -55,8 +56,8 @@ type Controller struct {
 	// circuits and mesh serve the routers' circuit and link messages.
 	circuits *circuits.Service
 	mesh     *circuits.Mesh
-	// edge keeps the connected routers' copies of the API sessions and sessions current.
-	edge *edgesync.Syncer
+	// sessions keeps the connected routers' copies of the API sessions and sessions current.
+	sessions *sessionsync.Syncer
 	// metrics is the controller's Prometheus registry, fed by the API.
 	metrics *metrics.Metrics
 	// ctrlServing is the control channel's address while it accepts routers.
@@ -100,10 +101,10 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 		SessionTimeout: cfg.SessionTimeout.Std(),
 		Issuer:         "https://" + cfg.API.Advertise,
 		SigningKey:     key,
-		SigningKID:     pki.Fingerprint(c.cert.Leaf),
+		SigningKID:     certid.Fingerprint(c.cert.Leaf),
 		ReservedHosts:  apiHosts(cfg),
 	})
-	c.edge = edgesync.New(c.model, log, edgesync.Options{})
+	c.sessions = sessionsync.New(c.model, log, sessionsync.Options{})
 	if err := c.model.EnsureBuiltinConfigTypes(); err != nil {
 		return nil, fmt.Errorf("built-in config types: %w", err)
 	}
@@ -122,9 +123,9 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 	c.routers = routers.New(routers.Config{
 		Model: c.model, CA: c.ca, Cert: ctrlCert,
 		ControllerID: controllerID, Endpoints: []string{ctrlEndpoint(cfg)}, Log: log,
-		Handlers: func(id string, ch *channel.Channel) { c.circuits.Register(id, ch, c.mesh) },
+		Handlers: func(id string, ch *ctrlproto.Channel) { c.circuits.Register(id, ch, c.mesh) },
 		OnConnect: func(rt *routers.Router) {
-			c.edge.Connected(rt.ID, rt.Channel) // does not block: the state is sent by its own goroutine
+			c.sessions.Connected(rt.ID, rt.Channel) // does not block: the state is sent by its own goroutine
 			c.circuits.Adopt(rt.ID, rt.Hello.Circuits)
 			c.circuits.PruneTerminators(rt.ID, rt.Hello.Terminators, rt.Since)
 			c.mesh.Connected(rt)
@@ -292,10 +293,10 @@ func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, r
 	defer stop()
 	go c.store.RunGC(bg, 10*time.Minute)
 	go c.expireSessions(bg)
-	edgeDone := make(chan struct{})
-	go func() { c.edge.Run(bg); close(edgeDone) }()
-	// The edge state senders stop before the store closes.
-	defer func() { stop(); <-edgeDone }()
+	sessionsDone := make(chan struct{})
+	go func() { c.sessions.Run(bg); close(sessionsDone) }()
+	// The session state senders stop before the store closes.
+	defer func() { stop(); <-sessionsDone }()
 
 	ctrlErr := make(chan error, 1)
 	if ctrl != nil {

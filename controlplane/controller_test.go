@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/config"
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
+	"github.com/zmesh/zmesh/internal/apiclient"
 )
 
 // running is a controller serving on loopback for a test.
@@ -24,7 +24,7 @@ type running struct {
 	stop  context.CancelFunc
 	done  chan error
 	roots *x509.CertPool
-	admin *edgeclient.Client
+	admin *apiclient.Client
 }
 
 func testConfig(dir, addr string) *config.Controller {
@@ -59,7 +59,7 @@ func start(t *testing.T, dir, addr string) *running {
 	ready := make(chan struct{})
 	go func() { r.done <- ctrl.Serve(ctx, ln, func(net.Addr) { close(ready) }) }()
 	<-ready
-	r.admin = edgeclient.New(r.url, r.roots, nil)
+	r.admin = apiclient.New(r.url, r.roots, nil)
 	if _, err := r.admin.AuthenticatePassword(ctx, "admin", "admin-pass"); err != nil {
 		t.Fatal(err)
 	}
@@ -94,17 +94,17 @@ type identityDetail struct {
 	} `json:"authenticators"`
 }
 
-func createIdentity(t *testing.T, c *edgeclient.Client, body map[string]any) identityDetail {
+func createIdentity(t *testing.T, c *apiclient.Client, body map[string]any) identityDetail {
 	t.Helper()
 	ctx := context.Background()
 	var created struct {
 		ID string `json:"id"`
 	}
-	if _, err := c.Do(ctx, "POST", edgeclient.ManagementAPI+"/identities", body, &created); err != nil {
+	if _, err := c.Do(ctx, "POST", apiclient.ManagementAPI+"/identities", body, &created); err != nil {
 		t.Fatal(err)
 	}
 	var d identityDetail
-	if _, err := c.Do(ctx, "GET", edgeclient.ManagementAPI+"/identities/"+created.ID, nil, &d); err != nil {
+	if _, err := c.Do(ctx, "GET", apiclient.ManagementAPI+"/identities/"+created.ID, nil, &d); err != nil {
 		t.Fatal(err)
 	}
 	return d
@@ -112,7 +112,7 @@ func createIdentity(t *testing.T, c *edgeclient.Client, body map[string]any) ide
 
 func wantCode(t *testing.T, err error, code string) {
 	t.Helper()
-	if got := edgeclient.CodeOf(err); got != code {
+	if got := apiclient.CodeOf(err); got != code {
 		t.Fatalf("error %v: code %q, want %q", err, got, code)
 	}
 }
@@ -133,7 +133,7 @@ func TestControllerWalk(t *testing.T) {
 	if ott.Enrollment.OTT == nil || ott.Enrollment.OTT.JWT == "" {
 		t.Fatalf("identity has no ott enrollment JWT: %+v", ott)
 	}
-	idFile, err := edgeclient.Enroll(ctx, ott.Enrollment.OTT.JWT, edgeclient.EnrollOptions{})
+	idFile, err := apiclient.Enroll(ctx, ott.Enrollment.OTT.JWT, apiclient.EnrollOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,15 +148,15 @@ func TestControllerWalk(t *testing.T) {
 	if sess.IdentityID != ott.ID {
 		t.Fatalf("cert session is for %s, want %s", sess.IdentityID, ott.ID)
 	}
-	_, err = edgeclient.Enroll(ctx, ott.Enrollment.OTT.JWT, edgeclient.EnrollOptions{})
+	_, err = apiclient.Enroll(ctx, ott.Enrollment.OTT.JWT, apiclient.EnrollOptions{})
 	wantCode(t, err, "INVALID_ENROLLMENT_TOKEN")
 
 	// updb: enroll with a password, authenticate, change the password.
 	updb := createIdentity(t, r.admin, map[string]any{"name": "bob", "type": "User", "isAdmin": false, "enrollment": map[string]any{"updb": "bob1"}})
-	if _, err := edgeclient.Enroll(ctx, updb.Enrollment.Updb.JWT, edgeclient.EnrollOptions{Password: "first-pass"}); err != nil {
+	if _, err := apiclient.Enroll(ctx, updb.Enrollment.Updb.JWT, apiclient.EnrollOptions{Password: "first-pass"}); err != nil {
 		t.Fatal(err)
 	}
-	bob := edgeclient.New(r.url, r.roots, nil)
+	bob := apiclient.New(r.url, r.roots, nil)
 	if _, err := bob.AuthenticatePassword(ctx, "bob1", "first-pass"); err != nil {
 		t.Fatal(err)
 	}
@@ -164,41 +164,41 @@ func TestControllerWalk(t *testing.T) {
 		ID     string `json:"id"`
 		Method string `json:"method"`
 	}
-	if _, err := bob.Do(ctx, "GET", edgeclient.ClientAPI+"/current-identity/authenticators", nil, &auths); err != nil || len(auths) != 1 {
+	if _, err := bob.Do(ctx, "GET", apiclient.ClientAPI+"/current-identity/authenticators", nil, &auths); err != nil || len(auths) != 1 {
 		t.Fatalf("own authenticators: %v %v", auths, err)
 	}
 	change := map[string]any{"password": "second-pass", "currentPassword": "first-pass"}
-	if _, err := bob.Do(ctx, "PATCH", edgeclient.ClientAPI+"/current-identity/authenticators/"+auths[0].ID, change, nil); err != nil {
+	if _, err := bob.Do(ctx, "PATCH", apiclient.ClientAPI+"/current-identity/authenticators/"+auths[0].ID, change, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, err = edgeclient.New(r.url, r.roots, nil).AuthenticatePassword(ctx, "bob1", "first-pass")
+	_, err = apiclient.New(r.url, r.roots, nil).AuthenticatePassword(ctx, "bob1", "first-pass")
 	wantCode(t, err, "INVALID_AUTH")
-	if _, err := edgeclient.New(r.url, r.roots, nil).AuthenticatePassword(ctx, "bob1", "second-pass"); err != nil {
+	if _, err := apiclient.New(r.url, r.roots, nil).AuthenticatePassword(ctx, "bob1", "second-pass"); err != nil {
 		t.Fatal(err)
 	}
 
 	// carol changes her password too, and keeps her identity across the restart.
 	carolID := createIdentity(t, r.admin, map[string]any{"name": "carol", "type": "User", "isAdmin": false, "enrollment": map[string]any{"updb": "carol1"}})
-	if _, err := edgeclient.Enroll(ctx, carolID.Enrollment.Updb.JWT, edgeclient.EnrollOptions{Password: "carol-first"}); err != nil {
+	if _, err := apiclient.Enroll(ctx, carolID.Enrollment.Updb.JWT, apiclient.EnrollOptions{Password: "carol-first"}); err != nil {
 		t.Fatal(err)
 	}
-	carol := edgeclient.New(r.url, r.roots, nil)
+	carol := apiclient.New(r.url, r.roots, nil)
 	if _, err := carol.AuthenticatePassword(ctx, "carol1", "carol-first"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := carol.Do(ctx, "GET", edgeclient.ClientAPI+"/current-identity/authenticators", nil, &auths); err != nil || len(auths) != 1 {
+	if _, err := carol.Do(ctx, "GET", apiclient.ClientAPI+"/current-identity/authenticators", nil, &auths); err != nil || len(auths) != 1 {
 		t.Fatalf("carol's authenticators: %v %v", auths, err)
 	}
 	change = map[string]any{"password": "carol-second", "currentPassword": "carol-first"}
-	if _, err := carol.Do(ctx, "PATCH", edgeclient.ClientAPI+"/current-identity/authenticators/"+auths[0].ID, change, nil); err != nil {
+	if _, err := carol.Do(ctx, "PATCH", apiclient.ClientAPI+"/current-identity/authenticators/"+auths[0].ID, change, nil); err != nil {
 		t.Fatal(err)
 	}
 
 	// Delete bob: his session answers 401 on its next call.
-	if _, err := r.admin.Do(ctx, "DELETE", edgeclient.ManagementAPI+"/identities/"+updb.ID, nil, nil); err != nil {
+	if _, err := r.admin.Do(ctx, "DELETE", apiclient.ManagementAPI+"/identities/"+updb.ID, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, err = bob.Do(ctx, "GET", edgeclient.ClientAPI+"/current-api-session", nil, nil)
+	_, err = bob.Do(ctx, "GET", apiclient.ClientAPI+"/current-api-session", nil, nil)
 	wantStatus(t, err, 401, "UNAUTHORIZED")
 	namesBefore := identityNames(t, r.admin)
 	if want := []string{"Default Admin", "carol", "laptop"}; !slices.Equal(namesBefore, want) {
@@ -220,33 +220,33 @@ func TestControllerWalk(t *testing.T) {
 	var list []struct {
 		Name string `json:"name"`
 	}
-	page, err := r2.admin.Do(ctx, "GET", edgeclient.ManagementAPI+"/identities?filter="+urlQuery(`name = "laptop"`), nil, &list)
+	page, err := r2.admin.Do(ctx, "GET", apiclient.ManagementAPI+"/identities?filter="+urlQuery(`name = "laptop"`), nil, &list)
 	if err != nil || len(list) != 1 || page.TotalCount != 1 {
 		t.Fatalf("identities after restart: %v %+v %v", list, page, err)
 	}
 	if namesAfter := identityNames(t, r2.admin); !slices.Equal(namesAfter, namesBefore) {
 		t.Errorf("identities after the restart: %v, want %v", namesAfter, namesBefore)
 	}
-	_, err = r2.admin.Do(ctx, "GET", edgeclient.ManagementAPI+"/identities/"+updb.ID, nil, nil)
+	_, err = r2.admin.Do(ctx, "GET", apiclient.ManagementAPI+"/identities/"+updb.ID, nil, nil)
 	wantStatus(t, err, 404, "NOT_FOUND")
-	_, err = bob.Do(ctx, "GET", edgeclient.ClientAPI+"/current-api-session", nil, nil)
+	_, err = bob.Do(ctx, "GET", apiclient.ClientAPI+"/current-api-session", nil, nil)
 	wantStatus(t, err, 401, "UNAUTHORIZED")
-	_, err = edgeclient.New(r2.url, r2.roots, nil).AuthenticatePassword(ctx, "bob1", "second-pass")
+	_, err = apiclient.New(r2.url, r2.roots, nil).AuthenticatePassword(ctx, "bob1", "second-pass")
 	wantStatus(t, err, 401, "INVALID_AUTH")
-	_, err = edgeclient.New(r2.url, r2.roots, nil).AuthenticatePassword(ctx, "carol1", "carol-first")
+	_, err = apiclient.New(r2.url, r2.roots, nil).AuthenticatePassword(ctx, "carol1", "carol-first")
 	wantStatus(t, err, 401, "INVALID_AUTH")
-	if s, err := edgeclient.New(r2.url, r2.roots, nil).AuthenticatePassword(ctx, "carol1", "carol-second"); err != nil || s.IdentityID != carolID.ID {
+	if s, err := apiclient.New(r2.url, r2.roots, nil).AuthenticatePassword(ctx, "carol1", "carol-second"); err != nil || s.IdentityID != carolID.ID {
 		t.Fatalf("carol's new password after restart: %+v %v", s, err)
 	}
 }
 
 // identityNames lists the names of all identities, sorted, and checks the list's total count.
-func identityNames(t *testing.T, admin *edgeclient.Client) []string {
+func identityNames(t *testing.T, admin *apiclient.Client) []string {
 	t.Helper()
 	var list []struct {
 		Name string `json:"name"`
 	}
-	page, err := admin.Do(context.Background(), "GET", edgeclient.ManagementAPI+"/identities?limit=500", nil, &list)
+	page, err := admin.Do(context.Background(), "GET", apiclient.ManagementAPI+"/identities?limit=500", nil, &list)
 	if err != nil || page == nil || page.TotalCount != len(list) {
 		t.Fatalf("list identities: %+v %v %v", page, list, err)
 	}
@@ -261,7 +261,7 @@ func identityNames(t *testing.T, admin *edgeclient.Client) []string {
 // wantStatus checks that err is an API error with status and code.
 func wantStatus(t *testing.T, err error, status int, code string) {
 	t.Helper()
-	var apiErr *edgeclient.Error
+	var apiErr *apiclient.Error
 	if !errors.As(err, &apiErr) || apiErr.Status != status || apiErr.Code != code {
 		t.Fatalf("error %v, want %d %s", err, status, code)
 	}

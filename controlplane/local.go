@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/zmesh/zmesh/socketpair"
+	"github.com/zmesh/zmesh/internal/socketpair"
 )
 
 // ConnectLocal opens the control channel of a router co-located in this process: one end of

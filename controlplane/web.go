@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/zmesh/zmesh/config"
-	"github.com/zmesh/zmesh/health"
-	"github.com/zmesh/zmesh/web"
+	"github.com/zmesh/zmesh/internal/ops/health"
+	"github.com/zmesh/zmesh/internal/ops/web"
 )
 
 // Health check settings. The store check is a read transaction; the control channel check

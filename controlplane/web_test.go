@@ -24,11 +24,11 @@ import (
 	prommodel "github.com/prometheus/common/model"
 
 	"github.com/zmesh/zmesh/config"
-	"github.com/zmesh/zmesh/controlplane/channel"
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/pki"
-	"github.com/zmesh/zmesh/health"
+	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/ops/health"
 )
 
 // opsController is a controller serving its API, its control channel and two web
@@ -37,7 +37,7 @@ type opsController struct {
 	ctrl     *Controller
 	url      string
 	ctrlAddr string
-	admin    *edgeclient.Client
+	admin    *apiclient.Client
 	web      *http.Client // trusts the controller's CA
 	health   string       // https://host:port of the health listener
 	metrics  string       // https://host:port of the metrics listener
@@ -91,7 +91,7 @@ func startOps(t *testing.T) *opsController {
 	o.health = "https://" + ctrl.webAddrs["health"][0].String()
 	o.metrics = "https://" + ctrl.webAddrs["metrics"][0].String()
 	ctrl.webMu.Unlock()
-	o.admin = edgeclient.New(o.url, ctrl.CA().Pool(), nil)
+	o.admin = apiclient.New(o.url, ctrl.CA().Pool(), nil)
 	if _, err := o.admin.AuthenticatePassword(ctx, "admin", "admin-pass"); err != nil {
 		t.Fatal(err)
 	}
@@ -169,10 +169,10 @@ func TestWebMetrics(t *testing.T) {
 	t.Parallel()
 	o := startOps(t)
 	ctx := context.Background()
-	_, err := edgeclient.New(o.url, o.ctrl.CA().Pool(), nil).AuthenticatePassword(ctx, "admin", "wrong-pass")
+	_, err := apiclient.New(o.url, o.ctrl.CA().Pool(), nil).AuthenticatePassword(ctx, "admin", "wrong-pass")
 	wantStatus(t, err, http.StatusUnauthorized, "INVALID_AUTH")
 	id := createIdentity(t, o.admin, map[string]any{"name": "laptop", "type": "Device", "isAdmin": false, "enrollment": map[string]any{"ott": true}})
-	_, err = o.admin.Do(ctx, "GET", edgeclient.ManagementAPI+"/edge-routers/"+id.ID+"/metrics", nil, nil)
+	_, err = o.admin.Do(ctx, "GET", apiclient.ManagementAPI+"/edge-routers/"+id.ID+"/metrics", nil, nil)
 	wantStatus(t, err, http.StatusNotFound, "NOT_FOUND")
 	_, err = o.admin.Do(ctx, "GET", "/edge/management/v1/no-such-thing/"+id.ID, nil, nil)
 	wantStatus(t, err, http.StatusNotFound, "NOT_FOUND")
@@ -262,7 +262,7 @@ func TestWebHealthChecks(t *testing.T) {
 }
 
 // connectRouter enrolls an edge router and connects its control channel.
-func connectRouter(t *testing.T, c *Controller, ctrlAddr string) (string, *channel.Channel) {
+func connectRouter(t *testing.T, c *Controller, ctrlAddr string) (string, *ctrlproto.Channel) {
 	t.Helper()
 	r := &model.EdgeRouter{Name: "er-" + t.Name()}
 	if err := c.Model().CreateEdgeRouter(r); err != nil {
@@ -288,10 +288,10 @@ func connectRouter(t *testing.T, c *Controller, ctrlAddr string) (string, *chann
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := channel.New(context.Background(), conn, slog.New(slog.NewTextHandler(io.Discard, nil)), channel.Options{RequestTimeout: 5 * time.Second})
+	ch := ctrlproto.New(context.Background(), conn, slog.New(slog.NewTextHandler(io.Discard, nil)), ctrlproto.Options{RequestTimeout: 5 * time.Second})
 	ch.Start()
 	t.Cleanup(func() { ch.Close() })
-	reply, err := channel.Call[*channel.HelloReply](context.Background(), ch, &channel.Hello{RouterID: r.ID, Version: "test", Protocol: channel.ProtocolVersion})
+	reply, err := ctrlproto.Call[*ctrlproto.HelloReply](context.Background(), ch, &ctrlproto.Hello{RouterID: r.ID, Version: "test", Protocol: ctrlproto.ProtocolVersion})
 	if err != nil || !reply.Accepted {
 		t.Fatalf("Hello: %+v %v", reply, err)
 	}

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 	"github.com/zmesh/zmesh/link"
 	"github.com/zmesh/zmesh/xgress"
 )
@@ -27,7 +27,7 @@ func (h linkHop) Send(f *xgress.Frame) { h.l.Send(f) }
 
 // carry asks the controller for the circuit req describes and, when it is made, carries
 // conn as its initiator; otherwise conn is closed.
-func (r *Router) carry(ctx context.Context, conn net.Conn, req *channel.CircuitRequest) {
+func (r *Router) carry(ctx context.Context, conn net.Conn, req *ctrlproto.CircuitRequest) {
 	reply, err := r.requestCircuit(ctx, req)
 	if err != nil {
 		r.log.Info("circuit refused", "service", req.ServiceName+req.ServiceID, "err", err)
@@ -43,7 +43,7 @@ func (r *Router) carry(ctx context.Context, conn net.Conn, req *channel.CircuitR
 
 // requestCircuit asks the controller for a circuit, waiting for the control channel within
 // the request timeout.
-func (r *Router) requestCircuit(ctx context.Context, req *channel.CircuitRequest) (*channel.CircuitReply, error) {
+func (r *Router) requestCircuit(ctx context.Context, req *ctrlproto.CircuitRequest) (*ctrlproto.CircuitReply, error) {
 	req.RequestID = strconv.FormatUint(r.requests.Add(1), 10)
 	rctx, cancel := context.WithTimeout(ctx, r.requestTimeout()+15*time.Second)
 	defer cancel()
@@ -52,7 +52,7 @@ func (r *Router) requestCircuit(ctx context.Context, req *channel.CircuitRequest
 		r.metrics.circuitFailed(failRequest)
 		return nil, err
 	}
-	reply, err := channel.Call[*channel.CircuitReply](rctx, ch, req)
+	reply, err := ctrlproto.Call[*ctrlproto.CircuitReply](rctx, ch, req)
 	if err == nil {
 		err = reply.Err()
 	}
@@ -64,7 +64,7 @@ func (r *Router) requestCircuit(ctx context.Context, req *channel.CircuitRequest
 }
 
 // attachIngress installs the ingress end of a circuit the controller made and starts it.
-func (r *Router) attachIngress(reply *channel.CircuitReply, conn net.Conn) error {
+func (r *Router) attachIngress(reply *ctrlproto.CircuitReply, conn net.Conn) error {
 	id := reply.CircuitID
 	e := xgress.NewEndpoint(id, xgress.Initiator, conn, r.fw, r.pool, func(err error) { r.endDone(id, xgress.Initiator, err) })
 	toInitiator := EndpointHop{E: e}
@@ -94,19 +94,19 @@ func (r *Router) attachIngress(reply *channel.CircuitReply, conn net.Conn) error
 
 // route installs a circuit's entry as the controller asks, dialing the service when this
 // router is the egress.
-func (r *Router) route(ctx context.Context, m *channel.Route) *channel.RouteReply {
-	reply := &channel.RouteReply{CircuitID: m.CircuitID}
+func (r *Router) route(ctx context.Context, m *ctrlproto.Route) *ctrlproto.RouteReply {
+	reply := &ctrlproto.RouteReply{CircuitID: m.CircuitID}
 	toInitiator, err := r.hop(m.Reverse)
 	if err != nil {
 		r.metrics.circuitFailed(failRoute)
-		reply.Outcome = channel.Failed(channel.ErrCodeRouteFailed, err.Error())
+		reply.Outcome = ctrlproto.Failed(ctrlproto.ErrCodeRouteFailed, err.Error())
 		return reply
 	}
 	if m.Forward.Xgress == nil {
 		toTerminator, err := r.hop(m.Forward)
 		if err != nil {
 			r.metrics.circuitFailed(failRoute)
-			reply.Outcome = channel.Failed(channel.ErrCodeRouteFailed, err.Error())
+			reply.Outcome = ctrlproto.Failed(ctrlproto.ErrCodeRouteFailed, err.Error())
 			return reply
 		}
 		r.fw.Route(m.CircuitID, toInitiator, toTerminator)
@@ -114,12 +114,12 @@ func (r *Router) route(ctx context.Context, m *channel.Route) *channel.RouteRepl
 	}
 	conn, err := r.dial(ctx, m.Forward.Xgress, m.CircuitID, m.Timeout)
 	if err != nil {
-		code := channel.ErrCodeDialFailed
+		code := ctrlproto.ErrCodeDialFailed
 		if errors.Is(err, xgress.ErrDialQueueFull) {
-			code = channel.ErrCodeBusy
+			code = ctrlproto.ErrCodeBusy
 		}
 		r.metrics.circuitFailed(failEgress)
-		reply.Outcome = channel.Failed(code, err.Error())
+		reply.Outcome = ctrlproto.Failed(code, err.Error())
 		return reply
 	}
 	id := m.CircuitID
@@ -141,7 +141,7 @@ func (r *Router) route(ctx context.Context, m *channel.Route) *channel.RouteRepl
 
 // hop resolves a Route's hop that is not a dial: a link to a peer router, or the ingress
 // end on this router (attached when the ingress gets its reply).
-func (r *Router) hop(h channel.Hop) (Hop, error) {
+func (r *Router) hop(h ctrlproto.Hop) (Hop, error) {
 	switch {
 	case h.Router != "":
 		l := r.links.Get(h.Router)
@@ -157,14 +157,14 @@ func (r *Router) hop(h channel.Hop) (Hop, error) {
 
 // dial connects to a terminator's address through the dial pool, or to the SDK client that
 // hosts it (binding edge).
-func (r *Router) dial(ctx context.Context, x *channel.Xgress, circuitID uint64, timeout time.Duration) (net.Conn, error) {
+func (r *Router) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64, timeout time.Duration) (net.Conn, error) {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
 	if x.Binding == BindingEdge {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		return r.edge.connect(ctx, x, circuitID)
+		return r.sdk.connect(ctx, x, circuitID)
 	}
 	if x.Binding == BindingTunnel {
 		return r.overlay.connect(x, circuitID)
@@ -278,7 +278,7 @@ func (r *Router) sendFault(f pendingFault) error {
 	if ch == nil {
 		return ErrNoController
 	}
-	return ch.SendWithin(time.Second, &channel.Fault{CircuitID: f.circuit, Reason: f.reason, Unrouted: f.unrouted, Clean: f.clean})
+	return ch.SendWithin(time.Second, &ctrlproto.Fault{CircuitID: f.circuit, Reason: f.reason, Unrouted: f.unrouted, Clean: f.clean})
 }
 
 // flushFaults sends the kept faults; those that still cannot be sent are kept.
@@ -394,7 +394,7 @@ func (r *Router) reportLink(l *link.Link, up bool) {
 func (r *Router) sendLinkState(l *link.Link, up bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	st := &channel.LinkState{LinkID: l.ID(), PeerRouterID: l.PeerID(), Up: up, Latency: l.Latency()}
+	st := &ctrlproto.LinkState{LinkID: l.ID(), PeerRouterID: l.PeerID(), Up: up, Latency: l.Latency()}
 	if err := r.ctrl.send(ctx, st); err != nil {
 		r.log.Debug("link state not sent", "link", l.ID(), "err", err)
 	}
@@ -423,7 +423,7 @@ func (r *Router) idleLoop(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		reply, err := channel.Call[*channel.IdleCircuitsReply](ctx, ch, &channel.IdleCircuitsCheck{CircuitIDs: idle})
+		reply, err := ctrlproto.Call[*ctrlproto.IdleCircuitsReply](ctx, ch, &ctrlproto.IdleCircuitsCheck{CircuitIDs: idle})
 		if err != nil {
 			continue
 		}

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/config"
-	"github.com/zmesh/zmesh/controlplane/channel"
-	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/internal/atomicfile"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 // The router's control channel: it dials the controller with its enrolled client
@@ -35,8 +35,8 @@ const (
 type ctrlClient struct {
 	cfg      config.Ctrl
 	tls      *tls.Config
-	hello    func() *channel.Hello
-	handlers func(*channel.Channel)
+	hello    func() *ctrlproto.Hello
+	handlers func(*ctrlproto.Channel)
 	// onConnect is called after each accepted Hello, before the channel is used otherwise:
 	// the router tells the (possibly restarted) controller what it must know again.
 	onConnect func()
@@ -48,12 +48,12 @@ type ctrlClient struct {
 	local func() (net.Conn, error)
 
 	mu        sync.Mutex
-	ch        *channel.Channel
+	ch        *ctrlproto.Channel
 	endpoints []string // from the last HelloReply or EndpointsUpdate
 	connected chan struct{}
 }
 
-func newCtrlClient(cfg config.Ctrl, client tls.Certificate, cas *x509.CertPool, hello func() *channel.Hello, handlers func(*channel.Channel), onConnect func(), log *slog.Logger) *ctrlClient {
+func newCtrlClient(cfg config.Ctrl, client tls.Certificate, cas *x509.CertPool, hello func() *ctrlproto.Hello, handlers func(*ctrlproto.Channel), onConnect func(), log *slog.Logger) *ctrlClient {
 	return &ctrlClient{
 		cfg:       cfg,
 		tls:       &tls.Config{Certificates: []tls.Certificate{client}, RootCAs: cas, MinVersion: tls.VersionTLS13},
@@ -124,7 +124,7 @@ func contains(list []string, s string) bool {
 // inProcess names the co-located controller's channel in logs and traces.
 const inProcess = "in-process"
 
-func (c *ctrlClient) connect(ctx context.Context) (*channel.Channel, error) {
+func (c *ctrlClient) connect(ctx context.Context) (*ctrlproto.Channel, error) {
 	var errs []error
 	if c.local != nil {
 		ch, err := c.open(ctx, inProcess, func(context.Context) (net.Conn, error) { return c.local() })
@@ -161,7 +161,7 @@ func (c *ctrlClient) dialTLS(ctx context.Context, addr string) (net.Conn, error)
 
 // open connects with dial, then starts the channel and says Hello, all within the connect
 // timeout; addr names the controller in logs and traces.
-func (c *ctrlClient) open(ctx context.Context, addr string, dial func(context.Context) (net.Conn, error)) (*channel.Channel, error) {
+func (c *ctrlClient) open(ctx context.Context, addr string, dial func(context.Context) (net.Conn, error)) (*ctrlproto.Channel, error) {
 	timeout := time.Duration(c.cfg.Options.ConnectTimeoutMs) * time.Millisecond
 	if timeout <= 0 {
 		timeout = 5 * time.Second
@@ -172,22 +172,22 @@ func (c *ctrlClient) open(ctx context.Context, addr string, dial func(context.Co
 	if err != nil {
 		return nil, err
 	}
-	opts := channel.Options{
+	opts := ctrlproto.Options{
 		RequestTimeout: c.cfg.DefaultRequestTimeout.Std(),
-		Heartbeats: channel.Heartbeats{SendInterval: c.cfg.Heartbeats.SendInterval.Std(), CheckInterval: c.cfg.Heartbeats.CheckInterval.Std(),
+		Heartbeats: ctrlproto.Heartbeats{SendInterval: c.cfg.Heartbeats.SendInterval.Std(), CheckInterval: c.cfg.Heartbeats.CheckInterval.Std(),
 			CloseUnresponsiveTimeout: c.cfg.Heartbeats.CloseUnresponsiveTimeout.Std()},
 	}
 	if c.trace != nil {
 		opts.Trace = c.trace.hook(addr)
 	}
-	ch := channel.New(ctx, conn, c.log, opts)
-	ch.Handle(channel.TypeEndpointsUpdate, func(_ context.Context, m channel.Message) (channel.Message, error) {
-		c.saveEndpoints(m.(*channel.EndpointsUpdate).Endpoints)
+	ch := ctrlproto.New(ctx, conn, c.log, opts)
+	ch.Handle(ctrlproto.TypeEndpointsUpdate, func(_ context.Context, m ctrlproto.Message) (ctrlproto.Message, error) {
+		c.saveEndpoints(m.(*ctrlproto.EndpointsUpdate).Endpoints)
 		return nil, nil
 	})
 	c.handlers(ch)
 	ch.Start()
-	reply, err := channel.Call[*channel.HelloReply](dctx, ch, c.hello())
+	reply, err := ctrlproto.Call[*ctrlproto.HelloReply](dctx, ch, c.hello())
 	if err != nil {
 		ch.Close()
 		return nil, fmt.Errorf("hello: %w", err)
@@ -221,7 +221,7 @@ func (c *ctrlClient) saveEndpoints(eps []string) {
 	if c.cfg.EndpointsFile == "" || len(eps) == 0 {
 		return
 	}
-	if err := pki.WriteFileAtomic(c.cfg.EndpointsFile, []byte(strings.Join(eps, "\n")+"\n"), 0o600); err != nil {
+	if err := atomicfile.Write(c.cfg.EndpointsFile, []byte(strings.Join(eps, "\n")+"\n"), 0o600); err != nil {
 		c.log.Warn("cannot save the controller endpoints", "file", c.cfg.EndpointsFile, "err", err)
 	}
 }
@@ -244,7 +244,7 @@ func (c *ctrlClient) loadEndpoints() {
 }
 
 // channel returns the current channel, waiting up to ctx for one.
-func (c *ctrlClient) channel(ctx context.Context) (*channel.Channel, error) {
+func (c *ctrlClient) channel(ctx context.Context) (*ctrlproto.Channel, error) {
 	c.mu.Lock()
 	ch, wait := c.ch, c.connected
 	c.mu.Unlock()
@@ -267,7 +267,7 @@ func (c *ctrlClient) isConnected() bool {
 }
 
 // send sends a one-way message if connected.
-func (c *ctrlClient) send(ctx context.Context, msg channel.Message) error {
+func (c *ctrlClient) send(ctx context.Context, msg ctrlproto.Message) error {
 	ch := c.current()
 	if ch == nil {
 		return ErrNoController
@@ -276,7 +276,7 @@ func (c *ctrlClient) send(ctx context.Context, msg channel.Message) error {
 }
 
 // current returns the channel, or nil while there is none.
-func (c *ctrlClient) current() *channel.Channel {
+func (c *ctrlClient) current() *ctrlproto.Channel {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.ch

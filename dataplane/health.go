@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/zmesh/zmesh/health"
+	"github.com/zmesh/zmesh/internal/ops/health"
 )
 
 // The router's health checks (healthChecks section), run by the health package:

@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
-	"github.com/zmesh/zmesh/health"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/ops/health"
 )
 
 // The router's metrics live in one Prometheus registry per Router, the only place they are
@@ -195,13 +195,13 @@ func (c linkCollector) Collect(ch chan<- prometheus.Metric) {
 // them (zmesh_link_sent_bytes_total{link="…",peer="…"}). Histograms and summaries are
 // reported by their _sum and _count; values that are not finite (which JSON cannot carry)
 // are left out.
-func (r *Router) snapshot(now time.Time) *channel.Metrics {
+func (r *Router) snapshot(now time.Time) *ctrlproto.Metrics {
 	families, err := r.metrics.reg.Gather()
 	if err != nil {
 		// Gather returns what it could collect along with the error.
 		r.log.Warn("metrics: some collectors failed", "err", err)
 	}
-	m := &channel.Metrics{Timestamp: now, Values: map[string]float64{}}
+	m := &ctrlproto.Metrics{Timestamp: now, Values: map[string]float64{}}
 	put := func(name string, labels []*dto.LabelPair, v float64) {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return
@@ -276,7 +276,7 @@ func (r *Router) metricsLoop(ctx context.Context) {
 		return
 	}
 	size := max(mc.MessageQueueSize, 1)
-	var queue []*channel.Metrics
+	var queue []*ctrlproto.Metrics
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

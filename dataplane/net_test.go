@@ -25,9 +25,9 @@ import (
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane"
 	"github.com/zmesh/zmesh/controlplane/api"
-	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/paths"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 // testNet is a controller and routers on loopback, for end-to-end tests of the data plane.
@@ -171,7 +171,7 @@ func (n *testNet) controllerKnows(name string, ids []uint64) []uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reply, err := channel.Call[*channel.IdleCircuitsReply](ctx, ch, &channel.IdleCircuitsCheck{CircuitIDs: ids})
+	reply, err := ctrlproto.Call[*ctrlproto.IdleCircuitsReply](ctx, ch, &ctrlproto.IdleCircuitsCheck{CircuitIDs: ids})
 	if err != nil {
 		t.Fatal(err)
 	}

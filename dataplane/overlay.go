@@ -11,10 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
-	"github.com/zmesh/zmesh/e2ee"
-	"github.com/zmesh/zmesh/edge"
-	"github.com/zmesh/zmesh/socketpair"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/e2ee"
+	"github.com/zmesh/zmesh/internal/edgeproto"
+	"github.com/zmesh/zmesh/internal/socketpair"
 	"github.com/zmesh/zmesh/tunnel"
 )
 
@@ -49,7 +49,7 @@ func newRouterOverlay(r *Router) *routerOverlay {
 // router restarted while the controller is away goes on serving what it served.
 func (o *routerOverlay) WatchServices(ctx context.Context, f func([]tunnel.Service)) error {
 	var since int64
-	if saved := o.r.edgeState.tunnelServices(); saved != nil {
+	if saved := o.r.sessionCache.tunnelServices(); saved != nil {
 		f(convertServices(saved))
 	}
 	t := time.NewTicker(tunnelServicesPoll)
@@ -77,19 +77,19 @@ func (o *routerOverlay) services(ctx context.Context, since int64) ([]tunnel.Ser
 	if err != nil {
 		return nil, 0, err
 	}
-	reply, err := channel.Call[*channel.TunnelServicesReply](ctx, ch, &channel.TunnelServices{Since: since})
+	reply, err := ctrlproto.Call[*ctrlproto.TunnelServicesReply](ctx, ch, &ctrlproto.TunnelServices{Since: since})
 	if err == nil {
 		err = reply.Err()
 	}
 	if err != nil || reply.NotModified {
 		return nil, 0, err
 	}
-	o.r.edgeState.setTunnelServices(reply.Services)
+	o.r.sessionCache.setTunnelServices(reply.Services)
 	return convertServices(reply.Services), reply.LastChange, nil
 }
 
 // convertServices turns the controller's list into the tunnel's.
-func convertServices(in []channel.TunnelService) []tunnel.Service {
+func convertServices(in []ctrlproto.TunnelService) []tunnel.Service {
 	list := make([]tunnel.Service, 0, len(in))
 	for _, s := range in {
 		ts := tunnel.Service{ID: s.ID, Name: s.Name, EncryptionRequired: s.EncryptionRequired, Configs: s.Configs}
@@ -113,7 +113,7 @@ func (o *routerOverlay) Dial(ctx context.Context, svc tunnel.Service, app tunnel
 	if err != nil {
 		return nil, err
 	}
-	reply, err := o.r.requestCircuit(ctx, &channel.CircuitRequest{ServiceID: svc.ID, IngressIdentityID: o.r.id, AppData: appJSON})
+	reply, err := o.r.requestCircuit(ctx, &ctrlproto.CircuitRequest{ServiceID: svc.ID, IngressIdentityID: o.r.id, AppData: appJSON})
 	if err != nil {
 		return nil, fmt.Errorf("dial service %q: %w", svc.Name, err)
 	}
@@ -127,7 +127,7 @@ func (o *routerOverlay) Dial(ctx context.Context, svc tunnel.Service, app tunnel
 // attach starts the circuit of reply on one end of a socket pair and returns the other,
 // after the end-to-end key exchange with the terminator's host when the service requires
 // it.
-func (o *routerOverlay) attach(reply *channel.CircuitReply) (net.Conn, error) {
+func (o *routerOverlay) attach(reply *ctrlproto.CircuitReply) (net.Conn, error) {
 	circuitEnd, tunnelEnd, err := socketpair.New()
 	if err != nil {
 		o.r.fault(reply.CircuitID, err.Error())
@@ -142,7 +142,7 @@ func (o *routerOverlay) attach(reply *channel.CircuitReply) (net.Conn, error) {
 	if !reply.EncryptionRequired {
 		return tunnelEnd, nil
 	}
-	cfg, err := o.e2ee(reply.Terminator.HostID, edge.E2EEContext(reply.CircuitID, reply.ServiceID))
+	cfg, err := o.e2ee(reply.Terminator.HostID, edgeproto.E2EEContext(reply.CircuitID, reply.ServiceID))
 	if err != nil {
 		tunnelEnd.Close()
 		return nil, err
@@ -158,7 +158,7 @@ func (o *routerOverlay) attach(reply *channel.CircuitReply) (net.Conn, error) {
 // the router's identity: straight onto the circuit, or through the end-to-end encryption
 // when the service requires it.
 func (r *Router) dialProxy(ctx context.Context, conn net.Conn, service string) {
-	reply, err := r.requestCircuit(ctx, &channel.CircuitRequest{ServiceName: service, IngressIdentityID: r.id})
+	reply, err := r.requestCircuit(ctx, &ctrlproto.CircuitRequest{ServiceName: service, IngressIdentityID: r.id})
 	if err != nil {
 		r.log.Info("circuit refused", "service", service, "err", err)
 		conn.Close()
@@ -246,7 +246,7 @@ func (o *routerOverlay) Bind(ctx context.Context, svc tunnel.Service) (tunnel.Li
 	}
 	o.binds[b.address] = b
 	o.mu.Unlock()
-	id, err := o.r.CreateTerminator(ctx, &channel.TerminatorCreate{Service: svc.ID, Binding: BindingTunnel, Address: b.address})
+	id, err := o.r.CreateTerminator(ctx, &ctrlproto.TerminatorCreate{Service: svc.ID, Binding: BindingTunnel, Address: b.address})
 	if err != nil {
 		o.mu.Lock()
 		delete(o.binds, b.address)
@@ -291,7 +291,7 @@ func (b *tunnelBind) Close() error {
 		b.o.mu.Lock()
 		delete(b.o.binds, b.address)
 		b.o.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), edge.HandshakeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), edgeproto.HandshakeTimeout)
 		defer cancel()
 		err = b.o.r.RemoveTerminator(ctx, b.terminatorID)
 	})
@@ -301,7 +301,7 @@ func (b *tunnelBind) Close() error {
 // connect is the egress dial of binding tunnel: it hands one end of a socket pair to the
 // service's listener (after the key exchange, when required) and returns the other for the
 // circuit's endpoint.
-func (o *routerOverlay) connect(x *channel.Xgress, circuitID uint64) (net.Conn, error) {
+func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn, error) {
 	o.mu.Lock()
 	b := o.binds[x.Address]
 	o.mu.Unlock()
@@ -329,7 +329,7 @@ func (o *routerOverlay) connect(x *channel.Xgress, circuitID uint64) (net.Conn, 
 		go hand(tunnelEnd)
 		return circuitEnd, nil
 	}
-	cfg, err := o.e2ee(x.InitiatorID, edge.E2EEContext(circuitID, b.svc.ID))
+	cfg, err := o.e2ee(x.InitiatorID, edgeproto.E2EEContext(circuitID, b.svc.ID))
 	if err != nil {
 		circuitEnd.Close()
 		tunnelEnd.Close()

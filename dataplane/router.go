@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/config"
-	"github.com/zmesh/zmesh/controlplane/channel"
-	"github.com/zmesh/zmesh/health"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/ops/health"
+	"github.com/zmesh/zmesh/internal/ops/profile"
 	"github.com/zmesh/zmesh/link"
-	"github.com/zmesh/zmesh/profile"
 	"github.com/zmesh/zmesh/tunnel"
 	"github.com/zmesh/zmesh/xgress"
 )
@@ -43,13 +43,13 @@ type Router struct {
 	localCtrl func(*x509.Certificate) (net.Conn, error)
 	dials     *xgress.DialPool
 	// ctrlOps is the rate-limited queue of requests to the controller (terminators.go).
-	ctrlOps     chan *ctrlOp
-	edge        *edgeServer
-	edgeState   *edgeState
-	overlay     *routerOverlay // the tunnel's way into the overlay
-	tproxy      *tunnel.TProxy // the tunnel in mode tproxy, if any; set before Run starts it
-	tunnelHost  *tunnel.Host   // the tunnel's host mode in modes proxy and host
-	ctrlOpsBusy atomic.Int64   // workers running a request
+	ctrlOps      chan *ctrlOp
+	sdk          *sdkServer
+	sessionCache *sessionCache
+	overlay      *routerOverlay // the tunnel's way into the overlay
+	tproxy       *tunnel.TProxy // the tunnel in mode tproxy, if any; set before Run starts it
+	tunnelHost   *tunnel.Host   // the tunnel's host mode in modes proxy and host
+	ctrlOpsBusy  atomic.Int64   // workers running a request
 
 	mu            sync.Mutex
 	ends          map[uint64]*xgress.Endpoint // the circuit ends on this router
@@ -57,7 +57,7 @@ type Router struct {
 	linkLns       []*link.Listener
 	proxyAddr     map[string]string // tunnel proxy service → listening address, once listening
 	transportAddr []string          // where the transport listeners listen
-	edgeAddr      []string          // where the edge listeners listen
+	sdkAddr       []string          // where the SDK listeners listen
 	ready         chan struct{}
 	stopped       chan struct{}       // closed when Run's context ends
 	stopErrs      []error             // what did not stop cleanly; guarded by mu
@@ -90,13 +90,13 @@ func New(cfg *config.Router, version string, log *slog.Logger) (*Router, error) 
 	r.trusted.L = &r.mu
 	r.trust = map[string][]string{}
 	r.ident.Authorize = r.authorizePeer
-	r.edge = newEdgeServer(r)
+	r.sdk = newSDKServer(r)
 	r.overlay = newRouterOverlay(r)
-	r.edgeState = newEdgeState(r.edge.removed)
+	r.sessionCache = newSessionCache(r.sdk.removed)
 	r.checks = newHealthChecks(r)
 	r.metrics = newRouterMetrics(r)
 	if cfg.Edge != nil && cfg.Edge.DB != "" {
-		if err := r.edgeState.load(cfg.Edge.DB); err != nil {
+		if err := r.sessionCache.load(cfg.Edge.DB); err != nil {
 			return nil, err
 		}
 	}
@@ -229,7 +229,7 @@ func (r *Router) Run(ctx context.Context) error {
 	if err := r.startTransportListeners(ctx, &wg); err != nil {
 		return abort(err)
 	}
-	if err := r.startEdgeListeners(ctx, &wg); err != nil {
+	if err := r.startSDKListeners(ctx, &wg); err != nil {
 		return abort(err)
 	}
 	if err := r.startWeb(ctx, &wg); err != nil {
@@ -237,8 +237,8 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 	if e := r.cfg.Edge; e != nil && e.DB != "" {
 		wg.Go(func() {
-			r.edgeState.saveLoop(ctx, e.DB, time.Duration(e.DBSaveIntervalSeconds)*time.Second, func(err error) {
-				r.log.Warn("cannot save the edge state", "err", err)
+			r.sessionCache.saveLoop(ctx, e.DB, time.Duration(e.DBSaveIntervalSeconds)*time.Second, func(err error) {
+				r.log.Warn("cannot save the session cache", "err", err)
 			})
 		})
 	}
@@ -294,18 +294,18 @@ func (r *Router) startProfile() (*profile.Profiler, error) {
 }
 
 // hello describes the router to the controller.
-func (r *Router) hello() *channel.Hello {
-	h := &channel.Hello{RouterID: r.id, Version: r.version, Protocol: channel.ProtocolVersion}
+func (r *Router) hello() *ctrlproto.Hello {
+	h := &ctrlproto.Hello{RouterID: r.id, Version: r.version, Protocol: ctrlproto.ProtocolVersion}
 	r.fw.Each(func(id uint64, _, _ Hop) { h.Circuits = append(h.Circuits, id) })
-	h.Terminators = append(r.edge.terminators(), r.overlay.terminators()...)
+	h.Terminators = append(r.sdk.terminators(), r.overlay.terminators()...)
 	h.Hostname, _ = os.Hostname()
 	for _, ln := range r.linkLns {
 		adv := ln.Advertise()
 		transport, _, _ := strings.Cut(adv, ":")
-		h.LinkListeners = append(h.LinkListeners, channel.LinkListener{Address: adv, Transport: transport, Groups: ln.Groups()})
+		h.LinkListeners = append(h.LinkListeners, ctrlproto.LinkListener{Address: adv, Transport: transport, Groups: ln.Groups()})
 	}
 	for _, l := range r.cfg.Listeners {
-		cl := channel.Listener{Binding: l.Binding}
+		cl := ctrlproto.Listener{Binding: l.Binding}
 		if l.Advertise != nil {
 			cl.Address = l.Advertise.String()
 		}
@@ -315,17 +315,17 @@ func (r *Router) hello() *channel.Hello {
 }
 
 // handlers registers the router's side of the control protocol.
-func (r *Router) handlers(ch *channel.Channel) {
-	ch.HandleAsync(channel.TypeRoute, func(ctx context.Context, m channel.Message) (channel.Message, error) {
-		return r.route(ctx, m.(*channel.Route)), nil
+func (r *Router) handlers(ch *ctrlproto.Channel) {
+	ch.HandleAsync(ctrlproto.TypeRoute, func(ctx context.Context, m ctrlproto.Message) (ctrlproto.Message, error) {
+		return r.route(ctx, m.(*ctrlproto.Route)), nil
 	})
-	ch.Handle(channel.TypeUnroute, func(_ context.Context, m channel.Message) (channel.Message, error) {
-		u := m.(*channel.Unroute)
+	ch.Handle(ctrlproto.TypeUnroute, func(_ context.Context, m ctrlproto.Message) (ctrlproto.Message, error) {
+		u := m.(*ctrlproto.Unroute)
 		r.endCircuit(u.CircuitID, u.Reason, false)
 		return nil, nil
 	})
-	ch.Handle(channel.TypePeerState, func(_ context.Context, m channel.Message) (channel.Message, error) {
-		p := m.(*channel.PeerState)
+	ch.Handle(ctrlproto.TypePeerState, func(_ context.Context, m ctrlproto.Message) (ctrlproto.Message, error) {
+		p := m.(*ctrlproto.PeerState)
 		switch {
 		case p.Revoked:
 			r.trustPeer(p.RouterID, nil)
@@ -337,12 +337,12 @@ func (r *Router) handlers(ch *channel.Channel) {
 		}
 		return nil, nil
 	})
-	ch.Handle(channel.TypeEdgeState, func(_ context.Context, m channel.Message) (channel.Message, error) {
-		r.edgeState.apply(m.(*channel.EdgeState))
+	ch.Handle(ctrlproto.TypeSessionState, func(_ context.Context, m ctrlproto.Message) (ctrlproto.Message, error) {
+		r.sessionCache.apply(m.(*ctrlproto.SessionState))
 		return nil, nil
 	})
-	ch.Handle(channel.TypeLinkDial, func(_ context.Context, m channel.Message) (channel.Message, error) {
-		d := m.(*channel.LinkDial)
+	ch.Handle(ctrlproto.TypeLinkDial, func(_ context.Context, m ctrlproto.Message) (ctrlproto.Message, error) {
+		d := m.(*ctrlproto.LinkDial)
 		if r.dialer == nil {
 			return nil, nil
 		}

@@ -20,17 +20,17 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/config"
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
 	"github.com/zmesh/zmesh/controlplane/model"
-	"github.com/zmesh/zmesh/e2ee"
+	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/e2ee"
 	"github.com/zmesh/zmesh/sdk"
 	"github.com/zmesh/zmesh/tunnel"
-	"github.com/zmesh/zmesh/tunneler"
+	"github.com/zmesh/zmesh/tunnel/sdkoverlay"
 	"github.com/zmesh/zmesh/xgress"
 )
 
 // identityFile writes what zmesh enroll would for an enrolled identity.
-func (n *testNet) identityFile(cert tls.Certificate) *edgeclient.IdentityFile {
+func (n *testNet) identityFile(cert tls.Certificate) *apiclient.IdentityFile {
 	caPEM, err := os.ReadFile(filepath.Join(n.dir, "ca.pem"))
 	if err != nil {
 		n.t.Fatal(err)
@@ -39,7 +39,7 @@ func (n *testNet) identityFile(cert tls.Certificate) *edgeclient.IdentityFile {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	id := &edgeclient.IdentityFile{ZtAPI: "https://" + n.apiAddr}
+	id := &apiclient.IdentityFile{ZtAPI: "https://" + n.apiAddr}
 	id.ID.Cert = "pem:" + string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}))
 	id.ID.Key = "pem:" + string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
 	id.ID.CA = "pem:" + string(caPEM)
@@ -205,7 +205,7 @@ func TestStandaloneTunneler(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		return tunneler.Overlay{C: c}
+		return sdkoverlay.Overlay{C: c}
 	}
 	hostDone := make(chan error, 1)
 	go func() {

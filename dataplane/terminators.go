@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 // Terminators the router creates and removes on the controller (for the services it hosts)
@@ -22,17 +22,17 @@ var ErrRateLimitedQueueFull = errors.New("the rate-limited queue to the controll
 // ctrlOp is a request waiting in the rate-limited queue.
 type ctrlOp struct {
 	ctx  context.Context
-	call func(context.Context, *channel.Channel) error
+	call func(context.Context, *ctrlproto.Channel) error
 	done chan error // buffered: the worker never waits for the caller
 }
 
 // CreateTerminator asks the controller for a terminator of this router and returns its id.
 // Without t.SessionToken the router's own identity hosts it and must be granted Bind on the
 // service; creating a terminator the router has already returns the existing one.
-func (r *Router) CreateTerminator(ctx context.Context, t *channel.TerminatorCreate) (string, error) {
+func (r *Router) CreateTerminator(ctx context.Context, t *ctrlproto.TerminatorCreate) (string, error) {
 	var id string
-	err := r.rateLimited(ctx, func(ctx context.Context, ch *channel.Channel) error {
-		reply, err := channel.Call[*channel.TerminatorCreateReply](ctx, ch, t)
+	err := r.rateLimited(ctx, func(ctx context.Context, ch *ctrlproto.Channel) error {
+		reply, err := ctrlproto.Call[*ctrlproto.TerminatorCreateReply](ctx, ch, t)
 		if err == nil {
 			err = reply.Err()
 		}
@@ -50,8 +50,8 @@ func (r *Router) CreateTerminator(ctx context.Context, t *channel.TerminatorCrea
 
 // RemoveTerminator asks the controller to remove one of this router's terminators.
 func (r *Router) RemoveTerminator(ctx context.Context, id string) error {
-	err := r.rateLimited(ctx, func(ctx context.Context, ch *channel.Channel) error {
-		reply, err := channel.Call[*channel.TerminatorRemoveReply](ctx, ch, &channel.TerminatorRemove{TerminatorID: id})
+	err := r.rateLimited(ctx, func(ctx context.Context, ch *ctrlproto.Channel) error {
+		reply, err := ctrlproto.Call[*ctrlproto.TerminatorRemoveReply](ctx, ch, &ctrlproto.TerminatorRemove{TerminatorID: id})
 		if err == nil {
 			err = reply.Err()
 		}
@@ -64,7 +64,7 @@ func (r *Router) RemoveTerminator(ctx context.Context, id string) error {
 }
 
 // rateLimited queues call and waits for a worker to run it on the control channel.
-func (r *Router) rateLimited(ctx context.Context, call func(context.Context, *channel.Channel) error) error {
+func (r *Router) rateLimited(ctx context.Context, call func(context.Context, *ctrlproto.Channel) error) error {
 	op := &ctrlOp{ctx: ctx, call: call, done: make(chan error, 1)}
 	select {
 	case <-r.stopped:

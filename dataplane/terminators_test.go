@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 // echoOnce sends msg through the proxy address and returns what comes back.
@@ -46,11 +46,11 @@ func TestRouterCreatesTerminators(t *testing.T) {
 	defer cancel()
 	h := n.routers["H"].r
 	echo := echoServer(t)
-	req := &channel.TerminatorCreate{Service: "hosted", Binding: "proxy", Address: echo}
+	req := &ctrlproto.TerminatorCreate{Service: "hosted", Binding: "proxy", Address: echo}
 
 	_, err := h.CreateTerminator(ctx, req)
-	var ce *channel.Error
-	if !errors.As(err, &ce) || ce.Code != channel.ErrCodeServiceNotFound {
+	var ce *ctrlproto.Error
+	if !errors.As(err, &ce) || ce.Code != ctrlproto.ErrCodeServiceNotFound {
 		t.Fatalf("a router without a Bind policy created a terminator: %v", err)
 	}
 	if err := n.m.CreateServicePolicy(&model.ServicePolicy{Name: "bind-hosted", Type: model.PolicyBind, Semantic: model.SemanticAny,
@@ -125,7 +125,7 @@ func TestRateLimitedQueueFull(t *testing.T) {
 	defer cancel()
 	results := make(chan error, 2)
 	create := func(addr string) {
-		_, err := h.CreateTerminator(ctx, &channel.TerminatorCreate{Service: "queued", Binding: "proxy", Address: addr})
+		_, err := h.CreateTerminator(ctx, &ctrlproto.TerminatorCreate{Service: "queued", Binding: "proxy", Address: addr})
 		results <- err
 	}
 	go create("127.0.0.1:1001")
@@ -133,7 +133,7 @@ func TestRateLimitedQueueFull(t *testing.T) {
 	go create("127.0.0.1:1002")
 	waitFor(t, "the second request to wait in the queue", func() bool { return len(h.ctrlOps) == 1 })
 	start := time.Now()
-	_, err := h.CreateTerminator(ctx, &channel.TerminatorCreate{Service: "queued", Binding: "proxy", Address: "127.0.0.1:1003"})
+	_, err := h.CreateTerminator(ctx, &ctrlproto.TerminatorCreate{Service: "queued", Binding: "proxy", Address: "127.0.0.1:1003"})
 	if !errors.Is(err, ErrRateLimitedQueueFull) {
 		t.Fatalf("third request with a full queue: %v", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 // The message trace (trace.path): every frame of the control channel, read or written, is
@@ -63,7 +63,7 @@ func openTrace(path string, log *slog.Logger) (*traceFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trace.path: %w", err)
 	}
-	// The trace holds session tokens (EdgeState messages): an existing file keeps its mode on
+	// The trace holds session tokens (SessionState messages): an existing file keeps its mode on
 	// open, so it is made private here too.
 	if err := f.Chmod(0o600); err != nil {
 		f.Close()
@@ -73,8 +73,8 @@ func openTrace(path string, log *slog.Logger) (*traceFile, error) {
 }
 
 // hook returns the channel's trace hook for a channel to the controller at remote.
-func (t *traceFile) hook(remote string) func(channel.TraceEvent) {
-	return func(e channel.TraceEvent) {
+func (t *traceFile) hook(remote string) func(ctrlproto.TraceEvent) {
+	return func(e ctrlproto.TraceEvent) {
 		line := traceLine{Time: e.Time.UTC(), Direction: e.Direction, Remote: remote, Type: e.Type.String(), TypeID: uint16(e.Type),
 			Seq: e.Seq, ReplyTo: e.ReplyTo, Request: e.WantReply, Message: e.Body}
 		if len(e.Body) == 0 {

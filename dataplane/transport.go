@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/config"
-	"github.com/zmesh/zmesh/controlplane/channel"
-	"github.com/zmesh/zmesh/edge"
-	"github.com/zmesh/zmesh/tlscork"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/edgeproto"
+	"github.com/zmesh/zmesh/internal/tlscork"
 )
 
 // The transport listener (listener binding transport) is the fabric on-ramp: a client
@@ -72,8 +72,8 @@ func (r *Router) listenClients(ctx context.Context, wg *sync.WaitGroup, kind str
 				continue
 			}
 			wait = 0
-			cc := tlscork.New(c.(*net.TCPConn), &r.clientBufs, edge.CorkSize)
-			conns.Go(func() { serve(ctx, tlscork.NewBatched(tls.Server(cc, tc), cc, edge.CorkSize)) })
+			cc := tlscork.New(c.(*net.TCPConn), &r.clientBufs, edgeproto.CorkSize)
+			conns.Go(func() { serve(ctx, tlscork.NewBatched(tls.Server(cc, tc), cc, edgeproto.CorkSize)) })
 		}
 	})
 	return ln.Addr().String(), nil
@@ -93,7 +93,7 @@ func (r *Router) serveTransport(ctx context.Context, c *tlscork.Batched) {
 		c.Close()
 		return
 	}
-	c.ReadAhead(edge.ReadAhead)
+	c.ReadAhead(edgeproto.ReadAhead)
 	var n [1]byte
 	if _, err := io.ReadFull(c, n[:]); err != nil || n[0] == 0 {
 		r.log.Debug("transport listener: no hello", "remote", c.RemoteAddr().String(), "err", err)
@@ -108,5 +108,5 @@ func (r *Router) serveTransport(ctx context.Context, c *tlscork.Batched) {
 	}
 	c.SetDeadline(time.Time{})
 	leaf := c.ConnectionState().PeerCertificates[0]
-	r.carry(ctx, c, &channel.CircuitRequest{ServiceName: string(name), ClientCert: leaf.Raw})
+	r.carry(ctx, c, &ctrlproto.CircuitRequest{ServiceName: string(name), ClientCert: leaf.Raw})
 }

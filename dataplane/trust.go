@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 // Links are made only with other routers' current certificates, as the controller announces
@@ -28,7 +28,7 @@ func (r *Router) trustPeer(routerID string, fingerprints []string) {
 
 // authorizePeer accepts a peer's certificate when it is one of the router's current ones.
 func (r *Router) authorizePeer(routerID string, leaf *x509.Certificate) error {
-	fp := pki.Fingerprint(leaf)
+	fp := certid.Fingerprint(leaf)
 	deadline := time.Now().Add(trustWait)
 	timer := time.AfterFunc(trustWait, func() {
 		r.mu.Lock()

@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/zmesh/zmesh/config"
-	"github.com/zmesh/zmesh/web"
+	"github.com/zmesh/zmesh/internal/ops/web"
 )
 
 // The router's web listeners (web section), served by the web package over HTTPS with the

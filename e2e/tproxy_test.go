@@ -27,7 +27,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
+	"github.com/zmesh/zmesh/internal/apiclient"
 	"github.com/zmesh/zmesh/internal/netnstest"
 	"github.com/zmesh/zmesh/tunnel/intercept"
 )
@@ -314,7 +314,7 @@ listeners:
 type management struct {
 	t   *testing.T
 	ctx context.Context
-	c   *edgeclient.Client
+	c   *apiclient.Client
 }
 
 func newManagement(t *testing.T, ctx context.Context, ns netns.NsHandle, url, caFile string) *management {
@@ -323,7 +323,7 @@ func newManagement(t *testing.T, ctx context.Context, ns netns.NsHandle, url, ca
 	if !pool.AppendCertsFromPEM(readFile(t, caFile)) {
 		t.Fatalf("%s holds no certificate", caFile)
 	}
-	c := edgeclient.New(url, pool, nil)
+	c := apiclient.New(url, pool, nil)
 	tr, ok := c.HTTP.Transport.(*http.Transport)
 	if !ok {
 		t.Fatalf("edgeclient transport is a %T, not an *http.Transport", c.HTTP.Transport)
@@ -341,7 +341,7 @@ func (m *management) create(path string, body any) string {
 	var out struct {
 		ID string `json:"id"`
 	}
-	if _, err := m.c.Do(m.ctx, "POST", edgeclient.ManagementAPI+path, body, &out); err != nil {
+	if _, err := m.c.Do(m.ctx, "POST", apiclient.ManagementAPI+path, body, &out); err != nil {
 		m.t.Fatalf("POST %s %v: %v", path, body, err)
 	}
 	return out.ID
@@ -354,7 +354,7 @@ func (m *management) router(name string) (string, string) {
 	var detail struct {
 		EnrollmentJWT string `json:"enrollmentJwt"`
 	}
-	if _, err := m.c.Do(m.ctx, "GET", edgeclient.ManagementAPI+"/edge-routers/"+id, nil, &detail); err != nil || detail.EnrollmentJWT == "" {
+	if _, err := m.c.Do(m.ctx, "GET", apiclient.ManagementAPI+"/edge-routers/"+id, nil, &detail); err != nil || detail.EnrollmentJWT == "" {
 		m.t.Fatalf("edge router %s: %v, %+v", name, err, detail)
 	}
 	return id, detail.EnrollmentJWT
@@ -365,7 +365,7 @@ func (m *management) online(id string) error {
 	var detail struct {
 		IsOnline bool `json:"isOnline"`
 	}
-	if _, err := m.c.Do(m.ctx, "GET", edgeclient.ManagementAPI+"/edge-routers/"+id, nil, &detail); err != nil {
+	if _, err := m.c.Do(m.ctx, "GET", apiclient.ManagementAPI+"/edge-routers/"+id, nil, &detail); err != nil {
 		return err
 	}
 	if !detail.IsOnline {
@@ -379,7 +379,7 @@ func (m *management) terminators(id string) int {
 	var list []struct {
 		RouterID string `json:"routerId"`
 	}
-	if _, err := m.c.Do(m.ctx, "GET", edgeclient.ManagementAPI+"/terminators?limit=500", nil, &list); err != nil {
+	if _, err := m.c.Do(m.ctx, "GET", apiclient.ManagementAPI+"/terminators?limit=500", nil, &list); err != nil {
 		m.t.Logf("list terminators: %v", err)
 		return -1
 	}

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/zmesh/zmesh/config"
-	"github.com/zmesh/zmesh/tlscork"
+	"github.com/zmesh/zmesh/internal/tlscork"
 )
 
 // A link connection runs over one of two transports: tls (TLS 1.3 over TCP, Nagle off) or

@@ -10,7 +10,7 @@ import (
 
 	"github.com/xtaci/smux"
 
-	"github.com/zmesh/zmesh/edge"
+	"github.com/zmesh/zmesh/internal/edgeproto"
 )
 
 // Addr is an end of a zmesh connection: an identity using a service.
@@ -149,7 +149,7 @@ func (c *Context) dialSession(ctx context.Context, svc Service, s *edgeSession, 
 	if err != nil {
 		return nil, true, err
 	}
-	req := edge.Request{Op: edge.OpDial, SessionToken: s.token, ServiceID: svc.ID, Identity: opts.Identity, AppData: opts.AppData}
+	req := edgeproto.Request{Op: edgeproto.OpDial, SessionToken: s.token, ServiceID: svc.ID, Identity: opts.Identity, AppData: opts.AppData}
 	var errs []error
 	answered := false
 	for _, rc := range routers {
@@ -161,8 +161,8 @@ func (c *Context) dialSession(ctx context.Context, svc Service, s *edgeSession, 
 			return nil, false, ctx.Err()
 		}
 		errs = append(errs, fmt.Errorf("via %s: %w", rc.name, err))
-		var ee *edge.Error
-		if errors.As(err, &ee) && ee.Code == edge.CodeInvalidSession {
+		var ee *edgeproto.Error
+		if errors.As(err, &ee) && ee.Code == edgeproto.CodeInvalidSession {
 			return nil, true, errors.Join(errs...)
 		}
 		if !retriable(err) {
@@ -177,9 +177,9 @@ func (c *Context) dialSession(ctx context.Context, svc Service, s *edgeSession, 
 // retriable reports whether a failure on one router may not happen on another: anything but
 // a refusal of the request as malformed, or a failed end-to-end handshake.
 func retriable(err error) bool {
-	var ee *edge.Error
+	var ee *edgeproto.Error
 	if errors.As(err, &ee) {
-		return ee.Code != edge.CodeInvalid
+		return ee.Code != edgeproto.CodeInvalid
 	}
 	var he *handshakeError
 	return !errors.As(err, &he)
@@ -187,7 +187,7 @@ func retriable(err error) bool {
 
 // dialVia asks router rc for a circuit and, when the service requires it, runs the
 // end-to-end key exchange with the host the router reached.
-func (c *Context) dialVia(ctx context.Context, rc *routerConn, svc Service, req edge.Request) (*Conn, error) {
+func (c *Context) dialVia(ctx context.Context, rc *routerConn, svc Service, req edgeproto.Request) (*Conn, error) {
 	st, resp, err := rc.open(ctx, req)
 	if err != nil {
 		return nil, err

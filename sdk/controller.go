@@ -12,7 +12,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
+	"github.com/zmesh/zmesh/internal/apiclient"
 )
 
 // Session types, as the controller names them.
@@ -75,10 +75,10 @@ func (c *Context) authenticate(ctx context.Context, stale string) (string, error
 	return s.Token, nil
 }
 
-// call calls the controller's API as edgeclient.Client.Do does, with the current API
+// call calls the controller's API as apiclient.Client.Do does, with the current API
 // session, authenticating first if needed, and once more if the call answers 401 (the API
 // session expired or was deleted).
-func (c *Context) call(ctx context.Context, method, path string, body, out any) (*edgeclient.Pagination, error) {
+func (c *Context) call(ctx context.Context, method, path string, body, out any) (*apiclient.Pagination, error) {
 	tok, err := c.apiToken(ctx)
 	if err != nil {
 		return nil, err
@@ -98,7 +98,7 @@ func (c *Context) call(ctx context.Context, method, path string, body, out any) 
 }
 
 func unauthorized(err error) bool {
-	var e *edgeclient.Error
+	var e *apiclient.Error
 	return errors.As(err, &e) && e.Status == http.StatusUnauthorized
 }
 
@@ -148,7 +148,7 @@ func (c *Context) Services(ctx context.Context) ([]Service, error) {
 			Config             map[string]json.RawMessage `json:"config"`
 		}
 		q := url.Values{"configTypes": {"all"}, "limit": {fmt.Sprint(pageSize)}, "offset": {fmt.Sprint(offset)}}
-		p, err := c.call(ctx, "GET", edgeclient.ClientAPI+"/services?"+q.Encode(), nil, &page)
+		p, err := c.call(ctx, "GET", apiclient.ClientAPI+"/services?"+q.Encode(), nil, &page)
 		if err != nil {
 			return nil, fmt.Errorf("sdk: list services: %w", err)
 		}
@@ -223,7 +223,7 @@ func (c *Context) WatchServices(ctx context.Context, interval time.Duration, fn 
 		var upd struct {
 			LastChangeAt time.Time `json:"lastChangeAt"`
 		}
-		_, err := c.call(ctx, "GET", edgeclient.ClientAPI+"/current-api-session/service-updates", nil, &upd)
+		_, err := c.call(ctx, "GET", apiclient.ClientAPI+"/current-api-session/service-updates", nil, &upd)
 		switch {
 		case errors.Is(err, ErrClosed):
 			return err
@@ -368,12 +368,12 @@ func (c *Context) createSession(ctx context.Context, key sessionKey) (*edgeSessi
 		} `json:"edgeRouters"`
 	}
 	body := map[string]string{"serviceId": key.serviceID, "type": key.typ}
-	if _, err := c.call(ctx, "POST", edgeclient.ClientAPI+"/sessions", body, &out); err != nil {
+	if _, err := c.call(ctx, "POST", apiclient.ClientAPI+"/sessions", body, &out); err != nil {
 		return nil, fmt.Errorf("sdk: create %s session of service %s: %w", key.typ, key.serviceID, err)
 	}
 	s := &edgeSession{id: out.ID, token: out.Token, key: key}
 	for _, r := range out.EdgeRouters {
-		// urls is what the API defines for SDKs; supportedProtocols (the edge listeners an
+		// urls is what the API defines for SDKs; supportedProtocols (the SDK listeners an
 		// online router announced) says the same.
 		u := r.URLs["tls"]
 		if u == "" {
@@ -384,7 +384,7 @@ func (c *Context) createSession(ctx context.Context, key sessionKey) (*edgeSessi
 		}
 	}
 	if len(s.routers) == 0 {
-		return nil, fmt.Errorf("sdk: %s session of service %s: none of its %d edge routers is online with a tls edge listener",
+		return nil, fmt.Errorf("sdk: %s session of service %s: none of its %d edge routers is online with a tls SDK listener",
 			key.typ, key.serviceID, len(out.EdgeRouters))
 	}
 	c.log.Debug("session created", "session", s.id, "service", key.serviceID, "type", key.typ, "routers", len(s.routers))

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmesh/zmesh/e2ee"
-	"github.com/zmesh/zmesh/edge"
+	"github.com/zmesh/zmesh/internal/e2ee"
+	"github.com/zmesh/zmesh/internal/edgeproto"
 )
 
 // serveEcho accepts connections and answers each with what it read, upper-cased, once the
@@ -189,13 +189,13 @@ func TestDialFailover(t *testing.T) {
 	host, client := e.sdkWith("host", waitAll), e.sdkWith("client", waitAll)
 	serveEcho(t, listen(t, host, "echo", ListenOptions{}))
 
-	a.refuseDial.Store(edge.CodeFailed)
+	a.refuseDial.Store(edgeproto.CodeFailed)
 	expectEcho(t, client, "echo", "one", "with a refusing")
 	if a.dials.Load() != 1 || b.dials.Load() != 1 {
 		t.Errorf("dials a %d, b %d", a.dials.Load(), b.dials.Load())
 	}
-	a.refuseDial.Store(edge.CodeInvalid)
-	if _, err := client.Dial(testCtx(t), "echo"); err == nil || !strings.Contains(err.Error(), edge.CodeInvalid) {
+	a.refuseDial.Store(edgeproto.CodeInvalid)
+	if _, err := client.Dial(testCtx(t), "echo"); err == nil || !strings.Contains(err.Error(), edgeproto.CodeInvalid) {
 		t.Errorf("refused as invalid: %v", err)
 	}
 	if b.dials.Load() != 1 {
@@ -366,10 +366,10 @@ func TestListenerClose(t *testing.T) {
 		t.Errorf("Accept after Close: %v", err)
 	}
 	eventually(t, "the terminator is removed", func() bool { return r.terminators() == 0 })
-	st, resp, err := e.connect(&term, edge.Request{Op: edge.OpConnect, TerminatorID: term.id, CircuitID: 9, InitiatorID: "x"})
+	st, resp, err := e.connect(&term, edgeproto.Request{Op: edgeproto.OpConnect, TerminatorID: term.id, CircuitID: 9, InitiatorID: "x"})
 	check(t, err)
 	st.Close()
-	if resp.OK || resp.Code != edge.CodeUnavailable {
+	if resp.OK || resp.Code != edgeproto.CodeUnavailable {
 		t.Errorf("connect to a closed listener: %+v", resp)
 	}
 

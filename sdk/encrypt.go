@@ -6,7 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 
-	"github.com/zmesh/zmesh/e2ee"
+	"github.com/zmesh/zmesh/internal/e2ee"
 )
 
 // handshakeError is a failed end-to-end key exchange.

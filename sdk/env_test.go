@@ -15,11 +15,11 @@ import (
 
 	"github.com/xtaci/smux"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
 	"github.com/zmesh/zmesh/controlplane/model"
-	"github.com/zmesh/zmesh/edge"
+	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 	"github.com/zmesh/zmesh/internal/ctrltest"
+	"github.com/zmesh/zmesh/internal/edgeproto"
 )
 
 // testEnv is a controller on loopback whose policies let every identity dial and bind every
@@ -57,7 +57,7 @@ func check(t testing.TB, err error) {
 
 // identity creates an identity, enrolls it with its one-time token and returns its identity
 // file, as zmesh enroll writes it.
-func (e *testEnv) identity(name string) *edgeclient.IdentityFile {
+func (e *testEnv) identity(name string) *apiclient.IdentityFile {
 	e.t.Helper()
 	return e.ctl.IdentityFile(e.t, name)
 }
@@ -100,7 +100,7 @@ func (e *testEnv) service(name string, encrypted bool) *model.Service {
 // --- A fake edge router ---
 
 // fakeRouter is an edge router as edge.go describes it, enough to test the SDK: it is
-// enrolled, connected to the controller (which then lists its edge listener in sessions),
+// enrolled, connected to the controller (which then lists its SDK listener in sessions),
 // and serves hello, ping, dial, bind and connect, checking API sessions and sessions with the
 // model. Dials reach the binds of any fake router of the environment.
 type fakeRouter struct {
@@ -108,8 +108,8 @@ type fakeRouter struct {
 	name    string
 	id      string
 	tls     *tls.Config
-	addr    string // the edge listener's host:port
-	channel *channel.Channel
+	addr    string // the SDK listener's host:port
+	channel *ctrlproto.Channel
 
 	pingDelay  atomic.Int64  // delays ping answers (latency), in nanoseconds
 	refuseDial atomic.Value  // string: a refusal code for every dial
@@ -148,12 +148,12 @@ func (e *testEnv) router(name string) *fakeRouter {
 	conn, err := tls.Dial("tcp", e.ctl.CtrlAddr, &tls.Config{Certificates: []tls.Certificate{er.Client}, RootCAs: e.ctl.Ctrl.CA().Pool(),
 		ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13})
 	check(t, err)
-	r.channel = channel.New(context.Background(), conn, slog.New(slog.NewTextHandler(io.Discard, nil)), channel.Options{RequestTimeout: 5 * time.Second})
+	r.channel = ctrlproto.New(context.Background(), conn, slog.New(slog.NewTextHandler(io.Discard, nil)), ctrlproto.Options{RequestTimeout: 5 * time.Second})
 	r.channel.Start()
 	t.Cleanup(func() { r.channel.Close() })
-	reply, err := channel.Call[*channel.HelloReply](context.Background(), r.channel, &channel.Hello{
-		RouterID: er.ID, Version: "test", Protocol: channel.ProtocolVersion, Hostname: "127.0.0.1",
-		Listeners: []channel.Listener{{Binding: "edge", Address: "tls:" + r.addr}}})
+	reply, err := ctrlproto.Call[*ctrlproto.HelloReply](context.Background(), r.channel, &ctrlproto.Hello{
+		RouterID: er.ID, Version: "test", Protocol: ctrlproto.ProtocolVersion, Hostname: "127.0.0.1",
+		Listeners: []ctrlproto.Listener{{Binding: "edge", Address: "tls:" + r.addr}}})
 	check(t, err)
 	if !reply.Accepted {
 		t.Fatalf("the controller refused fake router %s: %s", name, reply.Reason)
@@ -183,7 +183,7 @@ func (r *fakeRouter) start() {
 	}()
 }
 
-// stop closes the edge listener and every client connection, as a router that died.
+// stop closes the SDK listener and every client connection, as a router that died.
 func (r *fakeRouter) stop() {
 	r.mu.Lock()
 	if r.ln != nil {
@@ -207,7 +207,7 @@ func (r *fakeRouter) serve(raw net.Conn) {
 	}
 	tc.SetDeadline(time.Time{})
 	leaf := tc.ConnectionState().PeerCertificates[0]
-	mux, err := smux.Server(tc, edge.Smux())
+	mux, err := smux.Server(tc, edgeproto.Smux())
 	if err != nil {
 		tc.Close()
 		return
@@ -230,20 +230,20 @@ func (r *fakeRouter) serve(raw net.Conn) {
 	if err != nil {
 		return
 	}
-	var hello edge.Request
-	if err := edge.Read(ctl, &hello); err != nil {
+	var hello edgeproto.Request
+	if err := edgeproto.Read(ctl, &hello); err != nil {
 		return
 	}
-	if hello.Op != edge.OpHello || hello.Version != edge.ProtocolVersion {
-		edge.Write(ctl, edge.Response{Code: edge.CodeInvalid, Error: "expected hello"})
+	if hello.Op != edgeproto.OpHello || hello.Version != edgeproto.ProtocolVersion {
+		edgeproto.Write(ctl, edgeproto.Response{Code: edgeproto.CodeInvalid, Error: "expected hello"})
 		return
 	}
 	_, ident, err := r.e.m.SessionByToken(hello.APISessionToken)
 	if err != nil || ident.ID != leaf.Subject.CommonName {
-		edge.Write(ctl, edge.Response{Code: edge.CodeInvalidSession, Error: "unknown API session"})
+		edgeproto.Write(ctl, edgeproto.Response{Code: edgeproto.CodeInvalidSession, Error: "unknown API session"})
 		return
 	}
-	if err := edge.Write(ctl, edge.Response{OK: true, RouterID: r.id}); err != nil {
+	if err := edgeproto.Write(ctl, edgeproto.Response{OK: true, RouterID: r.id}); err != nil {
 		return
 	}
 	r.hellos.Add(1)
@@ -261,16 +261,16 @@ func (r *fakeRouter) serve(raw net.Conn) {
 func (r *fakeRouter) serveControl(mux *smux.Session, ctl *smux.Stream) {
 	defer mux.Close()
 	for {
-		var req edge.Request
-		if err := edge.Read(ctl, &req); err != nil {
+		var req edgeproto.Request
+		if err := edgeproto.Read(ctl, &req); err != nil {
 			return
 		}
-		if req.Op != edge.OpPing {
-			edge.Write(ctl, edge.Response{Code: edge.CodeInvalid, Error: "expected ping"})
+		if req.Op != edgeproto.OpPing {
+			edgeproto.Write(ctl, edgeproto.Response{Code: edgeproto.CodeInvalid, Error: "expected ping"})
 			return
 		}
 		time.Sleep(time.Duration(r.pingDelay.Load()))
-		if err := edge.Write(ctl, edge.Response{OK: true, Seq: req.Seq}); err != nil {
+		if err := edgeproto.Write(ctl, edgeproto.Response{OK: true, Seq: req.Seq}); err != nil {
 			return
 		}
 		r.pings.Add(1)
@@ -279,52 +279,52 @@ func (r *fakeRouter) serveControl(mux *smux.Session, ctl *smux.Stream) {
 
 func (r *fakeRouter) serveStream(mux *smux.Session, st *smux.Stream, identityID string) {
 	defer st.Close()
-	var req edge.Request
-	if err := edge.Read(st, &req); err != nil {
+	var req edgeproto.Request
+	if err := edgeproto.Read(st, &req); err != nil {
 		return
 	}
 	switch req.Op {
-	case edge.OpDial:
+	case edgeproto.OpDial:
 		r.dials.Add(1)
 		if code := r.refuseDial.Load().(string); code != "" {
-			edge.Write(st, edge.Response{Code: code, Error: "refused by the test"})
+			edgeproto.Write(st, edgeproto.Response{Code: code, Error: "refused by the test"})
 			return
 		}
 		if _, err := r.e.m.DialSession(req.SessionToken, req.ServiceID, model.PolicyDial); err != nil {
-			edge.Write(st, edge.Response{Code: edge.CodeInvalidSession, Error: err.Error()})
+			edgeproto.Write(st, edgeproto.Response{Code: edgeproto.CodeInvalidSession, Error: err.Error()})
 			return
 		}
 		term, circuit := r.e.pick(req.ServiceID, req.Identity)
 		if term == nil {
-			edge.Write(st, edge.Response{Code: edge.CodeFailed, Error: "no terminator"})
+			edgeproto.Write(st, edgeproto.Response{Code: edgeproto.CodeFailed, Error: "no terminator"})
 			return
 		}
 		initiator := identityID
 		if r.wrongInit.Load() {
 			initiator = "someone-else"
 		}
-		host, resp, err := r.e.connect(term, edge.Request{Op: edge.OpConnect, TerminatorID: term.id, CircuitID: circuit, InitiatorID: initiator})
+		host, resp, err := r.e.connect(term, edgeproto.Request{Op: edgeproto.OpConnect, TerminatorID: term.id, CircuitID: circuit, InitiatorID: initiator})
 		if err != nil {
-			edge.Write(st, edge.Response{Code: edge.CodeFailed, Error: err.Error()})
+			edgeproto.Write(st, edgeproto.Response{Code: edgeproto.CodeFailed, Error: err.Error()})
 			return
 		}
 		if !resp.OK {
 			host.Close()
-			edge.Write(st, edge.Response{Code: edge.CodeFailed, Error: "the host refused: " + resp.Error})
+			edgeproto.Write(st, edgeproto.Response{Code: edgeproto.CodeFailed, Error: "the host refused: " + resp.Error})
 			return
 		}
 		hostID := term.hostID
 		if r.wrongHost.Load() {
 			hostID = "someone-else"
 		}
-		if err := edge.Write(st, edge.Response{OK: true, CircuitID: circuit, HostID: hostID}); err != nil {
+		if err := edgeproto.Write(st, edgeproto.Response{OK: true, CircuitID: circuit, HostID: hostID}); err != nil {
 			host.Close()
 			return
 		}
 		r.pipe(st, host)
-	case edge.OpBind:
+	case edgeproto.OpBind:
 		if _, err := r.e.m.DialSession(req.SessionToken, req.ServiceID, model.PolicyBind); err != nil {
-			edge.Write(st, edge.Response{Code: edge.CodeInvalidSession, Error: err.Error()})
+			edgeproto.Write(st, edgeproto.Response{Code: edgeproto.CodeInvalidSession, Error: err.Error()})
 			return
 		}
 		term := &fakeTerm{id: r.e.newID("t"), serviceID: req.ServiceID, hostID: identityID, identity: req.Identity, router: r, client: mux}
@@ -336,12 +336,12 @@ func (r *fakeRouter) serveStream(mux *smux.Session, st *smux.Stream, identityID 
 			delete(r.e.terms, term.id)
 			r.e.mu.Unlock()
 		}()
-		if err := edge.Write(st, edge.Response{OK: true, TerminatorID: term.id}); err != nil {
+		if err := edgeproto.Write(st, edgeproto.Response{OK: true, TerminatorID: term.id}); err != nil {
 			return
 		}
 		io.Copy(io.Discard, st) // until the client closes the bind
 	default:
-		edge.Write(st, edge.Response{Code: edge.CodeInvalid, Error: "unexpected " + string(req.Op)})
+		edgeproto.Write(st, edgeproto.Response{Code: edgeproto.CodeInvalid, Error: "unexpected " + string(req.Op)})
 	}
 }
 
@@ -411,18 +411,18 @@ func (e *testEnv) pick(serviceID, identity string) (*fakeTerm, uint64) {
 }
 
 // connect opens a connect stream to the client hosting term and returns its answer.
-func (e *testEnv) connect(term *fakeTerm, req edge.Request) (*smux.Stream, *edge.Response, error) {
+func (e *testEnv) connect(term *fakeTerm, req edgeproto.Request) (*smux.Stream, *edgeproto.Response, error) {
 	st, err := term.client.OpenStream()
 	if err != nil {
 		return nil, nil, err
 	}
 	st.SetDeadline(time.Now().Add(10 * time.Second))
-	var resp edge.Response
-	if err := edge.Write(st, req); err != nil {
+	var resp edgeproto.Response
+	if err := edgeproto.Write(st, req); err != nil {
 		st.Close()
 		return nil, nil, err
 	}
-	if err := edge.Read(st, &resp); err != nil {
+	if err := edgeproto.Read(st, &resp); err != nil {
 		st.Close()
 		return nil, nil, err
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/xtaci/smux"
 
-	"github.com/zmesh/zmesh/edge"
+	"github.com/zmesh/zmesh/internal/edgeproto"
 )
 
 // Defaults of ListenOptions.
@@ -227,7 +227,7 @@ func (l *listener) bindMore(ctx context.Context) error {
 		}
 		return err
 	}
-	req := edge.Request{Op: edge.OpBind, SessionToken: s.token, ServiceID: l.svc.ID, Identity: l.opts.Identity,
+	req := edgeproto.Request{Op: edgeproto.OpBind, SessionToken: s.token, ServiceID: l.svc.ID, Identity: l.opts.Identity,
 		Cost: l.opts.Cost, Precedence: l.opts.Precedence}
 	var errs []error
 	for _, rc := range routers {
@@ -240,8 +240,8 @@ func (l *listener) bindMore(ctx context.Context) error {
 		b, err := rc.bind(ctx, l, req)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("bind via %s: %w", rc.name, err))
-			var ee *edge.Error
-			if errors.As(err, &ee) && ee.Code == edge.CodeInvalidSession {
+			var ee *edgeproto.Error
+			if errors.As(err, &ee) && ee.Code == edgeproto.CodeInvalidSession {
 				c.dropSession(s)
 				break
 			}
@@ -266,7 +266,7 @@ func (l *listener) maintain() {
 	for {
 		var wait <-chan time.Time
 		if before := l.count(); before < l.opts.MaxBinds {
-			ctx, cancel := context.WithTimeout(l.ctx, l.c.opts.ConnectTimeout+edge.HandshakeTimeout)
+			ctx, cancel := context.WithTimeout(l.ctx, l.c.opts.ConnectTimeout+edgeproto.HandshakeTimeout)
 			err := l.bindMore(ctx)
 			cancel()
 			if l.ctx.Err() != nil {
@@ -297,7 +297,7 @@ func (l *listener) maintain() {
 // serveConnect answers a router's connect request to one of the listener's binds and hands
 // the stream to Accept, after the key exchange when the service requires encryption. The
 // stream stays referenced by this goroutine, or by the pending set, until then.
-func (l *listener) serveConnect(st *smux.Stream, req edge.Request) {
+func (l *listener) serveConnect(st *smux.Stream, req edgeproto.Request) {
 	conn := &Conn{inner: st, stream: st, circuitID: req.CircuitID,
 		local:  Addr{Service: l.svc.Name, Identity: l.c.id},
 		remote: Addr{Service: l.svc.Name, Identity: req.InitiatorID}, appData: req.AppData}
@@ -305,11 +305,11 @@ func (l *listener) serveConnect(st *smux.Stream, req edge.Request) {
 	switch {
 	case l.closed:
 		l.mu.Unlock()
-		refuse(st, edge.CodeUnavailable, "the listener is closed")
+		refuse(st, edgeproto.CodeUnavailable, "the listener is closed")
 		return
 	case len(l.pending) >= l.opts.MaxPending:
 		l.mu.Unlock()
-		refuse(st, edge.CodeFailed, "too many connections waiting to be accepted")
+		refuse(st, edgeproto.CodeFailed, "too many connections waiting to be accepted")
 		return
 	}
 	l.pending[conn] = struct{}{}
@@ -319,7 +319,7 @@ func (l *listener) serveConnect(st *smux.Stream, req edge.Request) {
 		delete(l.pending, conn)
 		l.mu.Unlock()
 	}()
-	if err := edge.Write(st, edge.Response{OK: true}); err != nil {
+	if err := edgeproto.Write(st, edgeproto.Response{OK: true}); err != nil {
 		st.Close()
 		return
 	}

@@ -17,9 +17,9 @@ import (
 
 	"github.com/xtaci/smux"
 
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
-	"github.com/zmesh/zmesh/edge"
-	"github.com/zmesh/zmesh/tlscork"
+	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/edgeproto"
+	"github.com/zmesh/zmesh/internal/tlscork"
 )
 
 // routerRetryDelay is how long a failed connection to a router is remembered: needs within
@@ -166,11 +166,11 @@ func (c *Context) connect(ctx context.Context, r edgeRouter) (*routerConn, error
 			return nil, err
 		}
 		rc, err := c.dialRouter(ctx, r, tok)
-		var ee *edge.Error
-		if err == nil || attempt > 0 || !errors.As(err, &ee) || ee.Code != edge.CodeInvalidSession {
+		var ee *edgeproto.Error
+		if err == nil || attempt > 0 || !errors.As(err, &ee) || ee.Code != edgeproto.CodeInvalidSession {
 			return rc, err
 		}
-		if _, err := c.call(ctx, "GET", edgeclient.ClientAPI+"/current-api-session", nil, nil); err != nil {
+		if _, err := c.call(ctx, "GET", apiclient.ClientAPI+"/current-api-session", nil, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -210,7 +210,7 @@ func (c *Context) dialRouter(ctx context.Context, r edgeRouter, tok string) (_ *
 	if err != nil {
 		return nil, fmt.Errorf("sdk: edge router %s: %w", r.name, err)
 	}
-	cc := tlscork.New(raw.(*net.TCPConn), &c.bufs, edge.CorkSize)
+	cc := tlscork.New(raw.(*net.TCPConn), &c.bufs, edgeproto.CorkSize)
 	tc := tls.Client(cc, &tls.Config{
 		Certificates: []tls.Certificate{c.cert},
 		RootCAs:      c.roots,
@@ -221,8 +221,8 @@ func (c *Context) dialRouter(ctx context.Context, r edgeRouter, tok string) (_ *
 		raw.Close()
 		return nil, fmt.Errorf("sdk: edge router %s: TLS: %w", r.name, err)
 	}
-	cc.ReadAhead(edge.ReadAhead)
-	mux, err := smux.Client(tlscork.NewBatched(tc, cc, edge.CorkSize), edge.Smux())
+	cc.ReadAhead(edgeproto.ReadAhead)
+	mux, err := smux.Client(tlscork.NewBatched(tc, cc, edgeproto.CorkSize), edgeproto.Smux())
 	if err != nil {
 		tc.Close()
 		return nil, fmt.Errorf("sdk: edge router %s: smux: %w", r.name, err)
@@ -247,10 +247,10 @@ func (c *Context) dialRouter(ctx context.Context, r edgeRouter, tok string) (_ *
 		return nil, fmt.Errorf("sdk: edge router %s: open the control stream: %w", r.name, err)
 	}
 	rc.ctl.SetDeadline(deadline)
-	hello := edge.Request{Op: edge.OpHello, Version: edge.ProtocolVersion, APISessionToken: tok, SDKInfo: c.opts.SDKInfo}
-	var resp edge.Response
-	if err = edge.Write(rc.ctl, hello); err == nil {
-		err = edge.Read(rc.ctl, &resp)
+	hello := edgeproto.Request{Op: edgeproto.OpHello, Version: edgeproto.ProtocolVersion, APISessionToken: tok, SDKInfo: c.opts.SDKInfo}
+	var resp edgeproto.Response
+	if err = edgeproto.Write(rc.ctl, hello); err == nil {
+		err = edgeproto.Read(rc.ctl, &resp)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sdk: edge router %s: hello: %w", r.name, err)
@@ -313,10 +313,10 @@ func (rc *routerConn) ping(deadline time.Time) error {
 	rc.seq++
 	start := time.Now()
 	rc.ctl.SetDeadline(deadline)
-	var resp edge.Response
-	err := edge.Write(rc.ctl, edge.Request{Op: edge.OpPing, Seq: rc.seq})
+	var resp edgeproto.Response
+	err := edgeproto.Write(rc.ctl, edgeproto.Request{Op: edgeproto.OpPing, Seq: rc.seq})
 	if err == nil {
-		err = edge.Read(rc.ctl, &resp)
+		err = edgeproto.Read(rc.ctl, &resp)
 	}
 	if err == nil {
 		err = resp.Err()
@@ -368,20 +368,20 @@ func (rc *routerConn) acceptLoop() {
 // serveStream answers a stream the router opened: a connect request to one of the binds on
 // this connection.
 func (rc *routerConn) serveStream(st *smux.Stream) {
-	st.SetDeadline(time.Now().Add(edge.HandshakeTimeout))
-	var req edge.Request
-	if err := edge.Read(st, &req); err != nil {
+	st.SetDeadline(time.Now().Add(edgeproto.HandshakeTimeout))
+	var req edgeproto.Request
+	if err := edgeproto.Read(st, &req); err != nil {
 		rc.log.Debug("router-opened stream without a request", "err", err)
 		st.Close()
 		return
 	}
-	if req.Op != edge.OpConnect {
-		refuse(st, edge.CodeInvalid, fmt.Sprintf("a client accepts only connect requests, not %q", req.Op))
+	if req.Op != edgeproto.OpConnect {
+		refuse(st, edgeproto.CodeInvalid, fmt.Sprintf("a client accepts only connect requests, not %q", req.Op))
 		return
 	}
 	b := rc.bindFor(req.TerminatorID)
 	if b == nil {
-		refuse(st, edge.CodeUnavailable, "no bind with terminator "+req.TerminatorID)
+		refuse(st, edgeproto.CodeUnavailable, "no bind with terminator "+req.TerminatorID)
 		return
 	}
 	b.l.serveConnect(st, req)
@@ -389,28 +389,28 @@ func (rc *routerConn) serveStream(st *smux.Stream) {
 
 // refuse answers a request with a refusal and closes the stream.
 func refuse(st *smux.Stream, code, msg string) {
-	edge.Write(st, edge.Response{Code: code, Error: msg})
+	edgeproto.Write(st, edgeproto.Response{Code: code, Error: msg})
 	st.Close()
 }
 
 // open opens a stream with request req and returns it once the router answered OK. ctx
-// bounds the exchange, as does edge.HandshakeTimeout.
-func (rc *routerConn) open(ctx context.Context, req edge.Request) (*smux.Stream, *edge.Response, error) {
+// bounds the exchange, as does edgeproto.HandshakeTimeout.
+func (rc *routerConn) open(ctx context.Context, req edgeproto.Request) (*smux.Stream, *edgeproto.Response, error) {
 	st, err := rc.mux.OpenStream()
 	if err != nil {
 		rc.close(err)
 		return nil, nil, fmt.Errorf("open a stream: %w", err)
 	}
-	deadline := time.Now().Add(edge.HandshakeTimeout)
+	deadline := time.Now().Add(edgeproto.HandshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	st.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { st.SetDeadline(time.Unix(1, 0)) })
-	var resp edge.Response
-	err = edge.Write(st, req)
+	var resp edgeproto.Response
+	err = edgeproto.Write(st, req)
 	if err == nil {
-		err = edge.Read(st, &resp)
+		err = edgeproto.Read(st, &resp)
 	}
 	if !stop() {
 		st.Close()
@@ -440,7 +440,7 @@ type bind struct {
 
 // bind sends bind request req for listener l and returns the bind once the router created
 // the terminator. A goroutine watches the bind stream and tells l when it ends.
-func (rc *routerConn) bind(ctx context.Context, l *listener, req edge.Request) (*bind, error) {
+func (rc *routerConn) bind(ctx context.Context, l *listener, req edgeproto.Request) (*bind, error) {
 	rc.mu.Lock()
 	rc.pendingBinds++
 	rc.mu.Unlock()

@@ -1,7 +1,7 @@
 // Package sdk is the Go SDK applications embed to use a zmesh network with an enrolled
 // identity: it authenticates to the controller with the identity's certificate, lists the
 // services the identity may use (with their configs), creates Dial and Bind sessions, keeps
-// one multiplexed TLS connection per edge router (protocol in package edge), dials services
+// one multiplexed TLS connection per edge router (protocol in package edgeproto), dials services
 // (Dial returns a net.Conn) and hosts them (Listen returns a net.Listener), end-to-end
 // encrypted (package e2ee) when a service requires it.
 //
@@ -39,7 +39,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
+	"github.com/zmesh/zmesh/internal/apiclient"
 )
 
 // Defaults of Options.
@@ -109,7 +109,7 @@ type Context struct {
 	chain []*x509.Certificate // cert's chain, parsed, leaf first
 	roots *x509.CertPool      // the network's CAs
 	id    string              // the identity's id: its certificate's common name
-	api   *edgeclient.Client  // template of controller calls; its Token stays empty
+	api   *apiclient.Client   // template of controller calls; its Token stays empty
 	// bufs lends the TLS connections to edge routers the buffers their writes are gathered
 	// in (tlscork).
 	bufs sync.Pool
@@ -131,7 +131,7 @@ type Context struct {
 
 // Load reads the identity file at path (what zmesh enroll writes) and returns its Context.
 func Load(path string, opts Options) (*Context, error) {
-	id, err := edgeclient.LoadIdentity(path)
+	id, err := apiclient.LoadIdentity(path)
 	if err != nil {
 		return nil, fmt.Errorf("sdk: %w", err)
 	}
@@ -140,7 +140,7 @@ func Load(path string, opts Options) (*Context, error) {
 
 // New returns the Context of an enrolled identity. It does not contact the controller: the
 // Context authenticates on first use.
-func New(id *edgeclient.IdentityFile, opts Options) (*Context, error) {
+func New(id *apiclient.IdentityFile, opts Options) (*Context, error) {
 	opts = opts.withDefaults()
 	roots, err := id.Roots()
 	if err != nil {
@@ -215,7 +215,7 @@ func (c *Context) Close() error {
 		defer cancel()
 		cl := *c.api
 		cl.Token = token
-		if _, err := cl.Do(ctx, "DELETE", edgeclient.ClientAPI+"/current-api-session", nil, nil); err != nil {
+		if _, err := cl.Do(ctx, "DELETE", apiclient.ClientAPI+"/current-api-session", nil, nil); err != nil {
 			c.log.Debug("logout failed", "err", err)
 		}
 	}

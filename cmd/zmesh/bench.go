@@ -48,7 +48,7 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 			"router with the controller co-located: tunnel proxy on-ramp, circuit, proxy terminator;\n" +
 			"against io-copy), zmesh-2routers-tls and zmesh-2routers-quic (the on-ramp on router A, the\n" +
 			"terminator on router B, split links over tls: or quic:; against tls-2hop) and\n" +
-			"zmesh-sdk-e2ee (an SDK client's `zmesh tunnel proxy` through router A's edge listener to\n" +
+			"zmesh-sdk-e2ee (an SDK client's `zmesh tunnel proxy` through router A's SDK listener to\n" +
 			"router B's tunnel in host mode, encrypted end to end; against tls-2hop).\n\n" +
 			"For the zmesh paths and the relay baselines (a relayed connection for a circuit) it also\n" +
 			"measures circuit setup (--setup-workers circuits at a time, each carrying one byte to\n" +

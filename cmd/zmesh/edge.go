@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
+	"github.com/zmesh/zmesh/internal/apiclient"
 )
 
 // edgeSession is what `zmesh edge login` keeps between commands.
@@ -72,11 +72,11 @@ func newEdgeLoginCommand(f *edgeFlags) *cobra.Command {
 				return fmt.Errorf("%q is not a controller URL such as https://ctrl.example.com:1280", args[0])
 			}
 			base := "https://" + u.Host
-			leaf, err := edgeclient.ServerCertificate(cmd.Context(), u.Host)
+			leaf, err := apiclient.ServerCertificate(cmd.Context(), u.Host)
 			if err != nil {
 				return err
 			}
-			cas, err := edgeclient.FetchCAs(cmd.Context(), edgeclient.PinnedClient(base, leaf))
+			cas, err := apiclient.FetchCAs(cmd.Context(), apiclient.PinnedClient(base, leaf))
 			if err != nil {
 				return err
 			}
@@ -91,7 +91,7 @@ func newEdgeLoginCommand(f *edgeFlags) *cobra.Command {
 			}
 			out := cmd.ErrOrStderr()
 			for _, c := range cas {
-				fmt.Fprintf(out, "controller CA %q, SHA-1 fingerprint %s\n", c.Subject.CommonName, edgeclient.Fingerprint(c))
+				fmt.Fprintf(out, "controller CA %q, SHA-1 fingerprint %s\n", c.Subject.CommonName, apiclient.Fingerprint(c))
 			}
 			if !yes {
 				fmt.Fprint(out, "trust this CA for "+base+"? [y/N] ")
@@ -105,7 +105,7 @@ func newEdgeLoginCommand(f *edgeFlags) *cobra.Command {
 					return err
 				}
 			}
-			client := edgeclient.New(base, roots, nil)
+			client := apiclient.New(base, roots, nil)
 			sess, err := client.AuthenticatePassword(cmd.Context(), username, password)
 			if err != nil {
 				return err
@@ -137,7 +137,7 @@ func saveSession(path string, s edgeSession) error {
 }
 
 // client returns a management client with the saved session.
-func (f *edgeFlags) client() (*edgeclient.Client, error) {
+func (f *edgeFlags) client() (*apiclient.Client, error) {
 	data, err := os.ReadFile(f.sessionFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, errors.New("not logged in: run zmesh edge login URL --username U first")
@@ -153,7 +153,7 @@ func (f *edgeFlags) client() (*edgeclient.Client, error) {
 	if !roots.AppendCertsFromPEM([]byte(s.CA)) {
 		return nil, fmt.Errorf("session file %s holds no CA; log in again", f.sessionFile)
 	}
-	c := edgeclient.New(s.URL, roots, nil)
+	c := apiclient.New(s.URL, roots, nil)
 	c.Token = s.Token
 	return c, nil
 }

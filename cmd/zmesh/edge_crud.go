@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
+	"github.com/zmesh/zmesh/internal/apiclient"
 )
 
 // The create, list, get, update and delete commands of every entity type, built from the
@@ -26,7 +26,7 @@ import (
 type edgeCall struct {
 	f   *edgeFlags
 	cmd *cobra.Command
-	c   *edgeclient.Client
+	c   *apiclient.Client
 }
 
 func (f *edgeFlags) call(cmd *cobra.Command) (*edgeCall, error) {
@@ -38,8 +38,8 @@ func (f *edgeFlags) call(cmd *cobra.Command) (*edgeCall, error) {
 }
 
 // do calls the management API at path (below its base).
-func (e *edgeCall) do(method, path string, body, out any) (*edgeclient.Pagination, error) {
-	return e.c.Do(e.cmd.Context(), method, edgeclient.ManagementAPI+path, body, out)
+func (e *edgeCall) do(method, path string, body, out any) (*apiclient.Pagination, error) {
+	return e.c.Do(e.cmd.Context(), method, apiclient.ManagementAPI+path, body, out)
 }
 
 func (e *edgeCall) detail(t *entityType, id string) (map[string]any, error) {
@@ -709,7 +709,7 @@ func newEdgeDeleteCommand(f *edgeFlags) *cobra.Command {
 }
 
 // printTable writes a list as a table of the type's columns.
-func printTable(w io.Writer, columns []column, items []map[string]any, page *edgeclient.Pagination) error {
+func printTable(w io.Writer, columns []column, items []map[string]any, page *apiclient.Pagination) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	headers := make([]string, len(columns))
 	for i, c := range columns {

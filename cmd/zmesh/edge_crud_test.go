@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
+	"github.com/zmesh/zmesh/internal/apiclient"
 )
 
 type edgeFunc func(args ...string) (stdout, stderr string, err error)
@@ -405,7 +405,7 @@ func TestEdgeErrors(t *testing.T) {
 			t.Errorf("%s: zmesh edge %s: got %v, want an error with %q", c.name, strings.Join(c.args, " "), err, c.want)
 			continue
 		}
-		if code := edgeclient.CodeOf(err); code != c.code {
+		if code := apiclient.CodeOf(err); code != c.code {
 			t.Errorf("%s: code %q, want %q", c.name, code, c.code)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
+	"github.com/zmesh/zmesh/internal/apiclient"
 )
 
 // newEdgeMFACommand builds `edge mfa enable|verify|disable|recovery-codes`, which manage the
@@ -253,7 +253,7 @@ func printQR(w io.Writer, pngData []byte) error {
 
 // passMFA completes the MFA step of a login session when it has one, with code or, when
 // empty, a code read from the terminal or stdin.
-func passMFA(cmd *cobra.Command, c *edgeclient.Client, sess *edgeclient.Session, code string) error {
+func passMFA(cmd *cobra.Command, c *apiclient.Client, sess *apiclient.Session, code string) error {
 	if !sess.NeedsMFA() {
 		return nil
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane"
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
+	"github.com/zmesh/zmesh/internal/apiclient"
 )
 
 // startController runs a controller on a loopback port for the test and returns its URL.
@@ -57,7 +57,7 @@ func TestEdgeAndEnrollCommands(t *testing.T) {
 	if _, _, err := edge("list", "identities"); err == nil || !strings.Contains(err.Error(), "not logged in") {
 		t.Fatalf("list before login: %v", err)
 	}
-	if _, _, err := edge("login", url, "-u", "admin", "-p", "wrong-pass", "--yes"); edgeclient.CodeOf(err) != "INVALID_AUTH" {
+	if _, _, err := edge("login", url, "-u", "admin", "-p", "wrong-pass", "--yes"); apiclient.CodeOf(err) != "INVALID_AUTH" {
 		t.Fatalf("login with a wrong password: %v", err)
 	}
 	out, stderr, err := edge("login", url, "-u", "admin", "-p", "admin-pass", "--yes")
@@ -79,7 +79,7 @@ func TestEdgeAndEnrollCommands(t *testing.T) {
 	if fi, err := os.Stat(idFile); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("identity file: %v %v", fi, err)
 	}
-	id, err := edgeclient.LoadIdentity(idFile)
+	id, err := apiclient.LoadIdentity(idFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestEdgeAndEnrollCommands(t *testing.T) {
 	if _, _, err := edge("get", "identity", "laptop"); err == nil {
 		t.Fatal("get after delete succeeded")
 	}
-	if _, err := client.AuthenticateCert(context.Background()); edgeclient.CodeOf(err) != "INVALID_AUTH" {
+	if _, err := client.AuthenticateCert(context.Background()); apiclient.CodeOf(err) != "INVALID_AUTH" {
 		t.Fatalf("deleted identity authenticates: %v", err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
+	"github.com/zmesh/zmesh/internal/apiclient"
 )
 
 func newEnrollCommand() *cobra.Command {
@@ -30,11 +30,11 @@ func newEnrollCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("read the enrollment token: %w", err)
 			}
-			claims, _, err := edgeclient.ParseEnrollmentToken(string(token))
+			claims, _, err := apiclient.ParseEnrollmentToken(string(token))
 			if err != nil {
 				return err
 			}
-			opts := edgeclient.EnrollOptions{Password: password}
+			opts := apiclient.EnrollOptions{Password: password}
 			switch claims.Method {
 			case "updb":
 				if opts.Password == "" {
@@ -52,7 +52,7 @@ func newEnrollCommand() *cobra.Command {
 				}
 				opts.Certificate = &cert
 			}
-			id, err := edgeclient.Enroll(cmd.Context(), string(token), opts)
+			id, err := apiclient.Enroll(cmd.Context(), string(token), opts)
 			if err != nil {
 				return err
 			}

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/config"
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
 	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/internal/apiclient"
 )
 
 // network drives one controller over real HTTPS for TestSmallNetwork.
@@ -25,11 +25,11 @@ type network struct {
 	ctx   context.Context
 	url   string
 	dir   string
-	admin *edgeclient.Client
+	admin *apiclient.Client
 }
 
 func (n *network) mgmt(method, path string, body, out any) error {
-	_, err := n.admin.Do(n.ctx, method, edgeclient.ManagementAPI+path, body, out)
+	_, err := n.admin.Do(n.ctx, method, apiclient.ManagementAPI+path, body, out)
 	return err
 }
 
@@ -47,7 +47,7 @@ func (n *network) create(path string, body any) string {
 
 // identity creates an ott identity with attributes, enrolls it with `zmesh enroll` and returns
 // a client authenticated with its certificate.
-func (n *network) identity(name string, attrs ...string) (*edgeclient.Client, string) {
+func (n *network) identity(name string, attrs ...string) (*apiclient.Client, string) {
 	n.t.Helper()
 	id := n.create("/identities", map[string]any{"name": name, "type": "User", "isAdmin": false, "roleAttributes": attrs, "enrollment": map[string]any{"ott": true}})
 	var detail struct {
@@ -68,7 +68,7 @@ func (n *network) identity(name string, attrs ...string) (*edgeclient.Client, st
 	if _, _, err := run(n.t, nil, "enroll", "--jwt", jwtFile, "--out", idFile); err != nil {
 		n.t.Fatalf("zmesh enroll %s: %v", name, err)
 	}
-	file, err := edgeclient.LoadIdentity(idFile)
+	file, err := apiclient.LoadIdentity(idFile)
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -132,10 +132,10 @@ type serviceView struct {
 	Config      map[string]any `json:"config"`
 }
 
-func services(t *testing.T, c *edgeclient.Client) map[string]serviceView {
+func services(t *testing.T, c *apiclient.Client) map[string]serviceView {
 	t.Helper()
 	var list []serviceView
-	if _, err := c.Do(context.Background(), "GET", edgeclient.ClientAPI+"/services?limit=100&configTypes=intercept.v1", nil, &list); err != nil {
+	if _, err := c.Do(context.Background(), "GET", apiclient.ClientAPI+"/services?limit=100&configTypes=intercept.v1", nil, &list); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]serviceView{}
@@ -154,18 +154,18 @@ type sessionView struct {
 	} `json:"edgeRouters"`
 }
 
-func session(c *edgeclient.Client, serviceID, typ string) (*sessionView, error) {
+func session(c *apiclient.Client, serviceID, typ string) (*sessionView, error) {
 	var s sessionView
-	_, err := c.Do(context.Background(), "POST", edgeclient.ClientAPI+"/sessions", map[string]string{"serviceId": serviceID, "type": typ}, &s)
+	_, err := c.Do(context.Background(), "POST", apiclient.ClientAPI+"/sessions", map[string]string{"serviceId": serviceID, "type": typ}, &s)
 	return &s, err
 }
 
-func lastChange(t *testing.T, c *edgeclient.Client) time.Time {
+func lastChange(t *testing.T, c *apiclient.Client) time.Time {
 	t.Helper()
 	var out struct {
 		LastChangeAt time.Time `json:"lastChangeAt"`
 	}
-	if _, err := c.Do(context.Background(), "GET", edgeclient.ClientAPI+"/current-api-session/service-updates", nil, &out); err != nil {
+	if _, err := c.Do(context.Background(), "GET", apiclient.ClientAPI+"/current-api-session/service-updates", nil, &out); err != nil {
 		t.Fatal(err)
 	}
 	return out.LastChangeAt
@@ -182,11 +182,11 @@ func TestSmallNetwork(t *testing.T) {
 	ctx := context.Background()
 	base := startController(t)
 	u, _ := url.Parse(base)
-	leaf, err := edgeclient.ServerCertificate(ctx, u.Host)
+	leaf, err := apiclient.ServerCertificate(ctx, u.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &network{t: t, ctx: ctx, url: base, dir: t.TempDir(), admin: edgeclient.PinnedClient(base, leaf)}
+	n := &network{t: t, ctx: ctx, url: base, dir: t.TempDir(), admin: apiclient.PinnedClient(base, leaf)}
 	if _, err := n.admin.AuthenticatePassword(ctx, "admin", "admin-pass"); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestSmallNetwork(t *testing.T) {
 	n.create("/service-policies", map[string]any{"name": "contractor-wiki", "type": "Dial", "semantic": "AnyOf", "identityRoles": []string{"#contractor"}, "serviceRoles": []string{"@" + svc["wiki"]}, "postureCheckRoles": []string{"#corp"}})
 
 	// Before any edge router may carry a service, sessions fail.
-	if _, err := session(alice, svc["db"], "Dial"); edgeclient.CodeOf(err) != "NO_EDGE_ROUTERS_AVAILABLE" {
+	if _, err := session(alice, svc["db"], "Dial"); apiclient.CodeOf(err) != "NO_EDGE_ROUTERS_AVAILABLE" {
 		t.Fatalf("session without edge routers: %v", err)
 	}
 	er1, er1Dir := n.router("er1")
@@ -238,7 +238,7 @@ func TestSmallNetwork(t *testing.T) {
 		"bob":   {"web": "Dial", "wiki": "Dial"},
 		"carol": {"wiki": "Dial"},
 	}
-	for name, c := range map[string]*edgeclient.Client{"alice": alice, "bob": bob, "carol": carol} {
+	for name, c := range map[string]*apiclient.Client{"alice": alice, "bob": bob, "carol": carol} {
 		got := services(t, c)
 		if len(got) != len(want[name]) {
 			t.Errorf("%s sees %d services, want %d: %v", name, len(got), len(want[name]), got)
@@ -260,11 +260,11 @@ func TestSmallNetwork(t *testing.T) {
 	}{{"roleFilter=%23internal", 2}, {"roleFilter=%23internal&roleFilter=%23public&roleSemantic=AnyOf", 4},
 		{"roleFilter=%23internal&roleFilter=%23public", 0}, {"roleFilter=%40" + svc["metrics"], 1}, {"roleFilter=%23all", 5}} {
 		var list []serviceView
-		if _, err := alice.Do(ctx, "GET", edgeclient.ClientAPI+"/services?"+tc.query, nil, &list); err != nil || len(list) != tc.want {
+		if _, err := alice.Do(ctx, "GET", apiclient.ClientAPI+"/services?"+tc.query, nil, &list); err != nil || len(list) != tc.want {
 			t.Errorf("services?%s: %d services, %v; want %d", tc.query, len(list), err, tc.want)
 		}
 	}
-	if _, err := alice.Do(ctx, "GET", edgeclient.ClientAPI+"/services?roleFilter=%23x&roleSemantic=Most", nil, nil); edgeclient.CodeOf(err) != "COULD_NOT_VALIDATE" {
+	if _, err := alice.Do(ctx, "GET", apiclient.ClientAPI+"/services?roleFilter=%23x&roleSemantic=Most", nil, nil); apiclient.CodeOf(err) != "COULD_NOT_VALIDATE" {
 		t.Errorf("roleSemantic Most: %v", err)
 	}
 
@@ -277,7 +277,7 @@ func TestSmallNetwork(t *testing.T) {
 		t.Fatalf("alice binds metrics: %v", err)
 	}
 	for _, denied := range []struct {
-		who        *edgeclient.Client
+		who        *apiclient.Client
 		name, what string
 		typ        string
 	}{{bob, "bob", "db", "Dial"}, {alice, "alice", "metrics", "Dial"}, {bob, "bob", "web", "Bind"}, {carol, "carol", "web", "Dial"}} {
@@ -289,12 +289,12 @@ func TestSmallNetwork(t *testing.T) {
 	// Posture gating: carol needs the corp domain.
 	if _, err := session(carol, svc["wiki"], "Dial"); err == nil {
 		t.Fatal("carol dialed wiki without posture")
-	} else if code := edgeclient.CodeOf(err); code == "" {
+	} else if code := apiclient.CodeOf(err); code == "" {
 		t.Fatalf("posture refusal without a code: %v", err)
 	}
 	postureResponse := func(d string) {
 		t.Helper()
-		if _, err := carol.Do(ctx, "POST", edgeclient.ClientAPI+"/posture-response", map[string]string{"id": domain, "typeId": "DOMAIN", "domain": d}, nil); err != nil {
+		if _, err := carol.Do(ctx, "POST", apiclient.ClientAPI+"/posture-response", map[string]string{"id": domain, "typeId": "DOMAIN", "domain": d}, nil); err != nil {
 			t.Fatalf("posture response %s: %v", d, err)
 		}
 	}
@@ -304,15 +304,15 @@ func TestSmallNetwork(t *testing.T) {
 		t.Fatalf("carol dials wiki with posture: %v", err)
 	}
 	postureResponse("home.example")
-	if _, err := carol.Do(ctx, "GET", edgeclient.ClientAPI+"/sessions/"+cs.ID, nil, nil); edgeclient.CodeOf(err) != "NOT_FOUND" {
+	if _, err := carol.Do(ctx, "GET", apiclient.ClientAPI+"/sessions/"+cs.ID, nil, nil); apiclient.CodeOf(err) != "NOT_FOUND" {
 		t.Fatalf("carol's session after her posture stopped holding: %v", err)
 	}
 
 	// Referenced deletes are refused; a policy delete ends the sessions it alone allowed.
-	if err := n.mgmt("DELETE", "/configs/"+webIntercept, nil, nil); edgeclient.CodeOf(err) != "CAN_NOT_DELETE_REFERENCED_ENTITY" {
+	if err := n.mgmt("DELETE", "/configs/"+webIntercept, nil, nil); apiclient.CodeOf(err) != "CAN_NOT_DELETE_REFERENCED_ENTITY" {
 		t.Fatalf("delete a config a service uses: %v", err)
 	}
-	if err := n.mgmt("DELETE", "/config-types/intercept.v1", nil, nil); edgeclient.CodeOf(err) != "CAN_NOT_DELETE_REFERENCED_ENTITY" {
+	if err := n.mgmt("DELETE", "/config-types/intercept.v1", nil, nil); apiclient.CodeOf(err) != "CAN_NOT_DELETE_REFERENCED_ENTITY" {
 		t.Fatalf("delete a config type in use: %v", err)
 	}
 
@@ -346,7 +346,7 @@ func TestSmallNetwork(t *testing.T) {
 	if !roots.AppendCertsFromPEM(caPEM) {
 		t.Fatal("ca file holds no certificate")
 	}
-	extend := func(c tls.Certificate) (*edgeclient.RouterCerts, error) {
+	extend := func(c tls.Certificate) (*apiclient.RouterCerts, error) {
 		key, err := loadOrCreateKey(filepath.Join(er1Dir, "certs/router.key"))
 		if err != nil {
 			t.Fatal(err)
@@ -355,8 +355,8 @@ func TestSmallNetwork(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var out edgeclient.RouterCerts
-		_, err = edgeclient.New(base, roots, &c).Do(ctx, "POST", edgeclient.ClientAPI+"/enroll/extend/router",
+		var out apiclient.RouterCerts
+		_, err = apiclient.New(base, roots, &c).Do(ctx, "POST", apiclient.ClientAPI+"/enroll/extend/router",
 			map[string]string{"certCsr": string(csr), "serverCertCsr": string(csr)}, &out)
 		return &out, err
 	}
@@ -364,7 +364,7 @@ func TestSmallNetwork(t *testing.T) {
 	if err != nil || !strings.Contains(next.Cert, "BEGIN CERTIFICATE") {
 		t.Fatalf("extend with the current certificate: %v", err)
 	}
-	if _, err := extend(cert); edgeclient.CodeOf(err) != "INVALID_AUTH" {
+	if _, err := extend(cert); apiclient.CodeOf(err) != "INVALID_AUTH" {
 		t.Fatalf("extend with the previous certificate: %v", err)
 	}
 	newCert, err := tls.X509KeyPair([]byte(next.Cert), mustRead(t, filepath.Join(er1Dir, "certs/router.key")))

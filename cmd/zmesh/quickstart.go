@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/zmesh/zmesh/quickstart"
+	"github.com/zmesh/zmesh/internal/quickstart"
 )
 
 // quickstartReady starts the one line `zmesh quickstart` prints once everything answers.
@@ -23,7 +23,7 @@ func newQuickstartCommand() *cobra.Command {
 		Short: "Run a complete network on this machine: a controller, routers and a demo service",
 		Long: "Create in DIR (default ./zmesh-quickstart), or reuse from an earlier run, a network on\n" +
 			"127.0.0.1 and run it in this process until interrupted (Ctrl-C, SIGTERM): a controller\n" +
-			"(API on port 1280), N edge routers linked in a full mesh (router i: edge listener 3021+i,\n" +
+			"(API on port 1280), N edge routers linked in a full mesh (router i: SDK listener 3021+i,\n" +
 			"link listener 10079+i, health checks and metrics over HTTPS on 8080+i), an echo server on\n" +
 			"2000 as the service \"echo\" (end-to-end encrypted, hosted by router-1's tunnel) and each\n" +
 			"router's tunnel proxy of it on 2000+i. DIR holds the administrator's generated password\n" +

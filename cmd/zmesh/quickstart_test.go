@@ -25,7 +25,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	prommodel "github.com/prometheus/common/model"
 
-	"github.com/zmesh/zmesh/quickstart"
+	"github.com/zmesh/zmesh/internal/quickstart"
 )
 
 // `zmesh quickstart` as a real process: its first run creates the network in a new directory

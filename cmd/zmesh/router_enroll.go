@@ -19,8 +19,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/zmesh/zmesh/config"
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
 	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/atomicfile"
 )
 
 func newRouterEnrollCommand(lookupEnv env) *cobra.Command {
@@ -50,7 +51,7 @@ func newRouterEnrollCommand(lookupEnv env) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("read the enrollment token: %w", err)
 			}
-			claims, _, err := edgeclient.ParseEnrollmentToken(string(token))
+			claims, _, err := apiclient.ParseEnrollmentToken(string(token))
 			if err != nil {
 				return err
 			}
@@ -91,7 +92,7 @@ func enrollRouter(cmd *cobra.Command, cfg *config.Router, token, routerID string
 	if err != nil {
 		return err
 	}
-	certs, err := edgeclient.EnrollRouter(cmd.Context(), token, clientCSR, serverCSR, nil)
+	certs, err := apiclient.EnrollRouter(cmd.Context(), token, clientCSR, serverCSR, nil)
 	if err != nil {
 		return err
 	}
@@ -148,7 +149,7 @@ func writeFileInDir(path string, data []byte, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	return pki.WriteFileAtomic(path, data, mode)
+	return atomicfile.Write(path, data, mode)
 }
 
 func routerCSR(key crypto.Signer, subject pkix.Name, sans config.SANs) ([]byte, error) {

@@ -15,7 +15,7 @@ import (
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/sdk"
 	"github.com/zmesh/zmesh/tunnel"
-	"github.com/zmesh/zmesh/tunneler"
+	"github.com/zmesh/zmesh/tunnel/sdkoverlay"
 )
 
 // zmesh tunnel proxy|tproxy|host: the tunnel modes driven by an enrolled identity through
@@ -43,7 +43,7 @@ func newTunnelCommand() *cobra.Command {
 		}
 		ctx := cmd.Context()
 		context.AfterFunc(ctx, func() { c.Close() })
-		return ctx, tunneler.Overlay{C: c}, log, nil
+		return ctx, sdkoverlay.Overlay{C: c}, log, nil
 	}
 
 	var services []string

@@ -18,8 +18,8 @@ import (
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane"
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
 	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/internal/apiclient"
 )
 
 // walkController is a controller on a loopback port that a test can stop and start again on
@@ -28,7 +28,7 @@ type walkController struct {
 	dir, addr string
 	url       string
 	caCert    []byte // DER of the network's CA
-	admin     *edgeclient.Client
+	admin     *apiclient.Client
 	stop      func()
 }
 
@@ -76,7 +76,7 @@ func startWalkController(t *testing.T, dir, addr string) *walkController {
 		}
 	}
 	t.Cleanup(c.stop)
-	c.admin = edgeclient.New(c.url, ctrl.CA().Pool(), nil)
+	c.admin = apiclient.New(c.url, ctrl.CA().Pool(), nil)
 	if _, err := c.admin.AuthenticatePassword(ctx, "admin", "admin-pass"); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func (c *walkController) createWithJWT(t *testing.T, dir string, body map[string
 	var created struct {
 		ID string `json:"id"`
 	}
-	if _, err := c.admin.Do(ctx, "POST", edgeclient.ManagementAPI+"/identities", body, &created); err != nil {
+	if _, err := c.admin.Do(ctx, "POST", apiclient.ManagementAPI+"/identities", body, &created); err != nil {
 		t.Fatal(err)
 	}
 	var detail struct {
@@ -106,7 +106,7 @@ func (c *walkController) createWithJWT(t *testing.T, dir string, body map[string
 			JWT string `json:"jwt"`
 		} `json:"enrollment"`
 	}
-	if _, err := c.admin.Do(ctx, "GET", edgeclient.ManagementAPI+"/identities/"+created.ID, nil, &detail); err != nil {
+	if _, err := c.admin.Do(ctx, "GET", apiclient.ManagementAPI+"/identities/"+created.ID, nil, &detail); err != nil {
 		t.Fatal(err)
 	}
 	jwt := detail.Enrollment[method].JWT
@@ -126,7 +126,7 @@ func (c *walkController) identityNames(t *testing.T) []string {
 	var list []struct {
 		Name string `json:"name"`
 	}
-	page, err := c.admin.Do(context.Background(), "GET", edgeclient.ManagementAPI+"/identities?limit=500", nil, &list)
+	page, err := c.admin.Do(context.Background(), "GET", apiclient.ManagementAPI+"/identities?limit=500", nil, &list)
 	if err != nil || page == nil || page.TotalCount != len(list) {
 		t.Fatalf("list identities: %+v %v %v", page, list, err)
 	}
@@ -141,7 +141,7 @@ func (c *walkController) identityNames(t *testing.T) []string {
 // wantAPIError checks that err is an API error with status and code.
 func wantAPIError(t *testing.T, what string, err error, status int, code string) {
 	t.Helper()
-	var e *edgeclient.Error
+	var e *apiclient.Error
 	if !errors.As(err, &e) || e.Status != status || e.Code != code {
 		t.Errorf("%s: error %v, want %d %s", what, err, status, code)
 	}
@@ -168,10 +168,10 @@ func TestEnrollWalk(t *testing.T) {
 	if out, err := enroll("--jwt", laptopJWT, "--out", laptopFile); err != nil || !strings.Contains(out, "enrolled (ott)") {
 		t.Fatalf("zmesh enroll (ott): %v %q", err, out)
 	}
-	if _, err := enroll("--jwt", laptopJWT, "--out", filepath.Join(dir, "again.json")); edgeclient.CodeOf(err) != "INVALID_ENROLLMENT_TOKEN" {
+	if _, err := enroll("--jwt", laptopJWT, "--out", filepath.Join(dir, "again.json")); apiclient.CodeOf(err) != "INVALID_ENROLLMENT_TOKEN" {
 		t.Errorf("zmesh enroll with a used token: %v, want INVALID_ENROLLMENT_TOKEN", err)
 	}
-	laptopIdentity, err := edgeclient.LoadIdentity(laptopFile)
+	laptopIdentity, err := apiclient.LoadIdentity(laptopFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestEnrollWalk(t *testing.T) {
 	if out, err := enroll("--jwt", bobJWT, "--out", filepath.Join(dir, "bob.json"), "--password", "first-pass"); err != nil || !strings.Contains(out, "enrolled (updb)") {
 		t.Fatalf("zmesh enroll (updb): %v %q", err, out)
 	}
-	bobIdentity, err := edgeclient.LoadIdentity(filepath.Join(dir, "bob.json"))
+	bobIdentity, err := apiclient.LoadIdentity(filepath.Join(dir, "bob.json"))
 	if err != nil || bobIdentity.Username != "bob1" {
 		t.Fatalf("bob's identity file: %+v %v", bobIdentity, err)
 	}
@@ -202,8 +202,8 @@ func TestEnrollWalk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	login := func(url, username, password string) (*edgeclient.Client, *edgeclient.Session, error) {
-		cl := edgeclient.New(url, roots, nil)
+	login := func(url, username, password string) (*apiclient.Client, *apiclient.Session, error) {
+		cl := apiclient.New(url, roots, nil)
 		s, err := cl.AuthenticatePassword(ctx, username, password)
 		return cl, s, err
 	}
@@ -215,11 +215,11 @@ func TestEnrollWalk(t *testing.T) {
 		ID     string `json:"id"`
 		Method string `json:"method"`
 	}
-	if _, err := bob.Do(ctx, "GET", edgeclient.ClientAPI+"/current-identity/authenticators", nil, &auths); err != nil || len(auths) != 1 || auths[0].Method != "updb" {
+	if _, err := bob.Do(ctx, "GET", apiclient.ClientAPI+"/current-identity/authenticators", nil, &auths); err != nil || len(auths) != 1 || auths[0].Method != "updb" {
 		t.Fatalf("bob's authenticators: %+v %v", auths, err)
 	}
 	change := map[string]any{"password": "second-pass", "currentPassword": "first-pass"}
-	if _, err := bob.Do(ctx, "PATCH", edgeclient.ClientAPI+"/current-identity/authenticators/"+auths[0].ID, change, nil); err != nil {
+	if _, err := bob.Do(ctx, "PATCH", apiclient.ClientAPI+"/current-identity/authenticators/"+auths[0].ID, change, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err = login(c.url, "bob1", "first-pass")
@@ -237,13 +237,13 @@ func TestEnrollWalk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := carol.Do(ctx, "GET", edgeclient.ClientAPI+"/current-identity", nil, nil); err != nil {
+	if _, err := carol.Do(ctx, "GET", apiclient.ClientAPI+"/current-identity", nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.admin.Do(ctx, "DELETE", edgeclient.ManagementAPI+"/identities/"+carolID, nil, nil); err != nil {
+	if _, err := c.admin.Do(ctx, "DELETE", apiclient.ManagementAPI+"/identities/"+carolID, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, err = carol.Do(ctx, "GET", edgeclient.ClientAPI+"/current-identity", nil, nil)
+	_, err = carol.Do(ctx, "GET", apiclient.ClientAPI+"/current-identity", nil, nil)
 	wantAPIError(t, "the deleted identity's session", err, 401, "UNAUTHORIZED")
 
 	namesBefore := c.identityNames(t)
@@ -265,12 +265,12 @@ func TestEnrollWalk(t *testing.T) {
 	}
 	_, _, err = login(c.url, "bob1", "first-pass")
 	wantAPIError(t, "the old password after the restart", err, 401, "INVALID_AUTH")
-	if _, err := bob.Do(ctx, "GET", edgeclient.ClientAPI+"/current-identity", nil, nil); err != nil {
+	if _, err := bob.Do(ctx, "GET", apiclient.ClientAPI+"/current-identity", nil, nil); err != nil {
 		t.Errorf("bob's API session after the restart: %v", err)
 	}
-	_, err = c.admin.Do(ctx, "GET", edgeclient.ManagementAPI+"/identities/"+carolID, nil, nil)
+	_, err = c.admin.Do(ctx, "GET", apiclient.ManagementAPI+"/identities/"+carolID, nil, nil)
 	wantAPIError(t, "the deleted identity after the restart", err, 404, "NOT_FOUND")
-	_, err = carol.Do(ctx, "GET", edgeclient.ClientAPI+"/current-identity", nil, nil)
+	_, err = carol.Do(ctx, "GET", apiclient.ClientAPI+"/current-identity", nil, nil)
 	wantAPIError(t, "the deleted identity's session after the restart", err, 401, "UNAUTHORIZED")
 	_, _, err = login(c.url, "carol1", "carol-pass")
 	wantAPIError(t, "the deleted identity's password after the restart", err, 401, "INVALID_AUTH")
@@ -280,7 +280,7 @@ func TestEnrollWalk(t *testing.T) {
 }
 
 // identityTrusts reports whether the identity file trusts the CA certificate der.
-func identityTrusts(t *testing.T, id *edgeclient.IdentityFile, der []byte) bool {
+func identityTrusts(t *testing.T, id *apiclient.IdentityFile, der []byte) bool {
 	t.Helper()
 	certs, err := pki.ParseCertificatesPEM([]byte(strings.TrimPrefix(id.ID.CA, "pem:")))
 	if err != nil {

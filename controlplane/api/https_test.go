@@ -31,6 +31,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 // offsetClock is the model's clock in tests that need time to pass (TOTP steps, lockouts):
@@ -91,7 +92,7 @@ func startLive(t *testing.T, o liveOptions) *live {
 		clock = time.Now
 	}
 	m := model.New(st, ca, log, model.Options{SessionTimeout: time.Hour, Issuer: url, SigningKey: key,
-		SigningKID: pki.Fingerprint(cert.Leaf), Now: clock, JWKSClient: o.jwksClient, JWKSRefetchInterval: o.jwksRefetch})
+		SigningKID: certid.Fingerprint(cert.Leaf), Now: clock, JWKSClient: o.jwksClient, JWKSRefetchInterval: o.jwksRefetch})
 	if _, err := m.EnsureDefaultAdmin("admin", "admin-pass"); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"runtime"
 
 	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 func (s *Server) registerInfo() {
@@ -119,7 +120,7 @@ func (s *Server) controllers(c *call) error {
 		"apiAddresses":      map[string]any{"edge-client": addr(ClientBase), "edge-management": addr(ManagementBase)},
 		"certPem":           string(encodeCert(cert)),
 		"ctrlAddress":       s.info.CtrlAddress,
-		"fingerprint":       pki.Fingerprint(cert),
+		"fingerprint":       certid.Fingerprint(cert),
 		"isOnline":          true,
 		"lastJoinedAt":      t,
 		"isPreferredLeader": true,

@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 // registerRouters declares edge router enrollment and certificate extension, and terminators.
@@ -113,7 +113,7 @@ func (s *Server) routerMetrics(c *call) error {
 	if err != nil {
 		return err
 	}
-	var report *channel.Metrics
+	var report *ctrlproto.Metrics
 	if s.info.Routers != nil {
 		report, _ = s.info.Routers.LatestMetrics(r.ID)
 	}

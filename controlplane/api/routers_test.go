@@ -17,6 +17,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 func testCSR(t *testing.T, dns ...string) string {
@@ -142,7 +143,7 @@ func TestEdgeRouterEnrollmentAndExtension(t *testing.T) {
 		t.Fatalf("ca: %q", certs.CA)
 	}
 	r = f.router(t, id)
-	if !r.IsVerified || r.EnrollmentJWT != nil || r.Fingerprint == nil || *r.Fingerprint != pki.Fingerprint(client) {
+	if !r.IsVerified || r.EnrollmentJWT != nil || r.Fingerprint == nil || *r.Fingerprint != certid.Fingerprint(client) {
 		t.Fatalf("enrolled router: %+v", r)
 	}
 	// The token is used up.
@@ -172,7 +173,7 @@ func TestEdgeRouterEnrollmentAndExtension(t *testing.T) {
 	var next routerCerts
 	decodeData(t, body, &next)
 	newClient := parseCert(t, next.Cert)
-	if r = f.router(t, id); *r.Fingerprint != pki.Fingerprint(newClient) {
+	if r = f.router(t, id); *r.Fingerprint != certid.Fingerprint(newClient) {
 		t.Fatalf("fingerprint after extension: %+v", r)
 	}
 	// The previous client certificate stops working at once; the new one works.

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 // Base paths of the two APIs.
@@ -48,7 +48,7 @@ type Info struct {
 // metrics report it sent.
 type RouterStatus interface {
 	Online(id string) (online bool, hostname string, protocols map[string]string)
-	LatestMetrics(id string) (*channel.Metrics, bool)
+	LatestMetrics(id string) (*ctrlproto.Metrics, bool)
 }
 
 // Server is the HTTP handler of both APIs.

@@ -224,7 +224,7 @@ func renderEdgeRouter(r *model.EdgeRouter, withURLs bool, info Info) map[string]
 		}
 	}
 	if withURLs {
-		// Where SDK clients reach the router's edge listeners: known while it is online.
+		// Where SDK clients reach the router's SDK listeners: known while it is online.
 		out["urls"] = protocols
 	}
 	return out

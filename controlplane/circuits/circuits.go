@@ -17,15 +17,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/paths"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 // Routers gives the control channels of the connected routers.
 type Routers interface {
 	// Channel returns the channel of a connected router.
-	Channel(routerID string) (*channel.Channel, bool)
+	Channel(routerID string) (*ctrlproto.Channel, bool)
 }
 
 // maxCircuits bounds the circuit table, so that routers cannot make the controller hold
@@ -77,15 +77,15 @@ func New(m *model.Model, graph *paths.Graph, routers Routers, log *slog.Logger) 
 }
 
 // Create answers a router's CircuitRequest.
-func (s *Service) Create(ctx context.Context, ingress string, req *channel.CircuitRequest) *channel.CircuitReply {
-	reply := &channel.CircuitReply{RequestID: req.RequestID}
+func (s *Service) Create(ctx context.Context, ingress string, req *ctrlproto.CircuitRequest) *ctrlproto.CircuitReply {
+	reply := &ctrlproto.CircuitReply{RequestID: req.RequestID}
 	c, term, err := s.create(ctx, ingress, req)
 	if err != nil {
-		var ce *channel.Error
+		var ce *ctrlproto.Error
 		if !errors.As(err, &ce) {
-			ce = &channel.Error{Code: channel.ErrCodeRouteFailed, Message: err.Error()}
+			ce = &ctrlproto.Error{Code: ctrlproto.ErrCodeRouteFailed, Message: err.Error()}
 		}
-		reply.Outcome = channel.Failed(ce.Code, ce.Message)
+		reply.Outcome = ctrlproto.Failed(ce.Code, ce.Message)
 		s.mu.Lock()
 		s.failed++
 		s.mu.Unlock()
@@ -94,15 +94,15 @@ func (s *Service) Create(ctx context.Context, ingress string, req *channel.Circu
 	}
 	reply.CircuitID, reply.Path = c.ID, c.Path
 	reply.ServiceID, reply.EncryptionRequired = c.ServiceID, c.encrypted
-	reply.Terminator = channel.TerminatorRef{ID: term.ID, RouterID: term.RouterID, Binding: term.Binding, Address: term.Address, HostID: term.HostID}
+	reply.Terminator = ctrlproto.TerminatorRef{ID: term.ID, RouterID: term.RouterID, Binding: term.Binding, Address: term.Address, HostID: term.HostID}
 	return reply
 }
 
 func fail(code, format string, args ...any) error {
-	return &channel.Error{Code: code, Message: fmt.Sprintf(format, args...)}
+	return &ctrlproto.Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-func (s *Service) create(ctx context.Context, ingress string, req *channel.CircuitRequest) (*Circuit, *model.Terminator, error) {
+func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.CircuitRequest) (*Circuit, *model.Terminator, error) {
 	svc, err := s.service(req)
 	if err != nil {
 		return nil, nil, err
@@ -112,10 +112,10 @@ func (s *Service) create(ctx context.Context, ingress string, req *channel.Circu
 		return nil, nil, err
 	}
 	if svc.EncryptionRequired && len(req.ClientCert) > 0 {
-		return nil, nil, fail(channel.ErrCodeInvalid, "service %q requires end-to-end encryption, which a client of a transport listener cannot do: use an SDK or a tunnel", svc.Name)
+		return nil, nil, fail(ctrlproto.ErrCodeInvalid, "service %q requires end-to-end encryption, which a client of a transport listener cannot do: use an SDK or a tunnel", svc.Name)
 	}
-	if len(req.AppData) > channel.MaxAppData {
-		return nil, nil, fail(channel.ErrCodeInvalid, "app data of %d bytes; at most %d", len(req.AppData), channel.MaxAppData)
+	if len(req.AppData) > ctrlproto.MaxAppData {
+		return nil, nil, fail(ctrlproto.ErrCodeInvalid, "app data of %d bytes; at most %d", len(req.AppData), ctrlproto.MaxAppData)
 	}
 	terms, err := s.m.CachedTerminatorsOf(svc.ID)
 	if err != nil {
@@ -137,11 +137,11 @@ func (s *Service) create(ctx context.Context, ingress string, req *channel.Circu
 		candidates = append(candidates, paths.Terminator{ID: t.ID, Router: t.RouterID, Cost: t.Cost, Precedence: t.Precedence})
 	}
 	if len(candidates) == 0 {
-		return nil, nil, fail(channel.ErrCodeNoTerminator, "service %q has no terminator on a connected router", svc.Name)
+		return nil, nil, fail(ctrlproto.ErrCodeNoTerminator, "service %q has no terminator on a connected router", svc.Name)
 	}
 	choice, err := s.graph.Choose(ingress, svc.TerminatorStrategy, candidates)
 	if err != nil {
-		return nil, nil, fail(channel.ErrCodeNoPath, "service %q: %v", svc.Name, err)
+		return nil, nil, fail(ctrlproto.ErrCodeNoPath, "service %q: %v", svc.Name, err)
 	}
 	term := byID[choice.Terminator.ID]
 	c := &Circuit{ID: newCircuitID(), ServiceID: svc.ID, Terminator: term.ID, Initiator: initiator, Created: time.Now()}
@@ -160,7 +160,7 @@ func (s *Service) create(ctx context.Context, ingress string, req *channel.Circu
 	return c, term, nil
 }
 
-func (s *Service) service(req *channel.CircuitRequest) (*model.Service, error) {
+func (s *Service) service(req *ctrlproto.CircuitRequest) (*model.Service, error) {
 	var svc *model.Service
 	var err error
 	switch {
@@ -169,10 +169,10 @@ func (s *Service) service(req *channel.CircuitRequest) (*model.Service, error) {
 	case req.ServiceName != "":
 		svc, err = s.m.CachedServiceByName(req.ServiceName)
 	default:
-		return nil, fail(channel.ErrCodeInvalid, "the request names no service")
+		return nil, fail(ctrlproto.ErrCodeInvalid, "the request names no service")
 	}
 	if model.CodeOf(err) == model.CodeNotFound {
-		return nil, fail(channel.ErrCodeServiceNotFound, "service %q not found", req.ServiceID+req.ServiceName)
+		return nil, fail(ctrlproto.ErrCodeServiceNotFound, "service %q not found", req.ServiceID+req.ServiceName)
 	}
 	return svc, err
 }
@@ -180,12 +180,12 @@ func (s *Service) service(req *channel.CircuitRequest) (*model.Service, error) {
 // authorize checks that the circuit's initiator may dial the service and returns its identity: the SDK client's dial
 // session; the identity of the client certificate presented at a transport listener; or, for
 // the router's own tunnel, the router's identity.
-func (s *Service) authorize(ingress string, svc *model.Service, req *channel.CircuitRequest) (string, error) {
+func (s *Service) authorize(ingress string, svc *model.Service, req *ctrlproto.CircuitRequest) (string, error) {
 	if req.SessionToken != "" {
 		sess, err := s.m.DialSession(req.SessionToken, svc.ID, model.PolicyDial)
 		if err != nil {
 			if model.CodeOf(err) == model.CodeNotFound {
-				return "", fail(channel.ErrCodeInvalidSession, "no dial session of service %q has this token", svc.Name)
+				return "", fail(ctrlproto.ErrCodeInvalidSession, "no dial session of service %q has this token", svc.Name)
 			}
 			return "", err
 		}
@@ -195,15 +195,15 @@ func (s *Service) authorize(ingress string, svc *model.Service, req *channel.Cir
 	if len(req.ClientCert) > 0 {
 		cert, err := x509.ParseCertificate(req.ClientCert)
 		if err != nil {
-			return "", fail(channel.ErrCodeInvalid, "the client certificate: %v", err)
+			return "", fail(ctrlproto.ErrCodeInvalid, "the client certificate: %v", err)
 		}
 		id, err := s.m.IdentityByCert([]*x509.Certificate{cert})
 		if err != nil {
-			return "", fail(channel.ErrCodeInvalidSession, "the client certificate authenticates no identity: %v", err)
+			return "", fail(ctrlproto.ErrCodeInvalidSession, "the client certificate authenticates no identity: %v", err)
 		}
 		identity = id.ID
 	} else if req.IngressIdentityID != ingress {
-		return "", fail(channel.ErrCodeInvalid, "a router's tunnel dials as the router's identity %s, not %q", ingress, req.IngressIdentityID)
+		return "", fail(ctrlproto.ErrCodeInvalid, "a router's tunnel dials as the router's identity %s, not %q", ingress, req.IngressIdentityID)
 	}
 	// Without an API session there is no posture data: only policies that ask for none count.
 	ok, err := s.m.AllowedWithoutPosture(identity, svc.ID, model.PolicyDial)
@@ -211,7 +211,7 @@ func (s *Service) authorize(ingress string, svc *model.Service, req *channel.Cir
 		return "", err
 	}
 	if !ok {
-		return "", fail(channel.ErrCodeServiceNotFound, "no service policy without posture checks lets identity %s dial service %q", identity, svc.Name)
+		return "", fail(ctrlproto.ErrCodeServiceNotFound, "no service policy without posture checks lets identity %s dial service %q", identity, svc.Name)
 	}
 	if identity != ingress {
 		// A client at a transport listener.
@@ -228,7 +228,7 @@ func (s *Service) checkEdgeRouter(identity, router string, svc *model.Service) e
 		return err
 	}
 	if !ok {
-		return fail(channel.ErrCodeServiceNotFound, "no edge router policy lets identity %s use router %s for service %q", identity, router, svc.Name)
+		return fail(ctrlproto.ErrCodeServiceNotFound, "no edge router policy lets identity %s use router %s for service %q", identity, router, svc.Name)
 	}
 	return nil
 }
@@ -243,14 +243,14 @@ func (s *Service) install(ctx context.Context, c *Circuit, term *model.Terminato
 		if i == 0 && n > 1 {
 			break
 		}
-		r := &channel.Route{CircuitID: c.ID, Timeout: RouteTimeout}
+		r := &ctrlproto.Route{CircuitID: c.ID, Timeout: RouteTimeout}
 		if i == n-1 {
-			r.Forward.Xgress = &channel.Xgress{Binding: term.Binding, Address: term.Address, InitiatorID: c.Initiator, AppData: c.appData}
+			r.Forward.Xgress = &ctrlproto.Xgress{Binding: term.Binding, Address: term.Address, InitiatorID: c.Initiator, AppData: c.appData}
 		} else {
 			r.Forward.Router = c.Path[i+1]
 		}
 		if i == 0 {
-			r.Reverse.Xgress = &channel.Xgress{Binding: "ingress"}
+			r.Reverse.Xgress = &ctrlproto.Xgress{Binding: "ingress"}
 		} else {
 			r.Reverse.Router = c.Path[i-1]
 		}
@@ -263,23 +263,23 @@ func (s *Service) install(ctx context.Context, c *Circuit, term *model.Terminato
 	return nil
 }
 
-func (s *Service) route(ctx context.Context, router string, r *channel.Route) error {
+func (s *Service) route(ctx context.Context, router string, r *ctrlproto.Route) error {
 	ch, ok := s.routers.Channel(router)
 	if !ok {
-		return fail(channel.ErrCodeRouteFailed, "router %s is not connected", router)
+		return fail(ctrlproto.ErrCodeRouteFailed, "router %s is not connected", router)
 	}
 	ctx, cancel := context.WithTimeout(ctx, RouteTimeout+time.Second)
 	defer cancel()
-	reply, err := channel.Call[*channel.RouteReply](ctx, ch, r)
+	reply, err := ctrlproto.Call[*ctrlproto.RouteReply](ctx, ch, r)
 	if err != nil {
-		return fail(channel.ErrCodeRouteFailed, "router %s: %v", router, err)
+		return fail(ctrlproto.ErrCodeRouteFailed, "router %s: %v", router, err)
 	}
 	if err := reply.Err(); err != nil {
-		var ce *channel.Error
-		if errors.As(err, &ce) && ce.Code == channel.ErrCodeDialFailed {
+		var ce *ctrlproto.Error
+		if errors.As(err, &ce) && ce.Code == ctrlproto.ErrCodeDialFailed {
 			return err
 		}
-		return fail(channel.ErrCodeRouteFailed, "router %s: %v", router, err)
+		return fail(ctrlproto.ErrCodeRouteFailed, "router %s: %v", router, err)
 	}
 	return nil
 }
@@ -288,7 +288,7 @@ func (s *Service) route(ctx context.Context, router string, r *channel.Route) er
 func (s *Service) unroute(id uint64, routers []string, reason string) {
 	for _, r := range routers {
 		if ch, ok := s.routers.Channel(r); ok {
-			if err := ch.SendWithin(RouteTimeout, &channel.Unroute{CircuitID: id, Reason: reason}); err != nil {
+			if err := ch.SendWithin(RouteTimeout, &ctrlproto.Unroute{CircuitID: id, Reason: reason}); err != nil {
 				s.log.Debug("unroute", "circuit", id, "router", r, "err", err)
 			}
 		}
@@ -340,7 +340,7 @@ func (s *Service) remove(id uint64, reason string, skip func(c *Circuit, at int)
 // failed, or a link it used went down. The circuit is removed from the other routers, but for
 // the terminator's after a clean end at the initiator on a two-router path (Fault.Clean). Ends
 // are logged at debug level: a busy network ends thousands of circuits a second.
-func (s *Service) Fault(router string, f *channel.Fault) {
+func (s *Service) Fault(router string, f *ctrlproto.Fault) {
 	s.mu.Lock()
 	c, ok := s.circuits[f.CircuitID]
 	onPath := ok && (c.Adopted || slices.Contains(c.Path, router)) // an adopted path is partial

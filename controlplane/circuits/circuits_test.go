@@ -13,17 +13,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/paths"
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 // noRouters: no router is connected.
 type noRouters struct{}
 
-func (noRouters) Channel(string) (*channel.Channel, bool) { return nil, false }
+func (noRouters) Channel(string) (*ctrlproto.Channel, bool) { return nil, false }
 
 func newService(t *testing.T) (*Service, *model.Model) {
 	t.Helper()
@@ -61,30 +61,30 @@ func TestCircuitRefusals(t *testing.T) {
 	if err := m.CreateTerminator(&model.Terminator{ServiceID: svc.ID, RouterID: gw.ID, Binding: "proxy", Address: "127.0.0.1:80"}); err != nil {
 		t.Fatal(err)
 	}
-	ask := func(req *channel.CircuitRequest) string {
+	ask := func(req *ctrlproto.CircuitRequest) string {
 		return s.Create(context.Background(), gw.ID, req).ErrorCode
 	}
-	if code := ask(&channel.CircuitRequest{IngressIdentityID: gw.ID}); code != channel.ErrCodeInvalid {
+	if code := ask(&ctrlproto.CircuitRequest{IngressIdentityID: gw.ID}); code != ctrlproto.ErrCodeInvalid {
 		t.Errorf("no service: %s", code)
 	}
-	if code := ask(&channel.CircuitRequest{ServiceName: "nope", IngressIdentityID: gw.ID}); code != channel.ErrCodeServiceNotFound {
+	if code := ask(&ctrlproto.CircuitRequest{ServiceName: "nope", IngressIdentityID: gw.ID}); code != ctrlproto.ErrCodeServiceNotFound {
 		t.Errorf("unknown service: %s", code)
 	}
-	if code := ask(&channel.CircuitRequest{ServiceName: "web", IngressIdentityID: gw.ID}); code != channel.ErrCodeServiceNotFound {
+	if code := ask(&ctrlproto.CircuitRequest{ServiceName: "web", IngressIdentityID: gw.ID}); code != ctrlproto.ErrCodeServiceNotFound {
 		t.Errorf("no policy: %s", code)
 	}
 	if err := m.CreateServicePolicy(&model.ServicePolicy{Name: "p", Type: model.PolicyDial, IdentityRoles: []string{"@" + gw.ID}, ServiceRoles: []string{"@" + svc.ID}}); err != nil {
 		t.Fatal(err)
 	}
 	// A router may not dial as another router's identity.
-	if code := ask(&channel.CircuitRequest{ServiceName: "web", IngressIdentityID: other.ID}); code != channel.ErrCodeInvalid {
+	if code := ask(&ctrlproto.CircuitRequest{ServiceName: "web", IngressIdentityID: other.ID}); code != ctrlproto.ErrCodeInvalid {
 		t.Errorf("another router's identity: %s", code)
 	}
-	if code := ask(&channel.CircuitRequest{ServiceName: "web", SessionToken: "not-a-session"}); code != channel.ErrCodeInvalidSession {
+	if code := ask(&ctrlproto.CircuitRequest{ServiceName: "web", SessionToken: "not-a-session"}); code != ctrlproto.ErrCodeInvalidSession {
 		t.Errorf("bad session token: %s", code)
 	}
 	// The policy allows it, but the terminator's router is not connected.
-	if code := ask(&channel.CircuitRequest{ServiceName: "web", IngressIdentityID: gw.ID}); code != channel.ErrCodeNoTerminator {
+	if code := ask(&ctrlproto.CircuitRequest{ServiceName: "web", IngressIdentityID: gw.ID}); code != ctrlproto.ErrCodeNoTerminator {
 		t.Errorf("terminator router offline: %s", code)
 	}
 	if created, failed := s.Stats(); created != 0 || failed != 6 || len(s.Circuits()) != 0 {
@@ -126,21 +126,21 @@ func TestLinksNeedBothEnds(t *testing.T) {
 	t.Parallel()
 	graph := paths.NewGraph()
 	m := NewMesh(graph, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	m.LinkState("A", &channel.LinkState{LinkID: "l1", PeerRouterID: "B", Up: true, Latency: time.Millisecond})
+	m.LinkState("A", &ctrlproto.LinkState{LinkID: "l1", PeerRouterID: "B", Up: true, Latency: time.Millisecond})
 	if len(graph.Links()) != 0 {
 		t.Fatal("a link reported by one end entered the graph")
 	}
 	// B reports a different peer for the same link id: still one-sided.
-	m.LinkState("B", &channel.LinkState{LinkID: "l1", PeerRouterID: "C", Up: true})
+	m.LinkState("B", &ctrlproto.LinkState{LinkID: "l1", PeerRouterID: "C", Up: true})
 	if len(graph.Links()) != 0 {
 		t.Fatal("mismatched reports made a link")
 	}
-	m.LinkState("B", &channel.LinkState{LinkID: "l1", PeerRouterID: "A", Up: true, Latency: 3 * time.Millisecond})
+	m.LinkState("B", &ctrlproto.LinkState{LinkID: "l1", PeerRouterID: "A", Up: true, Latency: 3 * time.Millisecond})
 	links := graph.Links()
 	if len(links) != 1 || links[0].Latency != 3*time.Millisecond {
 		t.Fatalf("links: %+v", links)
 	}
-	m.LinkState("A", &channel.LinkState{LinkID: "l1", PeerRouterID: "B", Up: false})
+	m.LinkState("A", &ctrlproto.LinkState{LinkID: "l1", PeerRouterID: "B", Up: false})
 	if len(graph.Links()) != 0 {
 		t.Fatal("a link reported down stayed")
 	}
@@ -148,21 +148,21 @@ func TestLinksNeedBothEnds(t *testing.T) {
 
 // pipeRouters connects routers over in-memory channels and records the Unroutes they get.
 type pipeRouters struct {
-	chans    map[string]*channel.Channel
+	chans    map[string]*ctrlproto.Channel
 	unroutes chan string // "<router> <circuit>"
 }
 
 func newPipeRouters(t *testing.T, names ...string) *pipeRouters {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	p := &pipeRouters{chans: map[string]*channel.Channel{}, unroutes: make(chan string, 100)}
-	var all []*channel.Channel
+	p := &pipeRouters{chans: map[string]*ctrlproto.Channel{}, unroutes: make(chan string, 100)}
+	var all []*ctrlproto.Channel
 	for _, name := range names {
 		a, b := net.Pipe()
-		ctrlEnd := channel.New(context.Background(), a, log, channel.Options{})
-		routerEnd := channel.New(context.Background(), b, log, channel.Options{})
-		routerEnd.Handle(channel.TypeUnroute, func(_ context.Context, m channel.Message) (channel.Message, error) {
-			p.unroutes <- fmt.Sprintf("%s %d", name, m.(*channel.Unroute).CircuitID)
+		ctrlEnd := ctrlproto.New(context.Background(), a, log, ctrlproto.Options{})
+		routerEnd := ctrlproto.New(context.Background(), b, log, ctrlproto.Options{})
+		routerEnd.Handle(ctrlproto.TypeUnroute, func(_ context.Context, m ctrlproto.Message) (ctrlproto.Message, error) {
+			p.unroutes <- fmt.Sprintf("%s %d", name, m.(*ctrlproto.Unroute).CircuitID)
 			return nil, nil
 		})
 		ctrlEnd.Start()
@@ -178,7 +178,7 @@ func newPipeRouters(t *testing.T, names ...string) *pipeRouters {
 	return p
 }
 
-func (p *pipeRouters) Channel(id string) (*channel.Channel, bool) {
+func (p *pipeRouters) Channel(id string) (*ctrlproto.Channel, bool) {
 	c, ok := p.chans[id]
 	return c, ok
 }
@@ -207,15 +207,15 @@ func TestFaultUnroutesTheOthers(t *testing.T) {
 	s.Adopt("A", []uint64{1, 2})
 	s.Adopt("B", []uint64{1, 2})
 
-	s.Fault("A", &channel.Fault{CircuitID: 1, Reason: "closed", Unrouted: true})
+	s.Fault("A", &ctrlproto.Fault{CircuitID: 1, Reason: "closed", Unrouted: true})
 	if got := rs.got(); !slices.Equal(got, []string{"B 1"}) {
 		t.Errorf("unroutes after a fault of a router that removed the circuit: %v", got)
 	}
-	s.Fault("B", &channel.Fault{CircuitID: 1, Reason: "closed", Unrouted: true})
+	s.Fault("B", &ctrlproto.Fault{CircuitID: 1, Reason: "closed", Unrouted: true})
 	if got := rs.got(); len(got) != 0 {
 		t.Errorf("unroutes after the second fault: %v", got)
 	}
-	s.Fault("B", &channel.Fault{CircuitID: 2, Reason: "the client left"})
+	s.Fault("B", &ctrlproto.Fault{CircuitID: 2, Reason: "the client left"})
 	if got := rs.got(); !slices.Equal(got, []string{"A 2", "B 2"}) {
 		t.Errorf("unroutes after a fault of a router that still has the circuit: %v", got)
 	}
@@ -242,19 +242,19 @@ func TestCleanFaultSkipsTheTerminator(t *testing.T) {
 	s.Adopt("A", []uint64{3})
 	s.Adopt("C", []uint64{3})
 
-	s.Fault("A", &channel.Fault{CircuitID: 1, Reason: "closed", Unrouted: true, Clean: true})
+	s.Fault("A", &ctrlproto.Fault{CircuitID: 1, Reason: "closed", Unrouted: true, Clean: true})
 	if got := rs.got(); len(got) != 0 {
 		t.Errorf("unroutes after a clean end at the initiator of a two-router path: %v, want none", got)
 	}
-	s.Fault("C", &channel.Fault{CircuitID: 2, Reason: "closed", Unrouted: true, Clean: true})
+	s.Fault("C", &ctrlproto.Fault{CircuitID: 2, Reason: "closed", Unrouted: true, Clean: true})
 	if got := rs.got(); !slices.Equal(got, []string{"A 2"}) {
 		t.Errorf("unroutes after a clean fault from the terminator's router: %v", got)
 	}
-	s.Fault("A", &channel.Fault{CircuitID: 3, Reason: "closed", Unrouted: true, Clean: true})
+	s.Fault("A", &ctrlproto.Fault{CircuitID: 3, Reason: "closed", Unrouted: true, Clean: true})
 	if got := rs.got(); !slices.Equal(got, []string{"C 3"}) {
 		t.Errorf("unroutes after a clean end of an adopted circuit: %v", got)
 	}
-	s.Fault("A", &channel.Fault{CircuitID: 4, Reason: "closed", Unrouted: true, Clean: true})
+	s.Fault("A", &ctrlproto.Fault{CircuitID: 4, Reason: "closed", Unrouted: true, Clean: true})
 	if got := rs.got(); !slices.Equal(got, []string{"B 4", "C 4"}) {
 		t.Errorf("unroutes after a clean end at the initiator of a three-router path: %v", got)
 	}

@@ -6,55 +6,55 @@ import (
 	"slices"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 // Register installs the handlers of a router's circuit, link and terminator messages on its
 // control channel.
-func (s *Service) Register(router string, ch *channel.Channel, mesh *Mesh) {
-	ch.HandleAsync(channel.TypeCircuitRequest, func(ctx context.Context, msg channel.Message) (channel.Message, error) {
-		return s.Create(ctx, router, msg.(*channel.CircuitRequest)), nil
+func (s *Service) Register(router string, ch *ctrlproto.Channel, mesh *Mesh) {
+	ch.HandleAsync(ctrlproto.TypeCircuitRequest, func(ctx context.Context, msg ctrlproto.Message) (ctrlproto.Message, error) {
+		return s.Create(ctx, router, msg.(*ctrlproto.CircuitRequest)), nil
 	})
-	ch.HandleAsync(channel.TypeFault, func(_ context.Context, msg channel.Message) (channel.Message, error) {
-		s.Fault(router, msg.(*channel.Fault))
+	ch.HandleAsync(ctrlproto.TypeFault, func(_ context.Context, msg ctrlproto.Message) (ctrlproto.Message, error) {
+		s.Fault(router, msg.(*ctrlproto.Fault))
 		return nil, nil
 	})
-	ch.Handle(channel.TypeIdleCircuitsCheck, func(_ context.Context, msg channel.Message) (channel.Message, error) {
-		return &channel.IdleCircuitsReply{Valid: s.Valid(msg.(*channel.IdleCircuitsCheck).CircuitIDs)}, nil
+	ch.Handle(ctrlproto.TypeIdleCircuitsCheck, func(_ context.Context, msg ctrlproto.Message) (ctrlproto.Message, error) {
+		return &ctrlproto.IdleCircuitsReply{Valid: s.Valid(msg.(*ctrlproto.IdleCircuitsCheck).CircuitIDs)}, nil
 	})
-	ch.Handle(channel.TypeLinkState, func(_ context.Context, msg channel.Message) (channel.Message, error) {
-		mesh.LinkState(router, msg.(*channel.LinkState))
+	ch.Handle(ctrlproto.TypeLinkState, func(_ context.Context, msg ctrlproto.Message) (ctrlproto.Message, error) {
+		mesh.LinkState(router, msg.(*ctrlproto.LinkState))
 		return nil, nil
 	})
-	ch.HandleAsync(channel.TypeTerminatorCreate, func(_ context.Context, msg channel.Message) (channel.Message, error) {
-		return s.createTerminator(router, msg.(*channel.TerminatorCreate)), nil
+	ch.HandleAsync(ctrlproto.TypeTerminatorCreate, func(_ context.Context, msg ctrlproto.Message) (ctrlproto.Message, error) {
+		return s.createTerminator(router, msg.(*ctrlproto.TerminatorCreate)), nil
 	})
-	ch.HandleAsync(channel.TypeTunnelServices, func(_ context.Context, msg channel.Message) (channel.Message, error) {
-		return s.tunnelServices(router, msg.(*channel.TunnelServices)), nil
+	ch.HandleAsync(ctrlproto.TypeTunnelServices, func(_ context.Context, msg ctrlproto.Message) (ctrlproto.Message, error) {
+		return s.tunnelServices(router, msg.(*ctrlproto.TunnelServices)), nil
 	})
-	ch.HandleAsync(channel.TypeTerminatorRemove, func(_ context.Context, msg channel.Message) (channel.Message, error) {
-		return s.removeTerminator(router, msg.(*channel.TerminatorRemove)), nil
+	ch.HandleAsync(ctrlproto.TypeTerminatorRemove, func(_ context.Context, msg ctrlproto.Message) (ctrlproto.Message, error) {
+		return s.removeTerminator(router, msg.(*ctrlproto.TerminatorRemove)), nil
 	})
 }
 
 // createTerminator answers a router's TerminatorCreate: the hosting identity is checked
 // (see hostOf), and a terminator the router already has is updated rather than duplicated,
 // so a router that creates its terminators again after a restart leaves one of each.
-func (s *Service) createTerminator(router string, req *channel.TerminatorCreate) *channel.TerminatorCreateReply {
-	failed := func(err error) *channel.TerminatorCreateReply {
-		var ce *channel.Error
+func (s *Service) createTerminator(router string, req *ctrlproto.TerminatorCreate) *ctrlproto.TerminatorCreateReply {
+	failed := func(err error) *ctrlproto.TerminatorCreateReply {
+		var ce *ctrlproto.Error
 		if !errors.As(err, &ce) {
-			ce = &channel.Error{Code: channel.ErrCodeInvalid, Message: err.Error()}
+			ce = &ctrlproto.Error{Code: ctrlproto.ErrCodeInvalid, Message: err.Error()}
 		}
-		return &channel.TerminatorCreateReply{Outcome: channel.Failed(ce.Code, ce.Message)}
+		return &ctrlproto.TerminatorCreateReply{Outcome: ctrlproto.Failed(ce.Code, ce.Message)}
 	}
-	svc, err := s.service(&channel.CircuitRequest{ServiceID: req.Service})
+	svc, err := s.service(&ctrlproto.CircuitRequest{ServiceID: req.Service})
 	if err != nil {
-		svc, err = s.service(&channel.CircuitRequest{ServiceName: req.Service})
+		svc, err = s.service(&ctrlproto.CircuitRequest{ServiceName: req.Service})
 	}
 	if err != nil {
-		return failed(fail(channel.ErrCodeServiceNotFound, "service %q not found", req.Service))
+		return failed(fail(ctrlproto.ErrCodeServiceNotFound, "service %q not found", req.Service))
 	}
 	host, err := s.hostOf(router, svc, req.SessionToken)
 	if err != nil {
@@ -72,7 +72,7 @@ func (s *Service) createTerminator(router string, req *channel.TerminatorCreate)
 			}); err != nil {
 				return failed(err)
 			}
-			return &channel.TerminatorCreateReply{TerminatorID: t.ID}
+			return &ctrlproto.TerminatorCreateReply{TerminatorID: t.ID}
 		}
 	}
 	t := &model.Terminator{ServiceID: svc.ID, RouterID: router, Binding: req.Binding, Address: req.Address,
@@ -80,7 +80,7 @@ func (s *Service) createTerminator(router string, req *channel.TerminatorCreate)
 	if err := s.m.CreateTerminator(t); err != nil {
 		return failed(err)
 	}
-	return &channel.TerminatorCreateReply{TerminatorID: t.ID}
+	return &ctrlproto.TerminatorCreateReply{TerminatorID: t.ID}
 }
 
 // hostOf returns the identity that hosts a terminator router asks for: with a session token,
@@ -91,7 +91,7 @@ func (s *Service) hostOf(router string, svc *model.Service, token string) (strin
 	if token != "" {
 		sess, err := s.m.DialSession(token, svc.ID, model.PolicyBind)
 		if model.CodeOf(err) == model.CodeNotFound {
-			return "", fail(channel.ErrCodeInvalidSession, "no bind session of service %q has this token", svc.Name)
+			return "", fail(ctrlproto.ErrCodeInvalidSession, "no bind session of service %q has this token", svc.Name)
 		}
 		if err != nil {
 			return "", err
@@ -101,7 +101,7 @@ func (s *Service) hostOf(router string, svc *model.Service, token string) (strin
 			return "", err
 		}
 		if !ok {
-			return "", fail(channel.ErrCodeServiceNotFound, "no edge router policy lets identity %s use router %s for service %q", sess.IdentityID, router, svc.Name)
+			return "", fail(ctrlproto.ErrCodeServiceNotFound, "no edge router policy lets identity %s use router %s for service %q", sess.IdentityID, router, svc.Name)
 		}
 		return sess.IdentityID, nil
 	}
@@ -110,15 +110,15 @@ func (s *Service) hostOf(router string, svc *model.Service, token string) (strin
 		return "", err
 	}
 	if !ok {
-		return "", fail(channel.ErrCodeServiceNotFound, "no service policy without posture checks lets router identity %s bind service %q", router, svc.Name)
+		return "", fail(ctrlproto.ErrCodeServiceNotFound, "no service policy without posture checks lets router identity %s bind service %q", router, svc.Name)
 	}
 	return router, nil
 }
 
-func (s *Service) removeTerminator(router string, req *channel.TerminatorRemove) *channel.TerminatorRemoveReply {
+func (s *Service) removeTerminator(router string, req *ctrlproto.TerminatorRemove) *ctrlproto.TerminatorRemoveReply {
 	terms, err := s.m.Terminators()
 	if err != nil {
-		return &channel.TerminatorRemoveReply{Outcome: channel.Failed(channel.ErrCodeInvalid, err.Error())}
+		return &ctrlproto.TerminatorRemoveReply{Outcome: ctrlproto.Failed(ctrlproto.ErrCodeInvalid, err.Error())}
 	}
 	for _, t := range terms {
 		if t.RouterID != router {
@@ -127,12 +127,12 @@ func (s *Service) removeTerminator(router string, req *channel.TerminatorRemove)
 		if req.TerminatorID == t.ID || (req.TerminatorID == "" && t.Binding == req.Binding && t.Address == req.Address &&
 			(t.ServiceID == req.Service || s.serviceNamed(t.ServiceID, req.Service))) {
 			if err := s.m.DeleteTerminator(t.ID); err != nil {
-				return &channel.TerminatorRemoveReply{Outcome: channel.Failed(channel.ErrCodeInvalid, err.Error())}
+				return &ctrlproto.TerminatorRemoveReply{Outcome: ctrlproto.Failed(ctrlproto.ErrCodeInvalid, err.Error())}
 			}
-			return &channel.TerminatorRemoveReply{}
+			return &ctrlproto.TerminatorRemoveReply{}
 		}
 	}
-	return &channel.TerminatorRemoveReply{Outcome: channel.Failed(channel.ErrCodeInvalid, "no such terminator of this router")}
+	return &ctrlproto.TerminatorRemoveReply{Outcome: ctrlproto.Failed(ctrlproto.ErrCodeInvalid, "no such terminator of this router")}
 }
 
 func (s *Service) serviceNamed(id, name string) bool {

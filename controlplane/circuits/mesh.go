@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/paths"
 	"github.com/zmesh/zmesh/controlplane/routers"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 // Mesh keeps the routers linked: when a router connects, it is told to dial the link
@@ -43,15 +43,15 @@ func (m *Mesh) Connected(rt *routers.Router) {
 		if other.ID == rt.ID {
 			continue
 		}
-		m.tell(other, &channel.PeerState{RouterID: rt.ID, Online: true, Fingerprints: rt.Fingerprints()})
-		m.tell(rt, &channel.PeerState{RouterID: other.ID, Online: true, Fingerprints: other.Fingerprints()})
+		m.tell(other, &ctrlproto.PeerState{RouterID: rt.ID, Online: true, Fingerprints: rt.Fingerprints()})
+		m.tell(rt, &ctrlproto.PeerState{RouterID: other.ID, Online: true, Fingerprints: other.Fingerprints()})
 		m.dial(rt, other)
 		m.dial(other, rt)
 	}
 }
 
 // tell sends a router a one-way message.
-func (m *Mesh) tell(to *routers.Router, msg channel.Message) {
+func (m *Mesh) tell(to *routers.Router, msg ctrlproto.Message) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := to.Channel.Send(ctx, msg); err != nil {
@@ -62,7 +62,7 @@ func (m *Mesh) tell(to *routers.Router, msg channel.Message) {
 // dial tells router from to dial each link listener of router to.
 func (m *Mesh) dial(from, to *routers.Router) {
 	for _, l := range to.Hello.LinkListeners {
-		m.tell(from, &channel.LinkDial{PeerRouterID: to.ID, Address: l.Address, Groups: l.Groups})
+		m.tell(from, &ctrlproto.LinkDial{PeerRouterID: to.ID, Address: l.Address, Groups: l.Groups})
 	}
 }
 
@@ -81,7 +81,7 @@ func (m *Mesh) Disconnected(rt *routers.Router) {
 	m.mu.Unlock()
 	for _, other := range m.routers.All() {
 		if other.ID != rt.ID {
-			m.tell(other, &channel.PeerState{RouterID: rt.ID, Online: false, Revoked: rt.Revoked()})
+			m.tell(other, &ctrlproto.PeerState{RouterID: rt.ID, Online: false, Revoked: rt.Revoked()})
 		}
 	}
 }
@@ -92,7 +92,7 @@ func (m *Mesh) Links() []paths.Link { return m.graph.Links() }
 // LinkState records a router's report about one of its links. A link counts once both of its
 // routers reported it up, at the larger of their latencies; a down report from either takes
 // it out.
-func (m *Mesh) LinkState(router string, st *channel.LinkState) {
+func (m *Mesh) LinkState(router string, st *ctrlproto.LinkState) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !st.Up {

@@ -4,24 +4,24 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 // tunnelServices answers a router's TunnelServices: the services the router's own identity
 // may dial or bind, with their configs by type name. The list is answered again only when
 // the model moved since the router's last answer.
-func (s *Service) tunnelServices(router string, req *channel.TunnelServices) *channel.TunnelServicesReply {
+func (s *Service) tunnelServices(router string, req *ctrlproto.TunnelServices) *ctrlproto.TunnelServicesReply {
 	last := s.m.LastChange()
 	if req.Since != 0 && req.Since == last {
-		return &channel.TunnelServicesReply{LastChange: last, NotModified: true}
+		return &ctrlproto.TunnelServicesReply{LastChange: last, NotModified: true}
 	}
-	failed := func(err error) *channel.TunnelServicesReply {
-		return &channel.TunnelServicesReply{Outcome: channel.Failed(channel.ErrCodeInvalid, err.Error())}
+	failed := func(err error) *ctrlproto.TunnelServicesReply {
+		return &ctrlproto.TunnelServicesReply{Outcome: ctrlproto.Failed(ctrlproto.ErrCodeInvalid, err.Error())}
 	}
 	list, err := s.m.ServicesFor(router)
 	if model.CodeOf(err) == model.CodeNotFound {
-		return &channel.TunnelServicesReply{LastChange: last} // a router without an identity: no tunnel services
+		return &ctrlproto.TunnelServicesReply{LastChange: last} // a router without an identity: no tunnel services
 	}
 	if err != nil {
 		return failed(err)
@@ -34,9 +34,9 @@ func (s *Service) tunnelServices(router string, req *channel.TunnelServices) *ch
 	for _, t := range types {
 		typeNames[t.ID] = t.Name
 	}
-	reply := &channel.TunnelServicesReply{LastChange: last, Services: make([]channel.TunnelService, 0, len(list))}
+	reply := &ctrlproto.TunnelServicesReply{LastChange: last, Services: make([]ctrlproto.TunnelService, 0, len(list))}
 	for _, a := range list {
-		ts := channel.TunnelService{ID: a.ID, Name: a.Name, EncryptionRequired: a.EncryptionRequired, Configs: map[string]json.RawMessage{}}
+		ts := ctrlproto.TunnelService{ID: a.ID, Name: a.Name, EncryptionRequired: a.EncryptionRequired, Configs: map[string]json.RawMessage{}}
 		if a.Dial {
 			ts.Permissions = append(ts.Permissions, model.PolicyDial)
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/zmesh/zmesh/web"
+	"github.com/zmesh/zmesh/internal/ops/web"
 )
 
 // sources are scrape-time values the test sets.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 // Login is what a client presents to authenticate, besides its credentials.
@@ -83,7 +84,7 @@ func (m *Model) AuthenticateCert(chain []*x509.Certificate, login Login) (*APISe
 	if len(chain) == 0 {
 		return nil, nil, errInvalidAuth
 	}
-	fp := pki.Fingerprint(chain[0])
+	fp := certid.Fingerprint(chain[0])
 	if ok, wait := m.limiter.allow("cert:"+fp, login.Source); !ok {
 		return nil, nil, rateLimited(wait)
 	}
@@ -98,7 +99,7 @@ func (m *Model) AuthenticateCert(chain []*x509.Certificate, login Login) (*APISe
 
 // certAuthenticator finds the authenticator of a certificate chain and checks the chain.
 func (m *Model) certAuthenticator(chain []*x509.Certificate) (*Authenticator, error) {
-	fp := pki.Fingerprint(chain[0])
+	fp := certid.Fingerprint(chain[0])
 	var auth *Authenticator
 	var cas []*CA
 	var policy *AuthPolicy

@@ -5,6 +5,7 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 // Authenticators returns every authenticator in id order.
@@ -145,7 +146,7 @@ func (m *Model) ExtendCert(s *APISession, id string, csrPEM []byte) ([]byte, err
 		if err != nil {
 			return missing(err, "authenticator", id)
 		}
-		cur.UnverifiedCertPEM, cur.UnverifiedFingerprint, cur.UpdatedAt = string(pemBytes), pki.Fingerprint(cert), m.now()
+		cur.UnverifiedCertPEM, cur.UnverifiedFingerprint, cur.UpdatedAt = string(pemBytes), certid.Fingerprint(cert), m.now()
 		return conflict(m.c.authenticators.Put(tx, cur))
 	})
 	return pemBytes, err
@@ -162,7 +163,7 @@ func (m *Model) ExtendVerify(s *APISession, id, clientCertPEM string) error {
 		return errorf(CodeNoAuthenticatorToVerify, "authenticator %q has no certificate extension to verify", id)
 	}
 	cert, err := pki.ParsePEMCert([]byte(clientCertPEM))
-	if err != nil || pki.Fingerprint(cert) != a.UnverifiedFingerprint {
+	if err != nil || certid.Fingerprint(cert) != a.UnverifiedFingerprint {
 		return &Error{Code: CodeCertExtendMismatch, Field: "clientCert", Message: "is not the certificate the extension issued"}
 	}
 	return m.st.Update(func(tx *store.Tx) error {
@@ -186,7 +187,7 @@ func (m *Model) CreateAPISessionCert(s *APISession, csrPEM []byte) (*APISessionC
 		return nil, csrError(err)
 	}
 	c := &APISessionCert{Base: m.newBase(nil), APISessionID: s.ID, Subject: cert.Subject.String(),
-		Fingerprint: pki.Fingerprint(cert), ValidFrom: cert.NotBefore.UTC(), ValidTo: cert.NotAfter.UTC(), CertPEM: string(pemBytes)}
+		Fingerprint: certid.Fingerprint(cert), ValidFrom: cert.NotBefore.UTC(), ValidTo: cert.NotAfter.UTC(), CertPEM: string(pemBytes)}
 	err = m.st.Update(func(tx *store.Tx) error {
 		if _, err := m.c.apiSessions.Get(tx, s.ID); err != nil {
 			return errNoSession

@@ -7,6 +7,7 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 // CACreate is what an administrator gives to add a third-party certificate authority.
@@ -52,7 +53,7 @@ func (m *Model) CreateCA(in CACreate) (*CA, error) {
 		Base:                      m.newBase(in.Tags),
 		Name:                      in.Name,
 		CertPEM:                   certPEM(cert),
-		Fingerprint:               pki.Fingerprint(cert),
+		Fingerprint:               certid.Fingerprint(cert),
 		VerificationToken:         newToken(),
 		IsAutoCaEnrollmentEnabled: in.IsAutoCaEnrollmentEnabled,
 		IsOttCaEnrollmentEnabled:  in.IsOttCaEnrollmentEnabled,
@@ -60,7 +61,7 @@ func (m *Model) CreateCA(in CACreate) (*CA, error) {
 		IdentityRoles:             nonNil(in.IdentityRoles),
 		IdentityNameFormat:        in.IdentityNameFormat,
 	}
-	if pki.Fingerprint(m.ca.Certificate()) == ca.Fingerprint {
+	if certid.Fingerprint(m.ca.Certificate()) == ca.Fingerprint {
 		return nil, invalid("certPem", nil, "is the network's own CA, which is always trusted")
 	}
 	err = m.st.Update(func(tx *store.Tx) error { return conflict(m.c.cas.Create(tx, ca)) })

@@ -12,6 +12,7 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 // IdentityCertValidity is the lifetime of the client certificates enrollment issues.
@@ -54,7 +55,7 @@ func (m *Model) EnrollOTT(token string, csrPEM []byte) ([]byte, error) {
 			return csrError(err)
 		}
 		a := &Authenticator{Base: m.newBase(nil), IdentityID: e.IdentityID, Method: MethodCert,
-			CertPEM: string(pemBytes), Fingerprint: pki.Fingerprint(cert), IssuedByNetwork: true}
+			CertPEM: string(pemBytes), Fingerprint: certid.Fingerprint(cert), IssuedByNetwork: true}
 		if err := m.finishEnrollment(tx, e, a); err != nil {
 			return err
 		}
@@ -129,7 +130,7 @@ func (m *Model) EnrollOTTCA(token string, chain []*x509.Certificate) error {
 			return err
 		}
 		a := &Authenticator{Base: m.newBase(nil), IdentityID: e.IdentityID, Method: MethodCert,
-			CertPEM: certPEM(chain[0]), Fingerprint: pki.Fingerprint(chain[0])}
+			CertPEM: certPEM(chain[0]), Fingerprint: certid.Fingerprint(chain[0])}
 		return m.finishEnrollment(tx, e, a)
 	})
 }
@@ -173,7 +174,7 @@ func (m *Model) EnrollCA(chain []*x509.Certificate) (*Identity, error) {
 		if ca == nil {
 			return &Error{Code: CodeCertFailedValidation, Message: "the client certificate is not signed by a verified certificate authority with auto-enrollment enabled"}
 		}
-		if used, err := m.c.authenticators.IDsWith(tx, "fingerprint", pki.Fingerprint(chain[0])); err != nil {
+		if used, err := m.c.authenticators.IDsWith(tx, "fingerprint", certid.Fingerprint(chain[0])); err != nil {
 			return err
 		} else if len(used) > 0 {
 			return &Error{Code: CodeCertInUse, Message: "the certificate is already enrolled"}
@@ -190,7 +191,7 @@ func (m *Model) EnrollCA(chain []*x509.Certificate) (*Identity, error) {
 		}
 		m.added(tx)
 		a := &Authenticator{Base: m.newBase(nil), IdentityID: id.ID, Method: MethodCert,
-			CertPEM: certPEM(chain[0]), Fingerprint: pki.Fingerprint(chain[0])}
+			CertPEM: certPEM(chain[0]), Fingerprint: certid.Fingerprint(chain[0])}
 		if err := m.c.authenticators.Create(tx, a); err != nil {
 			var c *store.ConflictError
 			if errors.As(err, &c) && c.Index == "fingerprint" {
@@ -217,7 +218,7 @@ func identityName(ca *CA, cert *x509.Certificate) string {
 		"[caId]", ca.ID,
 		"[commonName]", cert.Subject.CommonName,
 		"[requestedName]", cert.Subject.CommonName,
-		"[identityId]", pki.Fingerprint(cert)[:10],
+		"[identityId]", certid.Fingerprint(cert)[:10],
 	).Replace(format)
 }
 

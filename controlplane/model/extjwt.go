@@ -18,6 +18,7 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 // ExtJWTSigner is an external identity provider whose JWTs authenticate identities and may
@@ -120,7 +121,7 @@ func (m *Model) checkSigner(tx *store.Tx, s *ExtJWTSigner) error {
 		if _, err := algorithmsFor(cert.PublicKey, ""); err != nil {
 			return invalid("certPem", nil, "%v", err)
 		}
-		s.Fingerprint, s.CommonName = pki.Fingerprint(cert), cert.Subject.CommonName
+		s.Fingerprint, s.CommonName = certid.Fingerprint(cert), cert.Subject.CommonName
 		s.NotBefore, s.NotAfter = cert.NotBefore.UTC(), cert.NotAfter.UTC()
 	}
 	for _, u := range []struct{ field, v string }{{"externalAuthUrl", s.ExternalAuthURL}, {"openIdConfigurationUrl", s.OpenIDConfigurationURL}} {

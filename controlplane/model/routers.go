@@ -12,6 +12,7 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 // Edge routers join the network by enrollment: creating an edge router stores a pending
@@ -116,7 +117,7 @@ func (m *Model) ExtendRouter(chain []*x509.Certificate, clientCSR, serverCSR []b
 	}
 	var out *RouterCerts
 	err := m.st.Update(func(tx *store.Tx) error {
-		r, err := m.c.edgeRouters.Lookup(tx, "fingerprint", pki.Fingerprint(chain[0]))
+		r, err := m.c.edgeRouters.Lookup(tx, "fingerprint", certid.Fingerprint(chain[0]))
 		if errors.Is(err, store.ErrNotFound) {
 			return errorf(CodeInvalidAuth, "the client certificate is not the current certificate of any edge router")
 		}
@@ -133,8 +134,8 @@ func (m *Model) ExtendRouter(chain []*x509.Certificate, clientCSR, serverCSR []b
 func (m *Model) EdgeRouterByCert(cert *x509.Certificate) (*EdgeRouter, error) {
 	var out *EdgeRouter
 	err := m.st.View(func(tx *store.Tx) (err error) {
-		out, err = m.c.edgeRouters.Lookup(tx, "fingerprint", pki.Fingerprint(cert))
-		return missing(err, "edge router with certificate", pki.Fingerprint(cert))
+		out, err = m.c.edgeRouters.Lookup(tx, "fingerprint", certid.Fingerprint(cert))
+		return missing(err, "edge router with certificate", certid.Fingerprint(cert))
 	})
 	return out, err
 }
@@ -158,8 +159,8 @@ func (m *Model) issueRouterCerts(tx *store.Tx, r *EdgeRouter, clientCSR, serverC
 		return nil, csrError(err)
 	}
 	r.IsVerified = true
-	r.CertPEM, r.Fingerprint = string(clientPEM), pki.Fingerprint(client)
-	r.ServerCertPEM, r.ServerFingerprint = string(serverPEM), pki.Fingerprint(server)
+	r.CertPEM, r.Fingerprint = string(clientPEM), certid.Fingerprint(client)
+	r.ServerCertPEM, r.ServerFingerprint = string(serverPEM), certid.Fingerprint(server)
 	r.UpdatedAt = m.now()
 	if err := m.c.edgeRouters.Put(tx, r); err != nil {
 		return nil, conflict(err)

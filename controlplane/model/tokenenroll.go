@@ -14,6 +14,7 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 // Enrollment by a token of an external signer (POST /enroll/token).
@@ -211,7 +212,7 @@ func (m *Model) EnrollWithToken(ctx context.Context, raw, signerID string, csrPE
 			return csrError(err)
 		}
 		a := &Authenticator{Base: m.newBase(nil), IdentityID: ident.ID, Method: MethodCert,
-			CertPEM: string(pemBytes), Fingerprint: pki.Fingerprint(cert), IssuedByNetwork: true}
+			CertPEM: string(pemBytes), Fingerprint: certid.Fingerprint(cert), IssuedByNetwork: true}
 		if err := m.c.authenticators.Create(tx, a); err != nil {
 			return conflict(err)
 		}

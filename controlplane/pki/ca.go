@@ -22,6 +22,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/zmesh/zmesh/internal/atomicfile"
 )
 
 // File names inside the CA directory.
@@ -186,10 +188,10 @@ func create(dir, keyPath, certPath string, now func() time.Time) (*CA, error) {
 	}
 	// The key goes first: a crash between the two renames leaves only ca.key, which
 	// Open reports instead of silently creating a second CA.
-	if err := WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(keyPath, keyPEM, 0o600); err != nil {
 		return nil, err
 	}
-	if err := WriteFileAtomic(certPath, encodeCertPEM(der), 0o644); err != nil {
+	if err := atomicfile.Write(certPath, encodeCertPEM(der), 0o644); err != nil {
 		return nil, err
 	}
 	return newCA(cert, key, now), nil

@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/zmesh/zmesh/internal/atomicfile"
 )
 
 // File names of the API server certificate and key inside the directory given to ServerCert.
@@ -129,11 +131,11 @@ func (ca *CA) issueServerCert(dir, certPath, keyPath string, dnsNames []string, 
 	}
 	// Key first: after a crash between the renames the old certificate no longer
 	// matches the key, so the next call reissues.
-	if err := WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(keyPath, keyPEM, 0o600); err != nil {
 		return tls.Certificate{}, err
 	}
 	chainPEM := append(encodeCertPEM(leaf.Raw), ca.pem...)
-	if err := WriteFileAtomic(certPath, chainPEM, 0o644); err != nil {
+	if err := atomicfile.Write(certPath, chainPEM, 0o644); err != nil {
 		return tls.Certificate{}, err
 	}
 	return tls.Certificate{

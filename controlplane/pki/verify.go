@@ -1,20 +1,13 @@
 package pki
 
 import (
-	"crypto/sha1"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
-)
 
-// Fingerprint returns the lowercase hex SHA-1 of cert's DER encoding, the form the zmesh
-// API uses for certificate fingerprints.
-func Fingerprint(cert *x509.Certificate) string {
-	sum := sha1.Sum(cert.Raw)
-	return hex.EncodeToString(sum[:])
-}
+	"github.com/zmesh/zmesh/internal/certid"
+)
 
 // VerifyClient checks that cert chains to this CA, through intermediates if given, and
 // allows client authentication at the CA's current time.
@@ -34,7 +27,7 @@ func VerifyChain(cert *x509.Certificate, intermediates []*x509.Certificate, root
 		return fmt.Errorf("pki: verify certificate %q: no root pool", cert.Subject.CommonName)
 	}
 	if cert.IsCA {
-		return fmt.Errorf("pki: verify certificate %q (fingerprint %s): a CA certificate, not an end-entity certificate", cert.Subject.CommonName, Fingerprint(cert))
+		return fmt.Errorf("pki: verify certificate %q (fingerprint %s): a CA certificate, not an end-entity certificate", cert.Subject.CommonName, certid.Fingerprint(cert))
 	}
 	if len(usages) == 0 {
 		usages = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
@@ -55,7 +48,7 @@ func VerifyChain(cert *x509.Certificate, intermediates []*x509.Certificate, root
 			KeyUsages:     []x509.ExtKeyUsage{u},
 		}
 		if _, err := cert.Verify(opts); err != nil {
-			return fmt.Errorf("pki: verify certificate %q (fingerprint %s): %w", cert.Subject.CommonName, Fingerprint(cert), err)
+			return fmt.Errorf("pki: verify certificate %q (fingerprint %s): %w", cert.Subject.CommonName, certid.Fingerprint(cert), err)
 		}
 	}
 	return nil

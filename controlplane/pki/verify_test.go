@@ -16,13 +16,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 func TestFingerprint(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ca := openCA(t, dir, t0)
-	fp := Fingerprint(ca.Certificate())
+	fp := certid.Fingerprint(ca.Certificate())
 	if !regexp.MustCompile(`^[0-9a-f]{40}$`).MatchString(fp) {
 		t.Fatalf("fingerprint %q is not 40 lowercase hex chars", fp)
 	}
@@ -30,14 +32,14 @@ func TestFingerprint(t *testing.T) {
 	if fp != hex.EncodeToString(sum[:]) {
 		t.Error("fingerprint is not SHA-1 of the DER")
 	}
-	if again := Fingerprint(openCA(t, dir, t0).Certificate()); again != fp {
+	if again := certid.Fingerprint(openCA(t, dir, t0).Certificate()); again != fp {
 		t.Errorf("fingerprint changed on reopen: %s vs %s", again, fp)
 	}
 	cert, _, err := ca.SignCSR(makeCSR(t, newKey(t, "p256"), "x", nil), SignRequest{Usage: Client})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if Fingerprint(cert) == fp {
+	if certid.Fingerprint(cert) == fp {
 		t.Error("distinct certificates share a fingerprint")
 	}
 
@@ -99,7 +101,7 @@ func TestVerifyClient(t *testing.T) {
 			if err == nil {
 				t.Fatal("verified")
 			}
-			if !strings.Contains(err.Error(), Fingerprint(tt.cert)) {
+			if !strings.Contains(err.Error(), certid.Fingerprint(tt.cert)) {
 				t.Errorf("error %q does not name the certificate", err)
 			}
 			var inv x509.CertificateInvalidError

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane"
-	"github.com/zmesh/zmesh/controlplane/channel"
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 	"github.com/zmesh/zmesh/internal/ctrltest"
 )
 
@@ -20,7 +20,7 @@ import (
 type env struct {
 	ctrl     *controlplane.Controller
 	m        *model.Model
-	admin    *edgeclient.Client
+	admin    *apiclient.Client
 	url      string // of the API
 	ctrlAddr string
 	logs     *ctrltest.LogBuffer
@@ -54,7 +54,7 @@ func foreignCert(t *testing.T, ca *pki.CA, name string) tls.Certificate {
 }
 
 // dial connects a router's channel with cert and starts it.
-func (e *env) dial(t *testing.T, cert tls.Certificate) *channel.Channel {
+func (e *env) dial(t *testing.T, cert tls.Certificate) *ctrlproto.Channel {
 	t.Helper()
 	conn, err := tls.Dial("tcp", e.ctrlAddr, &tls.Config{
 		Certificates: []tls.Certificate{cert},
@@ -65,17 +65,17 @@ func (e *env) dial(t *testing.T, cert tls.Certificate) *channel.Channel {
 	if err != nil {
 		t.Fatalf("dial the control channel: %v", err)
 	}
-	ch := channel.New(context.Background(), conn, quietLog(), channel.Options{RequestTimeout: 5 * time.Second})
+	ch := ctrlproto.New(context.Background(), conn, quietLog(), ctrlproto.Options{RequestTimeout: 5 * time.Second})
 	ch.Start()
 	t.Cleanup(func() { ch.Close() })
 	return ch
 }
 
-func hello(ch *channel.Channel, id string) (*channel.HelloReply, error) {
-	return channel.Call[*channel.HelloReply](context.Background(), ch, &channel.Hello{
-		RouterID: id, Version: "test", Protocol: channel.ProtocolVersion, Hostname: "er.example",
-		Listeners:     []channel.Listener{{Binding: "edge", Address: "tls:er.example:3022"}, {Binding: "tunnel"}},
-		LinkListeners: []channel.LinkListener{{Address: "tls:er.example:4022", Transport: "tls", Groups: []string{"default"}}},
+func hello(ch *ctrlproto.Channel, id string) (*ctrlproto.HelloReply, error) {
+	return ctrlproto.Call[*ctrlproto.HelloReply](context.Background(), ch, &ctrlproto.Hello{
+		RouterID: id, Version: "test", Protocol: ctrlproto.ProtocolVersion, Hostname: "er.example",
+		Listeners:     []ctrlproto.Listener{{Binding: "edge", Address: "tls:er.example:3022"}, {Binding: "tunnel"}},
+		LinkListeners: []ctrlproto.LinkListener{{Address: "tls:er.example:4022", Transport: "tls", Groups: []string{"default"}}},
 	})
 }
 
@@ -107,7 +107,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func waitClosed(t *testing.T, ch *channel.Channel) error {
+func waitClosed(t *testing.T, ch *ctrlproto.Channel) error {
 	t.Helper()
 	select {
 	case <-ch.Done():

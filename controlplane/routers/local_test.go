@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 // A co-located router's channel over ConnectLocal is admitted by its certificate, shows the
@@ -18,7 +18,7 @@ func TestConnectLocal(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	id, cert := e.enroll(t, "er1")
-	local := func(t *testing.T, certIndex int) *channel.Channel {
+	local := func(t *testing.T, certIndex int) *ctrlproto.Channel {
 		t.Helper()
 		leaf := cert.Leaf
 		if certIndex != 0 {
@@ -28,7 +28,7 @@ func TestConnectLocal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ch := channel.New(context.Background(), conn, quietLog(), channel.Options{RequestTimeout: 5 * time.Second})
+		ch := ctrlproto.New(context.Background(), conn, quietLog(), ctrlproto.Options{RequestTimeout: 5 * time.Second})
 		ch.Start()
 		t.Cleanup(func() { ch.Close() })
 		return ch
@@ -60,7 +60,7 @@ func TestConnectLocal(t *testing.T) {
 		t.Fatal("the co-located router is not online")
 	}
 	e.stop()
-	if err := waitClosed(t, ch); !errors.Is(err, channel.ErrPeerClosed) {
+	if err := waitClosed(t, ch); !errors.Is(err, ctrlproto.ErrPeerClosed) {
 		t.Fatalf("Err = %v after the controller stopped", err)
 	}
 	if _, err := e.ctrl.ConnectLocal(cert.Leaf); err == nil {

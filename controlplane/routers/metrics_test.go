@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
+	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 // metricsView is the body of GET /edge-routers/{id}/metrics.
@@ -26,7 +26,7 @@ func (e *env) getMetrics(id string) (metricsView, error) {
 
 func wantNotFound(t *testing.T, err error) {
 	t.Helper()
-	var apiErr *edgeclient.Error
+	var apiErr *apiclient.Error
 	if !errors.As(err, &apiErr) || apiErr.Status != 404 || apiErr.Code != "NOT_FOUND" {
 		t.Fatalf("error %v, want 404 NOT_FOUND", err)
 	}
@@ -52,7 +52,7 @@ func TestManagementServesLatestMetrics(t *testing.T) {
 	wantNotFound(t, err)
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for i, values := range []map[string]float64{{"link.count": 1}, {"link.count": 2, "forwarder.forwarded": 42}} {
-		if err := ch.Send(t.Context(), &channel.Metrics{Timestamp: at.Add(time.Duration(i) * time.Minute), Values: values}); err != nil {
+		if err := ch.Send(t.Context(), &ctrlproto.Metrics{Timestamp: at.Add(time.Duration(i) * time.Minute), Values: values}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -108,12 +108,12 @@ func TestManagementMetricsNeedsAdmin(t *testing.T) {
 	if err := e.m.EnrollUpdb(enrollments[0].Token, "user-pass"); err != nil {
 		t.Fatal(err)
 	}
-	user := edgeclient.New(e.url, e.ctrl.CA().Pool(), nil)
+	user := apiclient.New(e.url, e.ctrl.CA().Pool(), nil)
 	if _, err := user.AuthenticatePassword(ctx, "user1", "user-pass"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = user.Do(ctx, "GET", "/edge/management/v1/edge-routers/"+id+"/metrics", nil, nil)
-	var apiErr *edgeclient.Error
+	var apiErr *apiclient.Error
 	if !errors.As(err, &apiErr) || apiErr.Status != 403 || apiErr.Code != "UNAUTHORIZED" {
 		t.Fatalf("a non-administrator got %v, want 403 UNAUTHORIZED", err)
 	}

@@ -7,21 +7,21 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 // Router is a connected router.
 type Router struct {
 	ID, Name string
-	Hello    channel.Hello // what the router announced
-	Since    time.Time     // when its Hello was accepted
-	Channel  *channel.Channel
+	Hello    ctrlproto.Hello // what the router announced
+	Since    time.Time       // when its Hello was accepted
+	Channel  *ctrlproto.Channel
 
 	fingerprint       string            // of the certificate it connected with
 	serverFingerprint string            // of its current server certificate
 	revoked           bool              // its certificates stopped being its own (deleted, re-enrolled)
-	protocols         map[string]string // its edge listeners, e.g. "tls" → "tls://host:3022"
-	metrics           atomic.Pointer[channel.Metrics]
+	protocols         map[string]string // its SDK listeners, e.g. "tls" → "tls://host:3022"
+	metrics           atomic.Pointer[ctrlproto.Metrics]
 }
 
 // Fingerprints returns the fingerprints of the router's current client and server
@@ -36,7 +36,7 @@ func (rt *Router) Revoked() bool { return rt.revoked }
 
 // Metrics returns the router's latest metrics report, if it sent one on this connection
 // (Server.LatestMetrics keeps reports across connections).
-func (rt *Router) Metrics() *channel.Metrics { return rt.metrics.Load() }
+func (rt *Router) Metrics() *ctrlproto.Metrics { return rt.metrics.Load() }
 
 // registry maps router ids to their current connection.
 type registry struct {
@@ -83,7 +83,7 @@ func (s *Server) All() []*Router {
 }
 
 // Channel returns the control channel of a connected router.
-func (s *Server) Channel(id string) (*channel.Channel, bool) {
+func (s *Server) Channel(id string) (*ctrlproto.Channel, bool) {
 	if rt := s.reg.get(id); rt != nil {
 		return rt.Channel, true
 	}
@@ -106,9 +106,9 @@ func (s *Server) Online(id string) (online bool, hostname string, protocols map[
 	return true, rt.Hello.Hostname, maps.Clone(rt.protocols)
 }
 
-// edgeProtocols maps the transports of the edge listeners to their URLs, as SDK clients
+// edgeProtocols maps the transports of the SDK listeners to their URLs, as SDK clients
 // use them: "tls:host:3022" becomes "tls" → "tls://host:3022".
-func edgeProtocols(listeners []channel.Listener) map[string]string {
+func edgeProtocols(listeners []ctrlproto.Listener) map[string]string {
 	out := map[string]string{}
 	for _, l := range listeners {
 		if l.Binding != "edge" {
@@ -132,24 +132,24 @@ func (s *Server) Connected() int {
 
 // LatestMetrics returns the latest metrics report the router sent, on its current
 // connection or an earlier one; reports are kept until the router is deleted.
-func (s *Server) LatestMetrics(id string) (*channel.Metrics, bool) {
+func (s *Server) LatestMetrics(id string) (*ctrlproto.Metrics, bool) {
 	return s.reports.get(id)
 }
 
 // reports holds the latest metrics report of each router.
 type reports struct {
 	mu     sync.Mutex
-	latest map[string]*channel.Metrics
+	latest map[string]*ctrlproto.Metrics
 }
 
 // put keeps m as the router's latest report.
-func (r *reports) put(id string, m *channel.Metrics) {
+func (r *reports) put(id string, m *ctrlproto.Metrics) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.latest[id] = m
 }
 
-func (r *reports) get(id string) (*channel.Metrics, bool) {
+func (r *reports) get(id string) (*ctrlproto.Metrics, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := r.latest[id]

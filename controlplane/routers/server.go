@@ -17,9 +17,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/internal/certid"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 // DefaultHandshakeTimeout bounds the TLS handshake and the Hello that must follow it.
@@ -35,13 +36,13 @@ type Config struct {
 	ControllerID string
 	Endpoints    []string
 	// Channel tunes each router's channel (request timeout, heartbeats).
-	Channel channel.Options
+	Channel ctrlproto.Options
 	// HandshakeTimeout: DefaultHandshakeTimeout when zero.
 	HandshakeTimeout time.Duration
 	Log              *slog.Logger
 	// Handlers, when set, registers the handlers of a router's messages on its channel
 	// before the channel starts.
-	Handlers func(routerID string, ch *channel.Channel)
+	Handlers func(routerID string, ch *ctrlproto.Channel)
 	// OnConnect and OnDisconnect, when set, are called after a router's Hello was accepted
 	// and after its connection ended (unless a newer connection replaced it).
 	OnConnect, OnDisconnect func(*Router)
@@ -80,7 +81,7 @@ func New(cfg Config) *Server {
 			MinVersion:   tls.VersionTLS13,
 		},
 		reg:     registry{conns: make(map[string]*Router)},
-		reports: reports{latest: make(map[string]*channel.Metrics)},
+		reports: reports{latest: make(map[string]*ctrlproto.Metrics)},
 	}
 	cfg.Model.OnEdgeRouterChange(s.routerChanged)
 	return s
@@ -159,25 +160,25 @@ func (s *Server) serveRouter(ctx context.Context, conn net.Conn, leaf *x509.Cert
 	r, err := s.cfg.Model.EdgeRouterByCert(leaf)
 	if err != nil {
 		log.Warn("control channel refused: the client certificate is not the current certificate of an enrolled edge router",
-			"subject", leaf.Subject.CommonName, "fingerprint", pki.Fingerprint(leaf), "err", err)
+			"subject", leaf.Subject.CommonName, "fingerprint", certid.Fingerprint(leaf), "err", err)
 		conn.Close()
 		return
 	}
-	ch := channel.New(ctx, conn, s.log.With("router", r.ID), s.cfg.Channel)
+	ch := ctrlproto.New(ctx, conn, s.log.With("router", r.ID), s.cfg.Channel)
 	log = log.With("router", r.ID, "name", r.Name)
 	rt := &Router{ID: r.ID, Name: r.Name, Channel: ch, fingerprint: r.Fingerprint, serverFingerprint: r.ServerFingerprint}
 	hello := make(chan struct{})
 	greeted := false // the handler runs on the channel's reader only: no lock needed
-	ch.Handle(channel.TypeHello, func(_ context.Context, m channel.Message) (channel.Message, error) {
+	ch.Handle(ctrlproto.TypeHello, func(_ context.Context, m ctrlproto.Message) (ctrlproto.Message, error) {
 		if greeted {
 			return s.refuse(log, "a second Hello on one connection"), nil
 		}
 		greeted = true
 		defer close(hello)
-		return s.hello(rt, m.(*channel.Hello), log), nil
+		return s.hello(rt, m.(*ctrlproto.Hello), log), nil
 	})
-	ch.Handle(channel.TypeMetrics, func(_ context.Context, m channel.Message) (channel.Message, error) {
-		report := m.(*channel.Metrics)
+	ch.Handle(ctrlproto.TypeMetrics, func(_ context.Context, m ctrlproto.Message) (ctrlproto.Message, error) {
+		report := m.(*ctrlproto.Metrics)
 		rt.metrics.Store(report)
 		// The router's current connection's reports are kept in the order they arrive (the
 		// router's clock may step); a replaced connection's late ones are not.
@@ -217,12 +218,12 @@ func (s *Server) serveRouter(ctx context.Context, conn net.Conn, leaf *x509.Cert
 }
 
 // hello answers a router's Hello, registering the router when it is accepted.
-func (s *Server) hello(rt *Router, h *channel.Hello, log *slog.Logger) channel.Message {
+func (s *Server) hello(rt *Router, h *ctrlproto.Hello, log *slog.Logger) ctrlproto.Message {
 	if h.RouterID != rt.ID {
 		return s.refuse(log, "the Hello names router %q but the certificate is router %q's", h.RouterID, rt.ID)
 	}
-	if h.Protocol != channel.ProtocolVersion {
-		return s.refuse(log, "protocol version %d is not supported; this controller speaks %d", h.Protocol, channel.ProtocolVersion)
+	if h.Protocol != ctrlproto.ProtocolVersion {
+		return s.refuse(log, "protocol version %d is not supported; this controller speaks %d", h.Protocol, ctrlproto.ProtocolVersion)
 	}
 	rt.Hello, rt.Since, rt.protocols = *h, time.Now(), edgeProtocols(h.Listeners)
 	if old := s.reg.add(rt); old != nil {
@@ -241,14 +242,14 @@ func (s *Server) hello(rt *Router, h *channel.Hello, log *slog.Logger) channel.M
 		// that it never outlives the controller's store.
 		s.wg.Go(func() { s.cfg.OnConnect(rt) })
 	}
-	return &channel.HelloReply{Accepted: true, ControllerID: s.cfg.ControllerID, Endpoints: s.cfg.Endpoints}
+	return &ctrlproto.HelloReply{Accepted: true, ControllerID: s.cfg.ControllerID, Endpoints: s.cfg.Endpoints}
 }
 
 // refuse answers a Hello with a refusal and closes the channel once it is sent.
-func (s *Server) refuse(log *slog.Logger, format string, args ...any) channel.Message {
+func (s *Server) refuse(log *slog.Logger, format string, args ...any) ctrlproto.Message {
 	reason := fmt.Sprintf(format, args...)
 	log.Warn("control channel refused", "reason", reason)
-	return channel.ReplyAndClose(&channel.HelloReply{Reason: reason, ControllerID: s.cfg.ControllerID})
+	return ctrlproto.ReplyAndClose(&ctrlproto.HelloReply{Reason: reason, ControllerID: s.cfg.ControllerID})
 }
 
 // routerChanged is called by the model after an edge router's credentials changed; a

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/zmesh/zmesh/controlplane/channel"
 	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 func TestRouterOnlineWhileConnected(t *testing.T) {
@@ -80,7 +80,7 @@ func TestHelloRefused(t *testing.T) {
 	if reply.Accepted || reply.Reason == "" {
 		t.Fatalf("a Hello naming another router: %+v", reply)
 	}
-	if err := waitClosed(t, ch); !errors.Is(err, channel.ErrPeerClosed) {
+	if err := waitClosed(t, ch); !errors.Is(err, ctrlproto.ErrPeerClosed) {
 		t.Fatalf("Err = %v", err)
 	}
 	if e.view(t, id).IsOnline || e.view(t, other).IsOnline {
@@ -100,7 +100,7 @@ func TestSecondConnectionReplacesFirst(t *testing.T) {
 	if r, err := hello(second, id); err != nil || !r.Accepted {
 		t.Fatalf("second Hello: %+v, %v", r, err)
 	}
-	if err := waitClosed(t, first); !errors.Is(err, channel.ErrPeerClosed) {
+	if err := waitClosed(t, first); !errors.Is(err, ctrlproto.ErrPeerClosed) {
 		t.Fatalf("first connection: Err = %v", err)
 	}
 	if !e.view(t, id).IsOnline {
@@ -136,7 +136,7 @@ func TestCredentialChangesDisconnect(t *testing.T) {
 			if tt.name != "deleted" && e.view(t, id).IsOnline {
 				t.Fatal("still online once the change is made")
 			}
-			if err := waitClosed(t, ch); !errors.Is(err, channel.ErrPeerClosed) {
+			if err := waitClosed(t, ch); !errors.Is(err, ctrlproto.ErrPeerClosed) {
 				t.Fatalf("Err = %v", err)
 			}
 			// Reconnecting with the old certificate is refused.
@@ -157,7 +157,7 @@ func TestStopClosesChannels(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.stop()
-	if err := waitClosed(t, ch); !errors.Is(err, channel.ErrPeerClosed) {
+	if err := waitClosed(t, ch); !errors.Is(err, ctrlproto.ErrPeerClosed) {
 		t.Fatalf("Err = %v", err)
 	}
 }

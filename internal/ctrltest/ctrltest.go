@@ -24,9 +24,9 @@ import (
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane"
-	"github.com/zmesh/zmesh/controlplane/edgeclient"
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/internal/apiclient"
 )
 
 // The administrator a test controller is configured with.
@@ -131,9 +131,9 @@ func (c *Controller) Stop() {
 }
 
 // Admin returns a client of the controller's API logged in as its administrator.
-func (c *Controller) Admin(t testing.TB) *edgeclient.Client {
+func (c *Controller) Admin(t testing.TB) *apiclient.Client {
 	t.Helper()
-	admin := edgeclient.New(c.URL, c.Ctrl.CA().Pool(), nil)
+	admin := apiclient.New(c.URL, c.Ctrl.CA().Pool(), nil)
 	if _, err := admin.AuthenticatePassword(t.Context(), AdminUsername, AdminPassword); err != nil {
 		t.Fatalf("administrator login: %v", err)
 	}
@@ -142,10 +142,10 @@ func (c *Controller) Admin(t testing.TB) *edgeclient.Client {
 
 // IdentityFile creates an identity named name, enrolls it with its one-time token and
 // returns its identity file, as zmesh enroll writes it.
-func (c *Controller) IdentityFile(t testing.TB, name string) *edgeclient.IdentityFile {
+func (c *Controller) IdentityFile(t testing.TB, name string) *apiclient.IdentityFile {
 	t.Helper()
 	id := EnrollIdentity(t, c.Model, name)
-	f := &edgeclient.IdentityFile{ZtAPI: c.URL}
+	f := &apiclient.IdentityFile{ZtAPI: c.URL}
 	f.ID.Cert = "pem:" + string(id.CertPEM)
 	f.ID.Key = "pem:" + string(KeyPEM(t, id.Key))
 	f.ID.CA = "pem:" + string(c.Ctrl.CA().PEM())

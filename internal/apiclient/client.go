@@ -1,0 +1,226 @@
+// Package apiclient is a small client of the controller's HTTPS APIs: it authenticates,
+// calls operations with the API's envelopes and session header, enrolls identities from
+// enrollment tokens, and reads and writes identity files. The zmesh CLI and the SDK use it.
+package apiclient
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Base paths of the two APIs.
+const (
+	ClientAPI     = "/edge/client/v1"
+	ManagementAPI = "/edge/management/v1"
+)
+
+// Client calls one controller.
+type Client struct {
+	// URL is the controller's base URL, https://host:port.
+	URL   string
+	HTTP  *http.Client
+	Token string // the API session token, once authenticated
+}
+
+// New returns a client that trusts roots for the controller's certificate and presents cert
+// (when not nil) as its client certificate.
+func New(url string, roots *x509.CertPool, cert *tls.Certificate) *Client {
+	tc := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if cert != nil {
+		tc.Certificates = []tls.Certificate{*cert}
+	}
+	return &Client{
+		URL: strings.TrimSuffix(url, "/"),
+		HTTP: &http.Client{
+			Timeout:   30 * time.Second,
+			Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true},
+		},
+	}
+}
+
+// Error is an error answer of the API.
+type Error struct {
+	Status    int
+	Code      string
+	Message   string
+	Field     string
+	RequestID string
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.Status, e.Message)
+	if e.RequestID != "" {
+		s += " [request " + e.RequestID + "]"
+	}
+	return s
+}
+
+// CodeOf returns the API error code of err, or "".
+func CodeOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// Pagination is the meta.pagination of a list answer.
+type Pagination struct {
+	Limit      int `json:"limit"`
+	Offset     int `json:"offset"`
+	TotalCount int `json:"totalCount"`
+}
+
+// Do calls method path (below the URL, e.g. /edge/client/v1/version) with body encoded as
+// JSON when not nil, and decodes the answer's data into out when not nil. It returns the
+// answer's pagination when there is one.
+func (c *Client) Do(ctx context.Context, method, path string, body, out any) (*Pagination, error) {
+	return c.DoHeader(ctx, method, path, nil, body, out)
+}
+
+// DoHeader is Do with extra request headers.
+func (c *Client) DoHeader(ctx context.Context, method, path string, header http.Header, body, out any) (*Pagination, error) {
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(data)
+	}
+	resp, err := c.raw(ctx, method, path, "application/json", rd, header)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: read answer: %w", method, path, err)
+	}
+	if resp.StatusCode >= 300 {
+		return nil, decodeError(resp.StatusCode, data)
+	}
+	var env struct {
+		Data json.RawMessage `json:"data"`
+		Meta struct {
+			Pagination *Pagination `json:"pagination"`
+		} `json:"meta"`
+	}
+	if err := json.Unmarshal(data, &env); err != nil {
+		return nil, fmt.Errorf("%s %s: answer is not an API envelope: %w", method, path, err)
+	}
+	if out != nil {
+		if err := json.Unmarshal(env.Data, out); err != nil {
+			return nil, fmt.Errorf("%s %s: decode data: %w", method, path, err)
+		}
+	}
+	return env.Meta.Pagination, nil
+}
+
+// raw sends a request with the session header (and header, when not nil) and returns the
+// response as is.
+func (c *Client) raw(ctx context.Context, method, path, contentType string, body io.Reader, header ...http.Header) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.URL+path, body)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range header {
+		for k, v := range h {
+			req.Header[k] = v
+		}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", contentType)
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.Token != "" {
+		req.Header.Set("zt-session", c.Token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	return resp, nil
+}
+
+func decodeError(status int, data []byte) error {
+	var env struct {
+		Error struct {
+			Code      string `json:"code"`
+			Message   string `json:"message"`
+			RequestID string `json:"requestId"`
+			Cause     *struct {
+				Field string `json:"field"`
+			} `json:"cause"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(data, &env); err != nil || env.Error.Code == "" {
+		return &Error{Status: status, Code: http.StatusText(status), Message: strings.TrimSpace(string(data))}
+	}
+	e := &Error{Status: status, Code: env.Error.Code, Message: env.Error.Message, RequestID: env.Error.RequestID}
+	if env.Error.Cause != nil {
+		e.Field = env.Error.Cause.Field
+	}
+	return e
+}
+
+// Session is the part of an API session the client uses.
+type Session struct {
+	ID         string    `json:"id"`
+	Token      string    `json:"token"`
+	IdentityID string    `json:"identityId"`
+	ExpiresAt  time.Time `json:"expiresAt"`
+	Identity   struct {
+		Name string `json:"name"`
+	} `json:"identity"`
+	// AuthQueries are the steps the session must still pass, e.g. MFA.
+	AuthQueries []AuthQuery `json:"authQueries"`
+}
+
+// AuthQuery is a further authentication step an API session must pass.
+type AuthQuery struct {
+	TypeID   string `json:"typeId"`
+	Provider string `json:"provider"`
+	ID       string `json:"id"`
+	HTTPURL  string `json:"httpUrl"`
+}
+
+// NeedsMFA reports whether the session must pass MFA before anything else.
+func (s *Session) NeedsMFA() bool {
+	for _, q := range s.AuthQueries {
+		if q.TypeID == "MFA" {
+			return true
+		}
+	}
+	return false
+}
+
+// AuthenticatePassword opens an API session with a username and password.
+func (c *Client) AuthenticatePassword(ctx context.Context, username, password string) (*Session, error) {
+	var s Session
+	body := map[string]string{"username": username, "password": password}
+	if _, err := c.Do(ctx, "POST", ClientAPI+"/authenticate?method=password", body, &s); err != nil {
+		return nil, err
+	}
+	c.Token = s.Token
+	return &s, nil
+}
+
+// AuthenticateCert opens an API session with the client certificate given to New.
+func (c *Client) AuthenticateCert(ctx context.Context) (*Session, error) {
+	var s Session
+	if _, err := c.Do(ctx, "POST", ClientAPI+"/authenticate?method=cert", map[string]any{}, &s); err != nil {
+		return nil, err
+	}
+	c.Token = s.Token
+	return &s, nil
+}
