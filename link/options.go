@@ -115,7 +115,7 @@ func (o *Options) fill() {
 	}
 	o.PayloadConns = min(o.PayloadConns, MaxPayloadConns)
 	if o.Forwarder.LatencyProbeInterval <= 0 {
-		o.Forwarder.LatencyProbeInterval = int(DefaultProbeInterval / time.Millisecond)
+		o.Forwarder.LatencyProbeInterval = DefaultProbeInterval
 	}
 	if o.Forwarder.LinkDialQueueLength <= 0 {
 		o.Forwarder.LinkDialQueueLength = DefaultDialQueue
@@ -126,5 +126,5 @@ func (o *Options) fill() {
 }
 
 func (o *Options) probeInterval() time.Duration {
-	return time.Duration(o.Forwarder.LatencyProbeInterval) * time.Millisecond
+	return o.Forwarder.LatencyProbeInterval
 }
