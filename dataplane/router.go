@@ -185,8 +185,11 @@ func (r *Router) Run(ctx context.Context) error {
 		}()
 	}
 	r.links, err = link.NewRegistry(link.Options{
-		Identity: r.ident, Handler: r, Forwarder: r.cfg.Forwarder, Pool: r.pool, Log: r.log,
-		Events: link.Events{Up: r.linkUp, Down: r.linkDown, Latency: r.linkLatency},
+		Identity: r.ident, Handler: r, Pool: r.pool, Log: r.log,
+		ProbeInterval:   r.cfg.Forwarder.LatencyProbeInterval,
+		DialQueueLength: r.cfg.Forwarder.LinkDialQueueLength,
+		DialWorkerCount: r.cfg.Forwarder.LinkDialWorkerCount,
+		Events:          link.Events{Up: r.linkUp, Down: r.linkDown, Latency: r.linkLatency},
 	})
 	if err != nil {
 		return err
