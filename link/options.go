@@ -78,8 +78,7 @@ const (
 	DefaultDialQueue     = 1000
 	DefaultDialWorkers   = 32
 	// DefaultPayloadConns payload connections let two writers and two readers encrypt and
-	// decrypt one link's payloads at once; measured with zmesh bench on two cores, where a
-	// single payload connection left the cores idle part of the time (see doc.go).
+	// decrypt one link's payloads at once.
 	DefaultPayloadConns = 2
 	// MaxPayloadConns bounds the payload connections of a link, dialed or accepted.
 	MaxPayloadConns = 8
