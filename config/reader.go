@@ -330,6 +330,16 @@ func (m *mapping) integer(key string, def, min, max int) int {
 	return def
 }
 
+// millis reads a duration the file gives in whole milliseconds; bounds in milliseconds.
+func (m *mapping) millis(key string, def, min, max int) time.Duration {
+	return time.Duration(m.integer(key, def, min, max)) * time.Millisecond
+}
+
+// seconds reads a duration the file gives in whole seconds; bounds in seconds.
+func (m *mapping) seconds(key string, def, min, max int) time.Duration {
+	return time.Duration(m.integer(key, def, min, max)) * time.Second
+}
+
 func (m *mapping) number(key string, def, min, max float64) float64 {
 	n := m.get(key)
 	if n == nil {

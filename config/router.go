@@ -1,12 +1,14 @@
 package config
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 )
 
 // RouterVersion is the only router configuration version this binary reads.
@@ -59,10 +61,20 @@ type Heartbeats struct {
 	CloseUnresponsiveTimeout Duration `json:"closeUnresponsiveTimeout" yaml:"closeUnresponsiveTimeout"`
 }
 
-// CtrlOptions are the control channel's options.
+// CtrlOptions are the control channel's options. The file gives ConnectTimeout in whole
+// milliseconds (connectTimeoutMs).
 type CtrlOptions struct {
-	ConnectTimeoutMs int `json:"connectTimeoutMs" yaml:"connectTimeoutMs"`
+	ConnectTimeout time.Duration
 }
+
+func (o CtrlOptions) file() any {
+	return struct {
+		ConnectTimeoutMs int64 `json:"connectTimeoutMs" yaml:"connectTimeoutMs"`
+	}{o.ConnectTimeout.Milliseconds()}
+}
+
+func (o CtrlOptions) MarshalYAML() (any, error)    { return o.file(), nil }
+func (o CtrlOptions) MarshalJSON() ([]byte, error) { return json.Marshal(o.file()) }
 
 // Identity names the router's certificate and key files. Relative paths are taken relative
 // to the configuration file's directory.
@@ -84,12 +96,24 @@ type AltServerCert struct {
 	ServerKey  string `json:"server_key" yaml:"server_key"`
 }
 
-// Edge turns on edge functionality: SDK clients and tunnel bindings.
+// Edge turns on edge functionality: SDK clients and tunnel bindings. The file gives
+// DBSaveInterval in whole seconds (dbSaveIntervalSeconds).
 type Edge struct {
-	DB                    string `json:"db" yaml:"db"`
-	DBSaveIntervalSeconds int    `json:"dbSaveIntervalSeconds" yaml:"dbSaveIntervalSeconds"`
-	CSR                   *CSR   `json:"csr,omitempty" yaml:"csr,omitempty"`
+	DB             string
+	DBSaveInterval time.Duration
+	CSR            *CSR
 }
+
+func (e Edge) file() any {
+	return struct {
+		DB                    string `json:"db" yaml:"db"`
+		DBSaveIntervalSeconds int64  `json:"dbSaveIntervalSeconds" yaml:"dbSaveIntervalSeconds"`
+		CSR                   *CSR   `json:"csr,omitempty" yaml:"csr,omitempty"`
+	}{e.DB, int64(e.DBSaveInterval / time.Second), e.CSR}
+}
+
+func (e Edge) MarshalYAML() (any, error)    { return e.file(), nil }
+func (e Edge) MarshalJSON() ([]byte, error) { return json.Marshal(e.file()) }
 
 // CSR holds the subject and SANs of the certificates requested at enrollment and extension.
 type CSR struct {
@@ -228,21 +252,47 @@ type DialerOptions struct {
 	MTU int `json:"mtu" yaml:"mtu"`
 }
 
-// Forwarder tunes circuit forwarding. Intervals and timeouts are in milliseconds.
+// Forwarder tunes circuit forwarding. The file gives its intervals and timeouts in whole
+// milliseconds.
 type Forwarder struct {
-	FaultTxInterval          int `json:"faultTxInterval" yaml:"faultTxInterval"`
-	IdleCircuitTimeout       int `json:"idleCircuitTimeout" yaml:"idleCircuitTimeout"`
-	IdleTxInterval           int `json:"idleTxInterval" yaml:"idleTxInterval"`
-	LatencyProbeInterval     int `json:"latencyProbeInterval" yaml:"latencyProbeInterval"`
-	LinkDialQueueLength      int `json:"linkDialQueueLength" yaml:"linkDialQueueLength"`
-	LinkDialWorkerCount      int `json:"linkDialWorkerCount" yaml:"linkDialWorkerCount"`
-	RateLimitedQueueLength   int `json:"rateLimitedQueueLength" yaml:"rateLimitedQueueLength"`
-	RateLimitedWorkerCount   int `json:"rateLimitedWorkerCount" yaml:"rateLimitedWorkerCount"`
-	XgressCloseCheckInterval int `json:"xgressCloseCheckInterval" yaml:"xgressCloseCheckInterval"`
-	XgressDialDwellTime      int `json:"xgressDialDwellTime" yaml:"xgressDialDwellTime"`
-	XgressDialQueueLength    int `json:"xgressDialQueueLength" yaml:"xgressDialQueueLength"`
-	XgressDialWorkerCount    int `json:"xgressDialWorkerCount" yaml:"xgressDialWorkerCount"`
+	FaultTxInterval          time.Duration
+	IdleCircuitTimeout       time.Duration
+	IdleTxInterval           time.Duration
+	LatencyProbeInterval     time.Duration
+	LinkDialQueueLength      int
+	LinkDialWorkerCount      int
+	RateLimitedQueueLength   int
+	RateLimitedWorkerCount   int
+	XgressCloseCheckInterval time.Duration
+	XgressDialDwellTime      time.Duration
+	XgressDialQueueLength    int
+	XgressDialWorkerCount    int
 }
+
+func (f Forwarder) file() any {
+	return struct {
+		FaultTxInterval          int64 `json:"faultTxInterval" yaml:"faultTxInterval"`
+		IdleCircuitTimeout       int64 `json:"idleCircuitTimeout" yaml:"idleCircuitTimeout"`
+		IdleTxInterval           int64 `json:"idleTxInterval" yaml:"idleTxInterval"`
+		LatencyProbeInterval     int64 `json:"latencyProbeInterval" yaml:"latencyProbeInterval"`
+		LinkDialQueueLength      int   `json:"linkDialQueueLength" yaml:"linkDialQueueLength"`
+		LinkDialWorkerCount      int   `json:"linkDialWorkerCount" yaml:"linkDialWorkerCount"`
+		RateLimitedQueueLength   int   `json:"rateLimitedQueueLength" yaml:"rateLimitedQueueLength"`
+		RateLimitedWorkerCount   int   `json:"rateLimitedWorkerCount" yaml:"rateLimitedWorkerCount"`
+		XgressCloseCheckInterval int64 `json:"xgressCloseCheckInterval" yaml:"xgressCloseCheckInterval"`
+		XgressDialDwellTime      int64 `json:"xgressDialDwellTime" yaml:"xgressDialDwellTime"`
+		XgressDialQueueLength    int   `json:"xgressDialQueueLength" yaml:"xgressDialQueueLength"`
+		XgressDialWorkerCount    int   `json:"xgressDialWorkerCount" yaml:"xgressDialWorkerCount"`
+	}{
+		f.FaultTxInterval.Milliseconds(), f.IdleCircuitTimeout.Milliseconds(), f.IdleTxInterval.Milliseconds(),
+		f.LatencyProbeInterval.Milliseconds(), f.LinkDialQueueLength, f.LinkDialWorkerCount,
+		f.RateLimitedQueueLength, f.RateLimitedWorkerCount, f.XgressCloseCheckInterval.Milliseconds(),
+		f.XgressDialDwellTime.Milliseconds(), f.XgressDialQueueLength, f.XgressDialWorkerCount,
+	}
+}
+
+func (f Forwarder) MarshalYAML() (any, error)    { return f.file(), nil }
+func (f Forwarder) MarshalJSON() ([]byte, error) { return json.Marshal(f.file()) }
 
 // HealthChecks configures the router's own health checks.
 type HealthChecks struct {
@@ -312,11 +362,22 @@ type ProfileCPU struct {
 	Path string `json:"path" yaml:"path"`
 }
 
-// ProfileMemory writes a heap profile every IntervalMs milliseconds.
+// ProfileMemory writes a heap profile every Interval. The file gives Interval in whole
+// milliseconds (intervalMs).
 type ProfileMemory struct {
-	Path       string `json:"path" yaml:"path"`
-	IntervalMs int    `json:"intervalMs" yaml:"intervalMs"`
+	Path     string
+	Interval time.Duration
 }
+
+func (p ProfileMemory) file() any {
+	return struct {
+		Path       string `json:"path" yaml:"path"`
+		IntervalMs int64  `json:"intervalMs" yaml:"intervalMs"`
+	}{p.Path, p.Interval.Milliseconds()}
+}
+
+func (p ProfileMemory) MarshalYAML() (any, error)    { return p.file(), nil }
+func (p ProfileMemory) MarshalJSON() ([]byte, error) { return json.Marshal(p.file()) }
 
 // Trace writes every decoded message to Path.
 type Trace struct {

@@ -53,7 +53,7 @@ func (r *reader) ctrl(top *mapping, dir string) Ctrl {
 	}
 	hb.finish()
 	opts := m.child("options")
-	c.Options.ConnectTimeoutMs = opts.integer("connectTimeoutMs", 5000, 100, 600_000)
+	c.Options.ConnectTimeout = opts.millis("connectTimeoutMs", 5000, 100, 600_000)
 	opts.finish()
 	m.finish()
 	return c
@@ -102,8 +102,8 @@ func (r *reader) edge(top *mapping, file, dir string) *Edge {
 	}
 	m := top.child("edge")
 	e := &Edge{
-		DB:                    m.filePath("db", file+".proto.gzip", dir),
-		DBSaveIntervalSeconds: m.integer("dbSaveIntervalSeconds", 30, 1, 86_400),
+		DB:             m.filePath("db", file+".proto.gzip", dir),
+		DBSaveInterval: m.seconds("dbSaveIntervalSeconds", 30, 1, 86_400),
 	}
 	if m.has("csr") {
 		csr := m.child("csr")
@@ -451,16 +451,16 @@ func (r *reader) dialers(top *mapping) []Dialer {
 
 func (r *reader) forwarder(m *mapping) Forwarder {
 	f := Forwarder{
-		FaultTxInterval:          m.integer("faultTxInterval", 15_000, 0, maxMillis),
-		IdleCircuitTimeout:       m.integer("idleCircuitTimeout", 60_000, 1, maxMillis),
-		IdleTxInterval:           m.integer("idleTxInterval", 60_000, 0, maxMillis),
-		LatencyProbeInterval:     m.integer("latencyProbeInterval", 10_000, 0, 3_600_000),
+		FaultTxInterval:          m.millis("faultTxInterval", 15_000, 0, maxMillis),
+		IdleCircuitTimeout:       m.millis("idleCircuitTimeout", 60_000, 1, maxMillis),
+		IdleTxInterval:           m.millis("idleTxInterval", 60_000, 0, maxMillis),
+		LatencyProbeInterval:     m.millis("latencyProbeInterval", 10_000, 0, 3_600_000),
 		LinkDialQueueLength:      m.integer("linkDialQueueLength", 1000, 1, 10_000),
 		LinkDialWorkerCount:      m.integer("linkDialWorkerCount", 32, 1, 10_000),
 		RateLimitedQueueLength:   m.integer("rateLimitedQueueLength", 5000, 1, 50_000),
 		RateLimitedWorkerCount:   m.integer("rateLimitedWorkerCount", 5, 1, 10_000),
-		XgressCloseCheckInterval: m.integer("xgressCloseCheckInterval", 5000, 0, maxMillis),
-		XgressDialDwellTime:      m.integer("xgressDialDwellTime", 0, 0, maxMillis),
+		XgressCloseCheckInterval: m.millis("xgressCloseCheckInterval", 5000, 0, maxMillis),
+		XgressDialDwellTime:      m.millis("xgressDialDwellTime", 0, 0, maxMillis),
 		XgressDialQueueLength:    m.integer("xgressDialQueueLength", 1000, 1, 10_000),
 		XgressDialWorkerCount:    m.integer("xgressDialWorkerCount", 128, 1, 10_000),
 	}
@@ -540,7 +540,7 @@ func (r *reader) profile(top *mapping, dir string) Profile {
 	}
 	if m.has("memory") {
 		mm := m.child("memory")
-		p.Memory = &ProfileMemory{IntervalMs: mm.integer("intervalMs", 15_000, 100, maxMillis)}
+		p.Memory = &ProfileMemory{Interval: mm.millis("intervalMs", 15_000, 100, maxMillis)}
 		if mm.require("path", "the file the heap profile is written to") {
 			p.Memory.Path = mm.filePath("path", "", dir)
 		}

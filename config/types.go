@@ -13,7 +13,8 @@ import (
 )
 
 // Duration is a time.Duration written with a unit suffix ("5s", "1m", "24h", "10ms") in the
-// files and in the effective configuration.
+// files and in the effective configuration. Durations the file gives as whole milliseconds
+// or seconds are plain time.Duration fields, written back as those integers.
 type Duration time.Duration
 
 // Std returns d as a time.Duration.

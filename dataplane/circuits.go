@@ -302,7 +302,7 @@ func (r *Router) faultLoop(ctx context.Context) {
 	if r.cfg.Forwarder.FaultTxInterval <= 0 {
 		return
 	}
-	t := time.NewTicker(time.Duration(r.cfg.Forwarder.FaultTxInterval) * time.Millisecond)
+	t := time.NewTicker(r.cfg.Forwarder.FaultTxInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -407,7 +407,7 @@ func (r *Router) idleLoop(ctx context.Context) {
 	if fc.IdleTxInterval <= 0 || fc.IdleCircuitTimeout <= 0 {
 		return
 	}
-	t := time.NewTicker(time.Duration(fc.IdleTxInterval) * time.Millisecond)
+	t := time.NewTicker(fc.IdleTxInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -415,7 +415,7 @@ func (r *Router) idleLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		idle := r.fw.IdleSince(time.Now().Add(-time.Duration(fc.IdleCircuitTimeout) * time.Millisecond))
+		idle := r.fw.IdleSince(time.Now().Add(-fc.IdleCircuitTimeout))
 		if len(idle) == 0 {
 			continue
 		}
@@ -446,7 +446,7 @@ func (r *Router) idleLoop(ctx context.Context) {
 // endIdle ends circuits the controller no longer knows after forwarder.xgressCloseCheckInterval,
 // unless they carried data meanwhile.
 func (r *Router) endIdle(ctx context.Context, ids []uint64) {
-	wait := time.Duration(r.cfg.Forwarder.XgressCloseCheckInterval) * time.Millisecond
+	wait := r.cfg.Forwarder.XgressCloseCheckInterval
 	checked := time.Now()
 	select {
 	case <-time.After(wait):

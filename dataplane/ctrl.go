@@ -162,7 +162,7 @@ func (c *ctrlClient) dialTLS(ctx context.Context, addr string) (net.Conn, error)
 // open connects with dial, then starts the channel and says Hello, all within the connect
 // timeout; addr names the controller in logs and traces.
 func (c *ctrlClient) open(ctx context.Context, addr string, dial func(context.Context) (net.Conn, error)) (*ctrlproto.Channel, error) {
-	timeout := time.Duration(c.cfg.Options.ConnectTimeoutMs) * time.Millisecond
+	timeout := c.cfg.Options.ConnectTimeout
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}

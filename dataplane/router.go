@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
@@ -186,8 +185,11 @@ func (r *Router) Run(ctx context.Context) error {
 		}()
 	}
 	r.links, err = link.NewRegistry(link.Options{
-		Identity: r.ident, Handler: r, Forwarder: r.cfg.Forwarder, Pool: r.pool, Log: r.log,
-		Events: link.Events{Up: r.linkUp, Down: r.linkDown, Latency: r.linkLatency},
+		Identity: r.ident, Handler: r, Pool: r.pool, Log: r.log,
+		ProbeInterval:   r.cfg.Forwarder.LatencyProbeInterval,
+		DialQueueLength: r.cfg.Forwarder.LinkDialQueueLength,
+		DialWorkerCount: r.cfg.Forwarder.LinkDialWorkerCount,
+		Events:          link.Events{Up: r.linkUp, Down: r.linkDown, Latency: r.linkLatency},
 	})
 	if err != nil {
 		return err
@@ -206,7 +208,7 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 	fc := r.cfg.Forwarder
 	r.dials = xgress.NewDialPool(ctx, xgress.DialPoolOptions{QueueLength: fc.XgressDialQueueLength, Workers: fc.XgressDialWorkerCount,
-		Dwell: time.Duration(fc.XgressDialDwellTime) * time.Millisecond})
+		Dwell: fc.XgressDialDwellTime})
 	r.ctrl = newCtrlClient(r.cfg.Ctrl, r.ident.Client, r.ident.CAs, r.hello, r.handlers, r.connected, r.log)
 	r.ctrl.trace = trace
 	if r.localCtrl != nil {
@@ -237,7 +239,7 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 	if e := r.cfg.Edge; e != nil && e.DB != "" {
 		wg.Go(func() {
-			r.sessionCache.saveLoop(ctx, e.DB, time.Duration(e.DBSaveIntervalSeconds)*time.Second, func(err error) {
+			r.sessionCache.saveLoop(ctx, e.DB, e.DBSaveInterval, func(err error) {
 				r.log.Warn("cannot save the session cache", "err", err)
 			})
 		})
@@ -284,7 +286,7 @@ func (r *Router) startProfile() (*profile.Profiler, error) {
 		opts.CPUPath = c.Path
 	}
 	if m := r.cfg.Profile.Memory; m != nil {
-		opts.MemoryPath, opts.MemoryInterval = m.Path, time.Duration(m.IntervalMs)*time.Millisecond
+		opts.MemoryPath, opts.MemoryInterval = m.Path, m.Interval
 	}
 	p, err := profile.Start(opts)
 	if err != nil {

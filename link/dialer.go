@@ -84,12 +84,12 @@ func NewDialer(ctx context.Context, dialers []config.LinkDialer, reg *Registry) 
 		reg:     reg,
 		dialers: dialers,
 		ctx:     ctx,
-		queue:   make(chan *target, reg.opts.Forwarder.LinkDialQueueLength),
+		queue:   make(chan *target, reg.opts.DialQueueLength),
 		log:     reg.opts.Log.With("component", "link dialer"),
 		targets: map[string]*target{},
 		offline: map[string]bool{},
 	}
-	for range reg.opts.Forwarder.LinkDialWorkerCount {
+	for range reg.opts.DialWorkerCount {
 		go d.work()
 	}
 	context.AfterFunc(ctx, d.stopTimers)

@@ -85,8 +85,8 @@ func TestDialQueueFullFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	ca := newCA(t)
 	a := newNode(t, ca, "router-a", releaseAll, func(o *Options) {
-		o.Forwarder.LinkDialQueueLength = 1
-		o.Forwarder.LinkDialWorkerCount = 1
+		o.DialQueueLength = 1
+		o.DialWorkerCount = 1
 		o.HandshakeTimeout = 3 * time.Second
 	})
 	// A listener that accepts and never answers keeps the only worker busy.

@@ -34,8 +34,7 @@
 // writers number the batches they take, and the peer's readers hand the batches over in
 // number order (stripe.go), so that the Handler sees every frame in the order it was sent
 // and circuits share the link as fairly as on one connection, while encryption, decryption
-// and system calls run on several goroutines on each side. An idle split TLS link with two
-// payload connections holds about 600 KiB of buffers, mostly the readers'.
+// and system calls run on several goroutines on each side.
 //
 // # Latency probes
 //
@@ -48,16 +47,6 @@
 //
 // # Performance
 //
-// zmesh bench compares two routers over a tls: link with tls-2hop, two Go relays with one
-// TLS 1.3 connection per stream between them. On two cores, with sixteen streams, both
-// saturate the machine, so the ratio follows the CPU time each spends per byte, and a link
-// of one payload connection also left the cores idle part of the time, its one writer and
-// one reader waiting for each other's turn at the CPU. Profiles of the routers put their
-// cost above the relays' in write system calls (one per TLS record), in copies through the
-// buffered reader and writer above TLS, and in scheduling. Gathering the records, reading
-// without a buffered reader above TLS and striping over two payload connections took the
-// routers' CPU time per GiB from about 1.3× the relays' to about 1.15×, and sixteen streams
-// from about 0.8× the relays' throughput to about 0.9× (one stream from about 1.0× to
-// 1.2×), with Jain's fairness above 0.99. A third payload connection measured no better
-// than two on two cores.
+// The figures measured with zmesh bench, and the choices they led to, are in
+// docs/performance.md.
 package link

@@ -139,7 +139,7 @@ func (l *Link) start(ctx context.Context) {
 		}
 	}
 	l.writers.Add(1)
-	go l.probe(l.reg.opts.probeInterval())
+	go l.probe(l.reg.opts.ProbeInterval)
 	l.writers.Done()
 }
 

@@ -48,7 +48,7 @@ func (c *collector) wait(t *testing.T, n int) []xgress.Frame {
 }
 
 // noProbes keeps the prober to its first probe, so that tests can count frames.
-func noProbes(o *Options) { o.Forwarder.LatencyProbeInterval = int(time.Hour / time.Millisecond) }
+func noProbes(o *Options) { o.ProbeInterval = time.Hour }
 
 func TestSplitCarriesPayloadsAndAcksOnTheirOwnConnections(t *testing.T) {
 	t.Parallel()
@@ -252,7 +252,7 @@ func TestProbesMeasureLatency(t *testing.T) {
 			ca := newCA(t)
 			rtts := make(chan time.Duration, 100)
 			fast := func(o *Options) {
-				o.Forwarder.LatencyProbeInterval = 20
+				o.ProbeInterval = 20 * time.Millisecond
 				o.Events.Latency = func(_ *Link, rtt time.Duration) {
 					select {
 					case rtts <- rtt:

@@ -4,7 +4,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/xgress"
 )
 
@@ -35,8 +34,14 @@ type Options struct {
 	Identity Identity
 	Handler  Handler
 	Events   Events
-	// Forwarder gives latencyProbeInterval, linkDialQueueLength and linkDialWorkerCount.
-	Forwarder config.Forwarder
+	// ProbeInterval is how often each link measures its latency
+	// (forwarder.latencyProbeInterval); DefaultProbeInterval when zero.
+	ProbeInterval time.Duration
+	// DialQueueLength and DialWorkerCount bound the link dials waiting and running
+	// (forwarder.linkDialQueueLength, linkDialWorkerCount); DefaultDialQueue and
+	// DefaultDialWorkers when zero.
+	DialQueueLength int
+	DialWorkerCount int
 	// Pool gives the frames links read into; the runtime passes the pool it forwards with.
 	Pool *xgress.Pool
 	// Log receives the links' logs; it should already name the router (the runtime's logger
@@ -61,7 +66,7 @@ type Options struct {
 	PayloadConns int
 }
 
-// Defaults of the options and of forwarder keys left at zero.
+// Defaults of the options left at zero.
 const (
 	DefaultQueueLength      = 128
 	DefaultHandshakeTimeout = 10 * time.Second
@@ -73,8 +78,7 @@ const (
 	DefaultDialQueue     = 1000
 	DefaultDialWorkers   = 32
 	// DefaultPayloadConns payload connections let two writers and two readers encrypt and
-	// decrypt one link's payloads at once; measured with zmesh bench on two cores, where a
-	// single payload connection left the cores idle part of the time (see doc.go).
+	// decrypt one link's payloads at once.
 	DefaultPayloadConns = 2
 	// MaxPayloadConns bounds the payload connections of a link, dialed or accepted.
 	MaxPayloadConns = 8
@@ -114,17 +118,13 @@ func (o *Options) fill() {
 		o.PayloadConns = DefaultPayloadConns
 	}
 	o.PayloadConns = min(o.PayloadConns, MaxPayloadConns)
-	if o.Forwarder.LatencyProbeInterval <= 0 {
-		o.Forwarder.LatencyProbeInterval = int(DefaultProbeInterval / time.Millisecond)
+	if o.ProbeInterval <= 0 {
+		o.ProbeInterval = DefaultProbeInterval
 	}
-	if o.Forwarder.LinkDialQueueLength <= 0 {
-		o.Forwarder.LinkDialQueueLength = DefaultDialQueue
+	if o.DialQueueLength <= 0 {
+		o.DialQueueLength = DefaultDialQueue
 	}
-	if o.Forwarder.LinkDialWorkerCount <= 0 {
-		o.Forwarder.LinkDialWorkerCount = DefaultDialWorkers
+	if o.DialWorkerCount <= 0 {
+		o.DialWorkerCount = DefaultDialWorkers
 	}
-}
-
-func (o *Options) probeInterval() time.Duration {
-	return time.Duration(o.Forwarder.LatencyProbeInterval) * time.Millisecond
 }

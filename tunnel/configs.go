@@ -408,63 +408,63 @@ func parseTerminator(service, configType, prefix string, raw json.RawMessage) (H
 		return HostTerminator{}, decodeError(service, configType, prefix, err)
 	}
 	var t HostTerminator
-	var err error
 
-	t.ForwardProtocol = j.ForwardProtocol != nil && *j.ForwardProtocol
-	switch {
-	case t.ForwardProtocol && j.Protocol != nil:
-		return t, fail("protocol", "protocol and forwardProtocol are mutually exclusive")
-	case t.ForwardProtocol:
-		if t.AllowedProtocols, err = parseProtocols(j.AllowedProtocols, "allowedProtocols", fail); err != nil {
-			return t, err
-		}
-	case j.Protocol == nil:
-		return t, fail("protocol", "missing; give protocol, or forwardProtocol with allowedProtocols")
-	default:
-		if t.Protocol, err = parseProtocol(*j.Protocol); err != nil {
-			return t, fail("protocol", "%v", err)
-		}
-	}
-
-	t.ForwardAddress = j.ForwardAddress != nil && *j.ForwardAddress
-	switch {
-	case t.ForwardAddress && j.Address != nil:
-		return t, fail("address", "address and forwardAddress are mutually exclusive")
-	case t.ForwardAddress:
-		if len(j.AllowedAddresses) == 0 {
-			return t, fail("allowedAddresses", "missing or empty; forwardAddress needs it")
-		}
-		for i, s := range j.AllowedAddresses {
-			a, err := parseAddress(s)
-			if err != nil {
-				return t, fail(fmt.Sprintf("allowedAddresses[%d]", i), "%v", err)
+	// Protocol, address and port are each either fixed (protocol) or forwarded from the
+	// circuit (forwardProtocol) within an allowed set (allowedProtocols).
+	for _, f := range []struct {
+		name, forwardKey, allowedKey string
+		forward                      *bool        // t's forward flag
+		forwardGiven                 *bool        // the forward flag as the config gives it
+		fixedGiven                   bool         // whether the config gives the fixed value
+		allowed                      func() error // parses the allowed set into t, naming the field at fault
+		fixed                        func() error // parses the fixed value into t
+	}{
+		{"protocol", "forwardProtocol", "allowedProtocols", &t.ForwardProtocol, j.ForwardProtocol, j.Protocol != nil,
+			func() (err error) {
+				t.AllowedProtocols, err = parseProtocols(j.AllowedProtocols, "allowedProtocols", fail)
+				return err
+			},
+			func() (err error) {
+				t.Protocol, err = parseProtocol(*j.Protocol)
+				return err
+			}},
+		{"address", "forwardAddress", "allowedAddresses", &t.ForwardAddress, j.ForwardAddress, j.Address != nil,
+			func() (err error) {
+				t.AllowedAddresses, err = parseAddresses(j.AllowedAddresses, "allowedAddresses", fail)
+				return err
+			},
+			func() (err error) {
+				t.Address, err = parseDialAddress(*j.Address)
+				return err
+			}},
+		{"port", "forwardPort", "allowedPortRanges", &t.ForwardPort, j.ForwardPort, j.Port != nil,
+			func() (err error) {
+				t.AllowedPortRanges, err = parsePortRanges(j.AllowedPortRanges, "allowedPortRanges", fail)
+				return err
+			},
+			func() error {
+				if *j.Port < 1 || *j.Port > 65535 {
+					return fmt.Errorf("%d is not a port (1-65535)", *j.Port)
+				}
+				t.Port = uint16(*j.Port)
+				return nil
+			}},
+	} {
+		*f.forward = f.forwardGiven != nil && *f.forwardGiven
+		switch {
+		case *f.forward && f.fixedGiven:
+			return t, fail(f.name, "%s and %s are mutually exclusive", f.name, f.forwardKey)
+		case *f.forward:
+			if err := f.allowed(); err != nil {
+				return t, err
 			}
-			if !slices.Contains(t.AllowedAddresses, a) {
-				t.AllowedAddresses = append(t.AllowedAddresses, a)
+		case !f.fixedGiven:
+			return t, fail(f.name, "missing; give %s, or %s with %s", f.name, f.forwardKey, f.allowedKey)
+		default:
+			if err := f.fixed(); err != nil {
+				return t, fail(f.name, "%v", err)
 			}
 		}
-	case j.Address == nil:
-		return t, fail("address", "missing; give address, or forwardAddress with allowedAddresses")
-	default:
-		if t.Address, err = parseDialAddress(*j.Address); err != nil {
-			return t, fail("address", "%v", err)
-		}
-	}
-
-	t.ForwardPort = j.ForwardPort != nil && *j.ForwardPort
-	switch {
-	case t.ForwardPort && j.Port != nil:
-		return t, fail("port", "port and forwardPort are mutually exclusive")
-	case t.ForwardPort:
-		if t.AllowedPortRanges, err = parsePortRanges(j.AllowedPortRanges, "allowedPortRanges", fail); err != nil {
-			return t, err
-		}
-	case j.Port == nil:
-		return t, fail("port", "missing; give port, or forwardPort with allowedPortRanges")
-	case *j.Port < 1 || *j.Port > 65535:
-		return t, fail("port", "%d is not a port (1-65535)", *j.Port)
-	default:
-		t.Port = uint16(*j.Port)
 	}
 
 	t.ConnectTimeout = DefaultHostConnectTimeout
@@ -600,6 +600,24 @@ func parseProtocol(s string) (string, error) {
 		return p, nil
 	}
 	return "", fmt.Errorf("%q is not tcp or udp", s)
+}
+
+// parseAddresses checks a non-empty list of allowed addresses, dropping repeats.
+func parseAddresses(list []string, field string, fail func(field, format string, args ...any) error) ([]Address, error) {
+	if len(list) == 0 {
+		return nil, fail(field, "missing or empty; forwardAddress needs it")
+	}
+	var out []Address
+	for i, s := range list {
+		a, err := parseAddress(s)
+		if err != nil {
+			return nil, fail(fmt.Sprintf("%s[%d]", field, i), "%v", err)
+		}
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }
 
 // parseAddress reads an intercept or allowed address: an IP address, a CIDR, a wildcard
