@@ -23,7 +23,7 @@ import (
 // (it releases it then), so a failed send is only dropped here.
 type linkHop struct{ l *link.Link }
 
-func (h linkHop) Send(f *xgress.Frame) { h.l.Send(f) }
+func (h linkHop) Forward(f *xgress.Frame) { h.l.Send(f) }
 
 // carry asks the controller for the circuit req describes and, when it is made, carries
 // conn as its initiator; otherwise conn is closed.
@@ -141,7 +141,7 @@ func (r *Router) route(ctx context.Context, m *ctrlproto.Route) *ctrlproto.Route
 
 // hop resolves a Route's hop that is not a dial: a link to a peer router, or the ingress
 // end on this router (attached when the ingress gets its reply).
-func (r *Router) hop(h ctrlproto.Hop) (Hop, error) {
+func (r *Router) hop(h ctrlproto.Hop) (xgress.Hop, error) {
 	switch {
 	case h.Router != "":
 		l := r.links.Get(h.Router)
@@ -356,7 +356,7 @@ func (r *Router) linkDown(l *link.Link, err error) {
 	}()
 	r.reportLink(l, false)
 	var dead []uint64
-	r.fw.Each(func(id uint64, toI, toT Hop) {
+	r.fw.Each(func(id uint64, toI, toT xgress.Hop) {
 		if h, ok := toI.(linkHop); ok && h.l == l {
 			dead = append(dead, id)
 		} else if h, ok := toT.(linkHop); ok && h.l == l {

@@ -108,7 +108,7 @@ func TestThousandConcurrentCircuits(t *testing.T) {
 	}
 	// Every circuit is open now, on every router of the line.
 	var ids []uint64
-	n.routers["A"].r.Forwarder().Each(func(id uint64, _, _ Hop) { ids = append(ids, id) })
+	n.routers["A"].r.Forwarder().Each(func(id uint64, _, _ xgress.Hop) { ids = append(ids, id) })
 	counts := map[string]int{}
 	for _, name := range []string{"A", "B", "C"} {
 		counts[name] = n.routers[name].r.Forwarder().Circuits()

@@ -8,22 +8,17 @@ import (
 	"github.com/zmesh/zmesh/xgress"
 )
 
-// The forwarder moves frames along circuits. A circuit's route on this router names two hops:
-// where frames travelling toward the initiator go, and where frames travelling toward the
-// terminator go. A hop is a link to the next router or an endpoint on this router. A frame's
-// Origin says which end sent it, so it goes to the hop toward the other end. The route table
-// is read without locks on the forwarding path; only routing and unrouting write it.
-
-// Hop takes the frames of a circuit in one direction. It owns each frame it is given and must
-// not block for long.
-type Hop interface {
-	Send(f *xgress.Frame)
-}
+// The forwarder moves frames along circuits. A circuit's route on this router names two hops
+// (xgress.Hop): where frames travelling toward the initiator go, and where frames travelling
+// toward the terminator go. A hop is a link to the next router or an endpoint on this router.
+// A frame's Origin says which end sent it, so it goes to the hop toward the other end. The
+// route table is read without locks on the forwarding path; only routing and unrouting write
+// it.
 
 // route is one circuit's entry in the table.
 type route struct {
-	toward   [2]Hop       // indexed by the end the frame travels to
-	lastSeen atomic.Int64 // unix nanoseconds of the last payload, for idle detection
+	toward   [2]xgress.Hop // indexed by the end the frame travels to
+	lastSeen atomic.Int64  // unix nanoseconds of the last payload, for idle detection
 }
 
 // Forwarder holds the circuit table of a router.
@@ -61,13 +56,13 @@ func (fw *Forwarder) Forward(f *xgress.Frame) {
 		return
 	}
 	fw.Forwarded.Add(1)
-	hop.Send(f)
+	hop.Forward(f)
 }
 
 // ForwardFrom is Forward for a frame that arrived from hop from (a link): it is dropped
 // unless from is the circuit's hop toward the frame's origin, so that a peer cannot inject
 // frames into circuits that do not pass through it.
-func (fw *Forwarder) ForwardFrom(f *xgress.Frame, from Hop) {
+func (fw *Forwarder) ForwardFrom(f *xgress.Frame, from xgress.Hop) {
 	v, ok := fw.routes.Load(f.Circuit)
 	if !ok || v.(*route).toward[f.Origin] != from {
 		fw.Dropped.Add(1)
@@ -88,7 +83,7 @@ func (fw *Forwarder) CountSpliced(circuit uint64, n int64) {
 
 // Route installs or replaces the route of a circuit: frames travelling toward the initiator go
 // to toInitiator, those travelling toward the terminator to toTerminator.
-func (fw *Forwarder) Route(circuit uint64, toInitiator, toTerminator Hop) {
+func (fw *Forwarder) Route(circuit uint64, toInitiator, toTerminator xgress.Hop) {
 	r := &route{}
 	r.toward[xgress.Initiator], r.toward[xgress.Terminator] = toInitiator, toTerminator
 	r.lastSeen.Store(fw.now().UnixNano())
@@ -97,7 +92,7 @@ func (fw *Forwarder) Route(circuit uint64, toInitiator, toTerminator Hop) {
 
 // Attach sets the hop toward one end of a routed circuit, keeping the other; it reports
 // whether the circuit had a route.
-func (fw *Forwarder) Attach(circuit uint64, toward xgress.Origin, hop Hop) bool {
+func (fw *Forwarder) Attach(circuit uint64, toward xgress.Origin, hop xgress.Hop) bool {
 	v, ok := fw.routes.Load(circuit)
 	if !ok {
 		return false
@@ -111,7 +106,7 @@ func (fw *Forwarder) Attach(circuit uint64, toward xgress.Origin, hop Hop) bool 
 }
 
 // Hops returns the hops of a circuit, toward the initiator and toward the terminator.
-func (fw *Forwarder) Hops(circuit uint64) (toInitiator, toTerminator Hop, ok bool) {
+func (fw *Forwarder) Hops(circuit uint64) (toInitiator, toTerminator xgress.Hop, ok bool) {
 	v, ok := fw.routes.Load(circuit)
 	if !ok {
 		return nil, nil, false
@@ -121,7 +116,7 @@ func (fw *Forwarder) Hops(circuit uint64) (toInitiator, toTerminator Hop, ok boo
 }
 
 // Each calls f for every routed circuit with its hops.
-func (fw *Forwarder) Each(f func(circuit uint64, toInitiator, toTerminator Hop)) {
+func (fw *Forwarder) Each(f func(circuit uint64, toInitiator, toTerminator xgress.Hop)) {
 	fw.routes.Range(func(k, v any) bool {
 		r := v.(*route)
 		f(k.(uint64), r.toward[xgress.Initiator], r.toward[xgress.Terminator])
@@ -136,7 +131,7 @@ func (fw *Forwarder) Unroute(circuit uint64) bool {
 }
 
 // Remove removes a circuit's route and returns its hops; ok reports whether there was one.
-func (fw *Forwarder) Remove(circuit uint64) (toInitiator, toTerminator Hop, ok bool) {
+func (fw *Forwarder) Remove(circuit uint64) (toInitiator, toTerminator xgress.Hop, ok bool) {
 	v, ok := fw.routes.LoadAndDelete(circuit)
 	if !ok {
 		return nil, nil, false
@@ -174,5 +169,5 @@ func (fw *Forwarder) IdleSince(before time.Time) []uint64 {
 // EndpointHop delivers frames to an endpoint on this router.
 type EndpointHop struct{ E *xgress.Endpoint }
 
-// Send hands the frame to the endpoint.
-func (h EndpointHop) Send(f *xgress.Frame) { h.E.Receive(f) }
+// Forward hands the frame to the endpoint.
+func (h EndpointHop) Forward(f *xgress.Frame) { h.E.Receive(f) }

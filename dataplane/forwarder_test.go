@@ -14,7 +14,11 @@ type recorder struct {
 	frames []*xgress.Frame
 }
 
-func (r *recorder) Send(f *xgress.Frame) { r.mu.Lock(); r.frames = append(r.frames, f); r.mu.Unlock() }
+func (r *recorder) Forward(f *xgress.Frame) {
+	r.mu.Lock()
+	r.frames = append(r.frames, f)
+	r.mu.Unlock()
+}
 
 func TestForwarderRoutesByOrigin(t *testing.T) {
 	t.Parallel()
@@ -62,7 +66,7 @@ func TestForwarderIdle(t *testing.T) {
 // discard is a hop that releases frames at once.
 type discard struct{}
 
-func (discard) Send(f *xgress.Frame) { f.Release() }
+func (discard) Forward(f *xgress.Frame) { f.Release() }
 
 // BenchmarkForward forwards payloads of one of 10,000 circuits: no allocation per payload.
 func BenchmarkForward(b *testing.B) {
@@ -89,7 +93,7 @@ func TestForwardFromChecksTheHop(t *testing.T) {
 	pool := xgress.NewPool()
 	toI, toT := &recorder{}, &recorder{}
 	fw.Route(9, toI, toT)
-	send := func(from Hop) {
+	send := func(from xgress.Hop) {
 		f := pool.Get(0)
 		f.Type, f.Origin, f.Circuit = xgress.Payload, xgress.Initiator, 9
 		fw.ForwardFrom(f, from)

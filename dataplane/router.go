@@ -296,7 +296,7 @@ func (r *Router) startProfile() (*profile.Profiler, error) {
 // hello describes the router to the controller.
 func (r *Router) hello() *ctrlproto.Hello {
 	h := &ctrlproto.Hello{RouterID: r.id, Version: r.version, Protocol: ctrlproto.ProtocolVersion}
-	r.fw.Each(func(id uint64, _, _ Hop) { h.Circuits = append(h.Circuits, id) })
+	r.fw.Each(func(id uint64, _, _ xgress.Hop) { h.Circuits = append(h.Circuits, id) })
 	h.Terminators = append(r.sdk.terminators(), r.overlay.terminators()...)
 	h.Hostname, _ = os.Hostname()
 	for _, ln := range r.linkLns {

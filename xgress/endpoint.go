@@ -13,15 +13,16 @@ import (
 
 // An Endpoint is one end of a circuit on this router: it joins a local connection (a client
 // socket the router accepted, or the service connection it dialed) to the circuit's frames.
-// Data read from the connection leaves as Payload frames through the Forwarder; Payload
+// Data read from the connection leaves as Payload frames through its Hop; Payload
 // frames from the other end are written to the connection in order and acknowledged. The
 // file reads in the order data flows: first outbound (connection → circuit), then inbound
 // (circuit → connection), then closing.
 
-// Forwarder takes the frames an endpoint sends toward the other end of its circuit. It owns
-// the frame from then on and must not block for long: it hands the frame to a link or to the
-// other local endpoint.
-type Forwarder interface {
+// Hop takes a circuit's frames one step on toward the end they travel to, the end that is
+// not their Origin: a router's forwarder (which picks the circuit's next hop), a link to the
+// next router, or the endpoint at that end. It owns each frame from then on and must not
+// block for long.
+type Hop interface {
 	Forward(f *Frame)
 }
 
@@ -44,7 +45,7 @@ type Endpoint struct {
 	circuit uint64
 	origin  Origin
 	conn    net.Conn
-	fwd     Forwarder
+	out     Hop // where the frames this end sends go: on a router, its forwarder
 	pool    *Pool
 	done    func(error) // called once, when the endpoint has finished
 
@@ -81,11 +82,11 @@ type Endpoint struct {
 	finished atomic.Bool
 }
 
-// NewEndpoint returns the end origin of circuit for conn; frames leave through fwd. done is
+// NewEndpoint returns the end origin of circuit for conn; frames leave through out. done is
 // called once when the endpoint has finished: nil after a clean close in both directions,
 // the reason otherwise.
-func NewEndpoint(circuit uint64, origin Origin, conn net.Conn, fwd Forwarder, pool *Pool, done func(error)) *Endpoint {
-	e := &Endpoint{circuit: circuit, origin: origin, conn: conn, fwd: fwd, pool: pool, done: done, win: newWindow()}
+func NewEndpoint(circuit uint64, origin Origin, conn net.Conn, out Hop, pool *Pool, done func(error)) *Endpoint {
+	e := &Endpoint{circuit: circuit, origin: origin, conn: conn, out: out, pool: pool, done: done, win: newWindow()}
 	e.writer = e.writeLoop
 	if sc, ok := conn.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
@@ -140,7 +141,7 @@ func (e *Endpoint) Start() {
 		f := e.pool.Get(0)
 		f.Type, f.Origin, f.Circuit = Payload, e.origin, e.circuit
 		f.Seq = e.win.sentBytes(0)
-		e.fwd.Forward(f)
+		e.out.Forward(f)
 	}
 	go e.readLoop()
 }
@@ -219,7 +220,7 @@ func (e *Endpoint) readLoop() {
 			f.Type, f.Origin, f.Circuit = Payload, e.origin, e.circuit
 			f.Grow(n)
 			f.Seq = e.win.sentBytes(n)
-			e.fwd.Forward(f)
+			e.out.Forward(f)
 		} else {
 			f.Release()
 		}
@@ -249,7 +250,7 @@ func (e *Endpoint) sendEOF() {
 	f := e.pool.Get(0)
 	f.Type, f.Flags, f.Origin, f.Circuit = Payload, FlagEOF, e.origin, e.circuit
 	f.Seq = e.win.sentBytes(0)
-	e.fwd.Forward(f)
+	e.out.Forward(f)
 	e.mu.Lock()
 	e.eofOut = true
 	e.mu.Unlock()
@@ -393,7 +394,7 @@ func (e *Endpoint) writeLoop() {
 func (e *Endpoint) sendAck(seq uint64) {
 	f := e.pool.Get(0)
 	f.Type, f.Origin, f.Circuit, f.Seq = Ack, e.origin, e.circuit, seq
-	e.fwd.Forward(f)
+	e.out.Forward(f)
 }
 
 // finishIfDone ends the endpoint cleanly once both directions are done: this end sent EOF and
@@ -445,7 +446,7 @@ func (e *Endpoint) shutdown(err error, tellPeer bool) {
 		f := e.pool.Get(len(err.Error()))
 		f.Type, f.Origin, f.Circuit = Close, e.origin, e.circuit
 		f.SetData([]byte(truncate(err.Error(), SmallData)))
-		e.fwd.Forward(f)
+		e.out.Forward(f)
 	}
 	e.conn.Close()
 	if e.done != nil {

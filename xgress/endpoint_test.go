@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// direct is a Forwarder that hands frames straight to the other endpoint, as a forwarder does
+// direct is a Hop that hands frames straight to the other endpoint, as a forwarder does
 // for a circuit whose two ends are on one router.
 type direct struct {
 	mu sync.Mutex
@@ -327,7 +327,7 @@ func (g *gatedConn) Write(p []byte) (int, error) {
 	return g.Conn.Write(p)
 }
 
-// releaser is a forwarder that drops what it is given (the acks of a lone endpoint).
+// releaser is a Hop that drops what it is given (the acks of a lone endpoint).
 type releaser struct{}
 
 func (releaser) Forward(f *Frame) { f.Release() }
@@ -540,7 +540,7 @@ func TestSpliceNeedsTCP(t *testing.T) {
 	}
 }
 
-// recorder is a Forwarder that keeps the frames it is given.
+// recorder is a Hop that keeps the frames it is given.
 type recorder struct {
 	mu     sync.Mutex
 	frames []*Frame
