@@ -146,8 +146,8 @@ func (fw *Forwarder) Routed(circuit uint64) bool {
 	return ok
 }
 
-// Circuits returns the number of routed circuits.
-func (fw *Forwarder) Circuits() int {
+// CircuitCount returns the number of routed circuits.
+func (fw *Forwarder) CircuitCount() int {
 	n := 0
 	fw.routes.Range(func(any, any) bool { n++; return true })
 	return n

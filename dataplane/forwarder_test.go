@@ -80,7 +80,7 @@ func BenchmarkForward(b *testing.B) {
 	for b.Loop() {
 		f := pool.Get(1024)
 		f.Type, f.Circuit = xgress.Payload, 1<<40+i%10000
-		f.Grow(1024)
+		f.Extend(1024)
 		fw.Forward(f)
 		i++
 	}

@@ -243,7 +243,7 @@ func (r *Router) Run(ctx context.Context) error {
 		})
 	}
 	close(r.ready)
-	wg.Go(func() { r.ctrl.run(ctx) })
+	wg.Go(func() { r.ctrl.connectLoop(ctx) })
 	wg.Go(func() { r.idleLoop(ctx) })
 	wg.Go(func() { r.faultLoop(ctx) })
 	wg.Go(func() { r.metricsLoop(ctx) })
@@ -254,7 +254,7 @@ func (r *Router) Run(ctx context.Context) error {
 		wg.Go(func() { trace.flushLoop(ctx) })
 	}
 	for range fc.RateLimitedWorkerCount {
-		wg.Go(func() { r.rateLimitedWorker(ctx) })
+		wg.Go(func() { r.rateLimitedLoop(ctx) })
 	}
 	<-ctx.Done()
 	close(r.stopped)

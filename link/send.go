@@ -60,8 +60,8 @@ func (l *Link) trySend(c *conn, f *xgress.Frame) {
 	}
 }
 
-// write is the writer of connection c: it runs until the link closes or a write fails.
-func (l *Link) write(c *conn) {
+// writeLoop is the writer of connection c: it runs until the link closes or a write fails.
+func (l *Link) writeLoop(c *conn) {
 	defer l.writers.Done()
 	for {
 		select {
@@ -173,10 +173,10 @@ func (c *conn) discard() {
 	}
 }
 
-// writeStriped is the writer of payload connection c of a striped link: it takes numbered
+// writeStripedLoop is the writer of payload connection c of a striped link: it takes numbered
 // batches from the queue the payload connections share and writes them, until the link
 // closes or a write fails. Closing, the writers share out what is still queued the same way.
-func (l *Link) writeStriped(c *conn) {
+func (l *Link) writeStripedLoop(c *conn) {
 	defer l.writers.Done()
 	for l.stripe.take(c, l.stop) {
 		if err := c.writeStripeBatch(); err != nil {

@@ -140,7 +140,7 @@ func (e *Endpoint) Start() {
 	if !e.readableNow() {
 		f := e.pool.Get(0)
 		f.Type, f.Origin, f.Circuit = Payload, e.origin, e.circuit
-		f.Seq = e.win.sentBytes(0)
+		f.Seq = e.win.recordSent(0)
 		e.out.Forward(f)
 	}
 	go e.readLoop()
@@ -218,8 +218,8 @@ func (e *Endpoint) readLoop() {
 		full = n == room
 		if n > 0 {
 			f.Type, f.Origin, f.Circuit = Payload, e.origin, e.circuit
-			f.Grow(n)
-			f.Seq = e.win.sentBytes(n)
+			f.Extend(n)
+			f.Seq = e.win.recordSent(n)
 			e.out.Forward(f)
 		} else {
 			f.Release()
@@ -249,7 +249,7 @@ func (e *Endpoint) waitReadable() error {
 func (e *Endpoint) sendEOF() {
 	f := e.pool.Get(0)
 	f.Type, f.Flags, f.Origin, f.Circuit = Payload, FlagEOF, e.origin, e.circuit
-	f.Seq = e.win.sentBytes(0)
+	f.Seq = e.win.recordSent(0)
 	e.out.Forward(f)
 	e.mu.Lock()
 	e.eofOut = true

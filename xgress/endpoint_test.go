@@ -515,7 +515,7 @@ func TestOverrunFails(t *testing.T) {
 	for range 1024 { // 64 MiB: far more than the socket buffers and the window
 		f := pool.Get(MaxData)
 		f.Type, f.Origin, f.Circuit, f.Seq = Payload, Initiator, 7, seq
-		f.Grow(MaxData)
+		f.Extend(MaxData)
 		seq += MaxData
 		c.egress.Receive(f)
 	}

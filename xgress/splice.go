@@ -40,14 +40,14 @@ func Splice(a, b *Endpoint, activity func(n int64)) bool {
 	}
 	b.opening()
 	b.mu.Unlock()
-	go spliceOneWay(a, b, ac, bc, activity)
-	go spliceOneWay(b, a, bc, ac, activity)
+	go spliceLoop(a, b, ac, bc, activity)
+	go spliceLoop(b, a, bc, ac, activity)
 	return true
 }
 
-// spliceOneWay moves bytes from src's connection to dst's until src reaches EOF (then dst's
+// spliceLoop moves bytes from src's connection to dst's until src reaches EOF (then dst's
 // connection is closed for writing) or either fails (then both ends fail).
-func spliceOneWay(src, dst *Endpoint, from, to *net.TCPConn, activity func(n int64)) {
+func spliceLoop(src, dst *Endpoint, from, to *net.TCPConn, activity func(n int64)) {
 	lr := &io.LimitedReader{R: from}
 	for {
 		lr.N = spliceChunk
