@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -63,23 +62,91 @@ type Endpoint struct {
 	// closure at each burst of payloads.
 	writer func()
 
-	mu        sync.Mutex
+	mu        sync.Mutex // guards state and the fields below
+	state     endState
 	queue     []*Frame // payloads from the other end, not yet written
 	spare     []*Frame // the writer's previous batch, reused as the next queue
 	queued    int      // bytes in queue
-	writing   bool     // a writer goroutine is draining queue
 	expect    uint64   // Seq the next payload must carry
 	delivered uint64   // bytes written to conn
-	eofIn     bool     // the other end sent EOF, and every byte before it was written
-	eofOut    bool     // this end's connection reached EOF and the EOF frame was sent
-	closed    bool
-	opened    bool // a payload from the initiator arrived (terminator)
-	awaitOpen bool // Start was called before it did: the first payload starts reading
-	// openTimer closes a terminator that is not opened in time (StartWithin); stopped once
-	// it is opened or ends, so that it keeps nothing of a finished circuit alive.
-	openTimer *time.Timer
+}
 
-	finished atomic.Bool
+// endState is where an endpoint stands, guarded by its mu: flags, each set once and never
+// cleared except writing and awaitOpen, and the open timer. Its methods are the transitions.
+type endState struct {
+	flags endFlags
+	// openTimer closes a terminator that is not opened in time (StartWithin); opening or
+	// closing stops it, so that it keeps nothing of a finished circuit alive.
+	openTimer *time.Timer
+}
+
+type endFlags uint8
+
+const (
+	endOpened    endFlags = 1 << iota // a payload from the other end arrived
+	endAwaitOpen                      // started before it did: the first payload starts reading
+	endWriting                        // a writer goroutine is draining the queue
+	endEOFIn                          // the other end's EOF was written, and every byte before it
+	endEOFOut                         // this end's connection reached EOF and the EOF was sent
+	endClosed                         // ended: nothing more is queued, written or sent
+)
+
+func (s *endState) opened() bool  { return s.flags&endOpened != 0 }
+func (s *endState) closed() bool  { return s.flags&endClosed != 0 }
+func (s *endState) writing() bool { return s.flags&endWriting != 0 }
+
+// bothEOF reports whether both directions have carried their EOF.
+func (s *endState) bothEOF() bool { return s.flags&(endEOFIn|endEOFOut) == endEOFIn|endEOFOut }
+
+func (s *endState) wroteEOF() { s.flags |= endEOFIn }
+func (s *endState) sentEOF()  { s.flags |= endEOFOut }
+
+// start is a terminator's Start: it reports whether to read the connection now (it was
+// opened already); otherwise the opening payload will start reading.
+func (s *endState) start() (read bool) {
+	if s.opened() {
+		return true
+	}
+	s.flags |= endAwaitOpen
+	return false
+}
+
+// open records a payload from the other end and reports whether it is the opening payload
+// of a started terminator, which starts reading.
+func (s *endState) open() (read bool) {
+	read = s.flags&endAwaitOpen != 0
+	s.flags = s.flags&^endAwaitOpen | endOpened
+	s.stopOpenTimer()
+	return read
+}
+
+// startWriter reports whether a writer must be started for newly queued payloads: none is
+// running. The writer then runs until stopWriter.
+func (s *endState) startWriter() bool {
+	if s.writing() {
+		return false
+	}
+	s.flags |= endWriting
+	return true
+}
+
+func (s *endState) stopWriter() { s.flags &^= endWriting }
+
+// close marks the endpoint closed; it reports false when it was closed already.
+func (s *endState) close() bool {
+	if s.closed() {
+		return false
+	}
+	s.flags |= endClosed
+	s.stopOpenTimer()
+	return true
+}
+
+func (s *endState) stopOpenTimer() {
+	if s.openTimer != nil {
+		s.openTimer.Stop()
+		s.openTimer = nil
+	}
 }
 
 // NewEndpoint returns the end origin of circuit for conn; frames leave through out. done is
@@ -118,7 +185,7 @@ func (e *Endpoint) Origin() Origin { return e.origin }
 func (e *Endpoint) Opened() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.opened
+	return e.state.opened()
 }
 
 // Start opens the endpoint. The initiator opens the circuit with its first payload: the data
@@ -129,8 +196,7 @@ func (e *Endpoint) Opened() bool {
 func (e *Endpoint) Start() {
 	if e.origin == Terminator {
 		e.mu.Lock()
-		e.awaitOpen = !e.opened
-		read := e.opened
+		read := e.state.start()
 		e.mu.Unlock()
 		if read {
 			go e.readLoop()
@@ -152,31 +218,22 @@ func (e *Endpoint) Start() {
 // connection is not kept until the idle check.
 func (e *Endpoint) StartWithin(d time.Duration) {
 	e.mu.Lock()
-	if !e.opened && !e.closed {
-		e.openTimer = time.AfterFunc(d, func() {
+	if !e.state.opened() && !e.state.closed() {
+		e.state.openTimer = time.AfterFunc(d, func() {
 			// Decided under mu, so that an opening payload arriving now is either in time
 			// or dropped by the closing endpoint, never queued and then lost.
 			e.mu.Lock()
-			if e.opened || e.closed {
+			if e.state.opened() || !e.state.close() {
 				e.mu.Unlock()
 				return
 			}
-			e.closed = true
+			queued := e.takeQueue()
 			e.mu.Unlock()
-			e.shutdown(fmt.Errorf("the circuit was not opened within %s of its route", d), true)
+			e.finish(queued, fmt.Errorf("the circuit was not opened within %s of its route", d), true)
 		})
 	}
 	e.mu.Unlock()
 	e.Start()
-}
-
-// opening marks the terminator opened and stops its open timer. Called with mu held.
-func (e *Endpoint) opening() {
-	e.opened, e.awaitOpen = true, false
-	if e.openTimer != nil {
-		e.openTimer.Stop()
-		e.openTimer = nil
-	}
 }
 
 // readableNow reports, without waiting, whether the connection has data or EOF to read, so
@@ -252,7 +309,7 @@ func (e *Endpoint) sendEOF() {
 	f.Seq = e.win.recordSent(0)
 	e.out.Forward(f)
 	e.mu.Lock()
-	e.eofOut = true
+	e.state.sentEOF()
 	e.mu.Unlock()
 	e.finishIfDone()
 }
@@ -267,7 +324,7 @@ func (e *Endpoint) Receive(f *Frame) {
 		e.finishIfDone()
 	case Payload:
 		e.mu.Lock()
-		if e.closed {
+		if e.state.closed() {
 			e.mu.Unlock()
 			f.Release()
 			return
@@ -281,10 +338,8 @@ func (e *Endpoint) Receive(f *Frame) {
 			return
 		}
 		e.queue = append(e.queue, f)
-		start := !e.writing
-		e.writing = true
-		read := e.awaitOpen
-		e.opening()
+		start := e.state.startWriter()
+		read := e.state.open()
 		e.mu.Unlock()
 		if start {
 			go e.writer()
@@ -315,14 +370,14 @@ const maxKeptQueue = 256
 func (e *Endpoint) writeLoop() {
 	for {
 		e.mu.Lock()
-		if len(e.queue) == 0 || e.closed {
+		if len(e.queue) == 0 || e.state.closed() {
 			// The queue and the spare are both kept for the next batch: a writer that stops
 			// whenever it has caught up, as it does between bursts, allocates no queue. Not
 			// when a burst of many small frames grew them: an idle end keeps little.
-			e.writing = false
+			e.state.stopWriter()
 			var dropped []*Frame
-			if e.closed {
-				dropped, e.queue = e.queue, nil
+			if e.state.closed() {
+				dropped = e.takeQueue()
 			}
 			if cap(e.queue) > maxKeptQueue {
 				e.queue = nil
@@ -374,7 +429,7 @@ func (e *Endpoint) writeLoop() {
 		e.delivered += written
 		delivered := e.delivered
 		if eof {
-			e.eofIn = true
+			e.state.wroteEOF()
 		}
 		e.mu.Unlock()
 		if written > 0 {
@@ -401,9 +456,9 @@ func (e *Endpoint) sendAck(seq uint64) {
 // every byte it sent was acknowledged, and the other end's EOF was written.
 func (e *Endpoint) finishIfDone() {
 	e.mu.Lock()
-	in, out := e.eofIn, e.eofOut
+	bothEOF := e.state.bothEOF()
 	e.mu.Unlock()
-	if !in || !out {
+	if !bothEOF {
 		return
 	}
 	if _, sent, acked := e.win.state(); acked < sent {
@@ -425,19 +480,29 @@ func (e *Endpoint) Close(reason string) {
 	e.shutdown(err, reason != "")
 }
 
+// shutdown ends the endpoint for err, once; the other end is told when tellPeer is set.
 func (e *Endpoint) shutdown(err error, tellPeer bool) {
-	if !e.finished.CompareAndSwap(false, true) {
+	e.mu.Lock()
+	if !e.state.close() {
+		e.mu.Unlock()
 		return
 	}
-	e.mu.Lock()
-	e.closed = true
-	queued := e.queue
-	e.queue = nil
-	if e.openTimer != nil {
-		e.openTimer.Stop()
-		e.openTimer = nil
-	}
+	queued := e.takeQueue()
 	e.mu.Unlock()
+	e.finish(queued, err, tellPeer)
+}
+
+// takeQueue empties the queue and returns what it held. Called with mu held.
+func (e *Endpoint) takeQueue() []*Frame {
+	q := e.queue
+	e.queue = nil
+	return q
+}
+
+// finish completes a shutdown once the endpoint is closed: the payloads still queued are
+// dropped, the sender wakes, the other end is told when tellPeer is set, the connection is
+// closed and done is called.
+func (e *Endpoint) finish(queued []*Frame, err error, tellPeer bool) {
 	for _, f := range queued {
 		f.Release()
 	}

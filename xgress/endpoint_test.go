@@ -304,7 +304,7 @@ func noAllocations(t *testing.T, what string, f func()) {
 func waitStopped(e *Endpoint) {
 	for {
 		e.mu.Lock()
-		writing := e.writing
+		writing := e.state.writing()
 		e.mu.Unlock()
 		if !writing {
 			return
@@ -630,7 +630,7 @@ func TestStartWithinReleases(t *testing.T) {
 			f.Type, f.Origin, f.Circuit = Payload, Initiator, 6
 			e.Receive(f)
 			e.mu.Lock()
-			opened, timer := e.opened, e.openTimer
+			opened, timer := e.state.opened(), e.state.openTimer
 			e.mu.Unlock()
 			if !opened || timer != nil {
 				t.Fatalf("after the opening payload: opened %v, open timer %v", opened, timer)

@@ -34,11 +34,11 @@ func Splice(a, b *Endpoint, activity func(n int64)) bool {
 		return false
 	}
 	b.mu.Lock()
-	if b.opened || b.closed {
+	if b.state.opened() || b.state.closed() {
 		b.mu.Unlock()
 		return false
 	}
-	b.opening()
+	b.state.open() // spliceLoop reads b's connection, not readLoop
 	b.mu.Unlock()
 	go spliceLoop(a, b, ac, bc, activity)
 	go spliceLoop(b, a, bc, ac, activity)
@@ -75,10 +75,10 @@ func spliceLoop(src, dst *Endpoint, from, to *net.TCPConn, activity func(n int64
 			return
 		}
 		src.mu.Lock()
-		src.eofOut = true
+		src.state.sentEOF()
 		src.mu.Unlock()
 		dst.mu.Lock()
-		dst.eofIn = true
+		dst.state.wroteEOF()
 		dst.mu.Unlock()
 		src.finishIfDone()
 		dst.finishIfDone()
