@@ -178,19 +178,14 @@ func (r *Router) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64
 // HandleFrame takes a frame from a link: the forwarder moves it on. A payload of a circuit
 // that has no route here is answered with a Close, so that its sender stops.
 func (r *Router) HandleFrame(l *link.Link, f *xgress.Frame) {
-	if tap := r.tap.Load(); tap != nil {
-		(*tap)(f)
-	}
-	if f.Type == xgress.Payload && !r.fw.Routed(f.Circuit) {
-		c := r.pool.Get(0)
-		c.Type, c.Origin, c.Circuit = xgress.Close, f.Origin.Other(), f.Circuit
-		c.SetData([]byte("no route at router " + r.id))
-		f.Release()
-		r.fw.Dropped.Add(1)
-		l.Send(c) // released by the link when it cannot be sent
+	typ, origin, circuit := f.Type, f.Origin, f.Circuit // f is the forwarder's after the call
+	if r.fw.ForwardFrom(f, linkHop{l}) || typ != xgress.Payload {
 		return
 	}
-	r.fw.ForwardFrom(f, linkHop{l})
+	c := r.pool.Get(0)
+	c.Type, c.Origin, c.Circuit = xgress.Close, origin.Other(), circuit
+	c.SetData([]byte("no route at router " + r.id))
+	l.Send(c) // released by the link when it cannot be sent
 }
 
 // endDone is called when a circuit end on this router finished (err nil: cleanly, both

@@ -15,16 +15,23 @@ import (
 // route table is read without locks on the forwarding path; only routing and unrouting write
 // it.
 
-// route is one circuit's entry in the table.
+// route is one circuit's entry in the table. Only lastSeen changes once it is stored; a new
+// route replaces it otherwise.
 type route struct {
 	toward   [2]xgress.Hop // indexed by the end the frame travels to
 	lastSeen atomic.Int64  // unix nanoseconds of the last payload, for idle detection
+	// tap is the forwarder's tap when the route was made: read with the route, so that
+	// frames from links cost no load of their own for it.
+	tap func(*xgress.Frame)
 }
 
 // Forwarder holds the circuit table of a router.
 type Forwarder struct {
 	routes sync.Map // circuit id → *route
 	now    func() time.Time
+	// tap, when set (by tests), sees every frame that arrives from a link, on the circuits
+	// routed after it was set, before it is forwarded, and may change it.
+	tap atomic.Pointer[func(*xgress.Frame)]
 
 	// Counters, read by metrics.
 	Forwarded    atomic.Uint64 // frames forwarded
@@ -45,7 +52,11 @@ func (fw *Forwarder) Forward(f *xgress.Frame) {
 		f.Release()
 		return
 	}
-	r := v.(*route)
+	fw.forward(v.(*route), f)
+}
+
+// forward sends f along route r.
+func (fw *Forwarder) forward(r *route, f *xgress.Frame) {
 	if f.Type == xgress.Payload {
 		r.lastSeen.Store(fw.now().UnixNano())
 	}
@@ -61,15 +72,26 @@ func (fw *Forwarder) Forward(f *xgress.Frame) {
 
 // ForwardFrom is Forward for a frame that arrived from hop from (a link): it is dropped
 // unless from is the circuit's hop toward the frame's origin, so that a peer cannot inject
-// frames into circuits that do not pass through it.
-func (fw *Forwarder) ForwardFrom(f *xgress.Frame, from xgress.Hop) {
+// frames into circuits that do not pass through it. It reports whether the circuit has a
+// route here; f is the forwarder's either way. One table lookup per frame.
+func (fw *Forwarder) ForwardFrom(f *xgress.Frame, from xgress.Hop) (routed bool) {
 	v, ok := fw.routes.Load(f.Circuit)
-	if !ok || v.(*route).toward[f.Origin] != from {
+	if !ok {
 		fw.Dropped.Add(1)
 		f.Release()
-		return
+		return false
 	}
-	fw.Forward(f)
+	r := v.(*route)
+	if r.toward[f.Origin] != from {
+		fw.Dropped.Add(1)
+		f.Release()
+		return true
+	}
+	if r.tap != nil {
+		r.tap(f)
+	}
+	fw.forward(r, f)
+	return true
 }
 
 // CountSpliced counts n bytes a spliced one-router circuit moved without frames, and records
@@ -84,7 +106,7 @@ func (fw *Forwarder) CountSpliced(circuit uint64, n int64) {
 // Route installs or replaces the route of a circuit: frames travelling toward the initiator go
 // to toInitiator, those travelling toward the terminator to toTerminator.
 func (fw *Forwarder) Route(circuit uint64, toInitiator, toTerminator xgress.Hop) {
-	r := &route{}
+	r := &route{tap: fw.tapNow()}
 	r.toward[xgress.Initiator], r.toward[xgress.Terminator] = toInitiator, toTerminator
 	r.lastSeen.Store(fw.now().UnixNano())
 	fw.routes.Store(circuit, r)
@@ -98,11 +120,19 @@ func (fw *Forwarder) Attach(circuit uint64, toward xgress.Origin, hop xgress.Hop
 		return false
 	}
 	old := v.(*route)
-	r := &route{toward: old.toward}
+	r := &route{toward: old.toward, tap: fw.tapNow()}
 	r.toward[toward] = hop
 	r.lastSeen.Store(old.lastSeen.Load())
 	fw.routes.Store(circuit, r)
 	return true
+}
+
+// tapNow returns the tap for a route made now: nil unless a test set one.
+func (fw *Forwarder) tapNow() func(*xgress.Frame) {
+	if t := fw.tap.Load(); t != nil {
+		return *t
+	}
+	return nil
 }
 
 // Hops returns the hops of a circuit, toward the initiator and toward the terminator.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmesh/zmesh/link"
 	"github.com/zmesh/zmesh/xgress"
 )
 
@@ -82,6 +83,25 @@ func BenchmarkForward(b *testing.B) {
 		f.Type, f.Circuit = xgress.Payload, 1<<40+i%10000
 		f.Extend(1024)
 		fw.Forward(f)
+		i++
+	}
+}
+
+// BenchmarkForwardFromLink hands payloads of one of 10,000 circuits to HandleFrame, as a
+// link's reader does: no allocation per payload.
+func BenchmarkForwardFromLink(b *testing.B) {
+	r := &Router{id: "bench", fw: NewForwarder(), pool: xgress.NewPool()}
+	l := new(link.Link) // only compared: every circuit is routed, so nothing is sent on it
+	for i := range uint64(10000) {
+		r.fw.Route(1<<40+i, linkHop{l}, discard{})
+	}
+	b.ReportAllocs()
+	i := uint64(0)
+	for b.Loop() {
+		f := r.pool.Get(1024)
+		f.Type, f.Origin, f.Circuit = xgress.Payload, xgress.Initiator, 1<<40+i%10000
+		f.Extend(1024)
+		r.HandleFrame(l, f)
 		i++
 	}
 }

@@ -68,9 +68,6 @@ type Router struct {
 	reportMu      sync.Mutex          // orders the link reports to the controller
 	linksUp       int                 // links reported up and not yet down; guarded by mu
 	linkGone      sync.Cond           // signalled, with mu, when a link is down
-	// tap, when set (by tests), sees every frame that arrives from a link before it is
-	// forwarded, and may change it.
-	tap atomic.Pointer[func(*xgress.Frame)]
 
 	metrics *routerMetrics  // the registry (metrics.go)
 	checks  *health.Checker // the health checks (health.go)
