@@ -4,6 +4,8 @@ import (
 	"io"
 	"testing"
 	"time"
+
+	"github.com/zmesh/zmesh/xgress"
 )
 
 // An idle circuit outlives a controller restart: the routers report their circuits when they
@@ -24,7 +26,7 @@ func TestIdleCircuitSurvivesControllerRestart(t *testing.T) {
 		t.Fatalf("the server's data: %v", err)
 	}
 	var id uint64
-	n.routers["B"].r.fw.Each(func(c uint64, _, _ Hop) { id = c })
+	n.routers["B"].r.fw.Each(func(c uint64, _, _ xgress.Hop) { id = c })
 	if id == 0 {
 		t.Fatal("no circuit routed at B")
 	}
@@ -74,7 +76,7 @@ func TestFaultsKeptWhileControllerDown(t *testing.T) {
 	// A routes its end once the controller's reply comes, after B and C have their routes:
 	// the controller stops only then, so the circuit is made before it goes.
 	waitFor(t, "the circuit routed at A, B and C", func() bool {
-		n.routers["B"].r.fw.Each(func(c uint64, _, _ Hop) { id = c })
+		n.routers["B"].r.fw.Each(func(c uint64, _, _ xgress.Hop) { id = c })
 		return id != 0 && n.routers["A"].r.fw.Routed(id) && n.routers["C"].r.fw.Routed(id)
 	})
 	n.stopController()

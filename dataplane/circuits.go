@@ -23,7 +23,7 @@ import (
 // (it releases it then), so a failed send is only dropped here.
 type linkHop struct{ l *link.Link }
 
-func (h linkHop) Send(f *xgress.Frame) { h.l.Send(f) }
+func (h linkHop) Forward(f *xgress.Frame) { h.l.Send(f) }
 
 // carry asks the controller for the circuit req describes and, when it is made, carries
 // conn as its initiator; otherwise conn is closed.
@@ -141,7 +141,7 @@ func (r *Router) route(ctx context.Context, m *ctrlproto.Route) *ctrlproto.Route
 
 // hop resolves a Route's hop that is not a dial: a link to a peer router, or the ingress
 // end on this router (attached when the ingress gets its reply).
-func (r *Router) hop(h ctrlproto.Hop) (Hop, error) {
+func (r *Router) hop(h ctrlproto.Hop) (xgress.Hop, error) {
 	switch {
 	case h.Router != "":
 		l := r.links.Get(h.Router)
@@ -178,19 +178,14 @@ func (r *Router) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64
 // HandleFrame takes a frame from a link: the forwarder moves it on. A payload of a circuit
 // that has no route here is answered with a Close, so that its sender stops.
 func (r *Router) HandleFrame(l *link.Link, f *xgress.Frame) {
-	if tap := r.tap.Load(); tap != nil {
-		(*tap)(f)
-	}
-	if f.Type == xgress.Payload && !r.fw.Routed(f.Circuit) {
-		c := r.pool.Get(0)
-		c.Type, c.Origin, c.Circuit = xgress.Close, f.Origin.Other(), f.Circuit
-		c.SetData([]byte("no route at router " + r.id))
-		f.Release()
-		r.fw.Dropped.Add(1)
-		l.Send(c) // released by the link when it cannot be sent
+	typ, origin, circuit := f.Type, f.Origin, f.Circuit // f is the forwarder's after the call
+	if r.fw.ForwardFrom(f, linkHop{l}) || typ != xgress.Payload {
 		return
 	}
-	r.fw.ForwardFrom(f, linkHop{l})
+	c := r.pool.Get(0)
+	c.Type, c.Origin, c.Circuit = xgress.Close, origin.Other(), circuit
+	c.SetData([]byte("no route at router " + r.id))
+	l.Send(c) // released by the link when it cannot be sent
 }
 
 // endDone is called when a circuit end on this router finished (err nil: cleanly, both
@@ -356,7 +351,7 @@ func (r *Router) linkDown(l *link.Link, err error) {
 	}()
 	r.reportLink(l, false)
 	var dead []uint64
-	r.fw.Each(func(id uint64, toI, toT Hop) {
+	r.fw.Each(func(id uint64, toI, toT xgress.Hop) {
 		if h, ok := toI.(linkHop); ok && h.l == l {
 			dead = append(dead, id)
 		} else if h, ok := toT.(linkHop); ok && h.l == l {

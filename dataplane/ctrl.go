@@ -65,8 +65,8 @@ func newCtrlClient(cfg config.Ctrl, client tls.Certificate, cas *x509.CertPool, 
 	}
 }
 
-// run connects and reconnects until ctx ends.
-func (c *ctrlClient) run(ctx context.Context) {
+// connectLoop connects and reconnects until ctx ends.
+func (c *ctrlClient) connectLoop(ctx context.Context) {
 	wait := ctrlMinBackoff
 	for ctx.Err() == nil {
 		ch, err := c.connect(ctx)

@@ -40,7 +40,7 @@ func (n *testNet) waitGone(t *testing.T, ids []uint64) {
 			if tr.cancel == nil {
 				continue
 			}
-			if tr.r.Forwarder().Circuits() != 0 || n.endsOn(name) != 0 {
+			if tr.r.Forwarder().CircuitCount() != 0 || n.endsOn(name) != 0 {
 				return false
 			}
 		}
@@ -108,10 +108,10 @@ func TestThousandConcurrentCircuits(t *testing.T) {
 	}
 	// Every circuit is open now, on every router of the line.
 	var ids []uint64
-	n.routers["A"].r.Forwarder().Each(func(id uint64, _, _ Hop) { ids = append(ids, id) })
+	n.routers["A"].r.Forwarder().Each(func(id uint64, _, _ xgress.Hop) { ids = append(ids, id) })
 	counts := map[string]int{}
 	for _, name := range []string{"A", "B", "C"} {
-		counts[name] = n.routers[name].r.Forwarder().Circuits()
+		counts[name] = n.routers[name].r.Forwarder().CircuitCount()
 	}
 	close(release)
 	for range circuits {
@@ -590,15 +590,15 @@ func TestRouterStopEndsCircuits(t *testing.T) {
 				t.Fatalf("router %s did not stop", name)
 			}
 			// Run returned: nothing of the router is left.
-			if r := n.routers[name].r; len(r.Links()) != 0 || r.Forwarder().Circuits() != 0 || n.endsOn(name) != 0 {
-				t.Errorf("router %s stopped with %d links, %d circuits routed and %d ends", name, len(r.Links()), r.Forwarder().Circuits(), n.endsOn(name))
+			if r := n.routers[name].r; len(r.Links()) != 0 || r.Forwarder().CircuitCount() != 0 || n.endsOn(name) != 0 {
+				t.Errorf("router %s stopped with %d links, %d circuits routed and %d ends", name, len(r.Links()), r.Forwarder().CircuitCount(), n.endsOn(name))
 			}
 			for _, other := range []string{"A", "B", "C"} {
 				if other == name {
 					continue
 				}
 				waitFor(t, "no circuit left on router "+other, func() bool {
-					return n.routers[other].r.Forwarder().Circuits() == 0 && n.endsOn(other) == 0
+					return n.routers[other].r.Forwarder().CircuitCount() == 0 && n.endsOn(other) == 0
 				})
 			}
 		})

@@ -8,28 +8,30 @@ import (
 	"github.com/zmesh/zmesh/xgress"
 )
 
-// The forwarder moves frames along circuits. A circuit's route on this router names two hops:
-// where frames travelling toward the initiator go, and where frames travelling toward the
-// terminator go. A hop is a link to the next router or an endpoint on this router. A frame's
-// Origin says which end sent it, so it goes to the hop toward the other end. The route table
-// is read without locks on the forwarding path; only routing and unrouting write it.
+// The forwarder moves frames along circuits. A circuit's route on this router names two hops
+// (xgress.Hop): where frames travelling toward the initiator go, and where frames travelling
+// toward the terminator go. A hop is a link to the next router or an endpoint on this router.
+// A frame's Origin says which end sent it, so it goes to the hop toward the other end. The
+// route table is read without locks on the forwarding path; only routing and unrouting write
+// it.
 
-// Hop takes the frames of a circuit in one direction. It owns each frame it is given and must
-// not block for long.
-type Hop interface {
-	Send(f *xgress.Frame)
-}
-
-// route is one circuit's entry in the table.
+// route is one circuit's entry in the table. Only lastSeen changes once it is stored; a new
+// route replaces it otherwise.
 type route struct {
-	toward   [2]Hop       // indexed by the end the frame travels to
-	lastSeen atomic.Int64 // unix nanoseconds of the last payload, for idle detection
+	toward   [2]xgress.Hop // indexed by the end the frame travels to
+	lastSeen atomic.Int64  // unix nanoseconds of the last payload, for idle detection
+	// tap is the forwarder's tap when the route was made: read with the route, so that
+	// frames from links cost no load of their own for it.
+	tap func(*xgress.Frame)
 }
 
 // Forwarder holds the circuit table of a router.
 type Forwarder struct {
 	routes sync.Map // circuit id → *route
 	now    func() time.Time
+	// tap, when set (by tests), sees every frame that arrives from a link, on the circuits
+	// routed after it was set, before it is forwarded, and may change it.
+	tap atomic.Pointer[func(*xgress.Frame)]
 
 	// Counters, read by metrics.
 	Forwarded    atomic.Uint64 // frames forwarded
@@ -50,7 +52,11 @@ func (fw *Forwarder) Forward(f *xgress.Frame) {
 		f.Release()
 		return
 	}
-	r := v.(*route)
+	fw.forward(v.(*route), f)
+}
+
+// forward sends f along route r.
+func (fw *Forwarder) forward(r *route, f *xgress.Frame) {
 	if f.Type == xgress.Payload {
 		r.lastSeen.Store(fw.now().UnixNano())
 	}
@@ -61,20 +67,31 @@ func (fw *Forwarder) Forward(f *xgress.Frame) {
 		return
 	}
 	fw.Forwarded.Add(1)
-	hop.Send(f)
+	hop.Forward(f)
 }
 
 // ForwardFrom is Forward for a frame that arrived from hop from (a link): it is dropped
 // unless from is the circuit's hop toward the frame's origin, so that a peer cannot inject
-// frames into circuits that do not pass through it.
-func (fw *Forwarder) ForwardFrom(f *xgress.Frame, from Hop) {
+// frames into circuits that do not pass through it. It reports whether the circuit has a
+// route here; f is the forwarder's either way. One table lookup per frame.
+func (fw *Forwarder) ForwardFrom(f *xgress.Frame, from xgress.Hop) (routed bool) {
 	v, ok := fw.routes.Load(f.Circuit)
-	if !ok || v.(*route).toward[f.Origin] != from {
+	if !ok {
 		fw.Dropped.Add(1)
 		f.Release()
-		return
+		return false
 	}
-	fw.Forward(f)
+	r := v.(*route)
+	if r.toward[f.Origin] != from {
+		fw.Dropped.Add(1)
+		f.Release()
+		return true
+	}
+	if r.tap != nil {
+		r.tap(f)
+	}
+	fw.forward(r, f)
+	return true
 }
 
 // CountSpliced counts n bytes a spliced one-router circuit moved without frames, and records
@@ -88,8 +105,8 @@ func (fw *Forwarder) CountSpliced(circuit uint64, n int64) {
 
 // Route installs or replaces the route of a circuit: frames travelling toward the initiator go
 // to toInitiator, those travelling toward the terminator to toTerminator.
-func (fw *Forwarder) Route(circuit uint64, toInitiator, toTerminator Hop) {
-	r := &route{}
+func (fw *Forwarder) Route(circuit uint64, toInitiator, toTerminator xgress.Hop) {
+	r := &route{tap: fw.tapNow()}
 	r.toward[xgress.Initiator], r.toward[xgress.Terminator] = toInitiator, toTerminator
 	r.lastSeen.Store(fw.now().UnixNano())
 	fw.routes.Store(circuit, r)
@@ -97,21 +114,29 @@ func (fw *Forwarder) Route(circuit uint64, toInitiator, toTerminator Hop) {
 
 // Attach sets the hop toward one end of a routed circuit, keeping the other; it reports
 // whether the circuit had a route.
-func (fw *Forwarder) Attach(circuit uint64, toward xgress.Origin, hop Hop) bool {
+func (fw *Forwarder) Attach(circuit uint64, toward xgress.Origin, hop xgress.Hop) bool {
 	v, ok := fw.routes.Load(circuit)
 	if !ok {
 		return false
 	}
 	old := v.(*route)
-	r := &route{toward: old.toward}
+	r := &route{toward: old.toward, tap: fw.tapNow()}
 	r.toward[toward] = hop
 	r.lastSeen.Store(old.lastSeen.Load())
 	fw.routes.Store(circuit, r)
 	return true
 }
 
+// tapNow returns the tap for a route made now: nil unless a test set one.
+func (fw *Forwarder) tapNow() func(*xgress.Frame) {
+	if t := fw.tap.Load(); t != nil {
+		return *t
+	}
+	return nil
+}
+
 // Hops returns the hops of a circuit, toward the initiator and toward the terminator.
-func (fw *Forwarder) Hops(circuit uint64) (toInitiator, toTerminator Hop, ok bool) {
+func (fw *Forwarder) Hops(circuit uint64) (toInitiator, toTerminator xgress.Hop, ok bool) {
 	v, ok := fw.routes.Load(circuit)
 	if !ok {
 		return nil, nil, false
@@ -121,7 +146,7 @@ func (fw *Forwarder) Hops(circuit uint64) (toInitiator, toTerminator Hop, ok boo
 }
 
 // Each calls f for every routed circuit with its hops.
-func (fw *Forwarder) Each(f func(circuit uint64, toInitiator, toTerminator Hop)) {
+func (fw *Forwarder) Each(f func(circuit uint64, toInitiator, toTerminator xgress.Hop)) {
 	fw.routes.Range(func(k, v any) bool {
 		r := v.(*route)
 		f(k.(uint64), r.toward[xgress.Initiator], r.toward[xgress.Terminator])
@@ -136,7 +161,7 @@ func (fw *Forwarder) Unroute(circuit uint64) bool {
 }
 
 // Remove removes a circuit's route and returns its hops; ok reports whether there was one.
-func (fw *Forwarder) Remove(circuit uint64) (toInitiator, toTerminator Hop, ok bool) {
+func (fw *Forwarder) Remove(circuit uint64) (toInitiator, toTerminator xgress.Hop, ok bool) {
 	v, ok := fw.routes.LoadAndDelete(circuit)
 	if !ok {
 		return nil, nil, false
@@ -151,8 +176,8 @@ func (fw *Forwarder) Routed(circuit uint64) bool {
 	return ok
 }
 
-// Circuits returns the number of routed circuits.
-func (fw *Forwarder) Circuits() int {
+// CircuitCount returns the number of routed circuits.
+func (fw *Forwarder) CircuitCount() int {
 	n := 0
 	fw.routes.Range(func(any, any) bool { n++; return true })
 	return n
@@ -174,5 +199,5 @@ func (fw *Forwarder) IdleSince(before time.Time) []uint64 {
 // EndpointHop delivers frames to an endpoint on this router.
 type EndpointHop struct{ E *xgress.Endpoint }
 
-// Send hands the frame to the endpoint.
-func (h EndpointHop) Send(f *xgress.Frame) { h.E.Receive(f) }
+// Forward hands the frame to the endpoint.
+func (h EndpointHop) Forward(f *xgress.Frame) { h.E.Receive(f) }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmesh/zmesh/link"
 	"github.com/zmesh/zmesh/xgress"
 )
 
@@ -14,7 +15,11 @@ type recorder struct {
 	frames []*xgress.Frame
 }
 
-func (r *recorder) Send(f *xgress.Frame) { r.mu.Lock(); r.frames = append(r.frames, f); r.mu.Unlock() }
+func (r *recorder) Forward(f *xgress.Frame) {
+	r.mu.Lock()
+	r.frames = append(r.frames, f)
+	r.mu.Unlock()
+}
 
 func TestForwarderRoutesByOrigin(t *testing.T) {
 	t.Parallel()
@@ -62,7 +67,7 @@ func TestForwarderIdle(t *testing.T) {
 // discard is a hop that releases frames at once.
 type discard struct{}
 
-func (discard) Send(f *xgress.Frame) { f.Release() }
+func (discard) Forward(f *xgress.Frame) { f.Release() }
 
 // BenchmarkForward forwards payloads of one of 10,000 circuits: no allocation per payload.
 func BenchmarkForward(b *testing.B) {
@@ -76,8 +81,27 @@ func BenchmarkForward(b *testing.B) {
 	for b.Loop() {
 		f := pool.Get(1024)
 		f.Type, f.Circuit = xgress.Payload, 1<<40+i%10000
-		f.Grow(1024)
+		f.Extend(1024)
 		fw.Forward(f)
+		i++
+	}
+}
+
+// BenchmarkForwardFromLink hands payloads of one of 10,000 circuits to HandleFrame, as a
+// link's reader does: no allocation per payload.
+func BenchmarkForwardFromLink(b *testing.B) {
+	r := &Router{id: "bench", fw: NewForwarder(), pool: xgress.NewPool()}
+	l := new(link.Link) // only compared: every circuit is routed, so nothing is sent on it
+	for i := range uint64(10000) {
+		r.fw.Route(1<<40+i, linkHop{l}, discard{})
+	}
+	b.ReportAllocs()
+	i := uint64(0)
+	for b.Loop() {
+		f := r.pool.Get(1024)
+		f.Type, f.Origin, f.Circuit = xgress.Payload, xgress.Initiator, 1<<40+i%10000
+		f.Extend(1024)
+		r.HandleFrame(l, f)
 		i++
 	}
 }
@@ -89,7 +113,7 @@ func TestForwardFromChecksTheHop(t *testing.T) {
 	pool := xgress.NewPool()
 	toI, toT := &recorder{}, &recorder{}
 	fw.Route(9, toI, toT)
-	send := func(from Hop) {
+	send := func(from xgress.Hop) {
 		f := pool.Get(0)
 		f.Type, f.Origin, f.Circuit = xgress.Payload, xgress.Initiator, 9
 		fw.ForwardFrom(f, from)

@@ -85,7 +85,7 @@ func newRouterMetrics(r *Router) *routerMetrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.circuitsCreated, failed, m.linkLatency, m.ctrlConnections,
 		gauge("zmesh_circuits_active", "Circuits routed through this router now, whatever its place on their path.",
-			func() float64 { return float64(r.fw.Circuits()) }),
+			func() float64 { return float64(r.fw.CircuitCount()) }),
 		gauge("zmesh_xgress_circuit_ends", "Circuit ends (ingress and egress) on this router now.", func() float64 {
 			r.mu.Lock()
 			defer r.mu.Unlock()

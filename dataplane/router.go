@@ -67,9 +67,6 @@ type Router struct {
 	reportMu      sync.Mutex          // orders the link reports to the controller
 	linksUp       int                 // links reported up and not yet down; guarded by mu
 	linkGone      sync.Cond           // signalled, with mu, when a link is down
-	// tap, when set (by tests), sees every frame that arrives from a link before it is
-	// forwarded, and may change it.
-	tap atomic.Pointer[func(*xgress.Frame)]
 
 	metrics *routerMetrics  // the registry (metrics.go)
 	checks  *health.Checker // the health checks (health.go)
@@ -245,7 +242,7 @@ func (r *Router) Run(ctx context.Context) error {
 		})
 	}
 	close(r.ready)
-	wg.Go(func() { r.ctrl.run(ctx) })
+	wg.Go(func() { r.ctrl.connectLoop(ctx) })
 	wg.Go(func() { r.idleLoop(ctx) })
 	wg.Go(func() { r.faultLoop(ctx) })
 	wg.Go(func() { r.metricsLoop(ctx) })
@@ -256,7 +253,7 @@ func (r *Router) Run(ctx context.Context) error {
 		wg.Go(func() { trace.flushLoop(ctx) })
 	}
 	for range fc.RateLimitedWorkerCount {
-		wg.Go(func() { r.rateLimitedWorker(ctx) })
+		wg.Go(func() { r.rateLimitedLoop(ctx) })
 	}
 	<-ctx.Done()
 	close(r.stopped)
@@ -298,7 +295,7 @@ func (r *Router) startProfile() (*profile.Profiler, error) {
 // hello describes the router to the controller.
 func (r *Router) hello() *ctrlproto.Hello {
 	h := &ctrlproto.Hello{RouterID: r.id, Version: r.version, Protocol: ctrlproto.ProtocolVersion}
-	r.fw.Each(func(id uint64, _, _ Hop) { h.Circuits = append(h.Circuits, id) })
+	r.fw.Each(func(id uint64, _, _ xgress.Hop) { h.Circuits = append(h.Circuits, id) })
 	h.Terminators = append(r.sdk.terminators(), r.overlay.terminators()...)
 	h.Hostname, _ = os.Hostname()
 	for _, ln := range r.linkLns {

@@ -110,7 +110,7 @@ func TestSDKEndToEndEncrypted(t *testing.T) {
 		seen.Write(f.Data)
 		mu.Unlock()
 	}
-	n.routers["H"].r.tap.Store(&tap)
+	n.routers["H"].r.fw.tap.Store(&tap)
 
 	marker := []byte("plaintext the routers must never see ")
 	msg := bytes.Repeat(marker, 4096)

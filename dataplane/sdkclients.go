@@ -130,7 +130,7 @@ func (s *sdkServer) serve(ctx context.Context, c *tlscork.Batched) {
 	}()
 	var streams sync.WaitGroup
 	defer streams.Wait()
-	streams.Go(func() { s.control(ec, control) })
+	streams.Go(func() { s.controlLoop(ec, control) })
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {
@@ -188,8 +188,8 @@ func (s *sdkServer) hello(sess *smux.Session, identityID string) (*sdkConn, *smu
 	return ec, st, nil
 }
 
-// control answers the client's pings on its control stream; the connection ends with it.
-func (s *sdkServer) control(ec *sdkConn, st *smux.Stream) {
+// controlLoop answers the client's pings on its control stream; the connection ends with it.
+func (s *sdkServer) controlLoop(ec *sdkConn, st *smux.Stream) {
 	defer ec.sess.Close()
 	for {
 		var req edgeproto.Request

@@ -86,8 +86,8 @@ func (r *Router) rateLimited(ctx context.Context, call func(context.Context, *ct
 	}
 }
 
-// rateLimitedWorker runs queued requests until ctx ends; requests still queued then fail.
-func (r *Router) rateLimitedWorker(ctx context.Context) {
+// rateLimitedLoop runs queued requests until ctx ends; requests still queued then fail.
+func (r *Router) rateLimitedLoop(ctx context.Context) {
 	for {
 		select {
 		case op := <-r.ctrlOps:

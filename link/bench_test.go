@@ -41,7 +41,7 @@ func benchmarkLink(b *testing.B, transport string, size int) {
 	send := func() {
 		f := pool.Get(size)
 		f.Type, f.Circuit = xgress.Payload, 1
-		f.Grow(size)
+		f.Extend(size)
 		if err := la.Send(f); err != nil {
 			b.Fatal(err)
 		}

@@ -90,7 +90,7 @@ func NewDialer(ctx context.Context, dialers []config.LinkDialer, reg *Registry) 
 		offline: map[string]bool{},
 	}
 	for range reg.opts.DialWorkerCount {
-		go d.work()
+		go d.dialLoop()
 	}
 	context.AfterFunc(ctx, d.stopTimers)
 	return d, nil
@@ -181,7 +181,8 @@ func (d *Dialer) dialerFor(groups []string) *config.LinkDialer {
 	return nil
 }
 
-func (d *Dialer) work() {
+// dialLoop dials the targets queued for dialing until the dialer's context ends.
+func (d *Dialer) dialLoop() {
 	for {
 		select {
 		case <-d.ctx.Done():

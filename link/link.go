@@ -131,15 +131,15 @@ func (l *Link) start(ctx context.Context) {
 		l.writers.Add(1)
 		l.readers.Add(1)
 		if l.stripe != nil && c.role == RolePayload {
-			go l.writeStriped(c)
-			go l.readStriped(c)
+			go l.writeStripedLoop(c)
+			go l.readStripedLoop(c)
 		} else {
-			go l.write(c)
-			go l.read(c)
+			go l.writeLoop(c)
+			go l.readLoop(c)
 		}
 	}
 	l.writers.Add(1)
-	go l.probe(l.reg.opts.ProbeInterval)
+	go l.probeLoop(l.reg.opts.ProbeInterval)
 	l.writers.Done()
 }
 

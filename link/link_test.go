@@ -222,7 +222,7 @@ func TestBulkTransferInOrder(t *testing.T) {
 				f := pool.Get(n)
 				f.Type, f.Circuit, f.Seq = xgress.Payload, 9, uint64(off)
 				io.ReadFull(src, f.Room()[:n])
-				f.Grow(n)
+				f.Extend(n)
 				sent.Write(f.Data)
 				if err := la.Send(f); err != nil {
 					t.Fatal(err)

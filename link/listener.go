@@ -66,7 +66,7 @@ func Listen(ctx context.Context, cfg config.LinkListener, reg *Registry) (*Liste
 		log:     reg.opts.Log.With("listener", cfg.Bind.String()),
 		pending: map[pairKey]*pairing{},
 	}
-	go l.run(ctx)
+	go l.acceptLoop(ctx)
 	l.log.Info("link listener up", "advertise", cfg.Advertise.String(), "groups", cfg.Groups, "addr", acc.addr().String())
 	return l, nil
 }
@@ -80,7 +80,8 @@ func (l *Listener) Advertise() string { return l.cfg.Advertise.String() }
 // Groups are the listener's link groups.
 func (l *Listener) Groups() []string { return slices.Clone(l.cfg.Groups) }
 
-func (l *Listener) run(ctx context.Context) {
+// acceptLoop accepts link connections and serves each on its own goroutine until ctx ends.
+func (l *Listener) acceptLoop(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() { l.acc.close() })
 	defer stop()
 	defer l.dropPending()

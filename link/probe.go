@@ -9,12 +9,12 @@ import (
 	"github.com/zmesh/zmesh/xgress"
 )
 
-// probe sends a Probe on the ack connection every interval, the first at once, until the
+// probeLoop sends a Probe on the ack connection every interval, the first at once, until the
 // link closes. A probe's Seq is a random id, remembered with its send time among the last
 // probeWindow probes; the peer echoes it in a ProbeReply, and a reply counts only when it
 // answers one of them for the first time (see measure). Both routers probe, and each
 // measures its own round trip.
-func (l *Link) probe(interval time.Duration) {
+func (l *Link) probeLoop(interval time.Duration) {
 	defer l.writers.Done()
 	t := time.NewTicker(interval)
 	defer t.Stop()

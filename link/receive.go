@@ -18,8 +18,8 @@ import (
 // connections read whole batches and leave them to be handed over in order (see
 // stripe.go). Nothing here allocates.
 
-// read is the reader of connection c: it runs until a read fails or the link closes.
-func (l *Link) read(c *conn) {
+// readLoop is the reader of connection c: it runs until a read fails or the link closes.
+func (l *Link) readLoop(c *conn) {
 	defer l.readers.Done()
 	defer close(c.readDone)
 	c.s.readAhead(c.corkSize)
@@ -81,10 +81,10 @@ func (l *Link) measure(id uint64) {
 	}
 }
 
-// readStriped is the reader of payload connection c of a striped link: it reads batches
+// readStripedLoop is the reader of payload connection c of a striped link: it reads batches
 // into its ring and leaves them there for the handler (see stripe), until a read fails or
 // the link closes.
-func (l *Link) readStriped(c *conn) {
+func (l *Link) readStripedLoop(c *conn) {
 	defer l.readers.Done()
 	defer close(c.readDone)
 	defer l.stripe.leave(c.index)

@@ -60,8 +60,8 @@ func (l *Link) trySend(c *conn, f *xgress.Frame) {
 	}
 }
 
-// write is the writer of connection c: it runs until the link closes or a write fails.
-func (l *Link) write(c *conn) {
+// writeLoop is the writer of connection c: it runs until the link closes or a write fails.
+func (l *Link) writeLoop(c *conn) {
 	defer l.writers.Done()
 	for {
 		select {
@@ -86,29 +86,37 @@ func (c *conn) writeBatch(f *xgress.Frame) error {
 		return err
 	}
 	c.s.cork(c.corkSize)
-	yielded := false
-	for {
+	b := batcher{queue: c.queue}
+	for ; f != nil; f = b.next() {
 		if err := c.writeFrame(f); err != nil {
 			return err
 		}
+	}
+	return c.flush()
+}
+
+// batcher gathers a batch for a writer: the frames queued behind the one it took.
+type batcher struct {
+	queue   <-chan *xgress.Frame
+	yielded bool
+}
+
+// next returns the next frame of the batch, or nil once the batch is complete. When the
+// queue is empty, it lets the goroutines that are ready run first, once per batch, so that
+// the frames they are about to send (an endpoint's ack or EOF) join this batch rather than
+// cost a write of their own; with nothing else ready it goes on at once.
+func (b *batcher) next() *xgress.Frame {
+	for {
 		select {
-		case f = <-c.queue:
-			continue
+		case f := <-b.queue:
+			return f
 		default:
 		}
-		if yielded {
-			return c.flush()
+		if b.yielded {
+			return nil
 		}
-		// The queue is empty: let the goroutines that are ready run first, once, so that
-		// the frames they are about to send (an endpoint's ack or EOF) join this write
-		// rather than cost one of their own. With nothing else ready, it goes on at once.
 		runtime.Gosched()
-		yielded = true
-		select {
-		case f = <-c.queue:
-		default:
-			return c.flush()
-		}
+		b.yielded = true
 	}
 }
 
@@ -173,10 +181,10 @@ func (c *conn) discard() {
 	}
 }
 
-// writeStriped is the writer of payload connection c of a striped link: it takes numbered
+// writeStripedLoop is the writer of payload connection c of a striped link: it takes numbered
 // batches from the queue the payload connections share and writes them, until the link
 // closes or a write fails. Closing, the writers share out what is still queued the same way.
-func (l *Link) writeStriped(c *conn) {
+func (l *Link) writeStripedLoop(c *conn) {
 	defer l.writers.Done()
 	for l.stripe.take(c, l.stop) {
 		if err := c.writeStripeBatch(); err != nil {

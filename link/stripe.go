@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"sync"
 
 	"github.com/zmesh/zmesh/xgress"
@@ -118,21 +117,13 @@ func (s *stripe) takeQueued(c *conn) bool {
 func (s *stripe) batch(c *conn, f *xgress.Frame) {
 	c.out = append(c.out[:0], f)
 	size := len(f.Data)
-	yielded := false
-more:
+	b := batcher{queue: c.queue}
 	for len(c.out) < maxStripeBatch && size < c.corkSize {
-		select {
-		case f = <-c.queue:
-			c.out = append(c.out, f)
-			size += len(f.Data)
-			continue
-		default:
+		if f = b.next(); f == nil {
+			break
 		}
-		if yielded {
-			break more
-		}
-		runtime.Gosched() // as writeBatch does: frames about to be sent join the batch
-		yielded = true
+		c.out = append(c.out, f)
+		size += len(f.Data)
 	}
 	c.putStripeHeader(s.numbered)
 	s.numbered += uint64(len(c.out))

@@ -6,22 +6,22 @@ import (
 	"io"
 	"net"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
 
 // An Endpoint is one end of a circuit on this router: it joins a local connection (a client
 // socket the router accepted, or the service connection it dialed) to the circuit's frames.
-// Data read from the connection leaves as Payload frames through the Forwarder; Payload
+// Data read from the connection leaves as Payload frames through its Hop; Payload
 // frames from the other end are written to the connection in order and acknowledged. The
 // file reads in the order data flows: first outbound (connection → circuit), then inbound
 // (circuit → connection), then closing.
 
-// Forwarder takes the frames an endpoint sends toward the other end of its circuit. It owns
-// the frame from then on and must not block for long: it hands the frame to a link or to the
-// other local endpoint.
-type Forwarder interface {
+// Hop takes a circuit's frames one step on toward the end they travel to, the end that is
+// not their Origin: a router's forwarder (which picks the circuit's next hop), a link to the
+// next router, or the endpoint at that end. It owns each frame from then on and must not
+// block for long.
+type Hop interface {
 	Forward(f *Frame)
 }
 
@@ -44,7 +44,7 @@ type Endpoint struct {
 	circuit uint64
 	origin  Origin
 	conn    net.Conn
-	fwd     Forwarder
+	out     Hop // where the frames this end sends go: on a router, its forwarder
 	pool    *Pool
 	done    func(error) // called once, when the endpoint has finished
 
@@ -62,30 +62,98 @@ type Endpoint struct {
 	// closure at each burst of payloads.
 	writer func()
 
-	mu        sync.Mutex
+	mu        sync.Mutex // guards state and the fields below
+	state     endState
 	queue     []*Frame // payloads from the other end, not yet written
 	spare     []*Frame // the writer's previous batch, reused as the next queue
 	queued    int      // bytes in queue
-	writing   bool     // a writer goroutine is draining queue
 	expect    uint64   // Seq the next payload must carry
 	delivered uint64   // bytes written to conn
-	eofIn     bool     // the other end sent EOF, and every byte before it was written
-	eofOut    bool     // this end's connection reached EOF and the EOF frame was sent
-	closed    bool
-	opened    bool // a payload from the initiator arrived (terminator)
-	awaitOpen bool // Start was called before it did: the first payload starts reading
-	// openTimer closes a terminator that is not opened in time (StartWithin); stopped once
-	// it is opened or ends, so that it keeps nothing of a finished circuit alive.
-	openTimer *time.Timer
-
-	finished atomic.Bool
 }
 
-// NewEndpoint returns the end origin of circuit for conn; frames leave through fwd. done is
+// endState is where an endpoint stands, guarded by its mu: flags, each set once and never
+// cleared except writing and awaitOpen, and the open timer. Its methods are the transitions.
+type endState struct {
+	flags endFlags
+	// openTimer closes a terminator that is not opened in time (StartWithin); opening or
+	// closing stops it, so that it keeps nothing of a finished circuit alive.
+	openTimer *time.Timer
+}
+
+type endFlags uint8
+
+const (
+	endOpened    endFlags = 1 << iota // a payload from the other end arrived
+	endAwaitOpen                      // started before it did: the first payload starts reading
+	endWriting                        // a writer goroutine is draining the queue
+	endEOFIn                          // the other end's EOF was written, and every byte before it
+	endEOFOut                         // this end's connection reached EOF and the EOF was sent
+	endClosed                         // ended: nothing more is queued, written or sent
+)
+
+func (s *endState) opened() bool  { return s.flags&endOpened != 0 }
+func (s *endState) closed() bool  { return s.flags&endClosed != 0 }
+func (s *endState) writing() bool { return s.flags&endWriting != 0 }
+
+// bothEOF reports whether both directions have carried their EOF.
+func (s *endState) bothEOF() bool { return s.flags&(endEOFIn|endEOFOut) == endEOFIn|endEOFOut }
+
+func (s *endState) wroteEOF() { s.flags |= endEOFIn }
+func (s *endState) sentEOF()  { s.flags |= endEOFOut }
+
+// start is a terminator's Start: it reports whether to read the connection now (it was
+// opened already); otherwise the opening payload will start reading.
+func (s *endState) start() (read bool) {
+	if s.opened() {
+		return true
+	}
+	s.flags |= endAwaitOpen
+	return false
+}
+
+// open records a payload from the other end and reports whether it is the opening payload
+// of a started terminator, which starts reading.
+func (s *endState) open() (read bool) {
+	read = s.flags&endAwaitOpen != 0
+	s.flags = s.flags&^endAwaitOpen | endOpened
+	s.stopOpenTimer()
+	return read
+}
+
+// startWriter reports whether a writer must be started for newly queued payloads: none is
+// running. The writer then runs until stopWriter.
+func (s *endState) startWriter() bool {
+	if s.writing() {
+		return false
+	}
+	s.flags |= endWriting
+	return true
+}
+
+func (s *endState) stopWriter() { s.flags &^= endWriting }
+
+// close marks the endpoint closed; it reports false when it was closed already.
+func (s *endState) close() bool {
+	if s.closed() {
+		return false
+	}
+	s.flags |= endClosed
+	s.stopOpenTimer()
+	return true
+}
+
+func (s *endState) stopOpenTimer() {
+	if s.openTimer != nil {
+		s.openTimer.Stop()
+		s.openTimer = nil
+	}
+}
+
+// NewEndpoint returns the end origin of circuit for conn; frames leave through out. done is
 // called once when the endpoint has finished: nil after a clean close in both directions,
 // the reason otherwise.
-func NewEndpoint(circuit uint64, origin Origin, conn net.Conn, fwd Forwarder, pool *Pool, done func(error)) *Endpoint {
-	e := &Endpoint{circuit: circuit, origin: origin, conn: conn, fwd: fwd, pool: pool, done: done, win: newWindow()}
+func NewEndpoint(circuit uint64, origin Origin, conn net.Conn, out Hop, pool *Pool, done func(error)) *Endpoint {
+	e := &Endpoint{circuit: circuit, origin: origin, conn: conn, out: out, pool: pool, done: done, win: newWindow()}
 	e.writer = e.writeLoop
 	if sc, ok := conn.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
@@ -117,7 +185,7 @@ func (e *Endpoint) Origin() Origin { return e.origin }
 func (e *Endpoint) Opened() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.opened
+	return e.state.opened()
 }
 
 // Start opens the endpoint. The initiator opens the circuit with its first payload: the data
@@ -128,8 +196,7 @@ func (e *Endpoint) Opened() bool {
 func (e *Endpoint) Start() {
 	if e.origin == Terminator {
 		e.mu.Lock()
-		e.awaitOpen = !e.opened
-		read := e.opened
+		read := e.state.start()
 		e.mu.Unlock()
 		if read {
 			go e.readLoop()
@@ -139,8 +206,8 @@ func (e *Endpoint) Start() {
 	if !e.readableNow() {
 		f := e.pool.Get(0)
 		f.Type, f.Origin, f.Circuit = Payload, e.origin, e.circuit
-		f.Seq = e.win.sentBytes(0)
-		e.fwd.Forward(f)
+		f.Seq = e.win.recordSent(0)
+		e.out.Forward(f)
 	}
 	go e.readLoop()
 }
@@ -151,31 +218,22 @@ func (e *Endpoint) Start() {
 // connection is not kept until the idle check.
 func (e *Endpoint) StartWithin(d time.Duration) {
 	e.mu.Lock()
-	if !e.opened && !e.closed {
-		e.openTimer = time.AfterFunc(d, func() {
+	if !e.state.opened() && !e.state.closed() {
+		e.state.openTimer = time.AfterFunc(d, func() {
 			// Decided under mu, so that an opening payload arriving now is either in time
 			// or dropped by the closing endpoint, never queued and then lost.
 			e.mu.Lock()
-			if e.opened || e.closed {
+			if e.state.opened() || !e.state.close() {
 				e.mu.Unlock()
 				return
 			}
-			e.closed = true
+			queued := e.takeQueue()
 			e.mu.Unlock()
-			e.shutdown(fmt.Errorf("the circuit was not opened within %s of its route", d), true)
+			e.finish(queued, fmt.Errorf("the circuit was not opened within %s of its route", d), true)
 		})
 	}
 	e.mu.Unlock()
 	e.Start()
-}
-
-// opening marks the terminator opened and stops its open timer. Called with mu held.
-func (e *Endpoint) opening() {
-	e.opened, e.awaitOpen = true, false
-	if e.openTimer != nil {
-		e.openTimer.Stop()
-		e.openTimer = nil
-	}
 }
 
 // readableNow reports, without waiting, whether the connection has data or EOF to read, so
@@ -217,9 +275,9 @@ func (e *Endpoint) readLoop() {
 		full = n == room
 		if n > 0 {
 			f.Type, f.Origin, f.Circuit = Payload, e.origin, e.circuit
-			f.Grow(n)
-			f.Seq = e.win.sentBytes(n)
-			e.fwd.Forward(f)
+			f.Extend(n)
+			f.Seq = e.win.recordSent(n)
+			e.out.Forward(f)
 		} else {
 			f.Release()
 		}
@@ -248,10 +306,10 @@ func (e *Endpoint) waitReadable() error {
 func (e *Endpoint) sendEOF() {
 	f := e.pool.Get(0)
 	f.Type, f.Flags, f.Origin, f.Circuit = Payload, FlagEOF, e.origin, e.circuit
-	f.Seq = e.win.sentBytes(0)
-	e.fwd.Forward(f)
+	f.Seq = e.win.recordSent(0)
+	e.out.Forward(f)
 	e.mu.Lock()
-	e.eofOut = true
+	e.state.sentEOF()
 	e.mu.Unlock()
 	e.finishIfDone()
 }
@@ -266,7 +324,7 @@ func (e *Endpoint) Receive(f *Frame) {
 		e.finishIfDone()
 	case Payload:
 		e.mu.Lock()
-		if e.closed {
+		if e.state.closed() {
 			e.mu.Unlock()
 			f.Release()
 			return
@@ -280,10 +338,8 @@ func (e *Endpoint) Receive(f *Frame) {
 			return
 		}
 		e.queue = append(e.queue, f)
-		start := !e.writing
-		e.writing = true
-		read := e.awaitOpen
-		e.opening()
+		start := e.state.startWriter()
+		read := e.state.open()
 		e.mu.Unlock()
 		if start {
 			go e.writer()
@@ -314,14 +370,14 @@ const maxKeptQueue = 256
 func (e *Endpoint) writeLoop() {
 	for {
 		e.mu.Lock()
-		if len(e.queue) == 0 || e.closed {
+		if len(e.queue) == 0 || e.state.closed() {
 			// The queue and the spare are both kept for the next batch: a writer that stops
 			// whenever it has caught up, as it does between bursts, allocates no queue. Not
 			// when a burst of many small frames grew them: an idle end keeps little.
-			e.writing = false
+			e.state.stopWriter()
 			var dropped []*Frame
-			if e.closed {
-				dropped, e.queue = e.queue, nil
+			if e.state.closed() {
+				dropped = e.takeQueue()
 			}
 			if cap(e.queue) > maxKeptQueue {
 				e.queue = nil
@@ -373,7 +429,7 @@ func (e *Endpoint) writeLoop() {
 		e.delivered += written
 		delivered := e.delivered
 		if eof {
-			e.eofIn = true
+			e.state.wroteEOF()
 		}
 		e.mu.Unlock()
 		if written > 0 {
@@ -393,16 +449,16 @@ func (e *Endpoint) writeLoop() {
 func (e *Endpoint) sendAck(seq uint64) {
 	f := e.pool.Get(0)
 	f.Type, f.Origin, f.Circuit, f.Seq = Ack, e.origin, e.circuit, seq
-	e.fwd.Forward(f)
+	e.out.Forward(f)
 }
 
 // finishIfDone ends the endpoint cleanly once both directions are done: this end sent EOF and
 // every byte it sent was acknowledged, and the other end's EOF was written.
 func (e *Endpoint) finishIfDone() {
 	e.mu.Lock()
-	in, out := e.eofIn, e.eofOut
+	bothEOF := e.state.bothEOF()
 	e.mu.Unlock()
-	if !in || !out {
+	if !bothEOF {
 		return
 	}
 	if _, sent, acked := e.win.state(); acked < sent {
@@ -424,19 +480,29 @@ func (e *Endpoint) Close(reason string) {
 	e.shutdown(err, reason != "")
 }
 
+// shutdown ends the endpoint for err, once; the other end is told when tellPeer is set.
 func (e *Endpoint) shutdown(err error, tellPeer bool) {
-	if !e.finished.CompareAndSwap(false, true) {
+	e.mu.Lock()
+	if !e.state.close() {
+		e.mu.Unlock()
 		return
 	}
-	e.mu.Lock()
-	e.closed = true
-	queued := e.queue
-	e.queue = nil
-	if e.openTimer != nil {
-		e.openTimer.Stop()
-		e.openTimer = nil
-	}
+	queued := e.takeQueue()
 	e.mu.Unlock()
+	e.finish(queued, err, tellPeer)
+}
+
+// takeQueue empties the queue and returns what it held. Called with mu held.
+func (e *Endpoint) takeQueue() []*Frame {
+	q := e.queue
+	e.queue = nil
+	return q
+}
+
+// finish completes a shutdown once the endpoint is closed: the payloads still queued are
+// dropped, the sender wakes, the other end is told when tellPeer is set, the connection is
+// closed and done is called.
+func (e *Endpoint) finish(queued []*Frame, err error, tellPeer bool) {
 	for _, f := range queued {
 		f.Release()
 	}
@@ -445,7 +511,7 @@ func (e *Endpoint) shutdown(err error, tellPeer bool) {
 		f := e.pool.Get(len(err.Error()))
 		f.Type, f.Origin, f.Circuit = Close, e.origin, e.circuit
 		f.SetData([]byte(truncate(err.Error(), SmallData)))
-		e.fwd.Forward(f)
+		e.out.Forward(f)
 	}
 	e.conn.Close()
 	if e.done != nil {

@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// direct is a Forwarder that hands frames straight to the other endpoint, as a forwarder does
+// direct is a Hop that hands frames straight to the other endpoint, as a forwarder does
 // for a circuit whose two ends are on one router.
 type direct struct {
 	mu sync.Mutex
@@ -304,7 +304,7 @@ func noAllocations(t *testing.T, what string, f func()) {
 func waitStopped(e *Endpoint) {
 	for {
 		e.mu.Lock()
-		writing := e.writing
+		writing := e.state.writing()
 		e.mu.Unlock()
 		if !writing {
 			return
@@ -327,7 +327,7 @@ func (g *gatedConn) Write(p []byte) (int, error) {
 	return g.Conn.Write(p)
 }
 
-// releaser is a forwarder that drops what it is given (the acks of a lone endpoint).
+// releaser is a Hop that drops what it is given (the acks of a lone endpoint).
 type releaser struct{}
 
 func (releaser) Forward(f *Frame) { f.Release() }
@@ -515,7 +515,7 @@ func TestOverrunFails(t *testing.T) {
 	for range 1024 { // 64 MiB: far more than the socket buffers and the window
 		f := pool.Get(MaxData)
 		f.Type, f.Origin, f.Circuit, f.Seq = Payload, Initiator, 7, seq
-		f.Grow(MaxData)
+		f.Extend(MaxData)
 		seq += MaxData
 		c.egress.Receive(f)
 	}
@@ -540,7 +540,7 @@ func TestSpliceNeedsTCP(t *testing.T) {
 	}
 }
 
-// recorder is a Forwarder that keeps the frames it is given.
+// recorder is a Hop that keeps the frames it is given.
 type recorder struct {
 	mu     sync.Mutex
 	frames []*Frame
@@ -630,7 +630,7 @@ func TestStartWithinReleases(t *testing.T) {
 			f.Type, f.Origin, f.Circuit = Payload, Initiator, 6
 			e.Receive(f)
 			e.mu.Lock()
-			opened, timer := e.opened, e.openTimer
+			opened, timer := e.state.opened(), e.state.openTimer
 			e.mu.Unlock()
 			if !opened || timer != nil {
 				t.Fatalf("after the opening payload: opened %v, open timer %v", opened, timer)

@@ -34,20 +34,20 @@ func Splice(a, b *Endpoint, activity func(n int64)) bool {
 		return false
 	}
 	b.mu.Lock()
-	if b.opened || b.closed {
+	if b.state.opened() || b.state.closed() {
 		b.mu.Unlock()
 		return false
 	}
-	b.opening()
+	b.state.open() // spliceLoop reads b's connection, not readLoop
 	b.mu.Unlock()
-	go spliceOneWay(a, b, ac, bc, activity)
-	go spliceOneWay(b, a, bc, ac, activity)
+	go spliceLoop(a, b, ac, bc, activity)
+	go spliceLoop(b, a, bc, ac, activity)
 	return true
 }
 
-// spliceOneWay moves bytes from src's connection to dst's until src reaches EOF (then dst's
+// spliceLoop moves bytes from src's connection to dst's until src reaches EOF (then dst's
 // connection is closed for writing) or either fails (then both ends fail).
-func spliceOneWay(src, dst *Endpoint, from, to *net.TCPConn, activity func(n int64)) {
+func spliceLoop(src, dst *Endpoint, from, to *net.TCPConn, activity func(n int64)) {
 	lr := &io.LimitedReader{R: from}
 	for {
 		lr.N = spliceChunk
@@ -75,10 +75,10 @@ func spliceOneWay(src, dst *Endpoint, from, to *net.TCPConn, activity func(n int
 			return
 		}
 		src.mu.Lock()
-		src.eofOut = true
+		src.state.sentEOF()
 		src.mu.Unlock()
 		dst.mu.Lock()
-		dst.eofIn = true
+		dst.state.wroteEOF()
 		dst.mu.Unlock()
 		src.finishIfDone()
 		dst.finishIfDone()

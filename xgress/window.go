@@ -93,8 +93,8 @@ func (w *window) stalled() {
 	w.mu.Unlock()
 }
 
-// sentBytes records n bytes sent and returns the Seq of their first byte.
-func (w *window) sentBytes(n int) uint64 {
+// recordSent records n more bytes as sent and returns the Seq of the first of them.
+func (w *window) recordSent(n int) uint64 {
 	w.mu.Lock()
 	seq := w.sent
 	w.sent += uint64(n)

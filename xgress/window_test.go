@@ -9,7 +9,7 @@ import (
 // fill has the sender take the whole window and reports how many bytes it took.
 func fill(w *window) int {
 	n := w.acquire(1, int(MaxWindow))
-	w.sentBytes(n)
+	w.recordSent(n)
 	return n
 }
 
@@ -58,7 +58,7 @@ func TestWindowGrowsOnQuickAcks(t *testing.T) {
 		if n := <-done; n != 1 {
 			t.Fatalf("acquire after the ack: %d", n)
 		}
-		w.sentBytes(1)
+		w.recordSent(1)
 		ackAll(w)
 	}
 
@@ -105,7 +105,7 @@ func TestWindowShrinksOnStall(t *testing.T) {
 		if n := <-done; n != 1 {
 			t.Fatalf("acquire after the ack: %d", n)
 		}
-		w.sentBytes(1)
+		w.recordSent(1)
 		ackAll(w)
 	}
 }
@@ -145,7 +145,7 @@ func TestWindowWaitAllocatesNothing(t *testing.T) {
 	allocs := testing.AllocsPerRun(50, func() {
 		for range 10 {
 			n := w.acquire(int(MinWindow), int(MaxWindow))
-			w.sentBytes(n)
+			w.recordSent(n)
 			_, sent, _ := w.state()
 			acks <- sent
 		}
@@ -169,7 +169,7 @@ func BenchmarkWindow(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		n := w.acquire(int(MinWindow), int(MaxWindow)) // waits for the ack of the last payload
-		w.sentBytes(n)
+		w.recordSent(n)
 		_, sent, _ := w.state()
 		acks <- sent
 	}

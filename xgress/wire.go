@@ -155,12 +155,12 @@ func (f *Frame) Release() {
 	}
 }
 
-// Room returns the free data space of the frame, for reading data into it; Grow(n) then
+// Room returns the free data space of the frame, for reading data into it; Extend(n) then
 // takes n bytes of it as data.
 func (f *Frame) Room() []byte { return f.buf[HeaderSize+len(f.Data):] }
 
-// Grow extends Data by n bytes of Room.
-func (f *Frame) Grow(n int) { f.Data = f.buf[HeaderSize : HeaderSize+len(f.Data)+n] }
+// Extend extends Data by the first n bytes of Room.
+func (f *Frame) Extend(n int) { f.Data = f.buf[HeaderSize : HeaderSize+len(f.Data)+n] }
 
 // SetData copies data into the frame; it fails when data does not fit.
 func (f *Frame) SetData(data []byte) error {
