@@ -292,7 +292,7 @@ func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, r
 	bg, stop := context.WithCancel(ctx)
 	defer stop()
 	go c.store.RunGC(bg, 10*time.Minute)
-	go c.expireSessions(bg)
+	go c.expireLoop(bg)
 	sessionsDone := make(chan struct{})
 	go func() { c.sessions.Run(bg); close(sessionsDone) }()
 	// The session state senders stop before the store closes.
@@ -363,9 +363,9 @@ const (
 	postureEvery = 15 * time.Second
 )
 
-// expireSessions deletes idle API sessions every expireEvery and ends the sessions whose
+// expireLoop deletes idle API sessions every expireEvery and ends the sessions whose
 // posture stopped holding every postureEvery.
-func (c *Controller) expireSessions(ctx context.Context) {
+func (c *Controller) expireLoop(ctx context.Context) {
 	t := time.NewTicker(postureEvery)
 	defer t.Stop()
 	for tick := 1; ; tick++ {

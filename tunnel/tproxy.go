@@ -222,8 +222,8 @@ func (t *TProxy) Run(ctx context.Context, overlay Overlay, opts TProxyOptions) e
 			cancel(err)
 		}
 	})
-	r.wg.Go(func() { r.acceptTCP(runCtx) })
-	r.wg.Go(func() { r.readUDP(runCtx) })
+	r.wg.Go(func() { r.acceptTCPLoop(runCtx) })
+	r.wg.Go(func() { r.readUDPLoop(runCtx) })
 	if opts.Host != nil {
 		ho := *opts.Host
 		if ho.Dialer == nil {
@@ -694,8 +694,8 @@ func appData(proto string, src, dst netip.AddrPort, hostname string) AppData {
 	}
 }
 
-// acceptTCP hands intercepted connections to carryTCP until the interceptor is closed.
-func (r *tproxyRun) acceptTCP(ctx context.Context) {
+// acceptTCPLoop hands intercepted connections to carryTCP until the interceptor is closed.
+func (r *tproxyRun) acceptTCPLoop(ctx context.Context) {
 	var wait time.Duration // after a failed accept (e.g. out of file descriptors)
 	for {
 		c, err := r.ic.Accept()
@@ -767,8 +767,8 @@ type udpFlow struct {
 // flowQueue is how many datagrams of a flow wait for its circuit; more are dropped.
 const flowQueue = 64
 
-// readUDP hands intercepted datagrams to their flows until the interceptor is closed.
-func (r *tproxyRun) readUDP(ctx context.Context) {
+// readUDPLoop hands intercepted datagrams to their flows until the interceptor is closed.
+func (r *tproxyRun) readUDPLoop(ctx context.Context) {
 	buf := make([]byte, MaxDatagram)
 	for {
 		n, client, dst, err := r.ic.ReadUDP(buf)

@@ -83,7 +83,7 @@ func (c *Checker) Start(ctx context.Context) (wait func()) {
 	first.Wait()
 	var loops sync.WaitGroup
 	for _, r := range runners {
-		loops.Go(func() { r.loop(ctx) })
+		loops.Go(func() { r.checkLoop(ctx) })
 	}
 	return loops.Wait
 }
@@ -103,9 +103,9 @@ type outcome struct {
 	err      error
 }
 
-// loop runs the check after its initial delay (when it has one; Start ran it already when
+// checkLoop runs the check after its initial delay (when it has one; Start ran it already when
 // not), then every interval, until ctx ends.
-func (r *runner) loop(ctx context.Context) {
+func (r *runner) checkLoop(ctx context.Context) {
 	wait := r.chk.Interval
 	if r.chk.InitialDelay > 0 {
 		wait = r.chk.InitialDelay
