@@ -55,8 +55,8 @@ func TestSDKEndToEndEncrypted(t *testing.T) {
 	n, svc, dialerCert, hostCert, dialerID := buildEdgeNet(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	open := func(cert tls.Certificate) *sdk.Context {
-		c, err := sdk.New(n.identityFile(cert), sdk.Options{Logger: testLogger(t)})
+	open := func(cert tls.Certificate) *sdk.Client {
+		c, err := sdk.New(sdkIdentity(t, n.identityFile(cert)), sdk.Options{Logger: testLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +145,7 @@ func TestSDKEndToEndEncrypted(t *testing.T) {
 	}
 	corrupt.Store(true)
 	c2.Write(msg)
-	c2.(interface{ CloseWrite() error }).CloseWrite()
+	c2.CloseWrite()
 	if s := <-got; !errors.Is(s.err, e2ee.ErrAuthentication) {
 		t.Fatalf("the host read a corrupted record: %d bytes, err %v", len(s.data), s.err)
 	}
@@ -200,7 +200,7 @@ func TestStandaloneTunneler(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	open := func(cert tls.Certificate) tunnel.Overlay {
-		c, err := sdk.New(n.identityFile(cert), sdk.Options{Logger: testLogger(t)})
+		c, err := sdk.New(sdkIdentity(t, n.identityFile(cert)), sdk.Options{Logger: testLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,4 +225,18 @@ func TestStandaloneTunneler(t *testing.T) {
 	if err := <-hostDone; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatalf("host mode: %v", err)
 	}
+}
+
+// sdkIdentity saves an identity file and loads it as the SDK does.
+func sdkIdentity(t testing.TB, f *apiclient.IdentityFile) *sdk.Identity {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "identity.json")
+	if err := f.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	id, err := sdk.LoadIdentity(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

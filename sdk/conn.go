@@ -25,9 +25,10 @@ func (a Addr) Network() string { return "zmesh" }
 // String returns identity@service.
 func (a Addr) String() string { return a.Identity + "@" + a.Service }
 
-// Conn is a connection over a zmesh circuit: from Dial, or from a Listener's Accept. Its
-// deadlines work as net.Conn's. When the service requires encryption, the bytes are end-to-end
-// encrypted between the two ends (package e2ee) and the routers see only ciphertext.
+// Conn is a connection over a zmesh circuit: from Dial, or from a Listener's Accept. It is
+// a net.Conn that can also half-close (CloseWrite); its deadlines work as net.Conn's. When
+// the service requires encryption, the bytes are end-to-end encrypted between the two ends
+// and the routers see only ciphertext.
 type Conn struct {
 	inner     net.Conn // the router stream, or the encrypted conn over it
 	stream    *smux.Stream
@@ -77,8 +78,8 @@ func (c *Conn) CircuitID() uint64 { return c.circuitID }
 func (c *Conn) Encrypted() bool { return c.encrypted }
 
 // CloseWrite half-closes the Conn: the other end reads EOF once it has read everything
-// written before, and this end can still read. (The smux stream sends its FIN; an encrypted
-// Conn first sends its authenticated close-write record.)
+// written before, and this end can still read. (The stream sends its FIN; an encrypted Conn
+// first sends its authenticated close-write record.)
 func (c *Conn) CloseWrite() error {
 	if cw, ok := c.inner.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
@@ -102,12 +103,43 @@ type DialOptions struct {
 // exchange with the hosting identity succeeded). On a router that cannot connect, refuses or
 // fails, Dial tries the session's next router; a session the router does not know any more
 // is replaced once.
-func (c *Context) Dial(ctx context.Context, service string) (net.Conn, error) {
+func (c *Client) Dial(ctx context.Context, service string) (*Conn, error) {
 	return c.DialWithOptions(ctx, service, DialOptions{})
 }
 
+// DialContext dials the service that addr names, as net.Dialer.DialContext dials an address,
+// so that it can serve as http.Transport.DialContext and wherever a dial function is taken.
+// The service's name is addr's host part (addr itself when it is not host:port): the port
+// means nothing to a circuit and is ignored, so that http://myservice/ reaches the service
+// named myservice. A circuit carries a byte stream: network is "tcp", "tcp4", "tcp6" or
+// "zmesh" (Addr.Network); any other is refused with an error wrapping
+// net.UnknownNetworkError. The connection is a *Conn.
+func (c *Client) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	switch network {
+	case "tcp", "tcp4", "tcp6", "zmesh":
+	default:
+		return nil, fmt.Errorf("sdk: dial %s %q: a circuit carries a byte stream (tcp or zmesh): %w",
+			network, addr, net.UnknownNetworkError(network))
+	}
+	conn, err := c.Dial(ctx, serviceOf(addr))
+	if err != nil {
+		return nil, err
+	}
+	return conn, nil
+}
+
+// serviceOf returns the name of the service addr names for DialContext: its host part
+// ("myservice" for "myservice:80" or "[myservice]:80"), or addr itself when it is not
+// host:port.
+func serviceOf(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
+}
+
 // DialWithOptions is Dial with options.
-func (c *Context) DialWithOptions(ctx context.Context, service string, opts DialOptions) (net.Conn, error) {
+func (c *Client) DialWithOptions(ctx context.Context, service string, opts DialOptions) (*Conn, error) {
 	if c.isClosed() {
 		return nil, ErrClosed
 	}
@@ -117,7 +149,7 @@ func (c *Context) DialWithOptions(ctx context.Context, service string, opts Dial
 	}
 	var errs []error
 	for attempt := 0; attempt < 2; attempt++ {
-		s, err := c.session(ctx, svc.ID, TypeDial)
+		s, err := c.session(ctx, svc.ID, sessionDial)
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, ErrClosed) {
 				c.forgetService(service) // it may have changed or gone
@@ -144,7 +176,7 @@ func (c *Context) DialWithOptions(ctx context.Context, service string, opts Dial
 // or fails in a way another would too. renew tells whether to try again with a new session:
 // the router refused s, or no router could be reached or answered (their connections may
 // have died: a new session lists the current routers, which are connected again).
-func (c *Context) dialSession(ctx context.Context, svc Service, s *edgeSession, opts DialOptions) (_ *Conn, renew bool, _ error) {
+func (c *Client) dialSession(ctx context.Context, svc Service, s *edgeSession, opts DialOptions) (_ *Conn, renew bool, _ error) {
 	routers, err := c.routersFor(ctx, s)
 	if err != nil {
 		return nil, true, err
@@ -187,7 +219,7 @@ func retriable(err error) bool {
 
 // dialVia asks router rc for a circuit and, when the service requires it, runs the
 // end-to-end key exchange with the host the router reached.
-func (c *Context) dialVia(ctx context.Context, rc *routerConn, svc Service, req edgeproto.Request) (*Conn, error) {
+func (c *Client) dialVia(ctx context.Context, rc *routerConn, svc Service, req edgeproto.Request) (*Conn, error) {
 	st, resp, err := rc.open(ctx, req)
 	if err != nil {
 		return nil, err

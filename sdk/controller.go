@@ -17,8 +17,17 @@ import (
 
 // Session types, as the controller names them.
 const (
-	TypeDial = "Dial"
-	TypeBind = "Bind"
+	sessionDial = "Dial"
+	sessionBind = "Bind"
+)
+
+// Permission is what an identity may do with a service, as the controller names it.
+type Permission string
+
+// Permissions.
+const (
+	PermissionDial Permission = "Dial" // dial the service
+	PermissionBind Permission = "Bind" // host the service
 )
 
 // pageSize is the page size of lists: the controller's maximum.
@@ -30,7 +39,7 @@ const sessionCreateTimeout = 30 * time.Second
 // --- Authentication ---
 
 // apiToken returns the current API session token, authenticating first if there is none.
-func (c *Context) apiToken(ctx context.Context) (string, error) {
+func (c *Client) apiToken(ctx context.Context) (string, error) {
 	c.mu.Lock()
 	tok, closed := c.token, c.closed
 	c.mu.Unlock()
@@ -46,7 +55,7 @@ func (c *Context) apiToken(ctx context.Context) (string, error) {
 // authenticate opens a new API session with the identity's certificate, unless the current
 // token is already another than stale (someone else re-authenticated meanwhile). The
 // sessions of the previous API session are forgotten: the controller ended them with it.
-func (c *Context) authenticate(ctx context.Context, stale string) (string, error) {
+func (c *Client) authenticate(ctx context.Context, stale string) (string, error) {
 	select {
 	case c.auth <- struct{}{}:
 	case <-ctx.Done():
@@ -78,7 +87,7 @@ func (c *Context) authenticate(ctx context.Context, stale string) (string, error
 // call calls the controller's API as apiclient.Client.Do does, with the current API
 // session, authenticating first if needed, and once more if the call answers 401 (the API
 // session expired or was deleted).
-func (c *Context) call(ctx context.Context, method, path string, body, out any) (*apiclient.Pagination, error) {
+func (c *Client) call(ctx context.Context, method, path string, body, out any) (*apiclient.Pagination, error) {
 	tok, err := c.apiToken(ctx)
 	if err != nil {
 		return nil, err
@@ -110,16 +119,16 @@ type Service struct {
 	Name               string
 	EncryptionRequired bool
 	// Permissions are what the identity may do with the service: Dial, Bind or both.
-	Permissions []string
+	Permissions []Permission
 	// Configs are the service's configs by config type name.
 	Configs map[string]json.RawMessage
 }
 
 // CanDial reports whether the identity may dial the service.
-func (s Service) CanDial() bool { return slices.Contains(s.Permissions, TypeDial) }
+func (s Service) CanDial() bool { return slices.Contains(s.Permissions, PermissionDial) }
 
 // CanBind reports whether the identity may host the service.
-func (s Service) CanBind() bool { return slices.Contains(s.Permissions, TypeBind) }
+func (s Service) CanBind() bool { return slices.Contains(s.Permissions, PermissionBind) }
 
 // equal reports whether s and o are the same in every field.
 func (s Service) equal(o Service) bool {
@@ -137,14 +146,14 @@ func (s Service) equal(o Service) bool {
 }
 
 // Services lists the services the identity may dial or bind, with all their configs.
-func (c *Context) Services(ctx context.Context) ([]Service, error) {
+func (c *Client) Services(ctx context.Context) ([]Service, error) {
 	var all []Service
 	for offset := 0; ; {
 		var page []struct {
 			ID                 string                     `json:"id"`
 			Name               string                     `json:"name"`
 			EncryptionRequired bool                       `json:"encryptionRequired"`
-			Permissions        []string                   `json:"permissions"`
+			Permissions        []Permission               `json:"permissions"`
 			Config             map[string]json.RawMessage `json:"config"`
 		}
 		q := url.Values{"configTypes": {"all"}, "limit": {fmt.Sprint(pageSize)}, "offset": {fmt.Sprint(offset)}}
@@ -176,7 +185,7 @@ func (c *Context) Services(ctx context.Context) ([]Service, error) {
 
 // ServiceByName returns the service with this name. It answers from the last listing when
 // the service is in it, and lists the services again when it is not.
-func (c *Context) ServiceByName(ctx context.Context, name string) (Service, error) {
+func (c *Client) ServiceByName(ctx context.Context, name string) (Service, error) {
 	c.mu.Lock()
 	s, ok := c.services[name]
 	c.mu.Unlock()
@@ -197,19 +206,19 @@ func (c *Context) ServiceByName(ctx context.Context, name string) (Service, erro
 
 // forgetService drops a service from the last listing, so that the next ServiceByName lists
 // the services again.
-func (c *Context) forgetService(name string) {
+func (c *Client) forgetService(name string) {
 	c.mu.Lock()
 	delete(c.services, name)
 	c.mu.Unlock()
 }
 
 // WatchServices calls fn with the services added, changed and removed since its previous
-// call, until ctx ends or the Context closes; it returns ctx's error or ErrClosed. Every
+// call, until ctx ends or the Client closes; it returns ctx's error or ErrClosed. Every
 // interval it asks the controller when data relevant to the API session last changed
 // (current-api-session/service-updates), and lists the services again only when that moved.
 // The first call of fn reports every service as added, even when there are none. Failed
 // polls are logged and retried at the next interval.
-func (c *Context) WatchServices(ctx context.Context, interval time.Duration, fn func(added, changed, removed []Service)) error {
+func (c *Client) WatchServices(ctx context.Context, interval time.Duration, fn func(added, changed, removed []Service)) error {
 	if interval <= 0 {
 		return fmt.Errorf("sdk: watch services: interval %v is not positive", interval)
 	}
@@ -308,9 +317,9 @@ type sessionEntry struct {
 }
 
 // session returns the cached session of type typ for the service, creating it when there is
-// none. Concurrent callers share one creation, which runs for the Context (bounded by
+// none. Concurrent callers share one creation, which runs for the Client (bounded by
 // sessionCreateTimeout), so that a caller giving up does not fail the others.
-func (c *Context) session(ctx context.Context, serviceID, typ string) (*edgeSession, error) {
+func (c *Client) session(ctx context.Context, serviceID, typ string) (*edgeSession, error) {
 	key := sessionKey{serviceID, typ}
 	c.mu.Lock()
 	if c.closed {
@@ -347,7 +356,7 @@ func (c *Context) session(ctx context.Context, serviceID, typ string) (*edgeSess
 }
 
 // dropSession forgets s, so that the next use creates a new session.
-func (c *Context) dropSession(s *edgeSession) {
+func (c *Client) dropSession(s *edgeSession) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.sessions[s.key]; ok && e.s == s {
@@ -356,7 +365,7 @@ func (c *Context) dropSession(s *edgeSession) {
 }
 
 // createSession asks the controller for a session.
-func (c *Context) createSession(ctx context.Context, key sessionKey) (*edgeSession, error) {
+func (c *Client) createSession(ctx context.Context, key sessionKey) (*edgeSession, error) {
 	var out struct {
 		ID          string `json:"id"`
 		Token       string `json:"token"`

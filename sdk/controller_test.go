@@ -116,8 +116,8 @@ func TestReauthenticateAfter401(t *testing.T) {
 	if c.token == first || c.token == "" {
 		t.Error("the token did not change")
 	}
-	// A Context whose certificate the controller does not know cannot authenticate: no loop.
-	id := e.identity("gone")
+	// A Client whose certificate the controller does not know cannot authenticate: no loop.
+	id := e.sdkIdentity("gone")
 	check(t, e.m.DeleteIdentity(identityID(t, e, "gone")))
 	gone, err := New(id, e.options("gone"))
 	check(t, err)

@@ -40,14 +40,14 @@ func serveEcho(t *testing.T, l net.Listener) {
 // roundTrip dials service, sends msg, half-closes and returns the answer.
 // expectEcho fails the test unless a round trip of msg through service comes back upper-cased
 // (the echo servers of these tests); what says which step of the test it was.
-func expectEcho(t *testing.T, c *Context, service, msg, what string) {
+func expectEcho(t *testing.T, c *Client, service, msg, what string) {
 	t.Helper()
 	if got, err := roundTrip(t, c, service, msg); err != nil || got != strings.ToUpper(msg) {
 		t.Fatalf("%s: round trip through %s: %q, %v; want %q", what, service, got, err, strings.ToUpper(msg))
 	}
 }
 
-func roundTrip(t *testing.T, c *Context, service, msg string) (string, error) {
+func roundTrip(t *testing.T, c *Client, service, msg string) (string, error) {
 	t.Helper()
 	conn, err := c.Dial(testCtx(t), service)
 	if err != nil {
@@ -58,22 +58,22 @@ func roundTrip(t *testing.T, c *Context, service, msg string) (string, error) {
 	if _, err := conn.Write([]byte(msg)); err != nil {
 		return "", err
 	}
-	if err := conn.(*Conn).CloseWrite(); err != nil {
+	if err := conn.CloseWrite(); err != nil {
 		return "", err
 	}
 	got, err := io.ReadAll(conn)
 	return string(got), err
 }
 
-func listen(t *testing.T, c *Context, service string, opts ListenOptions) *listener {
+func listen(t *testing.T, c *Client, service string, opts ListenOptions) *Listener {
 	t.Helper()
 	l, err := c.ListenWithOptions(testCtx(t), service, opts)
 	check(t, err)
 	t.Cleanup(func() { l.Close() })
-	return l.(*listener)
+	return l
 }
 
-// The Context connects to the session's routers, says hello, measures their latency with
+// The Client connects to the session's routers, says hello, measures their latency with
 // pings, keeps pinging, and dials through the fastest.
 func TestHelloAndLatency(t *testing.T) {
 	t.Parallel()
@@ -82,7 +82,7 @@ func TestHelloAndLatency(t *testing.T) {
 	const delay = 400 * time.Millisecond // beyond what a loaded machine adds to a ping
 	slow.pingDelay.Store(int64(delay))
 	e.service("echo", false)
-	// Both Contexts wait for both routers, however late the slow one connects.
+	// Both Clients wait for both routers, however late the slow one connects.
 	waitAll := func(o *Options) { o.RouterGrace = time.Minute }
 	host, client := e.sdkWith("host", waitAll), e.sdkWith("client", waitAll)
 	serveEcho(t, listen(t, host, "echo", ListenOptions{}))
@@ -93,7 +93,7 @@ func TestHelloAndLatency(t *testing.T) {
 		t.Errorf("dials: fast %d, slow %d; want the fast router", fast.dials.Load(), slow.dials.Load())
 	}
 	if fast.hellos.Load() != 2 || slow.hellos.Load() != 2 {
-		t.Errorf("hellos: fast %d, slow %d; want one per Context", fast.hellos.Load(), slow.hellos.Load())
+		t.Errorf("hellos: fast %d, slow %d; want one per Client", fast.hellos.Load(), slow.hellos.Load())
 	}
 	client.mu.Lock()
 	for rc := range client.conns {
@@ -121,18 +121,17 @@ func TestDialAccept(t *testing.T) {
 	}
 	accepted := make(chan *Conn, 1)
 	go func() {
-		conn, err := l.Accept()
+		conn, err := l.AcceptConn()
 		if err != nil {
 			t.Error(err)
 			close(accepted)
 			return
 		}
-		accepted <- conn.(*Conn)
+		accepted <- conn
 	}()
-	nc, err := client.Dial(testCtx(t), "echo")
+	conn, err := client.Dial(testCtx(t), "echo")
 	check(t, err)
-	defer nc.Close()
-	conn := nc.(*Conn)
+	defer conn.Close()
 	hc := <-accepted
 	if hc == nil {
 		t.FailNow()
@@ -185,7 +184,7 @@ func TestDialFailover(t *testing.T) {
 	a, b := e.router("a"), e.router("b")
 	b.pingDelay.Store(int64(400 * time.Millisecond)) // a is the faster, however loaded the machine
 	e.service("echo", false)
-	waitAll := func(o *Options) { o.RouterGrace = time.Minute } // each Context waits for b too
+	waitAll := func(o *Options) { o.RouterGrace = time.Minute } // each Client waits for b too
 	host, client := e.sdkWith("host", waitAll), e.sdkWith("client", waitAll)
 	serveEcho(t, listen(t, host, "echo", ListenOptions{}))
 
@@ -249,7 +248,7 @@ func TestSessionRefresh(t *testing.T) {
 	sessionOf := func() *edgeSession {
 		client.mu.Lock()
 		defer client.mu.Unlock()
-		if e := client.sessions[sessionKey{svc.ID, TypeDial}]; e != nil {
+		if e := client.sessions[sessionKey{svc.ID, sessionDial}]; e != nil {
 			return e.s
 		}
 		return nil
@@ -265,7 +264,7 @@ func TestSessionRefresh(t *testing.T) {
 	}
 
 	// The API session ends: the router refuses the session, the controller answers 401,
-	// the Context authenticates again and reconnects to the router with the new API session.
+	// the Client authenticates again and reconnects to the router with the new API session.
 	apiSessions, err := e.m.APISessions()
 	check(t, err)
 	for _, s := range apiSessions {
@@ -296,7 +295,7 @@ func TestAcceptedStreamsSurviveGC(t *testing.T) {
 	if _, err := conn.Write(payload); err != nil {
 		t.Fatal(err)
 	}
-	check(t, conn.(*Conn).CloseWrite())
+	check(t, conn.CloseWrite())
 	eventually(t, "the connection waits for Accept", func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -346,7 +345,7 @@ func TestAcceptedStreamsSurviveGC(t *testing.T) {
 }
 
 // Closing a listener removes its terminators and refuses connects to them; Accept returns
-// net.ErrClosed. Closing the Context closes its listeners.
+// net.ErrClosed. Closing the Client closes its listeners.
 func TestListenerClose(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -407,11 +406,11 @@ func TestEncrypted(t *testing.T) {
 	conn, err := client.Dial(testCtx(t), "secret")
 	check(t, err)
 	defer conn.Close()
-	if !conn.(*Conn).Encrypted() || !<-encrypted {
+	if !conn.Encrypted() || !<-encrypted {
 		t.Fatal("not encrypted")
 	}
 	conn.Write([]byte(secret))
-	conn.(*Conn).CloseWrite()
+	conn.CloseWrite()
 	got, err := io.ReadAll(conn)
 	if err != nil || string(got) != strings.ToUpper(secret) {
 		t.Fatalf("%q %v", got, err)

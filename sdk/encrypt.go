@@ -22,7 +22,7 @@ func e2eeContext(circuitID uint64, serviceID string) string {
 
 // e2eeConfig returns this identity's e2ee configuration for a circuit whose other end must
 // be identity peerID.
-func (c *Context) e2eeConfig(circuitID uint64, serviceID, peerID string) (e2ee.Config, error) {
+func (c *Client) e2eeConfig(circuitID uint64, serviceID, peerID string) (e2ee.Config, error) {
 	key, ok := c.cert.PrivateKey.(crypto.Signer)
 	if !ok {
 		return e2ee.Config{}, fmt.Errorf("the identity's key (%T) cannot sign", c.cert.PrivateKey)
@@ -38,7 +38,7 @@ func (c *Context) e2eeConfig(circuitID uint64, serviceID, peerID string) (e2ee.C
 // verifyPeer checks that chain is an identity certificate of the network (it chains to the
 // identity's CAs) of identity want (its common name, which the controller sets to the
 // identity's id).
-func (c *Context) verifyPeer(chain []*x509.Certificate, want string) error {
+func (c *Client) verifyPeer(chain []*x509.Certificate, want string) error {
 	inter := x509.NewCertPool()
 	for _, cert := range chain[1:] {
 		inter.AddCert(cert)
@@ -55,7 +55,7 @@ func (c *Context) verifyPeer(chain []*x509.Certificate, want string) error {
 
 // encryptClient runs the dialing end's key exchange over conn's stream, expecting the
 // hosting identity the router named; ctx can abort it.
-func (c *Context) encryptClient(ctx context.Context, conn *Conn, svc Service) error {
+func (c *Client) encryptClient(ctx context.Context, conn *Conn, svc Service) error {
 	cfg, err := c.e2eeConfig(conn.circuitID, svc.ID, conn.remote.Identity)
 	if err != nil {
 		conn.stream.Close()
@@ -78,7 +78,7 @@ func (c *Context) encryptClient(ctx context.Context, conn *Conn, svc Service) er
 
 // encryptServer runs the hosting end's key exchange over conn's stream, expecting the
 // dialing identity the router named.
-func (c *Context) encryptServer(conn *Conn, serviceID string) error {
+func (c *Client) encryptServer(conn *Conn, serviceID string) error {
 	cfg, err := c.e2eeConfig(conn.circuitID, serviceID, conn.remote.Identity)
 	if err != nil {
 		conn.stream.Close()

@@ -62,25 +62,33 @@ func (e *testEnv) identity(name string) *apiclient.IdentityFile {
 	return e.ctl.IdentityFile(e.t, name)
 }
 
-// sdk returns a Context of a new identity, closed at the end of the test.
-func (e *testEnv) sdk(name string) *Context {
+// sdkIdentity creates and enrolls an identity and returns it as New takes it.
+func (e *testEnv) sdkIdentity(name string) *Identity {
+	e.t.Helper()
+	id, err := identityOf(e.identity(name))
+	check(e.t, err)
+	return id
+}
+
+// sdk returns a Client of a new identity, closed at the end of the test.
+func (e *testEnv) sdk(name string) *Client {
 	e.t.Helper()
 	return e.sdkWith(name, func(*Options) {})
 }
 
 // sdkWith is sdk with the tests' options changed by set.
-func (e *testEnv) sdkWith(name string, set func(*Options)) *Context {
+func (e *testEnv) sdkWith(name string, set func(*Options)) *Client {
 	t := e.t
 	t.Helper()
 	opts := e.options(name)
 	set(&opts)
-	c, err := New(e.identity(name), opts)
+	c, err := New(e.sdkIdentity(name), opts)
 	check(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
 
-// options are the Options of the tests' Contexts: logs into the test's log, short pings.
+// options are the Options of the tests' Clients: logs into the test's log, short pings.
 func (e *testEnv) options(name string) Options {
 	return Options{
 		Logger:         slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("sdk", name),

@@ -26,14 +26,25 @@ const (
 	maxRebindDelay = 15 * time.Second
 )
 
+// Precedence is a terminator's precedence: the controller chooses among the terminators of
+// the best precedence present, required before default, failed only when nothing else is.
+type Precedence string
+
+// Precedences.
+const (
+	PrecedenceDefault  Precedence = "default"
+	PrecedenceRequired Precedence = "required"
+	PrecedenceFailed   Precedence = "failed"
+)
+
 // ListenOptions tune a Listen.
 type ListenOptions struct {
 	// Cost is the terminators' cost, which the controller adds to the path cost when it
 	// chooses a terminator.
 	Cost int
-	// Precedence is the terminators' precedence: default, required or failed ("" means the
-	// router's default).
-	Precedence string
+	// Precedence is the terminators' precedence; the zero value leaves it to the router
+	// (PrecedenceDefault).
+	Precedence Precedence
 	// Identity, when set, hosts the service under this name, which dialers can ask for
 	// (DialOptions.Identity).
 	Identity string
@@ -51,12 +62,12 @@ type ListenOptions struct {
 // making the router create a terminator. It returns once one bind succeeded. The listener
 // binds again when a bind or its router connection ends, with a backoff, so that it keeps
 // hosting through router restarts. Close removes the terminators.
-func (c *Context) Listen(ctx context.Context, service string) (net.Listener, error) {
+func (c *Client) Listen(ctx context.Context, service string) (*Listener, error) {
 	return c.ListenWithOptions(ctx, service, ListenOptions{})
 }
 
 // ListenWithOptions is Listen with options.
-func (c *Context) ListenWithOptions(ctx context.Context, service string, opts ListenOptions) (net.Listener, error) {
+func (c *Client) ListenWithOptions(ctx context.Context, service string, opts ListenOptions) (*Listener, error) {
 	if opts.MaxBinds <= 0 {
 		opts.MaxBinds = DefaultMaxBinds
 	}
@@ -67,7 +78,7 @@ func (c *Context) ListenWithOptions(ctx context.Context, service string, opts Li
 	if err != nil {
 		return nil, fmt.Errorf("sdk: listen %s: %w", service, err)
 	}
-	l := &listener{c: c, svc: svc, opts: opts, log: c.log.With("service", svc.Name),
+	l := &Listener{c: c, svc: svc, opts: opts, log: c.log.With("service", svc.Name),
 		accepted: make(chan *Conn), done: make(chan struct{}), changed: make(chan struct{}, 1),
 		binds: map[*bind]struct{}{}, pending: map[*Conn]struct{}{}}
 	l.ctx, l.cancel = context.WithCancel(c.life)
@@ -103,9 +114,10 @@ func (c *Context) ListenWithOptions(ctx context.Context, service string, opts Li
 	return l, nil
 }
 
-// listener hosts a service through binds on edge routers.
-type listener struct {
-	c        *Context
+// Listener hosts a service through binds on edge routers: a net.Listener whose Accept
+// returns the circuits that reach the service, as *Conn. It is safe for concurrent use.
+type Listener struct {
+	c        *Client
 	svc      Service
 	opts     ListenOptions
 	log      *slog.Logger
@@ -121,8 +133,20 @@ type listener struct {
 	pending map[*Conn]struct{} // connected by a router, not yet returned by Accept
 }
 
-// Accept returns the next connection a router opened to one of the listener's binds.
-func (l *listener) Accept() (net.Conn, error) {
+var _ net.Listener = (*Listener)(nil)
+
+// Accept returns the next connection a router opened to one of the listener's binds, a
+// *Conn. After Close it returns an error wrapping net.ErrClosed.
+func (l *Listener) Accept() (net.Conn, error) {
+	conn, err := l.AcceptConn()
+	if err != nil {
+		return nil, err
+	}
+	return conn, nil
+}
+
+// AcceptConn is Accept returning the *Conn.
+func (l *Listener) AcceptConn() (*Conn, error) {
 	select {
 	case conn := <-l.accepted:
 		return conn, nil
@@ -132,11 +156,11 @@ func (l *listener) Accept() (net.Conn, error) {
 }
 
 // Addr returns this identity hosting the service.
-func (l *listener) Addr() net.Addr { return Addr{Service: l.svc.Name, Identity: l.c.id} }
+func (l *Listener) Addr() net.Addr { return Addr{Service: l.svc.Name, Identity: l.c.id} }
 
 // Close stops hosting: it closes the bind streams (the routers remove the terminators) and
 // the connections not accepted yet. Connections already accepted stay open.
-func (l *listener) Close() error {
+func (l *Listener) Close() error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -162,14 +186,14 @@ func (l *listener) Close() error {
 }
 
 // count returns the number of live binds.
-func (l *listener) count() int {
+func (l *Listener) count() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.binds)
 }
 
 // hostedOn reports whether a live bind runs over a connection to the router at url.
-func (l *listener) hostedOn(url string) bool {
+func (l *Listener) hostedOn(url string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for b := range l.binds {
@@ -181,7 +205,7 @@ func (l *listener) hostedOn(url string) bool {
 }
 
 // add records a new bind; false when the listener is closed or the bind already ended.
-func (l *listener) add(b *bind) bool {
+func (l *Listener) add(b *bind) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	select {
@@ -197,7 +221,7 @@ func (l *listener) add(b *bind) bool {
 }
 
 // bindEnded forgets a bind whose stream ended and wakes the maintainer.
-func (l *listener) bindEnded(b *bind) {
+func (l *Listener) bindEnded(b *bind) {
 	l.mu.Lock()
 	_, live := l.binds[b]
 	delete(l.binds, b)
@@ -214,9 +238,9 @@ func (l *listener) bindEnded(b *bind) {
 
 // bindMore binds on the session's fastest routers that do not host the service yet, until
 // the listener has MaxBinds binds. It fails when no bind is left.
-func (l *listener) bindMore(ctx context.Context) error {
+func (l *Listener) bindMore(ctx context.Context) error {
 	c := l.c
-	s, err := c.session(ctx, l.svc.ID, TypeBind)
+	s, err := c.session(ctx, l.svc.ID, sessionBind)
 	if err != nil {
 		return err
 	}
@@ -228,7 +252,7 @@ func (l *listener) bindMore(ctx context.Context) error {
 		return err
 	}
 	req := edgeproto.Request{Op: edgeproto.OpBind, SessionToken: s.token, ServiceID: l.svc.ID, Identity: l.opts.Identity,
-		Cost: l.opts.Cost, Precedence: l.opts.Precedence}
+		Cost: l.opts.Cost, Precedence: string(l.opts.Precedence)}
 	var errs []error
 	for _, rc := range routers {
 		if l.count() >= l.opts.MaxBinds {
@@ -261,7 +285,7 @@ func (l *listener) bindMore(ctx context.Context) error {
 
 // maintain brings the listener back to MaxBinds binds after a bind ended, and retries while
 // it has fewer, with a backoff from minRebindDelay to maxRebindDelay, until Close.
-func (l *listener) maintain() {
+func (l *Listener) maintain() {
 	delay := minRebindDelay
 	for {
 		var wait <-chan time.Time
@@ -297,7 +321,7 @@ func (l *listener) maintain() {
 // serveConnect answers a router's connect request to one of the listener's binds and hands
 // the stream to Accept, after the key exchange when the service requires encryption. The
 // stream stays referenced by this goroutine, or by the pending set, until then.
-func (l *listener) serveConnect(st *smux.Stream, req edgeproto.Request) {
+func (l *Listener) serveConnect(st *smux.Stream, req edgeproto.Request) {
 	conn := &Conn{inner: st, stream: st, circuitID: req.CircuitID,
 		local:  Addr{Service: l.svc.Name, Identity: l.c.id},
 		remote: Addr{Service: l.svc.Name, Identity: req.InitiatorID}, appData: req.AppData}

@@ -50,10 +50,10 @@ func (e *routerEntry) done() bool {
 }
 
 // routerEntry returns the entry of the connection to r. It starts a connection, which runs
-// for the Context bounded by Options.ConnectTimeout, when there is none, when the previous
+// for the Client bounded by Options.ConnectTimeout, when there is none, when the previous
 // one died, failed more than routerRetryDelay ago, or was made with an API session that
 // has since been replaced.
-func (c *Context) routerEntry(r edgeRouter) *routerEntry {
+func (c *Client) routerEntry(r edgeRouter) *routerEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -104,7 +104,7 @@ func (c *Context) routerEntry(r edgeRouter) *routerEntry {
 // routersFor connects to the routers of session s (those not connected yet, in parallel)
 // and returns the connected ones, fastest first. It waits until every connection attempt
 // ended, or until Options.RouterGrace after the first success, or until ctx ends.
-func (c *Context) routersFor(ctx context.Context, s *edgeSession) ([]*routerConn, error) {
+func (c *Client) routersFor(ctx context.Context, s *edgeSession) ([]*routerConn, error) {
 	entries := make([]*routerEntry, len(s.routers))
 	finished := make(chan int, len(s.routers))
 	stop := make(chan struct{})
@@ -159,7 +159,7 @@ func (c *Context) routersFor(ctx context.Context, s *edgeSession) ([]*routerConn
 // connect connects to router r with the current API session. When the router refuses the
 // API session, connect checks it with the controller (which authenticates again when it
 // ended) and tries once more.
-func (c *Context) connect(ctx context.Context, r edgeRouter) (*routerConn, error) {
+func (c *Client) connect(ctx context.Context, r edgeRouter) (*routerConn, error) {
 	for attempt := 0; ; attempt++ {
 		tok, err := c.apiToken(ctx)
 		if err != nil {
@@ -178,7 +178,7 @@ func (c *Context) connect(ctx context.Context, r edgeRouter) (*routerConn, error
 
 // routerConn is a connection to an edge router: TLS, one smux session, the control stream.
 type routerConn struct {
-	c        *Context
+	c        *Client
 	url      string
 	name     string // as the session named it
 	routerID string // as the router's hello response named it
@@ -201,7 +201,7 @@ type routerConn struct {
 // dialRouter connects to r: TLS 1.3 with the identity's certificate, verifying the router
 // with the network's CAs and the URL's host; the smux session; hello on the control stream
 // with API session token tok; a first latency ping.
-func (c *Context) dialRouter(ctx context.Context, r edgeRouter, tok string) (_ *routerConn, err error) {
+func (c *Client) dialRouter(ctx context.Context, r edgeRouter, tok string) (_ *routerConn, err error) {
 	u, err := url.Parse(r.url)
 	if err != nil || u.Scheme != "tls" || u.Hostname() == "" || u.Port() == "" {
 		return nil, fmt.Errorf("sdk: edge router %s: URL %q is not tls://host:port", r.name, r.url)
@@ -268,7 +268,7 @@ func (c *Context) dialRouter(ctx context.Context, r edgeRouter, tok string) (_ *
 }
 
 // start runs the connection's ping and accept loops, or closes it and returns false when
-// the Context is closed.
+// the Client is closed.
 func (rc *routerConn) start() bool {
 	if !rc.c.spawn(rc.pingLoop) || !rc.c.spawn(rc.acceptLoop) {
 		rc.close(ErrClosed)
@@ -289,7 +289,7 @@ func (rc *routerConn) alive() bool {
 	}
 }
 
-// close ends the connection: its streams (binds and circuits) end with it. The Context
+// close ends the connection: its streams (binds and circuits) end with it. The Client
 // forgets it, so the next need connects again.
 func (rc *routerConn) close(cause error) {
 	rc.closeOnce.Do(func() {
@@ -431,7 +431,7 @@ func (rc *routerConn) open(ctx context.Context, req edgeproto.Request) (*smux.St
 // bind is a terminator hosted over a router connection: its bind stream stays open while
 // the listener hosts the service.
 type bind struct {
-	l            *listener
+	l            *Listener
 	rc           *routerConn
 	st           *smux.Stream
 	terminatorID string
@@ -440,7 +440,7 @@ type bind struct {
 
 // bind sends bind request req for listener l and returns the bind once the router created
 // the terminator. A goroutine watches the bind stream and tells l when it ends.
-func (rc *routerConn) bind(ctx context.Context, l *listener, req edgeproto.Request) (*bind, error) {
+func (rc *routerConn) bind(ctx context.Context, l *Listener, req edgeproto.Request) (*bind, error) {
 	rc.mu.Lock()
 	rc.pendingBinds++
 	rc.mu.Unlock()

@@ -1,31 +1,38 @@
-// Package sdk is the Go SDK applications embed to use a zmesh network with an enrolled
-// identity: it authenticates to the controller with the identity's certificate, lists the
-// services the identity may use (with their configs), creates Dial and Bind sessions, keeps
-// one multiplexed TLS connection per edge router (protocol in package edgeproto), dials services
-// (Dial returns a net.Conn) and hosts them (Listen returns a net.Listener), end-to-end
-// encrypted (package e2ee) when a service requires it.
+// Package sdk embeds a zmesh network in a Go program the way package net reaches a TCP/IP
+// one: a Client joins the network as an enrolled identity, Dial (or DialContext, which plugs
+// into http.Transport) opens a *Conn to a service by name, and Listen hosts a service
+// through a *Listener that http.Serve and any net.Listener user can take. Connections are
+// net.Conns that also half-close (Conn.CloseWrite), end-to-end encrypted when the service
+// requires it. The API holds only its own types and the standard library's.
 //
-// A Context is one identity's view of the network; everything it opens lives until its
-// Close. It authenticates on first use and again, once, when the controller answers 401.
-// Sessions are cached per service and type; one that a router refuses as INVALID_SESSION is
-// replaced once.
+//	client, err := sdk.Load("app.json", sdk.Options{}) // the file zmesh enroll wrote
+//	...
+//	defer client.Close()
+//	hc := &http.Client{Transport: &http.Transport{DialContext: client.DialContext}}
+//	resp, err := hc.Get("http://myservice/") // the host names the service
+//
+// A Client authenticates to the controller with the identity's certificate on first use,
+// and again, once, when the controller answers 401. It lists the services the identity may
+// use (with their configs) and caches its Dial and Bind sessions per service; one that a
+// router refuses as INVALID_SESSION is replaced once. Everything it opens lives until its
+// Close.
 //
 // Routers. A session lists the edge routers that may carry its service. On first need the
-// Context connects to all of them in parallel (each bounded by Options.ConnectTimeout),
-// waits for all, or for Options.RouterGrace after the first success, and uses the connected
-// ones in order of the round trip of their latest ping (one at connect, then every
-// Options.PingInterval). A dial or bind that fails on one router (its stream fails, or it
-// refuses with anything but INVALID; a failed end-to-end key exchange is not retried) is
-// tried on the next. A router connection that dies (failed ping, closed session) is dropped
-// and made again on the next need; a failed connection attempt is repeated at most once per
-// second.
+// Client connects to all of them in parallel (each bounded by Options.ConnectTimeout), over
+// one multiplexed TLS connection each, waits for all, or for Options.RouterGrace after the
+// first success, and uses the connected ones in order of the round trip of their latest
+// ping (one at connect, then every Options.PingInterval). A dial or bind that fails on one
+// router (its stream fails, or it refuses with anything but INVALID; a failed end-to-end
+// key exchange is not retried) is tried on the next. A router connection that dies (failed
+// ping, closed session) is dropped and made again on the next need; a failed connection
+// attempt is repeated at most once per second.
 //
-// Hosting. A listener binds on up to ListenOptions.MaxBinds routers (2 by default: a second
+// Hosting. A Listener binds on up to ListenOptions.MaxBinds routers (2 by default: a second
 // terminator keeps the service reachable while one router restarts), fastest first. When a
-// bind ends, because its router connection died or the router closed it, the listener binds
+// bind ends, because its router connection died or the router closed it, the Listener binds
 // again, retrying with a backoff from 0.5 s to 15 s while it has fewer binds than wanted.
 //
-// Half-close. Conn.CloseWrite sends the smux stream's FIN (an encrypted Conn first sends its
+// Half-close. Conn.CloseWrite sends the stream's FIN (an encrypted Conn first sends its
 // authenticated close-write record): the other end reads EOF and can still write back.
 package sdk
 
@@ -50,21 +57,21 @@ const (
 	DefaultSDKInfo        = "zmesh-sdk-go"
 )
 
-// ErrClosed is returned by the operations of a closed Context.
-var ErrClosed = errors.New("sdk: context closed")
+// ErrClosed is returned by the operations of a closed Client.
+var ErrClosed = errors.New("sdk: client closed")
 
 // ErrNoService is wrapped by the errors about a service the identity may not use or that
 // does not exist.
 var ErrNoService = errors.New("sdk: no such service")
 
-// Options tune a Context; zero fields take the defaults.
+// Options tune a Client; zero fields take the defaults.
 type Options struct {
-	// Logger receives the Context's logs; slog.Default() when nil.
+	// Logger receives the Client's logs; slog.Default() when nil.
 	Logger *slog.Logger
 	// ConnectTimeout bounds one connection to an edge router: TCP, TLS, hello and the first
 	// latency ping (DefaultConnectTimeout).
 	ConnectTimeout time.Duration
-	// RouterGrace is how long, once one of a session's routers is connected, the Context
+	// RouterGrace is how long, once one of a session's routers is connected, the Client
 	// waits for the session's other routers before it chooses the fastest among those
 	// connected (DefaultRouterGrace). The others keep connecting in the background.
 	RouterGrace time.Duration
@@ -100,9 +107,9 @@ func (o Options) pingTimeout() time.Duration {
 	return max(2*o.PingInterval, 5*time.Second)
 }
 
-// Context is an identity's connection to a zmesh network: its API session with the
+// Client is an identity's connection to a zmesh network: its API session with the
 // controller, its sessions, router connections and listeners. It is safe for concurrent use.
-type Context struct {
+type Client struct {
 	opts  Options
 	log   *slog.Logger
 	cert  tls.Certificate     // the identity's certificate chain and key
@@ -126,33 +133,29 @@ type Context struct {
 	sessions  map[sessionKey]*sessionEntry // Dial and Bind sessions of the current API session
 	routers   map[string]*routerEntry      // router connections by URL, the ones new needs use
 	conns     map[*routerConn]struct{}     // every open router connection
-	listeners map[*listener]struct{}       // open listeners
+	listeners map[*Listener]struct{}       // open listeners
 }
 
-// Load reads the identity file at path (what zmesh enroll writes) and returns its Context.
-func Load(path string, opts Options) (*Context, error) {
-	id, err := apiclient.LoadIdentity(path)
+// Load reads the identity file at path (what zmesh enroll writes) and returns its Client.
+func Load(path string, opts Options) (*Client, error) {
+	id, err := LoadIdentity(path)
 	if err != nil {
-		return nil, fmt.Errorf("sdk: %w", err)
+		return nil, err
 	}
 	return New(id, opts)
 }
 
-// New returns the Context of an enrolled identity. It does not contact the controller: the
-// Context authenticates on first use.
-func New(id *apiclient.IdentityFile, opts Options) (*Context, error) {
+// New returns the Client of an enrolled identity. It does not contact the controller: the
+// Client authenticates on first use.
+func New(id *Identity, opts Options) (*Client, error) {
 	opts = opts.withDefaults()
-	roots, err := id.Roots()
-	if err != nil {
-		return nil, fmt.Errorf("sdk: identity: %w", err)
+	if id == nil || id.Controller == "" || id.CAs == nil {
+		return nil, errors.New("sdk: identity: the controller's URL and the network's CAs are required")
 	}
-	cert, err := id.Certificate()
-	if err != nil {
-		return nil, fmt.Errorf("sdk: identity: %w", err)
-	}
-	if cert == nil {
+	if len(id.Certificate.Certificate) == 0 || id.Certificate.PrivateKey == nil {
 		return nil, errors.New("sdk: the identity has no certificate; the SDK authenticates with the identity's certificate")
 	}
+	cert := id.Certificate
 	chain := make([]*x509.Certificate, 0, len(cert.Certificate))
 	for i, der := range cert.Certificate {
 		c, err := x509.ParseCertificate(der)
@@ -162,36 +165,33 @@ func New(id *apiclient.IdentityFile, opts Options) (*Context, error) {
 		chain = append(chain, c)
 	}
 	cert.Leaf = chain[0]
-	api, err := id.Client()
-	if err != nil {
-		return nil, fmt.Errorf("sdk: identity: %w", err)
-	}
 	life, cancel := context.WithCancel(context.Background())
-	c := &Context{
-		opts: opts, cert: *cert, chain: chain, roots: roots, id: chain[0].Subject.CommonName, api: api,
+	c := &Client{
+		opts: opts, cert: cert, chain: chain, roots: id.CAs, id: chain[0].Subject.CommonName,
+		api:  apiclient.New(id.Controller, id.CAs, &cert),
 		life: life, cancel: cancel, auth: make(chan struct{}, 1),
 		services: map[string]Service{}, sessions: map[sessionKey]*sessionEntry{},
-		routers: map[string]*routerEntry{}, conns: map[*routerConn]struct{}{}, listeners: map[*listener]struct{}{},
+		routers: map[string]*routerEntry{}, conns: map[*routerConn]struct{}{}, listeners: map[*Listener]struct{}{},
 	}
 	c.log = opts.Logger.With("identity", c.id)
 	return c, nil
 }
 
-// IdentityID returns the id of the Context's identity (its certificate's common name).
-func (c *Context) IdentityID() string { return c.id }
+// IdentityID returns the id of the Client's identity (its certificate's common name).
+func (c *Client) IdentityID() string { return c.id }
 
-// Close ends everything the Context opened: its listeners (the routers remove their
+// Close ends everything the Client opened: its listeners (the routers remove their
 // terminators), its connections (every Conn from Dial or Accept ends), its router
 // connections, and its API session with the controller (logout, which ends its sessions).
-// It waits for the Context's goroutines to finish.
-func (c *Context) Close() error {
+// It waits for the Client's goroutines to finish.
+func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil
 	}
 	c.closed = true
-	listeners := make([]*listener, 0, len(c.listeners))
+	listeners := make([]*Listener, 0, len(c.listeners))
 	for l := range c.listeners {
 		listeners = append(listeners, l)
 	}
@@ -222,9 +222,9 @@ func (c *Context) Close() error {
 	return nil
 }
 
-// spawn runs fn in a goroutine Close waits for, unless the Context is closed: then it
+// spawn runs fn in a goroutine Close waits for, unless the Client is closed: then it
 // returns false and does not run fn.
-func (c *Context) spawn(fn func()) bool {
+func (c *Client) spawn(fn func()) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -239,7 +239,7 @@ func (c *Context) spawn(fn func()) bool {
 }
 
 // isClosed reports whether Close was called.
-func (c *Context) isClosed() bool {
+func (c *Client) isClosed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closed

@@ -29,7 +29,7 @@ type AppData struct {
 }
 
 // Overlay is what a tunnel reaches services through: the router's own identity in an
-// in-router tunnel, or an SDK context in the standalone tunneler. A circuit is a byte
+// in-router tunnel, or an SDK client in the standalone tunneler. A circuit is a byte
 // stream either way; UDP flows cross it as length-prefixed datagrams (see udp.go), so both
 // ends of a UDP service must be tunnels (or SDK applications that speak that framing).
 // Host mode calls Bind once per service; WatchServices may be called by several engines at

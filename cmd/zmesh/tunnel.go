@@ -28,7 +28,7 @@ func newTunnelCommand() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&identity, "identity", "", "the `FILE` of an identity, as zmesh enroll wrote it (required)")
 	cmd.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	cmd.PersistentFlags().DurationVar(&udpIdle, "udp-idle-timeout", tunnel.DefaultUDPIdleTimeout, "end a UDP flow that carried nothing either way for so long")
-	// start loads the identity and returns the overlay; the SDK context closes with ctx.
+	// start loads the identity and returns the overlay; the SDK client closes with ctx.
 	start := func(cmd *cobra.Command) (context.Context, tunnel.Overlay, *slog.Logger, error) {
 		log, err := newLogger(cmd.ErrOrStderr(), logLevel)
 		if err != nil {

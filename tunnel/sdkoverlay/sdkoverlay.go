@@ -1,6 +1,7 @@
 // Package sdkoverlay is the standalone tunneler: the tunnel modes (proxy, tproxy, host) of
 // package tunnel driven by an identity through the Go SDK instead of by a router. It adapts
-// an sdk.Context to tunnel.Overlay.
+// an sdk.Client to tunnel.Overlay: services watched with the client, circuits dialed with
+// the tunnel's app data, services hosted through sdk.Listeners.
 package sdkoverlay
 
 import (
@@ -19,9 +20,9 @@ import (
 // ServicesPoll is how often the tunneler asks the controller whether its services changed.
 const ServicesPoll = 5 * time.Second
 
-// Overlay is tunnel.Overlay over an SDK context.
+// Overlay is tunnel.Overlay over an SDK client.
 type Overlay struct {
-	C *sdk.Context
+	C *sdk.Client
 }
 
 var _ tunnel.Overlay = Overlay{}
@@ -55,7 +56,11 @@ func (o Overlay) Dial(ctx context.Context, svc tunnel.Service, app tunnel.AppDat
 	if err != nil {
 		return nil, err
 	}
-	return o.C.DialWithOptions(ctx, svc.Name, sdk.DialOptions{AppData: data})
+	conn, err := o.C.DialWithOptions(ctx, svc.Name, sdk.DialOptions{AppData: data})
+	if err != nil {
+		return nil, err
+	}
+	return conn, nil
 }
 
 // Bind hosts the service through the SDK.
@@ -69,19 +74,19 @@ func (o Overlay) Bind(ctx context.Context, svc tunnel.Service) (tunnel.Listener,
 
 // listener gives accepted connections their app data.
 type listener struct {
-	ln   net.Listener
+	ln   *sdk.Listener
 	once sync.Once
 }
 
 func (l *listener) Accept() (net.Conn, tunnel.AppData, error) {
 	for {
-		c, err := l.ln.Accept()
+		c, err := l.ln.AcceptConn()
 		if err != nil {
 			return nil, tunnel.AppData{}, err
 		}
 		var app tunnel.AppData
-		if sc, ok := c.(*sdk.Conn); ok && len(sc.AppData()) > 0 {
-			if err := json.Unmarshal(sc.AppData(), &app); err != nil {
+		if len(c.AppData()) > 0 {
+			if err := json.Unmarshal(c.AppData(), &app); err != nil {
 				c.Close()
 				continue // a dialer that sent something else: not a tunnel's circuit
 			}
