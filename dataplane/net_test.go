@@ -272,18 +272,6 @@ func (tr *testRouter) stop() {
 	}
 }
 
-// waitFor polls cond for up to 20 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // linked reports whether router a has a link to router b that the controller routes over.
 func (n *testNet) linked(a, b string) bool {
 	if n.routers[a].r.links == nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/internal/apiclient"
 	"github.com/zmesh/zmesh/internal/e2ee"
+	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/sdk"
 	"github.com/zmesh/zmesh/tunnel"
 	"github.com/zmesh/zmesh/tunnel/sdkoverlay"
@@ -115,7 +116,7 @@ func TestSDKEndToEndEncrypted(t *testing.T) {
 	marker := []byte("plaintext the routers must never see ")
 	msg := bytes.Repeat(marker, 4096)
 	var c net.Conn
-	waitFor(t, "the routers to know the sessions", func() bool {
+	testutil.Eventually(t, "the routers to know the sessions", func() bool {
 		c, err = dialer.Dial(ctx, svc.Name)
 		return err == nil
 	})
@@ -217,7 +218,7 @@ func TestStandaloneTunneler(t *testing.T) {
 	}
 	go p.ServeOverlay(ctx, open(dialerCert), testLogger(t))
 	var got string
-	waitFor(t, "the hosted service to answer through the proxy", func() bool {
+	testutil.Eventually(t, "the hosted service to answer through the proxy", func() bool {
 		got, err = echoOnce(p.Addr(svc.Name), "through two standalone tunnelers")
 		return err == nil && got == "through two standalone tunnelers"
 	})

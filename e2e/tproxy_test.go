@@ -29,6 +29,7 @@ import (
 
 	"github.com/zmesh/zmesh/internal/apiclient"
 	"github.com/zmesh/zmesh/internal/netnstest"
+	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/tunnel/intercept"
 )
 
@@ -87,7 +88,6 @@ func TestTProxyGateway(t *testing.T) {
 	bin := buildZmesh(t, dir)
 	t.Logf("built zmesh in %v", time.Since(building).Round(time.Millisecond))
 	began := time.Now()
-	deadline := began.Add(80 * time.Second) // the budget of everything the test waits on
 
 	// The network.
 	client, gw, srv := netnstest.New(t, "client"), netnstest.New(t, "gateway"), netnstest.New(t, "server")
@@ -115,7 +115,7 @@ admin:
 `, filepath.Join(ctrlDir, "data"), gwServerAddr.Addr(), gwServerAddr.Addr()))
 	ctrl := start(t, gw, "controller", procOptions{env: []string{"ZMESH_ADMIN_PASSWORD=" + adminPassword}},
 		bin, "controller", "run", "--config", ctrlFile)
-	ctrl.waitOutput(t, deadline, "controller API at")
+	ctrl.waitOutput(t, "controller API at")
 	api := newManagement(t, ctx, gw, fmt.Sprintf("https://%s:1280", gwServerAddr.Addr()), filepath.Join(ctrlDir, "data", "pki", "ca.cert"))
 
 	// The routers: created, then enrolled with `zmesh router enroll` from their namespaces.
@@ -200,7 +200,7 @@ listeners:
 	giveTo(t, nobody, dir, filepath.Dir(gwCfg))
 	gwRouter := start(t, gw, "gateway router", procOptions{unprivileged: true}, bin, "router", "run", gwCfg, "--log-level", "debug")
 
-	gwRouter.waitOutput(t, deadline, "tunnel tproxy: running")
+	gwRouter.waitOutput(t, "tunnel tproxy: running")
 	if caps := capabilities(t, gwRouter); caps != 1<<unix.CAP_NET_ADMIN|1<<unix.CAP_NET_BIND_SERVICE {
 		t.Fatalf("the gateway router runs with capabilities %#x, want CAP_NET_ADMIN and CAP_NET_BIND_SERVICE only", caps)
 	}
@@ -211,10 +211,10 @@ listeners:
 		id string
 		p  *proc
 	}{{gwID, gwRouter}, {srvID, srvRouter}} {
-		eventually(t, deadline, r.p.name+" online", func() error { return api.online(r.id) })
-		r.p.waitOutput(t, deadline, "link up")
+		testutil.EventuallyNil(t, r.p.name+" online", func() error { return api.online(r.id) })
+		r.p.waitOutput(t, "link up")
 	}
-	eventually(t, deadline, "the server router's terminators", func() error {
+	testutil.EventuallyNil(t, "the server router's terminators", func() error {
 		if n := api.terminators(srvID); n != 3 {
 			return fmt.Errorf("%d terminators on the server router, want 3", n)
 		}
@@ -229,7 +229,7 @@ listeners:
 
 	// DNS: an exact name and a name under the wildcard get addresses from dnsSvcIpRange.
 	var webIP netip.Addr
-	eventually(t, deadline, "web.zmesh.test resolved by the gateway", func() error {
+	testutil.EventuallyNil(t, "web.zmesh.test resolved by the gateway", func() error {
 		var err error
 		webIP, err = lookupA(client, "web.zmesh.test")
 		return err
@@ -250,7 +250,7 @@ listeners:
 	// HTTP through the interception, the circuit over the link, and the server's tunnel.
 	hc := clientHTTP(client)
 	var page string
-	eventually(t, deadline, "GET http://web.zmesh.test/", func() error {
+	testutil.EventuallyNil(t, "GET http://web.zmesh.test/", func() error {
 		page, err = get(ctx, hc, "http://web.zmesh.test/")
 		return err
 	})

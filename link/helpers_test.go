@@ -232,18 +232,6 @@ func (n *node) waitDown(t testing.TB) downEvent {
 	}
 }
 
-// eventually polls cond every 5 ms for up to 10 s.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // tcpOf returns the TCP connection under connection i of a tls link.
 func tcpOf(t testing.TB, l *Link, i int) *net.TCPConn {
 	t.Helper()

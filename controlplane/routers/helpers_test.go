@@ -95,18 +95,6 @@ func (e *env) view(t *testing.T, id string) routerView {
 	return v
 }
 
-// eventually waits up to 5 s for cond.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not the case after 5s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func waitClosed(t *testing.T, ch *ctrlproto.Channel) error {
 	t.Helper()
 	select {

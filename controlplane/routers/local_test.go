@@ -9,6 +9,7 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // A co-located router's channel over ConnectLocal is admitted by its certificate, shows the
@@ -48,7 +49,7 @@ func TestConnectLocal(t *testing.T) {
 	if reply, err := hello(foreign, id); err == nil {
 		t.Fatalf("Hello of a certificate that is not the router's answered: %+v", reply)
 	}
-	eventually(t, "the refusal logged", func() bool {
+	testutil.Eventually(t, "the refusal logged", func() bool {
 		return strings.Contains(e.logs.String(), "not the current certificate of an enrolled edge router")
 	})
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 func TestRouterOnlineWhileConnected(t *testing.T) {
@@ -31,7 +32,7 @@ func TestRouterOnlineWhileConnected(t *testing.T) {
 		t.Fatalf("connected router shows as %+v", v)
 	}
 	ch.Close()
-	eventually(t, "offline after disconnecting", func() bool { return !e.view(t, id).IsOnline })
+	testutil.Eventually(t, "offline after disconnecting", func() bool { return !e.view(t, id).IsOnline })
 }
 
 func TestRefusedConnections(t *testing.T) {
@@ -62,7 +63,7 @@ func TestRefusedConnections(t *testing.T) {
 			if e.view(t, id).IsOnline {
 				t.Fatal("the refused router shows as online")
 			}
-			eventually(t, "the refusal logged with "+tt.log, func() bool { return strings.Contains(e.logs.String(), tt.log) })
+			testutil.Eventually(t, "the refusal logged with "+tt.log, func() bool { return strings.Contains(e.logs.String(), tt.log) })
 		})
 	}
 }
@@ -110,7 +111,7 @@ func TestSecondConnectionReplacesFirst(t *testing.T) {
 		t.Fatalf("the newer connection: %v", err)
 	}
 	second.Close()
-	eventually(t, "offline after the newer connection closed", func() bool { return !e.view(t, id).IsOnline })
+	testutil.Eventually(t, "offline after the newer connection closed", func() bool { return !e.view(t, id).IsOnline })
 }
 
 func TestCredentialChangesDisconnect(t *testing.T) {
