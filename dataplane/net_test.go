@@ -2,13 +2,7 @@ package dataplane
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,6 +22,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/paths"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // testNet is a controller and routers on loopback, for end-to-end tests of the data plane.
@@ -178,15 +173,6 @@ func (n *testNet) controllerKnows(name string, ids []uint64) []uint64 {
 	return reply.Valid
 }
 
-func csr(t testing.TB, key *ecdsa.PrivateKey, dns ...string) []byte {
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "r"}, DNSNames: dns,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
-}
-
 // addRouter creates and enrolls an edge router and writes its configuration; yaml is the
 // configuration after the identity and ctrl sections, with {{port}} replaced by a free port.
 func (n *testNet) addRouter(name string, tunneler bool, yaml string) *testRouter {
@@ -200,20 +186,19 @@ func (n *testNet) addRouter(name string, tunneler bool, yaml string) *testRouter
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	certs, err := n.m.EnrollErOtt(e.Token, csr(t, key), csr(t, key, "localhost"))
+	key := testutil.NewKey(t)
+	certs, err := n.m.EnrollErOtt(e.Token, testutil.CSR(t, key), testutil.CSR(t, key, "localhost", "127.0.0.1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(n.dir, name)
 	os.MkdirAll(dir, 0o700)
-	der, _ := x509.MarshalPKCS8PrivateKey(key)
 	write := func(f string, data []byte) {
 		if err := os.WriteFile(filepath.Join(dir, f), data, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write("key.pem", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+	write("key.pem", testutil.KeyPEM(t, key))
 	write("client.cert", certs.Cert)
 	write("server.cert", certs.ServerCert)
 	write("ca.cert", certs.CA)

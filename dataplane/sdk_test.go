@@ -3,10 +3,9 @@ package dataplane
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"io"
 	"net"
@@ -36,13 +35,9 @@ func (n *testNet) identityFile(cert tls.Certificate) *apiclient.IdentityFile {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
-	if err != nil {
-		n.t.Fatal(err)
-	}
 	id := &apiclient.IdentityFile{ZtAPI: "https://" + n.apiAddr}
-	id.ID.Cert = "pem:" + string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}))
-	id.ID.Key = "pem:" + string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
+	id.ID.Cert = "pem:" + string(testutil.CertPEM(cert.Leaf))
+	id.ID.Key = "pem:" + string(testutil.KeyPEM(n.t, cert.PrivateKey.(crypto.Signer)))
 	id.ID.CA = "pem:" + string(caPEM)
 	return id
 }

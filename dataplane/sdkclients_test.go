@@ -2,8 +2,6 @@ package dataplane
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
@@ -33,17 +31,12 @@ func (n *testNet) enrolled(name string, attrs ...string) (tls.Certificate, *mode
 		t.Fatal(err)
 	}
 	ens, _ := n.m.EnrollmentsOf(id.ID)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	certPEM, err := n.m.EnrollOTT(ens[0].Token, csr(t, key))
+	key := testutil.NewKey(t)
+	certPEM, err := n.m.EnrollOTT(ens[0].Token, testutil.CSR(t, key))
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	cert, err := tls.X509KeyPair(certPEM, pemBlock("EC PRIVATE KEY", keyDER))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, id
+	return testutil.TLSCert(t, certPEM, key), id
 }
 
 // sdkClient is the client side of the edge protocol, written out plainly here so that the

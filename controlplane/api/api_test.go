@@ -2,19 +2,13 @@ package api
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -32,6 +26,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 type fixture struct {
@@ -52,7 +47,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key := testutil.NewKey(t)
 	m := model.New(st, ca, log, model.Options{SessionTimeout: time.Hour, Issuer: "https://ctrl.test", SigningKey: key, SigningKID: "k"})
 	if err := m.EnsureBuiltinConfigTypes(); err != nil {
 		t.Fatal(err)
@@ -280,53 +275,24 @@ type refKit struct {
 	f    *fixture
 	n    int
 	corp struct { // a verified third-party CA with ottca and auto-enrollment
-		id   string
-		cert *x509.Certificate
-		key  *ecdsa.PrivateKey
+		id string
+		*testutil.Authority
 	}
 }
 
 func newRefKit(t *testing.T, f *fixture) *refKit {
 	k := &refKit{f: f}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "corp CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.corp.cert, _ = x509.ParseCertificate(der)
-	k.corp.key = key
-	ca, err := f.m.CreateCA(model.CACreate{Name: "corp", CertPEM: pemCert(k.corp.cert.Raw),
+	k.corp.Authority = testutil.NewAuthority(t, "corp CA")
+	ca, err := f.m.CreateCA(model.CACreate{Name: "corp", CertPEM: string(k.corp.PEM()),
 		IsAutoCaEnrollmentEnabled: true, IsOttCaEnrollmentEnabled: true, IsAuthEnabled: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	k.corp.id = ca.ID
-	if err := f.m.VerifyCA(ca.ID, pemCert(k.corpIssue(t, ca.VerificationToken).Raw)); err != nil {
+	if err := f.m.VerifyCA(ca.ID, string(testutil.CertPEM(k.corp.Issue(t, ca.VerificationToken, nil)))); err != nil {
 		t.Fatal(err)
 	}
 	return k
-}
-
-func pemCert(der []byte) string {
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-}
-
-// corpIssue issues a client certificate from the third-party CA.
-func (k *refKit) corpIssue(t *testing.T, cn string) *x509.Certificate {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, k.corp.cert, &key.PublicKey, k.corp.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return cert
 }
 
 func (k *refKit) name(prefix string) string { k.n++; return fmt.Sprintf("%s-%d", prefix, k.n) }
@@ -346,14 +312,7 @@ func (k *refKit) token(t *testing.T, req model.EnrollmentRequest) string {
 }
 
 // csr returns a PEM certificate request for a new P-256 key.
-func (k *refKit) csr(t *testing.T) string {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "client"}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
-}
+func (k *refKit) csr(t *testing.T) string { return string(testutil.CSR(t, testutil.NewKey(t))) }
 
 // certIdentity is an identity enrolled with a one-time token and an API session opened with
 // its certificate.
@@ -526,22 +485,22 @@ func TestClientPathsStatus(t *testing.T) {
 			return refCall{path: "/enroll?method=updb&token=" + k.token(t, model.EnrollmentRequest{Updb: k.name("u")}), body: `{"password":"chosen-pass"}`}
 		}},
 		{"POST /enroll", "ottca", func(t *testing.T) refCall {
-			return refCall{path: "/enroll?method=ottca&token=" + k.token(t, model.EnrollmentRequest{OTTCA: k.corp.id}), chain: []*x509.Certificate{k.corpIssue(t, k.name("dev"))}}
+			return refCall{path: "/enroll?method=ottca&token=" + k.token(t, model.EnrollmentRequest{OTTCA: k.corp.id}), chain: []*x509.Certificate{k.corp.Issue(t, k.name("dev"), nil)}}
 		}},
 		{"POST /enroll", "ca", func(t *testing.T) refCall {
-			return refCall{path: "/enroll?method=ca", chain: []*x509.Certificate{k.corpIssue(t, k.name("auto"))}}
+			return refCall{path: "/enroll?method=ca", chain: []*x509.Certificate{k.corp.Issue(t, k.name("auto"), nil)}}
 		}},
 		{"POST /enroll/ott", "", func(t *testing.T) refCall {
 			return refCall{path: "/enroll/ott", body: `{"token":"` + k.token(t, model.EnrollmentRequest{OTT: true}) + `","clientCsr":` + quote(k.csr(t)) + `}`, check: dataHas("cert", "ca")}
 		}},
 		{"POST /enroll/ottca", "", func(t *testing.T) refCall {
-			return refCall{path: "/enroll/ottca", body: `{"token":"` + k.token(t, model.EnrollmentRequest{OTTCA: k.corp.id}) + `"}`, chain: []*x509.Certificate{k.corpIssue(t, k.name("dev"))}}
+			return refCall{path: "/enroll/ottca", body: `{"token":"` + k.token(t, model.EnrollmentRequest{OTTCA: k.corp.id}) + `"}`, chain: []*x509.Certificate{k.corp.Issue(t, k.name("dev"), nil)}}
 		}},
 		{"POST /enroll/updb", "", func(t *testing.T) refCall {
 			return refCall{path: "/enroll/updb?token=" + k.token(t, model.EnrollmentRequest{Updb: k.name("u")}), body: `{"password":"chosen-pass"}`}
 		}},
 		{"POST /enroll/ca", "", func(t *testing.T) refCall {
-			cert := k.corpIssue(t, k.name("auto"))
+			cert := k.corp.Issue(t, k.name("auto"), nil)
 			return refCall{path: "/enroll/ca", chain: []*x509.Certificate{cert}, check: func(t *testing.T, rec *httptest.ResponseRecorder) {
 				if _, _, err := f.m.AuthenticateCert([]*x509.Certificate{cert}, model.Login{}); err != nil {
 					t.Errorf("the auto-enrolled certificate does not authenticate: %v", err)

@@ -2,11 +2,9 @@ package api
 
 import (
 	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
@@ -21,6 +19,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // testIdP is an identity provider on loopback: it signs JWTs and serves its current key set
@@ -59,7 +58,7 @@ func (p *testIdP) addKey(kid string, ec, publish bool) {
 	var key any
 	var err error
 	if ec {
-		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		key = testutil.NewKey(p.t)
 	} else {
 		key, err = rsa.GenerateKey(rand.Reader, 2048)
 	}
@@ -176,14 +175,8 @@ func (l *live) createID(t *testing.T, path string, body any) string {
 
 // staticCert is a self-signed certificate of a signer defined by certPem.
 func staticCert(t *testing.T) (*ecdsa.PrivateKey, string) {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "static signer"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key, pemCert(der)
+	signer := testutil.NewAuthority(t, "static signer")
+	return signer.Key, string(signer.PEM())
 }
 
 // TestExtJWTSigners covers the management and client views of external JWT signers and

@@ -23,7 +23,7 @@ func TestConnectLocal(t *testing.T) {
 		t.Helper()
 		leaf := cert.Leaf
 		if certIndex != 0 {
-			leaf = foreignCert(t, e.ctrl.CA(), id).Leaf
+			leaf = testutil.CA{CA: e.ctrl.CA()}.Cert(t, id, pki.Client).Leaf
 		}
 		conn, err := e.ctrl.ConnectLocal(leaf)
 		if err != nil {
@@ -36,11 +36,8 @@ func TestConnectLocal(t *testing.T) {
 	}
 
 	// A certificate of another CA is refused before any channel, as the TLS listener would.
-	other, err := pki.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if conn, err := e.ctrl.ConnectLocal(foreignCert(t, other, id).Leaf); err == nil {
+	other := testutil.NewCA(t)
+	if conn, err := e.ctrl.ConnectLocal(other.Cert(t, id, pki.Client).Leaf); err == nil {
 		conn.Close()
 		t.Fatal("ConnectLocal admitted a certificate of a CA the controller does not trust")
 	}

@@ -39,19 +39,16 @@ func TestRefusedConnections(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	id, _ := e.enroll(t, "er1")
-	other, err := pki.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := testutil.NewCA(t)
 	tests := []struct {
 		name string
 		cert tls.Certificate
 		log  string // the reason the controller logs
 	}{
 		// Signed by the controller's CA, with the router's id, but not its certificate.
-		{"unenrolled certificate", foreignCert(t, e.ctrl.CA(), id), "not the current certificate of an enrolled edge router"},
+		{"unenrolled certificate", testutil.CA{CA: e.ctrl.CA()}.Cert(t, id, pki.Client), "not the current certificate of an enrolled edge router"},
 		// The right router id, from a CA the controller does not trust.
-		{"certificate of another CA", foreignCert(t, other, id), "TLS handshake failed"},
+		{"certificate of another CA", other.Cert(t, id, pki.Client), "TLS handshake failed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

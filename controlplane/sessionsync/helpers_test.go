@@ -62,7 +62,7 @@ func newEnv(t *testing.T, opts sessionsync.Options) *env {
 		t.Fatal(err)
 	}
 	m := model.New(st, ca, quiet, model.Options{SessionTimeout: 30 * time.Minute, Issuer: "https://127.0.0.1:1280",
-		SigningKey: ctrltest.NewKey(t), SigningKID: "kid1", Now: clk.Now})
+		SigningKey: testutil.NewKey(t), SigningKID: "kid1", Now: clk.Now})
 	dir := t.TempDir()
 	cert, err := ca.ServerCertAt(filepath.Join(dir, "ctrl.cert"), filepath.Join(dir, "ctrl.key"), []string{"127.0.0.1"})
 	if err != nil {

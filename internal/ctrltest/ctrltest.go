@@ -1,21 +1,17 @@
 // Package ctrltest is for tests that need a controller or what it issues: a controller
 // serving its API and control channel on loopback with Badger in t.TempDir(), stopped at the
 // end of the test; edge routers and identities created and enrolled with their one-time
-// tokens, as zmesh enroll would; keys, CSRs and certificates; and a log buffer that a test
-// reads while the code under test writes it. Only tests import it; its helpers fail the
-// test (t.Fatal) rather than return errors.
+// tokens, as zmesh enroll would (keys, CSRs and certificates come from internal/testutil);
+// and a log buffer that a test reads while the code under test writes it. Only tests import
+// it; its helpers fail the test (t.Fatal) rather than return errors.
 package ctrltest
 
 import (
 	"bytes"
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"log/slog"
 	"net"
 	"sync"
@@ -27,6 +23,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // The administrator a test controller is configured with.
@@ -147,7 +144,7 @@ func (c *Controller) IdentityFile(t testing.TB, name string) *apiclient.Identity
 	id := EnrollIdentity(t, c.Model, name)
 	f := &apiclient.IdentityFile{ZtAPI: c.URL}
 	f.ID.Cert = "pem:" + string(id.CertPEM)
-	f.ID.Key = "pem:" + string(KeyPEM(t, id.Key))
+	f.ID.Key = "pem:" + string(testutil.KeyPEM(t, id.Key))
 	f.ID.CA = "pem:" + string(c.Ctrl.CA().PEM())
 	return f
 }
@@ -172,8 +169,8 @@ func EnrollIdentity(t testing.TB, m *model.Model, name string, roles ...string) 
 	if err != nil || len(ens) == 0 {
 		t.Fatalf("enrollments of identity %s: %d, %v", name, len(ens), err)
 	}
-	key := NewKey(t)
-	certPEM, err := m.EnrollOTT(ens[0].Token, CSR(t, key))
+	key := testutil.NewKey(t)
+	certPEM, err := m.EnrollOTT(ens[0].Token, testutil.CSR(t, key))
 	if err != nil {
 		t.Fatalf("enroll identity %s: %v", name, err)
 	}
@@ -204,60 +201,10 @@ func EnrollRouter(t testing.TB, m *model.Model, name string, serverSANs ...strin
 	if err != nil || enr == nil {
 		t.Fatalf("enrollment of %s: %v", name, err)
 	}
-	key := NewKey(t)
-	certs, err := m.EnrollErOtt(enr.Token, CSR(t, key), CSR(t, key, serverSANs...))
+	key := testutil.NewKey(t)
+	certs, err := m.EnrollErOtt(enr.Token, testutil.CSR(t, key), testutil.CSR(t, key, serverSANs...))
 	if err != nil {
 		t.Fatalf("enroll edge router %s: %v", name, err)
 	}
-	return Router{ID: r.ID, Client: TLSCert(t, certs.Cert, key), Server: TLSCert(t, certs.ServerCert, key)}
-}
-
-// NewKey returns a new ECDSA P-256 key, the kind the project's PKI issues for.
-func NewKey(t testing.TB) *ecdsa.PrivateKey {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key
-}
-
-// CSR returns a PEM certificate request signed by key for sans, each an IP address or else
-// a DNS name. Its subject is left to the CA, which names the certificate itself.
-func CSR(t testing.TB, key *ecdsa.PrivateKey, sans ...string) []byte {
-	t.Helper()
-	req := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "zmesh-test"}}
-	for _, san := range sans {
-		if ip := net.ParseIP(san); ip != nil {
-			req.IPAddresses = append(req.IPAddresses, ip)
-		} else {
-			req.DNSNames = append(req.DNSNames, san)
-		}
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, req, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
-}
-
-// KeyPEM returns key as a PEM PKCS #8 private key, as identity files hold it.
-func KeyPEM(t testing.TB, key *ecdsa.PrivateKey) []byte {
-	t.Helper()
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
-}
-
-// TLSCert returns the PEM certificate certPEM with its key as a tls.Certificate, its leaf
-// parsed.
-func TLSCert(t testing.TB, certPEM []byte, key *ecdsa.PrivateKey) tls.Certificate {
-	t.Helper()
-	cert, err := pki.ParsePEMCert(certPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
+	return Router{ID: r.ID, Client: testutil.TLSCert(t, certs.Cert, key), Server: testutil.TLSCert(t, certs.ServerCert, key)}
 }
