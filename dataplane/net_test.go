@@ -22,6 +22,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/paths"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/ctrltest"
 	"github.com/zmesh/zmesh/internal/testutil"
 )
 
@@ -29,13 +30,11 @@ import (
 type testNet struct {
 	t       testing.TB
 	dir     string
+	ctl     *ctrltest.Controller // the current one
 	ctrl    *controlplane.Controller
-	ctrlLn  net.Listener
 	ctrlAdr string
 	apiAddr string // the controller's HTTPS API
 	m       *model.Model
-	stopCtl context.CancelFunc
-	ctlDone chan error
 	routers map[string]*testRouter
 	session string // an administrator's API session on the current controller
 }
@@ -59,11 +58,6 @@ func testLogger(t testing.TB) *slog.Logger {
 func newTestNet(t testing.TB) *testNet {
 	t.Helper()
 	n := &testNet{t: t, dir: t.TempDir(), routers: map[string]*testRouter{}}
-	ctrlLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.ctrlLn, n.ctrlAdr = ctrlLn, ctrlLn.Addr().String()
 	n.startController()
 	t.Cleanup(n.stop)
 	return n
@@ -85,48 +79,22 @@ func (n *testNet) stop() {
 	n.stopController()
 }
 
+// startController starts the controller, or starts it again on the same data directory and
+// addresses once stopController stopped it.
 func (n *testNet) startController() {
-	t := n.t
-	t.Helper()
-	_, portText, _ := net.SplitHostPort(n.ctrlAdr)
-	var port int
-	fmt.Sscan(portText, &port)
-	cfg := &config.Controller{V: 1, DataDir: filepath.Join(n.dir, "ctrl"),
-		API:            config.ControllerAPI{Listen: "127.0.0.1:0", Advertise: "127.0.0.1:1280"},
-		Ctrl:           config.ControllerCtrl{Listen: config.Address{Transport: "tls", Host: "127.0.0.1", Port: port}},
-		Admin:          config.Admin{Username: "admin", Password: "admin-pass"},
-		SessionTimeout: config.Duration(time.Hour)}
-	ctrl, err := controlplane.Open(cfg, testLogger(t), controlplane.Build{Version: "test"})
-	if err != nil {
-		t.Fatal(err)
+	n.t.Helper()
+	if n.ctl == nil {
+		n.ctl = ctrltest.Start(n.t)
+	} else {
+		n.ctl = n.ctl.Restart(n.t)
 	}
-	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n.ctrlLn == nil {
-		if n.ctrlLn, err = net.Listen("tcp", n.ctrlAdr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	n.ctrl, n.m, n.stopCtl, n.ctlDone = ctrl, ctrl.Model(), cancel, make(chan error, 1)
-	n.apiAddr = apiLn.Addr().String()
-	ready := make(chan struct{})
-	ln := n.ctrlLn
-	go func() { n.ctlDone <- ctrl.ServeWithCtrl(ctx, apiLn, ln, func(net.Addr) { close(ready) }) }()
-	<-ready
+	n.ctrl, n.m, n.ctrlAdr, n.apiAddr = n.ctl.Ctrl, n.ctl.Model, n.ctl.CtrlAddr, n.ctl.APIAddr
 }
 
-// stopController stops the controller; startController starts it again on the same data
-// directory and control address.
+// stopController stops the controller.
 func (n *testNet) stopController() {
-	if n.stopCtl == nil {
-		return
-	}
-	n.stopCtl()
-	<-n.ctlDone
-	n.stopCtl, n.ctrlLn, n.session = nil, nil, ""
+	n.ctl.Stop()
+	n.session = ""
 }
 
 // online asks the controller's management API whether it sees router name online.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmesh/zmesh/internal/ctrltest"
 	"github.com/zmesh/zmesh/internal/testutil"
 )
 
@@ -126,7 +127,7 @@ var recoveryCodeRE = regexp.MustCompile(`\b[A-Z2-9]{12}\b`)
 // with MFA, and manages the recovery codes.
 func TestEdgeMFA(t *testing.T) {
 	t.Parallel()
-	ctrl := startController(t)
+	ctrl := ctrltest.Start(t).URL
 	dir := t.TempDir()
 	cli := func(session string) edgeFunc {
 		return func(args ...string) (string, string, error) {

@@ -17,6 +17,7 @@ import (
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/ctrltest"
 )
 
 // network drives one controller over real HTTPS for TestSmallNetwork.
@@ -180,7 +181,7 @@ func lastChange(t *testing.T, c *apiclient.Client) time.Time {
 func TestSmallNetwork(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	base := startController(t)
+	base := ctrltest.Start(t).URL
 	u, _ := url.Parse(base)
 	leaf, err := apiclient.ServerCertificate(ctx, u.Host)
 	if err != nil {

@@ -34,8 +34,9 @@ const (
 
 // LogBuffer collects a log or a process's output; it may be read while it is written.
 type LogBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	shown bool // by a failed test's cleanup
 }
 
 func (b *LogBuffer) Write(p []byte) (int, error) {
@@ -61,35 +62,77 @@ type Controller struct {
 	Logs     *LogBuffer   // the controller's log, shown when the test failed
 
 	t      testing.TB
+	cfg    *config.Controller // as opened, kept for Restart
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
 }
 
-// Start opens a controller on a data directory in t.TempDir(), with the administrator
-// AdminUsername/AdminPassword and 30-minute API sessions, and serves it (ServeWithCtrl) on
-// two new loopback listeners until Stop or the end of the test. A controller that stops
-// with an error fails the test.
-func Start(t testing.TB) *Controller {
-	t.Helper()
-	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctrlLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		apiLn.Close()
-		t.Fatal(err)
-	}
-	addr := apiLn.Addr().String()
-	cfg := &config.Controller{
+// Options says what StartWith starts.
+type Options struct {
+	// Config is the configuration to open: Config(t) changed as the test needs, or one the
+	// code under test prepared; nil is Config(t). Its API address and its control channel's
+	// address are replaced by those of the loopback listeners the controller is served on.
+	// Admin needs the administrator AdminUsername/AdminPassword.
+	Config *config.Controller
+}
+
+// Config returns the configuration Start opens: a data directory in t.TempDir(), the
+// administrator AdminUsername/AdminPassword and 30-minute API sessions.
+func Config(t testing.TB) *config.Controller {
+	return &config.Controller{
 		V: 1, DataDir: t.TempDir(),
-		API:            config.ControllerAPI{Listen: addr, Advertise: addr},
-		Ctrl:           config.ControllerCtrl{Listen: config.Address{Transport: "tls", Host: "127.0.0.1", Port: ctrlLn.Addr().(*net.TCPAddr).Port}},
 		Admin:          config.Admin{Username: AdminUsername, Password: AdminPassword},
 		SessionTimeout: config.Duration(30 * time.Minute),
 	}
-	logs := &LogBuffer{}
+}
+
+// Start opens a controller with Config(t) and serves it (ServeWithCtrl) on two new loopback
+// listeners until Stop or the end of the test. A controller that stops with an error fails
+// the test.
+func Start(t testing.TB) *Controller {
+	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith is Start with opts.
+func StartWith(t testing.TB, opts Options) *Controller {
+	t.Helper()
+	var cfg *config.Controller
+	if opts.Config != nil {
+		c := *opts.Config
+		cfg = &c
+	} else {
+		cfg = Config(t)
+	}
+	return start(t, cfg, "127.0.0.1:0", "127.0.0.1:0", &LogBuffer{})
+}
+
+// Restart stops the controller, unless it stopped already, and starts it again as a
+// restarted process would be: on the same configuration and data directory, at the same
+// API and control channel addresses (waiting while they are still held), writing on to the
+// same log. It returns the controller now serving; c stays stopped.
+func (c *Controller) Restart(t testing.TB) *Controller {
+	t.Helper()
+	c.Stop()
+	return start(t, c.cfg, c.APIAddr, c.CtrlAddr, c.Logs)
+}
+
+func start(t testing.TB, cfg *config.Controller, apiAddr, ctrlAddr string, logs *LogBuffer) *Controller {
+	t.Helper()
+	var apiLn, ctrlLn net.Listener
+	testutil.EventuallyNil(t, "listening on "+apiAddr+" and "+ctrlAddr, func() (err error) {
+		if apiLn == nil {
+			if apiLn, err = net.Listen("tcp", apiAddr); err != nil {
+				return err
+			}
+		}
+		ctrlLn, err = net.Listen("tcp", ctrlAddr)
+		return err
+	})
+	addr := apiLn.Addr().String()
+	cfg.API = config.ControllerAPI{Listen: addr, Advertise: addr}
+	cfg.Ctrl.Listen = config.Address{Transport: "tls", Host: "127.0.0.1", Port: ctrlLn.Addr().(*net.TCPAddr).Port}
 	ctrl, err := controlplane.Open(cfg, slog.New(slog.NewTextHandler(logs, nil)), controlplane.Build{Version: "test"})
 	if err != nil {
 		apiLn.Close()
@@ -98,7 +141,7 @@ func Start(t testing.TB) *Controller {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Controller{Ctrl: ctrl, Model: ctrl.Model(), APIAddr: addr, URL: "https://" + addr,
-		CtrlAddr: ctrlLn.Addr().String(), Logs: logs, t: t, cancel: cancel, done: make(chan error, 1)}
+		CtrlAddr: ctrlLn.Addr().String(), Logs: logs, t: t, cfg: cfg, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan struct{})
 	go func() { c.done <- ctrl.ServeWithCtrl(ctx, apiLn, ctrlLn, func(net.Addr) { close(ready) }) }()
 	select {
@@ -110,7 +153,13 @@ func Start(t testing.TB) *Controller {
 	t.Cleanup(func() {
 		c.Stop()
 		if t.Failed() {
-			t.Logf("controller log:\n%s", logs)
+			logs.mu.Lock()
+			show := !logs.shown
+			logs.shown = true
+			logs.mu.Unlock()
+			if show {
+				t.Logf("controller log:\n%s", logs)
+			}
 		}
 	})
 	return c
