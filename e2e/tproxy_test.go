@@ -58,8 +58,8 @@ const (
 
 const adminPassword = "e2e-admin-pass"
 
-// TestTProxyGateway is issue 6's end-to-end check of the tproxy tunnel, with every zmesh
-// part a process of the built binary:
+// TestTProxyGateway checks the tproxy tunnel end to end, with every zmesh part a process of
+// the built binary:
 //
 //	client ns                 gateway ns                              server ns
 //	10.200.1.2  ──veth──  10.200.1.1  controller  10.200.2.1  ──veth──  10.200.2.2

@@ -91,12 +91,12 @@ func wantAPIError(t *testing.T, what string, err error, status int, code string)
 	}
 }
 
-// TestEnrollWalk is the walk of issue 3 over real HTTPS with the zmesh CLI enrolling: an ott
-// identity enrolls with `zmesh enroll` and authenticates with its certificate; an updb
+// TestCLIEnrollmentsAuthenticateAndPersist, over real HTTPS with the zmesh CLI enrolling: an
+// ott identity enrolls with `zmesh enroll` and authenticates with its certificate; an updb
 // identity enrolls with `zmesh enroll --password`, authenticates and changes its password;
 // a deleted identity's session answers 401; after a restart on the same data directory the
 // CA, the certificate, the new password, the deletion and the identity list all persist.
-func TestEnrollWalk(t *testing.T) {
+func TestCLIEnrollmentsAuthenticateAndPersist(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()

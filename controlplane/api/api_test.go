@@ -132,11 +132,12 @@ func errorCode(t *testing.T, rec *httptest.ResponseRecorder) string {
 	return env.Error.Code
 }
 
-// issue3ClientPaths are the paths of the reference's client API that the controller's first
-// issue delivers: informational, EST, password and certificate authentication, the current
-// API session and its certificates, the current identity and its authenticators (with
-// certificate extension), every identity enrollment variant, and the controllers.
-var issue3ClientPaths = []string{
+// coreClientPaths are the paths of the reference's client API that enroll and authenticate
+// identities and describe the controller: informational, EST, password and certificate
+// authentication, the current API session and its certificates, the current identity and
+// its authenticators (with certificate extension), every identity enrollment variant, and
+// the controllers.
+var coreClientPaths = []string{
 	"/", "/version", "/protocols", "/enumerated-capabilities", "/specs", "/specs/{id}", "/specs/{id}/spec",
 	"/.well-known/est/cacerts",
 	"/authenticate",
@@ -412,7 +413,7 @@ func refData(t *testing.T, body []byte, v any) {
 }
 
 // TestClientPathsStatus calls every operation of the reference's client API (client.yml) on
-// the paths of issue3ClientPaths without a session, with a bad session and with a good one,
+// the paths of coreClientPaths without a session, with a bad session and with a good one,
 // on real entities, and checks each answer's status against the codes the reference lists for
 // that operation: protected operations answer 401 UNAUTHORIZED to the first two and their
 // success code to the third; public ones succeed in all three cases. Error calls check that
@@ -593,11 +594,11 @@ func TestClientPathsStatus(t *testing.T) {
 	// Every operation of the covered paths has a call, and the server routes it.
 	covered := map[string]bool{}
 	for key := range ref {
-		if slices.Contains(issue3ClientPaths, strings.SplitN(key, " ", 2)[1]) {
+		if slices.Contains(coreClientPaths, strings.SplitN(key, " ", 2)[1]) {
 			covered[key] = true
 		}
 	}
-	for _, p := range issue3ClientPaths {
+	for _, p := range coreClientPaths {
 		found := false
 		for key := range covered {
 			found = found || strings.HasSuffix(key, " "+p)
