@@ -591,138 +591,144 @@ func TestClientPathsStatus(t *testing.T) {
 		}},
 	}
 
-	// Every operation of the covered paths has a call, and the server routes it.
-	covered := map[string]bool{}
+	covered := map[string]bool{} // the operations of coreClientPaths
 	for key := range ref {
 		if slices.Contains(coreClientPaths, strings.SplitN(key, " ", 2)[1]) {
 			covered[key] = true
 		}
 	}
-	for _, p := range coreClientPaths {
-		found := false
+	t.Run("every covered operation is called and routed", func(t *testing.T) {
+		// Every operation of the covered paths has a call, and the server routes it.
+		for _, p := range coreClientPaths {
+			found := false
+			for key := range covered {
+				found = found || strings.HasSuffix(key, " "+p)
+			}
+			if !found {
+				t.Errorf("client.yml has no path %s", p)
+			}
+		}
 		for key := range covered {
-			found = found || strings.HasSuffix(key, " "+p)
+			method, path, _ := strings.Cut(key, " ")
+			if !slices.ContainsFunc(f.s.routesOf(client), func(rt route) bool { return rt.method == method && rt.path == path }) {
+				t.Errorf("%s is not routed", key)
+			}
+			if !slices.ContainsFunc(cases, func(c refCase) bool { return c.op == key }) {
+				t.Errorf("%s of client.yml is not called", key)
+			}
 		}
-		if !found {
-			t.Errorf("client.yml has no path %s", p)
-		}
-	}
-	for key := range covered {
-		method, path, _ := strings.Cut(key, " ")
-		if !slices.ContainsFunc(f.s.routesOf(client), func(rt route) bool { return rt.method == method && rt.path == path }) {
-			t.Errorf("%s is not routed", key)
-		}
-		if !slices.ContainsFunc(cases, func(c refCase) bool { return c.op == key }) {
-			t.Errorf("%s of client.yml is not called", key)
-		}
-	}
+	})
 
 	states := []struct{ name, token string }{{"no session", ""}, {"bad session", "not-a-session"}, {"good session", ""}}
-	for _, c := range cases {
-		op, ok := ref[c.op]
-		if !ok || !covered[c.op] {
-			t.Errorf("%s is not a covered operation of client.yml", c.op)
-			continue
-		}
-		method := strings.SplitN(c.op, " ", 2)[0]
-		var shared refCall
-		if op.protected {
-			shared = c.call(t) // refused calls change nothing, so all three share it
-		}
-		var seen []string
-		for i, st := range states {
-			call := shared
-			if !op.protected {
-				call = c.call(t) // public calls succeed each time, so each needs its own entities
-			}
-			token := st.token
-			if i == 2 {
-				token = call.token
-				if token == "" {
-					token = f.normal
-				}
-			}
-			rec := f.send(method, call, token)
-			seen = append(seen, strconv.Itoa(rec.Code))
-			what := c.op + " " + c.variant + " with " + st.name
-			if !op.lists(rec.Code) {
-				t.Errorf("%s: %d %s; client.yml lists %v", what, rec.Code, rec.Body, op.codes)
-			}
-			if op.protected && i < 2 {
-				if rec.Code != 401 || errorCode(t, rec) != "UNAUTHORIZED" {
-					t.Errorf("%s: %d %s, want 401 UNAUTHORIZED", what, rec.Code, rec.Body)
-				}
+	t.Run("each operation answers as the reference says with no, a bad and a good session", func(t *testing.T) {
+		for _, c := range cases {
+			op, ok := ref[c.op]
+			if !ok || !covered[c.op] {
+				t.Errorf("%s is not a covered operation of client.yml", c.op)
 				continue
 			}
-			if rec.Code != op.success {
-				t.Errorf("%s: %d %s, want %d", what, rec.Code, rec.Body, op.success)
-				continue
+			method := strings.SplitN(c.op, " ", 2)[0]
+			var shared refCall
+			if op.protected {
+				shared = c.call(t) // refused calls change nothing, so all three share it
 			}
-			if call.check != nil {
-				call.check(t, rec)
+			var seen []string
+			for i, st := range states {
+				call := shared
+				if !op.protected {
+					call = c.call(t) // public calls succeed each time, so each needs its own entities
+				}
+				token := st.token
+				if i == 2 {
+					token = call.token
+					if token == "" {
+						token = f.normal
+					}
+				}
+				rec := f.send(method, call, token)
+				seen = append(seen, strconv.Itoa(rec.Code))
+				what := c.op + " " + c.variant + " with " + st.name
+				if !op.lists(rec.Code) {
+					t.Errorf("%s: %d %s; client.yml lists %v", what, rec.Code, rec.Body, op.codes)
+				}
+				if op.protected && i < 2 {
+					if rec.Code != 401 || errorCode(t, rec) != "UNAUTHORIZED" {
+						t.Errorf("%s: %d %s, want 401 UNAUTHORIZED", what, rec.Code, rec.Body)
+					}
+					continue
+				}
+				if rec.Code != op.success {
+					t.Errorf("%s: %d %s, want %d", what, rec.Code, rec.Body, op.success)
+					continue
+				}
+				if call.check != nil {
+					call.check(t, rec)
+				}
 			}
+			t.Logf("%-60s %-9s codes %v; seen %s", c.op, c.variant, op.codes, strings.Join(seen, "/"))
 		}
-		t.Logf("%-60s %-9s codes %v; seen %s", c.op, c.variant, op.codes, strings.Join(seen, "/"))
-	}
+	})
 
-	// Failures with a good session (or none, on public operations) answer codes the reference
-	// lists for the operation.
-	ci := k.certIdentity(t) // its certificate is then extended and replaced
-	ciSession, _, err := f.m.SessionByToken(ci.token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	extended, err := f.m.ExtendCert(ciSession, ci.authID, []byte(k.csr(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.m.ExtendVerify(ciSession, ci.authID, string(extended)); err != nil {
-		t.Fatal(err)
-	}
-	used := k.token(t, model.EnrollmentRequest{OTT: true})
-	if _, err := f.m.EnrollOTT(used, []byte(k.csr(t))); err != nil {
-		t.Fatal(err)
-	}
-	unknown := "00000000-0000-4000-8000-000000000000"
-	failures := []struct {
-		op   string
-		call refCall
-		want int
-	}{
-		{"POST /authenticate", refCall{path: "/authenticate?method=password", body: `{"username":"user","password":"wrong-pass"}`}, 401},
-		{"POST /authenticate", refCall{path: "/authenticate?method=password", body: `{}`}, 400},
-		{"POST /authenticate", refCall{path: "/authenticate?method=magic", body: `{}`}, 400},
-		{"POST /authenticate", refCall{path: "/authenticate?method=cert"}, 401},
-		{"POST /enroll", refCall{path: "/enroll?method=ott&token=" + used, body: k.csr(t), ctype: "application/x-pem-file"}, 400},
-		{"POST /enroll", refCall{path: "/enroll?method=magic&token=" + unknown}, 400},
-		{"POST /enroll/ott", refCall{path: "/enroll/ott", body: `{"token":"` + used + `","clientCsr":` + quote(k.csr(t)) + `}`}, 400},
-		{"POST /enroll/ott", refCall{path: "/enroll/ott", body: `{"token":"` + k.token(t, model.EnrollmentRequest{OTT: true}) + `","clientCsr":"not a CSR"}`}, 400},
-		{"POST /enroll/ottca", refCall{path: "/enroll/ottca", body: `{"token":"` + k.token(t, model.EnrollmentRequest{OTTCA: k.corp.id}) + `"}`}, 400},
-		{"POST /enroll/updb", refCall{path: "/enroll/updb?token=" + unknown, body: `{"password":"chosen-pass"}`}, 400},
-		{"POST /enroll/updb", refCall{path: "/enroll/updb?token=" + k.token(t, model.EnrollmentRequest{Updb: k.name("u")}), body: `{"password":"x"}`}, 400},
-		{"POST /enroll/ca", refCall{path: "/enroll/ca"}, 400},
-		{"GET /current-api-session/certificates", refCall{path: "/current-api-session/certificates?limit=0", token: f.normal}, 400},
-		{"POST /current-api-session/certificates", refCall{path: "/current-api-session/certificates", token: f.normal, body: `{"csr":"not a CSR"}`}, 400},
-		{"GET /current-api-session/certificates/{id}", refCall{path: "/current-api-session/certificates/" + unknown, token: f.normal}, 404},
-		{"GET /current-identity/authenticators", refCall{path: "/current-identity/authenticators?filter=nope", token: f.normal}, 400},
-		{"GET /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + unknown, token: f.normal}, 404},
-		{"GET /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + ci.authID, token: f.normal}, 404},
-		{"PUT /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + unknown, token: f.normal,
-			body: `{"username":"user","password":"x-pass-2","currentPassword":"user-pass"}`}, 404},
-		{"PATCH /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + userAuth, token: f.normal, body: `{}`}, 400},
-		{"PATCH /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + userAuth, token: f.normal,
-			body: `{"password":"x-pass-2","currentPassword":"wrong-pass"}`}, 401},
-		{"POST /current-identity/authenticators/{id}/extend", refCall{path: "/current-identity/authenticators/" + ci.authID + "/extend", token: ci.token, chain: ci.chain,
-			body: `{"clientCertCsr":` + quote(k.csr(t)) + `}`}, 401},
-	}
-	for _, fc := range failures {
-		op := ref[fc.op]
-		method := strings.SplitN(fc.op, " ", 2)[0]
-		rec := f.send(method, fc.call, fc.call.token)
-		if rec.Code != fc.want || !op.lists(rec.Code) {
-			t.Errorf("%s %s: %d %s, want %d (client.yml lists %v)", method, fc.call.path, rec.Code, rec.Body, fc.want, op.codes)
+	t.Run("failures answer codes the reference lists", func(t *testing.T) {
+		// Failures with a good session (or none, on public operations) answer codes the reference
+		// lists for the operation.
+		ci := k.certIdentity(t) // its certificate is then extended and replaced
+		ciSession, _, err := f.m.SessionByToken(ci.token)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		extended, err := f.m.ExtendCert(ciSession, ci.authID, []byte(k.csr(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.m.ExtendVerify(ciSession, ci.authID, string(extended)); err != nil {
+			t.Fatal(err)
+		}
+		used := k.token(t, model.EnrollmentRequest{OTT: true})
+		if _, err := f.m.EnrollOTT(used, []byte(k.csr(t))); err != nil {
+			t.Fatal(err)
+		}
+		unknown := "00000000-0000-4000-8000-000000000000"
+		failures := []struct {
+			op   string
+			call refCall
+			want int
+		}{
+			{"POST /authenticate", refCall{path: "/authenticate?method=password", body: `{"username":"user","password":"wrong-pass"}`}, 401},
+			{"POST /authenticate", refCall{path: "/authenticate?method=password", body: `{}`}, 400},
+			{"POST /authenticate", refCall{path: "/authenticate?method=magic", body: `{}`}, 400},
+			{"POST /authenticate", refCall{path: "/authenticate?method=cert"}, 401},
+			{"POST /enroll", refCall{path: "/enroll?method=ott&token=" + used, body: k.csr(t), ctype: "application/x-pem-file"}, 400},
+			{"POST /enroll", refCall{path: "/enroll?method=magic&token=" + unknown}, 400},
+			{"POST /enroll/ott", refCall{path: "/enroll/ott", body: `{"token":"` + used + `","clientCsr":` + quote(k.csr(t)) + `}`}, 400},
+			{"POST /enroll/ott", refCall{path: "/enroll/ott", body: `{"token":"` + k.token(t, model.EnrollmentRequest{OTT: true}) + `","clientCsr":"not a CSR"}`}, 400},
+			{"POST /enroll/ottca", refCall{path: "/enroll/ottca", body: `{"token":"` + k.token(t, model.EnrollmentRequest{OTTCA: k.corp.id}) + `"}`}, 400},
+			{"POST /enroll/updb", refCall{path: "/enroll/updb?token=" + unknown, body: `{"password":"chosen-pass"}`}, 400},
+			{"POST /enroll/updb", refCall{path: "/enroll/updb?token=" + k.token(t, model.EnrollmentRequest{Updb: k.name("u")}), body: `{"password":"x"}`}, 400},
+			{"POST /enroll/ca", refCall{path: "/enroll/ca"}, 400},
+			{"GET /current-api-session/certificates", refCall{path: "/current-api-session/certificates?limit=0", token: f.normal}, 400},
+			{"POST /current-api-session/certificates", refCall{path: "/current-api-session/certificates", token: f.normal, body: `{"csr":"not a CSR"}`}, 400},
+			{"GET /current-api-session/certificates/{id}", refCall{path: "/current-api-session/certificates/" + unknown, token: f.normal}, 404},
+			{"GET /current-identity/authenticators", refCall{path: "/current-identity/authenticators?filter=nope", token: f.normal}, 400},
+			{"GET /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + unknown, token: f.normal}, 404},
+			{"GET /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + ci.authID, token: f.normal}, 404},
+			{"PUT /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + unknown, token: f.normal,
+				body: `{"username":"user","password":"x-pass-2","currentPassword":"user-pass"}`}, 404},
+			{"PATCH /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + userAuth, token: f.normal, body: `{}`}, 400},
+			{"PATCH /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + userAuth, token: f.normal,
+				body: `{"password":"x-pass-2","currentPassword":"wrong-pass"}`}, 401},
+			{"POST /current-identity/authenticators/{id}/extend", refCall{path: "/current-identity/authenticators/" + ci.authID + "/extend", token: ci.token, chain: ci.chain,
+				body: `{"clientCertCsr":` + quote(k.csr(t)) + `}`}, 401},
+		}
+		for _, fc := range failures {
+			op := ref[fc.op]
+			method := strings.SplitN(fc.op, " ", 2)[0]
+			rec := f.send(method, fc.call, fc.call.token)
+			if rec.Code != fc.want || !op.lists(rec.Code) {
+				t.Errorf("%s %s: %d %s, want %d (client.yml lists %v)", method, fc.call.path, rec.Code, rec.Body, fc.want, op.codes)
+			}
+		}
+	})
 }
 
 // TestManagementAccess checks that administrators' operations answer 401 without a session
