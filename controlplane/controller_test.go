@@ -117,12 +117,12 @@ func wantCode(t *testing.T, err error, code string) {
 	}
 }
 
-// TestControllerWalk is the walk of the controller's first issue: enroll with a one-time
-// token and authenticate with the certificate; enroll with a password, change it; delete an
+// TestEnrollmentsAndDeletionsPersistAcrossRestart: enroll with a one-time token and
+// authenticate with the certificate; enroll with a password, change it; delete an
 // identity and see its session refused; restart and find everything persisted: the CA, the
 // certificate, the identities, a changed password (the old one still refused) and the deletion
 // (404, its old session 401, its password refused).
-func TestControllerWalk(t *testing.T) {
+func TestEnrollmentsAndDeletionsPersistAcrossRestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "ctrl")

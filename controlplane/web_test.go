@@ -3,14 +3,8 @@ package controlplane
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"io"
 	"log/slog"
 	"net"
@@ -29,6 +23,7 @@ import (
 	"github.com/zmesh/zmesh/internal/apiclient"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
 	"github.com/zmesh/zmesh/internal/ops/health"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // opsController is a controller serving its API, its control channel and two web
@@ -272,8 +267,8 @@ func connectRouter(t *testing.T, c *Controller, ctrlAddr string) (string, *ctrlp
 	if err != nil || enr == nil {
 		t.Fatalf("enrollment: %v", err)
 	}
-	key := newTestKey(t)
-	certs, err := c.Model().EnrollErOtt(enr.Token, testCSR(t, key, nil), testCSR(t, newTestKey(t), []string{"er.example"}))
+	key := testutil.NewKey(t)
+	certs, err := c.Model().EnrollErOtt(enr.Token, testutil.CSR(t, key), testutil.CSR(t, testutil.NewKey(t), "er.example"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,22 +291,4 @@ func connectRouter(t *testing.T, c *Controller, ctrlAddr string) (string, *ctrlp
 		t.Fatalf("Hello: %+v %v", reply, err)
 	}
 	return r.ID, ch
-}
-
-func newTestKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key
-}
-
-func testCSR(t *testing.T, key *ecdsa.PrivateKey, dnsNames []string) []byte {
-	t.Helper()
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "router"}, DNSNames: dnsNames}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/xgress"
 )
 
@@ -33,7 +34,7 @@ func TestIdleCircuitSurvivesControllerRestart(t *testing.T) {
 
 	n.stopController()
 	n.startController()
-	waitFor(t, "the routers online again", func() bool { return n.online("A") && n.online("B") && n.online("C") })
+	testutil.Eventually(t, "the routers online again", func() bool { return n.online("A") && n.online("B") && n.online("C") })
 	time.Sleep(time.Second) // several idle checks of the now idle circuit
 	if !n.routers["B"].r.fw.Routed(id) {
 		t.Fatal("the idle circuit was unrouted after the controller restarted")
@@ -52,7 +53,7 @@ func TestIdleCircuitSurvivesControllerRestart(t *testing.T) {
 	if err := cl.serverSaw(srv, size, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the circuit gone from every router", func() bool {
+	testutil.Eventually(t, "the circuit gone from every router", func() bool {
 		for _, name := range []string{"A", "B", "C"} {
 			if n.routers[name].r.fw.Routed(id) {
 				return false
@@ -75,7 +76,7 @@ func TestFaultsKeptWhileControllerDown(t *testing.T) {
 	var id uint64
 	// A routes its end once the controller's reply comes, after B and C have their routes:
 	// the controller stops only then, so the circuit is made before it goes.
-	waitFor(t, "the circuit routed at A, B and C", func() bool {
+	testutil.Eventually(t, "the circuit routed at A, B and C", func() bool {
 		n.routers["B"].r.fw.Each(func(c uint64, _, _ xgress.Hop) { id = c })
 		return id != 0 && n.routers["A"].r.fw.Routed(id) && n.routers["C"].r.fw.Routed(id)
 	})
@@ -90,12 +91,12 @@ func TestFaultsKeptWhileControllerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl.c.Close()
-	waitFor(t, "the ends gone from A and C", func() bool { return !n.routers["A"].r.fw.Routed(id) && !n.routers["C"].r.fw.Routed(id) })
+	testutil.Eventually(t, "the ends gone from A and C", func() bool { return !n.routers["A"].r.fw.Routed(id) && !n.routers["C"].r.fw.Routed(id) })
 	if !n.routers["B"].r.fw.Routed(id) {
 		t.Fatal("B unrouted the circuit with no controller to tell it")
 	}
 	n.startController()
-	waitFor(t, "B told to unroute the circuit", func() bool { return !n.routers["B"].r.fw.Routed(id) })
+	testutil.Eventually(t, "B told to unroute the circuit", func() bool { return !n.routers["B"].r.fw.Routed(id) })
 }
 
 // Routers send metrics reports every metrics.reportInterval, once they are
@@ -107,7 +108,7 @@ func TestMetricsReports(t *testing.T) {
 	if err := transfer(srv, addr, 1<<20, 1<<20, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a report from B showing the forwarded frames", func() bool {
+	testutil.Eventually(t, "a report from B showing the forwarded frames", func() bool {
 		rt, ok := n.ctrl.Routers().Lookup(n.routers["B"].id)
 		if !ok || rt.Metrics() == nil {
 			return false
@@ -124,14 +125,14 @@ func TestPeerStateReachesDialers(t *testing.T) {
 	n, _, _ := line(t, "tls", true)
 	b := n.routers["B"]
 	b.stop()
-	waitFor(t, "A and C to count B offline", func() bool {
+	testutil.Eventually(t, "A and C to count B offline", func() bool {
 		return !n.routers["A"].r.dialer.PeerOnline(b.id) && !n.routers["C"].r.dialer.PeerOnline(b.id)
 	})
 	b.start(t)
-	waitFor(t, "A and C to count B online", func() bool {
+	testutil.Eventually(t, "A and C to count B online", func() bool {
 		return n.routers["A"].r.dialer.PeerOnline(b.id) && n.routers["C"].r.dialer.PeerOnline(b.id)
 	})
-	waitFor(t, "links A–B and C–B again", func() bool { return n.linked("A", "B") && n.linked("C", "B") })
+	testutil.Eventually(t, "links A–B and C–B again", func() bool { return n.linked("A", "B") && n.linked("C", "B") })
 }
 
 // A route the controller does not know is removed once it has been idle for
@@ -143,7 +144,7 @@ func TestUnknownIdleRouteRemoved(t *testing.T) {
 	b := n.routers["B"].r
 	b.fw.Route(424242, nil, nil)
 	start := time.Now()
-	waitFor(t, "the unknown route removed", func() bool { return !b.fw.Routed(424242) })
+	testutil.Eventually(t, "the unknown route removed", func() bool { return !b.fw.Routed(424242) })
 	if d := time.Since(start); d < 500*time.Millisecond {
 		t.Fatalf("removed after %s, before idleCircuitTimeout and xgressCloseCheckInterval had passed", d)
 	}
@@ -166,14 +167,14 @@ func TestLinkPeersByCurrentCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.routers["B"].stop()
-	waitFor(t, "A to hear B is offline", func() bool { return !a.dialer.PeerOnline(b.id) })
+	testutil.Eventually(t, "A to hear B is offline", func() bool { return !a.dialer.PeerOnline(b.id) })
 	if err := a.authorizePeer(b.id, b.ident.Server.Leaf); err == nil {
 		t.Fatal("B's certificate from before its re-enrollment still makes links")
 	}
 	// C merely stopped: its certificates still count while it is offline.
 	c := n.routers["C"].r
 	n.routers["C"].stop()
-	waitFor(t, "A to hear C is offline", func() bool { return !a.dialer.PeerOnline(c.id) })
+	testutil.Eventually(t, "A to hear C is offline", func() bool { return !a.dialer.PeerOnline(c.id) })
 	if err := a.authorizePeer(c.id, c.ident.Client.Leaf); err != nil {
 		t.Fatalf("C's certificates are kept while C is offline: %v", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/xgress"
 )
 
@@ -35,7 +36,7 @@ func (n *testNet) endsOn(name string) int {
 // knows none of ids.
 func (n *testNet) waitGone(t *testing.T, ids []uint64) {
 	t.Helper()
-	waitFor(t, "every circuit gone from every router", func() bool {
+	testutil.Eventually(t, "every circuit gone from every router", func() bool {
 		for name, tr := range n.routers {
 			if tr.cancel == nil {
 				continue
@@ -401,10 +402,10 @@ func TestControllerRestartKeepsCircuits(t *testing.T) {
 	cl.c.SetDeadline(time.Now().Add(2 * time.Minute))
 	sent := make(chan error, 1)
 	cl.paced(size, size, sent)
-	waitFor(t, "1 MiB each way", func() bool { return cl.got.n.Load() >= 1<<20 && cl.sent.Load() >= 1<<20 })
+	testutil.Eventually(t, "1 MiB each way", func() bool { return cl.got.n.Load() >= 1<<20 && cl.sent.Load() >= 1<<20 })
 
 	n.stopController()
-	waitFor(t, "the routers to lose the controller", func() bool {
+	testutil.Eventually(t, "the routers to lose the controller", func() bool {
 		for _, tr := range n.routers {
 			tr.r.ctrl.mu.Lock()
 			connected := tr.r.ctrl.ch != nil
@@ -436,10 +437,10 @@ func TestControllerRestartKeepsCircuits(t *testing.T) {
 		t.Fatalf("the circuit across the restart, client to server: %d of %d bytes, %v", res.read, size, res.err)
 	}
 
-	waitFor(t, "the routers online again", func() bool { return n.online("A") && n.online("B") && n.online("C") })
+	testutil.Eventually(t, "the routers online again", func() bool { return n.online("A") && n.online("B") && n.online("C") })
 	// The routers report their links once the controller answered their hello, after they
 	// count as online: new circuits need those reports.
-	waitFor(t, "links A–B and C–B known again", func() bool { return n.linked("A", "B") && n.linked("C", "B") })
+	testutil.Eventually(t, "links A–B and C–B known again", func() bool { return n.linked("A", "B") && n.linked("C", "B") })
 	if err := transfer(srv, addr, 1<<20, 1<<20, 30*time.Second); err != nil {
 		t.Fatalf("a new circuit after the restart: %v", err)
 	}
@@ -548,7 +549,7 @@ func TestDialOutlastingTheRouteLeavesNothing(t *testing.T) {
 		t.Fatalf("the circuit worked (%v) or got %d bytes; its dial outlasted the controller's wait", o.worked, o.got)
 	}
 	t.Logf("refused after %s (%v)", o.took.Round(time.Millisecond), o.err)
-	waitFor(t, "the egress's dial abandoned", func() bool {
+	testutil.Eventually(t, "the egress's dial abandoned", func() bool {
 		queued, busy := n.routers["C"].r.dials.Load()
 		return queued == 0 && busy == 0
 	})
@@ -597,7 +598,7 @@ func TestRouterStopEndsCircuits(t *testing.T) {
 				if other == name {
 					continue
 				}
-				waitFor(t, "no circuit left on router "+other, func() bool {
+				testutil.Eventually(t, "no circuit left on router "+other, func() bool {
 					return n.routers[other].r.Forwarder().CircuitCount() == 0 && n.endsOn(other) == 0
 				})
 			}
@@ -628,20 +629,19 @@ func TestNoGoroutineLeftAfterStop(t *testing.T) {
 			sent := make(chan error, 1)
 			go func() { sent <- cl.send() }()
 			go cl.receive()
-			waitFor(t, "1 MiB through the circuit", func() bool { return cl.got.n.Load() >= 1<<20 })
+			testutil.Eventually(t, "1 MiB through the circuit", func() bool { return cl.got.n.Load() >= 1<<20 })
 			n.stop()
 			cl.ended(t, srv, sent, 15*time.Second)
 		})
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for runtime.NumGoroutine() > before+2 {
-		if time.Now().After(deadline) {
+	testutil.EventuallyNil(t, "the goroutines end once the nets stopped", func() error {
+		if n := runtime.NumGoroutine(); n > before+2 {
 			var buf bytes.Buffer
 			pprof.Lookup("goroutine").WriteTo(&buf, 1)
-			t.Fatalf("%d goroutines before, %d after the nets stopped:\n%s", before, runtime.NumGoroutine(), buf.String())
+			return fmt.Errorf("%d goroutines before, %d after:\n%s", before, n, buf.String())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // bulkTransfer starts sending and receiving size bytes each way through addr, and returns
@@ -656,7 +656,7 @@ func bulkTransfer(t *testing.T, addr string, size, atLeast int64) (*client, <-ch
 	sent := make(chan error, 1)
 	go func() { sent <- cl.send() }()
 	go cl.receive()
-	waitFor(t, fmt.Sprintf("%d MiB through the circuit", atLeast>>20), func() bool { return cl.got.n.Load() >= atLeast })
+	testutil.Eventually(t, fmt.Sprintf("%d MiB through the circuit", atLeast>>20), func() bool { return cl.got.n.Load() >= atLeast })
 	return cl, sent
 }
 

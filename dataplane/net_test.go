@@ -2,13 +2,7 @@ package dataplane
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,19 +22,19 @@ import (
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/paths"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/ctrltest"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // testNet is a controller and routers on loopback, for end-to-end tests of the data plane.
 type testNet struct {
 	t       testing.TB
 	dir     string
+	ctl     *ctrltest.Controller // the current one
 	ctrl    *controlplane.Controller
-	ctrlLn  net.Listener
 	ctrlAdr string
 	apiAddr string // the controller's HTTPS API
 	m       *model.Model
-	stopCtl context.CancelFunc
-	ctlDone chan error
 	routers map[string]*testRouter
 	session string // an administrator's API session on the current controller
 }
@@ -64,11 +58,6 @@ func testLogger(t testing.TB) *slog.Logger {
 func newTestNet(t testing.TB) *testNet {
 	t.Helper()
 	n := &testNet{t: t, dir: t.TempDir(), routers: map[string]*testRouter{}}
-	ctrlLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.ctrlLn, n.ctrlAdr = ctrlLn, ctrlLn.Addr().String()
 	n.startController()
 	t.Cleanup(n.stop)
 	return n
@@ -90,48 +79,22 @@ func (n *testNet) stop() {
 	n.stopController()
 }
 
+// startController starts the controller, or starts it again on the same data directory and
+// addresses once stopController stopped it.
 func (n *testNet) startController() {
-	t := n.t
-	t.Helper()
-	_, portText, _ := net.SplitHostPort(n.ctrlAdr)
-	var port int
-	fmt.Sscan(portText, &port)
-	cfg := &config.Controller{V: 1, DataDir: filepath.Join(n.dir, "ctrl"),
-		API:            config.ControllerAPI{Listen: "127.0.0.1:0", Advertise: "127.0.0.1:1280"},
-		Ctrl:           config.ControllerCtrl{Listen: config.Address{Transport: "tls", Host: "127.0.0.1", Port: port}},
-		Admin:          config.Admin{Username: "admin", Password: "admin-pass"},
-		SessionTimeout: config.Duration(time.Hour)}
-	ctrl, err := controlplane.Open(cfg, testLogger(t), controlplane.Build{Version: "test"})
-	if err != nil {
-		t.Fatal(err)
+	n.t.Helper()
+	if n.ctl == nil {
+		n.ctl = ctrltest.Start(n.t)
+	} else {
+		n.ctl = n.ctl.Restart(n.t)
 	}
-	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n.ctrlLn == nil {
-		if n.ctrlLn, err = net.Listen("tcp", n.ctrlAdr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	n.ctrl, n.m, n.stopCtl, n.ctlDone = ctrl, ctrl.Model(), cancel, make(chan error, 1)
-	n.apiAddr = apiLn.Addr().String()
-	ready := make(chan struct{})
-	ln := n.ctrlLn
-	go func() { n.ctlDone <- ctrl.ServeWithCtrl(ctx, apiLn, ln, func(net.Addr) { close(ready) }) }()
-	<-ready
+	n.ctrl, n.m, n.ctrlAdr, n.apiAddr = n.ctl.Ctrl, n.ctl.Model, n.ctl.CtrlAddr, n.ctl.APIAddr
 }
 
-// stopController stops the controller; startController starts it again on the same data
-// directory and control address.
+// stopController stops the controller.
 func (n *testNet) stopController() {
-	if n.stopCtl == nil {
-		return
-	}
-	n.stopCtl()
-	<-n.ctlDone
-	n.stopCtl, n.ctrlLn, n.session = nil, nil, ""
+	n.ctl.Stop()
+	n.session = ""
 }
 
 // online asks the controller's management API whether it sees router name online.
@@ -178,15 +141,6 @@ func (n *testNet) controllerKnows(name string, ids []uint64) []uint64 {
 	return reply.Valid
 }
 
-func csr(t testing.TB, key *ecdsa.PrivateKey, dns ...string) []byte {
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "r"}, DNSNames: dns,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
-}
-
 // addRouter creates and enrolls an edge router and writes its configuration; yaml is the
 // configuration after the identity and ctrl sections, with {{port}} replaced by a free port.
 func (n *testNet) addRouter(name string, tunneler bool, yaml string) *testRouter {
@@ -200,20 +154,19 @@ func (n *testNet) addRouter(name string, tunneler bool, yaml string) *testRouter
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	certs, err := n.m.EnrollErOtt(e.Token, csr(t, key), csr(t, key, "localhost"))
+	key := testutil.NewKey(t)
+	certs, err := n.m.EnrollErOtt(e.Token, testutil.CSR(t, key), testutil.CSR(t, key, "localhost", "127.0.0.1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(n.dir, name)
 	os.MkdirAll(dir, 0o700)
-	der, _ := x509.MarshalPKCS8PrivateKey(key)
 	write := func(f string, data []byte) {
 		if err := os.WriteFile(filepath.Join(dir, f), data, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write("key.pem", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+	write("key.pem", testutil.KeyPEM(t, key))
 	write("client.cert", certs.Cert)
 	write("server.cert", certs.ServerCert)
 	write("ca.cert", certs.CA)
@@ -269,18 +222,6 @@ func (tr *testRouter) stop() {
 		tr.cancel()
 		<-tr.done
 		tr.cancel = nil
-	}
-}
-
-// waitFor polls cond for up to 20 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

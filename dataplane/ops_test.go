@@ -23,6 +23,7 @@ import (
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/internal/pproftest"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // Operations of a router: the web listener's health-checks and metrics APIs, profiles and
@@ -193,7 +194,7 @@ trace:
 	cl, base := webClient(t, a)
 
 	var h healthBody
-	waitFor(t, "both checks to have run and passed", func() bool {
+	testutil.Eventually(t, "both checks to have run and passed", func() bool {
 		var code int
 		code, h = getHealth(t, cl, base)
 		return code == 200 && h.Data.Checks[0].LastCheckTime != "" && h.Data.Checks[1].LastCheckTime != ""
@@ -233,7 +234,7 @@ trace:
 	}
 
 	n.stopController()
-	waitFor(t, "503 with controllerPing failing", func() bool {
+	testutil.Eventually(t, "503 with controllerPing failing", func() bool {
 		code, hb := getHealth(t, cl, base)
 		h = hb
 		return code == 503 && !hb.Data.Checks[0].Healthy && hb.Data.Checks[0].ConsecutiveFailures >= 1
@@ -244,7 +245,7 @@ trace:
 	if len(h.Data.Checks[0].Details) == 0 {
 		t.Fatal("the failing controllerPing check says nothing of why")
 	}
-	waitFor(t, "zmesh_ctrl_connected 0", func() bool {
+	testutil.Eventually(t, "zmesh_ctrl_connected 0", func() bool {
 		v, ok := value(getMetrics(t, cl, base), "zmesh_ctrl_connected")
 		return ok && v == 0
 	})
@@ -361,7 +362,7 @@ web:
 `)
 	cl, base := webClient(t, a)
 	metricsBase := "https://" + a.r.cfg.Web[1].BindPoints[0].Address
-	waitFor(t, "503 with link.health failing", func() bool {
+	testutil.Eventually(t, "503 with link.health failing", func() bool {
 		code, h := getHealth(t, cl, base)
 		return code == 503 && h.Data.Checks[0].Healthy && !h.Data.Checks[1].Healthy && h.Data.Checks[1].ConsecutiveFailures >= 1
 	})
@@ -384,13 +385,13 @@ web:
       advertise: tls:127.0.0.1:{{same}}
       groups: [ab]
 `)
-	waitFor(t, "link A–B", func() bool { return n.linked("A", "B") })
+	testutil.Eventually(t, "link A–B", func() bool { return n.linked("A", "B") })
 	var details []struct {
 		LinkID       string `json:"linkId"`
 		DestRouterID string `json:"destRouterId"`
 		Latency      string `json:"latency"`
 	}
-	waitFor(t, "200 with link.health listing the link", func() bool {
+	testutil.Eventually(t, "200 with link.health listing the link", func() bool {
 		code, h := getHealth(t, cl, base)
 		if code != 200 {
 			return false
@@ -406,7 +407,7 @@ web:
 	if _, err := time.ParseDuration(details[0].Latency); err != nil {
 		t.Fatalf("link latency %q: %v", details[0].Latency, err)
 	}
-	waitFor(t, "link metrics and latency probes", func() bool {
+	testutil.Eventually(t, "link metrics and latency probes", func() bool {
 		m := getMetrics(t, cl, metricsBase)
 		sent, ok1 := value(m, "zmesh_link_sent_bytes_total", "peer", b.id, "link", details[0].LinkID)
 		msgs, ok2 := value(m, "zmesh_link_received_messages_total", "peer", b.id)
@@ -429,7 +430,7 @@ func TestHealthNotCheckedYet(t *testing.T) {
 `+opsWeb)
 	cl, base := webClient(t, a)
 	var h healthBody
-	waitFor(t, "link.health to have run", func() bool {
+	testutil.Eventually(t, "link.health to have run", func() bool {
 		_, h = getHealth(t, cl, base)
 		return h.Data.Checks[1].LastCheckTime != ""
 	})

@@ -3,6 +3,8 @@ package dataplane
 import (
 	"testing"
 	"time"
+
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // lineConfig shapes the line of routers A–B–C.
@@ -54,7 +56,7 @@ func buildLine(t testing.TB, lc lineConfig) (*testNet, *streamServer, string) {
       groups: [bc]
       split: `+splitText+`
 `+lc.dialer+lc.c)
-	waitFor(t, "links A–B and C–B", func() bool { return n.linked("A", "B") && n.linked("C", "B") })
+	testutil.Eventually(t, "links A–B and C–B", func() bool { return n.linked("A", "B") && n.linked("C", "B") })
 	srv := newStreamServer(t)
 	n.service("data", "C", srv.addr())
 	return n, srv, n.routers["A"].r.ProxyAddress("data")

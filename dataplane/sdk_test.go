@@ -3,10 +3,9 @@ package dataplane
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"io"
 	"net"
@@ -23,6 +22,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/internal/apiclient"
 	"github.com/zmesh/zmesh/internal/e2ee"
+	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/sdk"
 	"github.com/zmesh/zmesh/tunnel"
 	"github.com/zmesh/zmesh/tunnel/sdkoverlay"
@@ -35,13 +35,9 @@ func (n *testNet) identityFile(cert tls.Certificate) *apiclient.IdentityFile {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
-	if err != nil {
-		n.t.Fatal(err)
-	}
 	id := &apiclient.IdentityFile{ZtAPI: "https://" + n.apiAddr}
-	id.ID.Cert = "pem:" + string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}))
-	id.ID.Key = "pem:" + string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
+	id.ID.Cert = "pem:" + string(testutil.CertPEM(cert.Leaf))
+	id.ID.Key = "pem:" + string(testutil.KeyPEM(n.t, cert.PrivateKey.(crypto.Signer)))
 	id.ID.CA = "pem:" + string(caPEM)
 	return id
 }
@@ -115,7 +111,7 @@ func TestSDKEndToEndEncrypted(t *testing.T) {
 	marker := []byte("plaintext the routers must never see ")
 	msg := bytes.Repeat(marker, 4096)
 	var c net.Conn
-	waitFor(t, "the routers to know the sessions", func() bool {
+	testutil.Eventually(t, "the routers to know the sessions", func() bool {
 		c, err = dialer.Dial(ctx, svc.Name)
 		return err == nil
 	})
@@ -217,7 +213,7 @@ func TestStandaloneTunneler(t *testing.T) {
 	}
 	go p.ServeOverlay(ctx, open(dialerCert), testLogger(t))
 	var got string
-	waitFor(t, "the hosted service to answer through the proxy", func() bool {
+	testutil.Eventually(t, "the hosted service to answer through the proxy", func() bool {
 		got, err = echoOnce(p.Addr(svc.Name), "through two standalone tunnelers")
 		return err == nil && got == "through two standalone tunnelers"
 	})

@@ -2,8 +2,6 @@ package dataplane
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/internal/edgeproto"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // enrolled creates an identity, enrolls it with its one-time token and returns its
@@ -32,17 +31,12 @@ func (n *testNet) enrolled(name string, attrs ...string) (tls.Certificate, *mode
 		t.Fatal(err)
 	}
 	ens, _ := n.m.EnrollmentsOf(id.ID)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	certPEM, err := n.m.EnrollOTT(ens[0].Token, csr(t, key))
+	key := testutil.NewKey(t)
+	certPEM, err := n.m.EnrollOTT(ens[0].Token, testutil.CSR(t, key))
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	cert, err := tls.X509KeyPair(certPEM, pemBlock("EC PRIVATE KEY", keyDER))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, id
+	return testutil.TLSCert(t, certPEM, key), id
 }
 
 // sdkClient is the client side of the edge protocol, written out plainly here so that the
@@ -65,15 +59,13 @@ func (n *testNet) connectSDK(addr string, cert tls.Certificate) (*sdkClient, err
 		t.Fatal(err)
 	}
 	// The router learns of the API session moments after the controller made it.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		cl, err := n.connectSDKWith(addr, cert, api)
+	var cl *sdkClient
+	testutil.Eventually(t, "the router knows the API session", func() bool {
+		cl, err = n.connectSDKWith(addr, cert, api)
 		var ee *edgeproto.Error
-		if err == nil || !errors.As(err, &ee) || ee.Code != edgeproto.CodeInvalidSession || time.Now().After(deadline) {
-			return cl, err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil || !errors.As(err, &ee) || ee.Code != edgeproto.CodeInvalidSession
+	})
+	return cl, err
 }
 
 func (n *testNet) connectSDKWith(addr string, cert tls.Certificate, api *model.APISession) (*sdkClient, error) {
@@ -185,7 +177,7 @@ func buildEdgeNet(t *testing.T, pinned bool) (n *testNet, svc *model.Service, di
   dialers:
     - binding: transport
 `+edgeListener)
-	waitFor(t, "link E–H", func() bool { return n.linked("E", "H") })
+	testutil.Eventually(t, "link E–H", func() bool { return n.linked("E", "H") })
 	svc = &model.Service{Name: "svc", EncryptionRequired: true}
 	if err := n.m.CreateService(svc); err != nil {
 		t.Fatal(err)
@@ -233,7 +225,7 @@ func TestEdgeDialAndBind(t *testing.T) {
 	}
 	bindTok := n.sdkSession(host, svc.ID, "Bind")
 	var bindResp *edgeproto.Response
-	waitFor(t, "the router to know the bind session", func() bool {
+	testutil.Eventually(t, "the router to know the bind session", func() bool {
 		_, bindResp, err = host.open(&edgeproto.Request{Op: edgeproto.OpBind, SessionToken: bindTok, ServiceID: svc.ID})
 		return err == nil
 	})
@@ -262,7 +254,7 @@ func TestEdgeDialAndBind(t *testing.T) {
 	}()
 	var st *smux.Stream
 	var resp *edgeproto.Response
-	waitFor(t, "the router to know the dial session", func() bool {
+	testutil.Eventually(t, "the router to know the dial session", func() bool {
 		st, resp, err = dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID})
 		return err == nil
 	})
@@ -364,7 +356,7 @@ func TestEdgeDialAndBind(t *testing.T) {
 
 	// Closing the bind removes its terminator.
 	host.sess.Close()
-	waitFor(t, "the terminator to go with its client", func() bool {
+	testutil.Eventually(t, "the terminator to go with its client", func() bool {
 		_, err := n.m.Terminator(term.ID)
 		return model.CodeOf(err) == model.CodeNotFound
 	})
@@ -389,7 +381,7 @@ func TestEdgeRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	dialTok := n.sdkSession(dialer, svc.ID, "Dial")
-	waitFor(t, "the router to know the dial session", func() bool {
+	testutil.Eventually(t, "the router to know the dial session", func() bool {
 		_, ok := n.routers["E"].r.sessionCache.session(dialTok)
 		return ok
 	})
@@ -412,7 +404,7 @@ func TestEdgeStateSurvivesRestartWithoutController(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := n.routers["E"]
-	waitFor(t, "the router to know the API session", func() bool {
+	testutil.Eventually(t, "the router to know the API session", func() bool {
 		_, ok := e.r.sessionCache.apiSession(api.Token)
 		return ok
 	})
@@ -449,7 +441,7 @@ func TestEdgeTerminatorsPrunedAfterRestart(t *testing.T) {
 		t.Fatalf("the bind's terminator before the router restarts: %v", err)
 	}
 	h.start(t)
-	waitFor(t, "the restarted router's old terminator to go", func() bool {
+	testutil.Eventually(t, "the restarted router's old terminator to go", func() bool {
 		_, err := n.m.Terminator(resp.TerminatorID)
 		return model.CodeOf(err) == model.CodeNotFound
 	})

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/sdk"
 )
 
@@ -33,7 +34,7 @@ func TestSDKHTTP(t *testing.T) {
 	defer client.Close()
 
 	var ln *sdk.Listener
-	waitFor(t, "the routers to know the host's session", func() bool {
+	testutil.Eventually(t, "the routers to know the host's session", func() bool {
 		ln, err = host.Listen(ctx, svc.Name)
 		return err == nil
 	})
@@ -47,7 +48,7 @@ func TestSDKHTTP(t *testing.T) {
 	hc := &http.Client{Transport: &http.Transport{DialContext: client.DialContext}}
 	defer hc.CloseIdleConnections()
 	var got string
-	waitFor(t, "a GET through the routers", func() bool {
+	testutil.Eventually(t, "a GET through the routers", func() bool {
 		req, err := http.NewRequestWithContext(ctx, "GET", "http://"+svc.Name+"/", nil)
 		if err != nil {
 			t.Fatal(err)

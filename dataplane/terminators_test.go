@@ -10,6 +10,7 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // echoOnce sends msg through the proxy address and returns what comes back.
@@ -116,7 +117,7 @@ func TestRateLimitedQueueFull(t *testing.T) {
 	}
 	h := n.routers["H"].r
 	n.stopController()
-	waitFor(t, "the router to see the controller gone", func() bool {
+	testutil.Eventually(t, "the router to see the controller gone", func() bool {
 		h.ctrl.mu.Lock()
 		defer h.ctrl.mu.Unlock()
 		return h.ctrl.ch == nil
@@ -129,9 +130,9 @@ func TestRateLimitedQueueFull(t *testing.T) {
 		results <- err
 	}
 	go create("127.0.0.1:1001")
-	waitFor(t, "the worker to take the first request", func() bool { return h.ctrlOpsBusy.Load() == 1 })
+	testutil.Eventually(t, "the worker to take the first request", func() bool { return h.ctrlOpsBusy.Load() == 1 })
 	go create("127.0.0.1:1002")
-	waitFor(t, "the second request to wait in the queue", func() bool { return len(h.ctrlOps) == 1 })
+	testutil.Eventually(t, "the second request to wait in the queue", func() bool { return len(h.ctrlOps) == 1 })
 	start := time.Now()
 	_, err := h.CreateTerminator(ctx, &ctrlproto.TerminatorCreate{Service: "queued", Binding: "proxy", Address: "127.0.0.1:1003"})
 	if !errors.Is(err, ErrRateLimitedQueueFull) {
@@ -171,6 +172,6 @@ listeners:
       mode: proxy
       services: [`+service+`:{{port}}]
 `)
-	waitFor(t, "link A–H", func() bool { return n.linked("A", "H") })
+	testutil.Eventually(t, "link A–H", func() bool { return n.linked("A", "H") })
 	return n
 }

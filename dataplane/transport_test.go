@@ -3,7 +3,6 @@ package dataplane
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"io"
 	"net"
 	"os"
@@ -112,8 +111,4 @@ func TestTransportListener(t *testing.T) {
 	if got, _ := try(&gated, "private"); got != "" {
 		t.Fatalf("a posture-gated policy let a client with no posture through: %q", got)
 	}
-}
-
-func pemBlock(typ string, der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/zmesh/zmesh/internal/ctrltest"
 	"github.com/zmesh/zmesh/internal/netnstest"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // buildZmesh builds cmd/zmesh into dir and returns the binary's path. With the race
@@ -125,10 +126,10 @@ func (p *proc) exited() (bool, error) {
 }
 
 // waitOutput waits until the process's output holds s, failing the test when the process
-// ends first or deadline passes.
-func (p *proc) waitOutput(t *testing.T, deadline time.Time, s string) {
+// ends first or it does not within testutil.Patience.
+func (p *proc) waitOutput(t *testing.T, s string) {
 	t.Helper()
-	eventually(t, deadline, fmt.Sprintf("%s logs %q", p.name, s), func() error {
+	testutil.EventuallyNil(t, fmt.Sprintf("%s logs %q", p.name, s), func() error {
 		if strings.Contains(p.out.String(), s) {
 			return nil
 		}
@@ -154,20 +155,4 @@ func run(t *testing.T, ns netns.NsHandle, timeout time.Duration, argv ...string)
 		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), p.err, p.out)
 	}
 	return p.out.String()
-}
-
-// eventually calls f every 100 ms until it returns nil, and fails the test with f's last
-// error once deadline passes.
-func eventually(t *testing.T, deadline time.Time, what string, f func() error) {
-	t.Helper()
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not done in time: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

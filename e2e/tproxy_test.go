@@ -29,6 +29,7 @@ import (
 
 	"github.com/zmesh/zmesh/internal/apiclient"
 	"github.com/zmesh/zmesh/internal/netnstest"
+	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/tunnel/intercept"
 )
 
@@ -57,8 +58,8 @@ const (
 
 const adminPassword = "e2e-admin-pass"
 
-// TestTProxyGateway is issue 6's end-to-end check of the tproxy tunnel, with every zmesh
-// part a process of the built binary:
+// TestTProxyGateway checks the tproxy tunnel end to end, with every zmesh part a process of
+// the built binary:
 //
 //	client ns                 gateway ns                              server ns
 //	10.200.1.2  ──veth──  10.200.1.1  controller  10.200.2.1  ──veth──  10.200.2.2
@@ -87,7 +88,6 @@ func TestTProxyGateway(t *testing.T) {
 	bin := buildZmesh(t, dir)
 	t.Logf("built zmesh in %v", time.Since(building).Round(time.Millisecond))
 	began := time.Now()
-	deadline := began.Add(80 * time.Second) // the budget of everything the test waits on
 
 	// The network.
 	client, gw, srv := netnstest.New(t, "client"), netnstest.New(t, "gateway"), netnstest.New(t, "server")
@@ -115,7 +115,7 @@ admin:
 `, filepath.Join(ctrlDir, "data"), gwServerAddr.Addr(), gwServerAddr.Addr()))
 	ctrl := start(t, gw, "controller", procOptions{env: []string{"ZMESH_ADMIN_PASSWORD=" + adminPassword}},
 		bin, "controller", "run", "--config", ctrlFile)
-	ctrl.waitOutput(t, deadline, "controller API at")
+	ctrl.waitOutput(t, "controller API at")
 	api := newManagement(t, ctx, gw, fmt.Sprintf("https://%s:1280", gwServerAddr.Addr()), filepath.Join(ctrlDir, "data", "pki", "ca.cert"))
 
 	// The routers: created, then enrolled with `zmesh router enroll` from their namespaces.
@@ -188,10 +188,11 @@ listeners:
 	api.create("/service-policies", map[string]any{"name": "server-binds", "type": "Bind", "semantic": "AnyOf",
 		"identityRoles": []string{"@" + srvID}, "serviceRoles": []string{"#e2e"}})
 
-	// The gateway namespace holds no zmesh state before the gateway router runs.
-	if st := interceptState(t, gw); !st.empty() {
-		t.Fatalf("gateway namespace before the router runs: %s", st)
-	}
+	t.Run("the gateway namespace holds no zmesh state before the router runs", func(t *testing.T) {
+		if st := interceptState(t, gw); !st.empty() {
+			t.Fatalf("gateway namespace before the router runs: %s", st)
+		}
+	})
 
 	// Run the routers.
 	srvRouter := start(t, srv, "server router", procOptions{}, bin, "router", "run", srvCfg, "--log-level", "debug")
@@ -200,21 +201,25 @@ listeners:
 	giveTo(t, nobody, dir, filepath.Dir(gwCfg))
 	gwRouter := start(t, gw, "gateway router", procOptions{unprivileged: true}, bin, "router", "run", gwCfg, "--log-level", "debug")
 
-	gwRouter.waitOutput(t, deadline, "tunnel tproxy: running")
-	if caps := capabilities(t, gwRouter); caps != 1<<unix.CAP_NET_ADMIN|1<<unix.CAP_NET_BIND_SERVICE {
-		t.Fatalf("the gateway router runs with capabilities %#x, want CAP_NET_ADMIN and CAP_NET_BIND_SERVICE only", caps)
-	}
-	if want := fmt.Sprintf("upstreams=[%s]", upstreamAddr); !strings.Contains(gwRouter.out.String(), want) {
-		t.Errorf("the gateway's tproxy does not list the upstream of options.upstreams (%s)", want)
-	}
+	gwRouter.waitOutput(t, "tunnel tproxy: running")
+	t.Run("the gateway router runs with CAP_NET_ADMIN and CAP_NET_BIND_SERVICE only", func(t *testing.T) {
+		if caps := capabilities(t, gwRouter); caps != 1<<unix.CAP_NET_ADMIN|1<<unix.CAP_NET_BIND_SERVICE {
+			t.Fatalf("the gateway router runs with capabilities %#x, want CAP_NET_ADMIN and CAP_NET_BIND_SERVICE only", caps)
+		}
+	})
+	t.Run("the gateway's tproxy uses the upstreams of its options", func(t *testing.T) {
+		if want := fmt.Sprintf("upstreams=[%s]", upstreamAddr); !strings.Contains(gwRouter.out.String(), want) {
+			t.Errorf("the gateway's tproxy does not list the upstream of options.upstreams (%s)", want)
+		}
+	})
 	for _, r := range []struct {
 		id string
 		p  *proc
 	}{{gwID, gwRouter}, {srvID, srvRouter}} {
-		eventually(t, deadline, r.p.name+" online", func() error { return api.online(r.id) })
-		r.p.waitOutput(t, deadline, "link up")
+		testutil.EventuallyNil(t, r.p.name+" online", func() error { return api.online(r.id) })
+		r.p.waitOutput(t, "link up")
 	}
-	eventually(t, deadline, "the server router's terminators", func() error {
+	testutil.EventuallyNil(t, "the server router's terminators", func() error {
 		if n := api.terminators(srvID); n != 3 {
 			return fmt.Errorf("%d terminators on the server router, want 3", n)
 		}
@@ -222,90 +227,97 @@ listeners:
 	})
 	t.Logf("network ready after %v", time.Since(began).Round(time.Millisecond))
 
-	// The gateway namespace now holds the interceptor's state.
-	if st := interceptState(t, gw); !st.table || len(st.rules) == 0 || len(st.routes) == 0 {
-		t.Errorf("gateway namespace while the router runs: %s; want the table, the rule and the route", st)
-	}
+	t.Run("the gateway namespace holds the interceptor's state while the router runs", func(t *testing.T) {
+		if st := interceptState(t, gw); !st.table || len(st.rules) == 0 || len(st.routes) == 0 {
+			t.Errorf("gateway namespace while the router runs: %s; want the table, the rule and the route", st)
+		}
+	})
 
-	// DNS: an exact name and a name under the wildcard get addresses from dnsSvcIpRange.
-	var webIP netip.Addr
-	eventually(t, deadline, "web.zmesh.test resolved by the gateway", func() error {
+	t.Run("DNS: an exact name and a name under the wildcard get addresses from dnsSvcIpRange", func(t *testing.T) {
+		var webIP netip.Addr
+		testutil.EventuallyNil(t, "web.zmesh.test resolved by the gateway", func() error {
+			var err error
+			webIP, err = lookupA(client, "web.zmesh.test")
+			return err
+		})
+		fooIP, err := lookupA(client, "foo.zmesh.test")
+		if err != nil {
+			t.Fatalf("foo.zmesh.test: %v", err)
+		}
+		for name, ip := range map[string]netip.Addr{"web.zmesh.test": webIP, "foo.zmesh.test": fooIP} {
+			if !dnsSvcIPRange.Contains(ip) {
+				t.Errorf("%s resolved to %s, outside dnsSvcIpRange %s", name, ip, dnsSvcIPRange)
+			}
+		}
+		if webIP == fooIP {
+			t.Errorf("web.zmesh.test and foo.zmesh.test both resolved to %s", webIP)
+		}
+	})
+
+	t.Run("HTTP crosses the interception, the circuit over the link and the server's tunnel", func(t *testing.T) {
 		var err error
-		webIP, err = lookupA(client, "web.zmesh.test")
-		return err
-	})
-	fooIP, err := lookupA(client, "foo.zmesh.test")
-	if err != nil {
-		t.Fatalf("foo.zmesh.test: %v", err)
-	}
-	for name, ip := range map[string]netip.Addr{"web.zmesh.test": webIP, "foo.zmesh.test": fooIP} {
-		if !dnsSvcIPRange.Contains(ip) {
-			t.Errorf("%s resolved to %s, outside dnsSvcIpRange %s", name, ip, dnsSvcIPRange)
+		hc := clientHTTP(client)
+		var page string
+		testutil.EventuallyNil(t, "GET http://web.zmesh.test/", func() error {
+			page, err = get(ctx, hc, "http://web.zmesh.test/")
+			return err
+		})
+		if want := "zmesh e2e web: host web.zmesh.test path /\n"; page != want {
+			t.Errorf("GET http://web.zmesh.test/: %q, want %q", page, want)
 		}
-	}
-	if webIP == fooIP {
-		t.Errorf("web.zmesh.test and foo.zmesh.test both resolved to %s", webIP)
-	}
-
-	// HTTP through the interception, the circuit over the link, and the server's tunnel.
-	hc := clientHTTP(client)
-	var page string
-	eventually(t, deadline, "GET http://web.zmesh.test/", func() error {
-		page, err = get(ctx, hc, "http://web.zmesh.test/")
-		return err
-	})
-	if want := "zmesh e2e web: host web.zmesh.test path /\n"; page != want {
-		t.Errorf("GET http://web.zmesh.test/: %q, want %q", page, want)
-	}
-	big, err := get(ctx, hc, "http://web.zmesh.test/big")
-	if err != nil || len(big) != bigSize || sha256.Sum256([]byte(big)) != sha256.Sum256(bigBody()) {
-		t.Errorf("GET http://web.zmesh.test/big: %d bytes, %v; want the %d bytes of the server", len(big), err, bigSize)
-	}
-	if page, err := get(ctx, hc, "http://foo.zmesh.test/x"); err != nil || page != "zmesh e2e wildcard: host foo.zmesh.test path /x\n" {
-		t.Errorf("GET http://foo.zmesh.test/x: %q, %v; want the wildcard service's page", page, err)
-	}
-
-	// UDP to an intercepted CIDR: the datagram comes back whole, from where it was sent.
-	for _, msg := range []string{"ping", strings.Repeat("datagram ", 100)} {
-		if got, err := udpRoundTrip(client, udpDst, msg); err != nil || got != "echo: "+msg {
-			t.Errorf("UDP %q to %s: %q, %v", msg[:min(len(msg), 20)], udpDst, got, err)
+		big, err := get(ctx, hc, "http://web.zmesh.test/big")
+		if err != nil || len(big) != bigSize || sha256.Sum256([]byte(big)) != sha256.Sum256(bigBody()) {
+			t.Errorf("GET http://web.zmesh.test/big: %d bytes, %v; want the %d bytes of the server", len(big), err, bigSize)
 		}
-	}
+		if page, err := get(ctx, hc, "http://foo.zmesh.test/x"); err != nil || page != "zmesh e2e wildcard: host foo.zmesh.test path /x\n" {
+			t.Errorf("GET http://foo.zmesh.test/x: %q, %v; want the wildcard service's page", page, err)
+		}
+	})
 
-	// A name no service intercepts is forwarded to the upstream.
-	if ip, err := lookupA(client, upstreamName); err != nil || ip != upstreamIP {
-		t.Errorf("%s through the gateway: %s, %v; want %s from the upstream", upstreamName, ip, err, upstreamIP)
-	}
-	if from := upstream.queried(upstreamName); len(from) == 0 || from[0] != gwServerAddr.Addr() {
-		t.Errorf("the upstream saw queries for %s from %v; want from the gateway %s", upstreamName, from, gwServerAddr.Addr())
-	}
-	if rcode := lookupRcode(client, "missing.example.test"); rcode != dns.RcodeNameError {
-		t.Errorf("missing.example.test through the gateway: rcode %s, want the upstream's NXDOMAIN", dns.RcodeToString[rcode])
-	}
+	t.Run("UDP to an intercepted CIDR comes back whole, from where it was sent", func(t *testing.T) {
+		for _, msg := range []string{"ping", strings.Repeat("datagram ", 100)} {
+			if got, err := udpRoundTrip(client, udpDst, msg); err != nil || got != "echo: "+msg {
+				t.Errorf("UDP %q to %s: %q, %v", msg[:min(len(msg), 20)], udpDst, got, err)
+			}
+		}
+	})
+
+	t.Run("a name no service intercepts is forwarded to the upstream", func(t *testing.T) {
+		if ip, err := lookupA(client, upstreamName); err != nil || ip != upstreamIP {
+			t.Errorf("%s through the gateway: %s, %v; want %s from the upstream", upstreamName, ip, err, upstreamIP)
+		}
+		if from := upstream.queried(upstreamName); len(from) == 0 || from[0] != gwServerAddr.Addr() {
+			t.Errorf("the upstream saw queries for %s from %v; want from the gateway %s", upstreamName, from, gwServerAddr.Addr())
+		}
+		if rcode := lookupRcode(client, "missing.example.test"); rcode != dns.RcodeNameError {
+			t.Errorf("missing.example.test through the gateway: rcode %s, want the upstream's NXDOMAIN", dns.RcodeToString[rcode])
+		}
+	})
 	if t.Failed() {
 		t.FailNow()
 	}
 
-	// Stop the gateway router: it exits cleanly and leaves nothing behind.
-	stopped := time.Now()
-	if err := gwRouter.stop(syscall.SIGTERM, 15*time.Second); err != nil {
-		t.Errorf("gateway router after SIGTERM: %v; want exit status 0", err)
-	}
-	t.Logf("gateway router stopped in %v", time.Since(stopped).Round(time.Millisecond))
-	gwLog := gwRouter.out.String()
-	for _, s := range []string{"tunnel tproxy: stopped", "router stopped"} {
-		if !strings.Contains(gwLog, s) {
-			t.Errorf("gateway router's log lacks %q", s)
+	t.Run("the gateway router stops cleanly and leaves nothing behind", func(t *testing.T) {
+		stopped := time.Now()
+		if err := gwRouter.stop(syscall.SIGTERM, 15*time.Second); err != nil {
+			t.Errorf("gateway router after SIGTERM: %v; want exit status 0", err)
 		}
-	}
-	for line := range strings.Lines(gwLog) {
-		if strings.Contains(line, "level=ERROR") {
-			t.Errorf("gateway router logged an error: %s", strings.TrimSpace(line))
+		t.Logf("gateway router stopped in %v", time.Since(stopped).Round(time.Millisecond))
+		gwLog := gwRouter.out.String()
+		for _, s := range []string{"tunnel tproxy: stopped", "router stopped"} {
+			if !strings.Contains(gwLog, s) {
+				t.Errorf("gateway router's log lacks %q", s)
+			}
 		}
-	}
-	if st := interceptState(t, gw); !st.empty() {
-		t.Errorf("gateway namespace after the router stopped: %s", st)
-	}
+		for line := range strings.Lines(gwLog) {
+			if strings.Contains(line, "level=ERROR") {
+				t.Errorf("gateway router logged an error: %s", strings.TrimSpace(line))
+			}
+		}
+		if st := interceptState(t, gw); !st.empty() {
+			t.Errorf("gateway namespace after the router stopped: %s", st)
+		}
+	})
 	t.Logf("done in %v", time.Since(began).Round(time.Millisecond))
 }
 

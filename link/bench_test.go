@@ -5,8 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/xgress"
 )
 
@@ -51,9 +51,7 @@ func benchmarkLink(b *testing.B, transport string, size int) {
 	for range warm {
 		send()
 	}
-	for got.Load() < warm {
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Eventually(b, "the warm-up frames arrive", func() bool { return got.Load() >= warm })
 	got.Store(0)
 
 	b.SetBytes(int64(size))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // freePort returns a loopback TCP port nobody listens on (for now).
@@ -35,7 +36,7 @@ func TestDialerRedialsAfterBackoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Nobody listens yet: the dial fails and the target waits for its backoff.
-	eventually(t, "the first dial fails", func() bool { return d.state("router-b") == waiting })
+	testutil.Eventually(t, "the first dial fails", func() bool { return d.state("router-b") == waiting })
 	b.listen(t, config.TransportTLS, port)
 	first := a.waitUp(t)
 	b.waitUp(t)
@@ -72,7 +73,7 @@ func TestDialerDialsAtOnceWhenPeerComesOnline(t *testing.T) {
 	if err := d.Dial(Target{RouterID: "router-b", Address: "tls:127.0.0.1:" + strconv.Itoa(port), Groups: []string{"default"}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the dial fails", func() bool { return d.state("router-b") == waiting })
+	testutil.Eventually(t, "the dial fails", func() bool { return d.state("router-b") == waiting })
 	if w := d.wait("router-b"); w != time.Hour {
 		t.Fatalf("offline peer waits %s, want the unhealthy minimum 1h", w)
 	}

@@ -2,13 +2,6 @@ package link
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"log/slog"
 	"net"
 	"os"
@@ -17,19 +10,16 @@ import (
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/xgress"
 )
 
 // testCA is a network CA made with the project's PKI, as the controller makes it.
-type testCA struct{ ca *pki.CA }
+type testCA struct{ ca *testutil.CA }
 
 func newCA(t testing.TB) *testCA {
 	t.Helper()
-	ca, err := pki.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatalf("open CA: %v", err)
-	}
-	return &testCA{ca}
+	return &testCA{testutil.NewCA(t)}
 }
 
 // identity issues a router's client and server certificates with CommonName id, the way
@@ -38,32 +28,10 @@ func (c *testCA) identity(t testing.TB, id string) Identity {
 	t.Helper()
 	return Identity{
 		RouterID: id,
-		Client:   c.cert(t, id, pki.Client),
-		Server:   c.cert(t, id, pki.Server),
+		Client:   c.ca.Cert(t, id, pki.Client),
+		Server:   c.ca.Cert(t, id, pki.Server),
 		CAs:      c.ca.Pool(),
 	}
-}
-
-func (c *testCA) cert(t testing.TB, cn string, usage pki.Usage) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: cn}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
-	req := pki.SignRequest{CommonName: cn, Usage: usage}
-	if usage&pki.Server != 0 {
-		req.IPs = []net.IP{net.IPv4(127, 0, 0, 1)}
-	}
-	cert, _, err := c.ca.SignCSR(csr, req)
-	if err != nil {
-		t.Fatalf("sign %s certificate for %q: %v", usage, cn, err)
-	}
-	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
 }
 
 // handlerFunc adapts a function to Handler.
@@ -229,18 +197,6 @@ func (n *node) waitDown(t testing.TB) downEvent {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("%s: no link went down", n.id)
 		return downEvent{}
-	}
-}
-
-// eventually polls cond every 5 ms for up to 10 s.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -2,12 +2,14 @@ package link
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // openLinkConn dials ln as ident and says hello h to router peer, the way a link dialer
@@ -37,23 +39,18 @@ func openLinkConn(t *testing.T, ident Identity, ln *Listener, peer string, h hel
 // connection to arrive before another waits for it.
 func waitPaired(t *testing.T, ln *Listener, router, id string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.EventuallyNil(t, fmt.Sprintf("link %s from %s: %d connections paired", id, router, n), func() error {
 		ln.mu.Lock()
-		p := ln.pending[pairKey{router, id}]
+		defer ln.mu.Unlock()
 		arrived := 0
-		if p != nil {
+		if p := ln.pending[pairKey{router, id}]; p != nil {
 			arrived = p.arrived
 		}
-		ln.mu.Unlock()
-		if arrived >= n {
-			return
+		if arrived < n {
+			return fmt.Errorf("%d paired", arrived)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("link %s from %s: %d connections paired, want %d", id, router, arrived, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // waitClosed fails unless the listener closes s soon.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 func TestWins(t *testing.T) {
@@ -97,7 +98,7 @@ func TestDuplicateLinksFromCrossedDials(t *testing.T) {
 				t.Fatal(err)
 			}
 			var id string
-			eventually(t, "both routers hold the link a dialed", func() bool {
+			testutil.Eventually(t, "both routers hold the link a dialed", func() bool {
 				la, lb := a.reg.Get("router-b"), b.reg.Get("router-a")
 				if la == nil || lb == nil || la.ID() != lb.ID() || la.dialerID != "router-a" {
 					return false
@@ -106,7 +107,7 @@ func TestDuplicateLinksFromCrossedDials(t *testing.T) {
 				return true
 			})
 			// b's crossed dial may still be under way: it ends with both dialers linked.
-			eventually(t, "both dialers linked", func() bool {
+			testutil.Eventually(t, "both dialers linked", func() bool {
 				return da.state("router-b") == linked && db.state("router-a") == linked
 			})
 			time.Sleep(200 * time.Millisecond)
@@ -146,5 +147,5 @@ func TestContextEndStopsEverything(t *testing.T) {
 			t.Fatalf("link %s did not close with its context", l.ID())
 		}
 	}
-	eventually(t, "goroutines end", func() bool { return runtime.NumGoroutine() <= base })
+	testutil.Eventually(t, "goroutines end", func() bool { return runtime.NumGoroutine() <= base })
 }

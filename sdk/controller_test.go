@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // Services lists every page, with permissions, encryption and configs by type name.
@@ -218,7 +219,7 @@ func TestWatchServices(t *testing.T) {
 	// Nothing changes: polls, no listing.
 	lists := counter.count("/edge/client/v1/services")
 	polls := counter.count("/edge/client/v1/current-api-session/service-updates")
-	eventually(t, "3 more polls at 20ms", func() bool {
+	testutil.Eventually(t, "3 more polls at 20ms", func() bool {
 		return counter.count("/edge/client/v1/current-api-session/service-updates") >= polls+3
 	})
 	if got := counter.count("/edge/client/v1/services"); got != lists {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/zmesh/zmesh/internal/e2ee"
 	"github.com/zmesh/zmesh/internal/edgeproto"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // serveEcho accepts connections and answers each with what it read, upper-cased, once the
@@ -86,7 +87,7 @@ func TestHelloAndLatency(t *testing.T) {
 	waitAll := func(o *Options) { o.RouterGrace = time.Minute }
 	host, client := e.sdkWith("host", waitAll), e.sdkWith("client", waitAll)
 	serveEcho(t, listen(t, host, "echo", ListenOptions{}))
-	eventually(t, "a terminator on each router", func() bool { return fast.terminators() == 1 && slow.terminators() == 1 })
+	testutil.Eventually(t, "a terminator on each router", func() bool { return fast.terminators() == 1 && slow.terminators() == 1 })
 
 	expectEcho(t, client, "echo", "hi", "round trip")
 	if fast.dials.Load() != 1 || slow.dials.Load() != 0 {
@@ -104,7 +105,7 @@ func TestHelloAndLatency(t *testing.T) {
 	}
 	client.mu.Unlock()
 	before := fast.pings.Load()
-	eventually(t, "pings go on, every 100ms from each Context", func() bool { return fast.pings.Load()-before >= 4 })
+	testutil.Eventually(t, "pings go on, every 100ms from each Context", func() bool { return fast.pings.Load()-before >= 4 })
 }
 
 // Dial and Accept meet through a router: bytes both ways, half-close, addresses, circuit
@@ -210,8 +211,8 @@ func TestDialFailover(t *testing.T) {
 		t.Errorf("b dials %d", b.dials.Load())
 	}
 	a.start()
-	eventually(t, "the host binds on a again", func() bool { return a.terminators() == 1 })
-	eventually(t, "the client dials through a again", func() bool {
+	testutil.Eventually(t, "the host binds on a again", func() bool { return a.terminators() == 1 })
+	testutil.Eventually(t, "the client dials through a again", func() bool {
 		got, err := roundTrip(t, client, "echo", "three")
 		return err == nil && got == "THREE" && a.dials.Load() > 2
 	})
@@ -228,10 +229,10 @@ func TestListenerRebinds(t *testing.T) {
 	serveEcho(t, l)
 	expectEcho(t, client, "echo", "before", "before the router restarts")
 	r.stop()
-	eventually(t, "the bind ends", func() bool { return l.count() == 0 })
+	testutil.Eventually(t, "the bind ends", func() bool { return l.count() == 0 })
 	time.Sleep(300 * time.Millisecond) // a rebind attempt or two fail
 	r.start()
-	eventually(t, "the host binds again", func() bool { return r.terminators() == 1 && l.count() == 1 })
+	testutil.Eventually(t, "the host binds again", func() bool { return r.terminators() == 1 && l.count() == 1 })
 	expectEcho(t, client, "echo", "after", "after the host bound again")
 }
 
@@ -296,7 +297,7 @@ func TestAcceptedStreamsSurviveGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(t, conn.CloseWrite())
-	eventually(t, "the connection waits for Accept", func() bool {
+	testutil.Eventually(t, "the connection waits for Accept", func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		return len(l.pending) == 1
@@ -353,7 +354,7 @@ func TestListenerClose(t *testing.T) {
 	e.service("echo", false)
 	host := e.sdk("host")
 	l := listen(t, host, "echo", ListenOptions{Cost: 7, Precedence: "required"})
-	eventually(t, "a terminator", func() bool { return r.terminators() == 1 })
+	testutil.Eventually(t, "a terminator", func() bool { return r.terminators() == 1 })
 	e.mu.Lock()
 	var term fakeTerm
 	for _, t := range e.terms {
@@ -364,7 +365,7 @@ func TestListenerClose(t *testing.T) {
 	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Accept after Close: %v", err)
 	}
-	eventually(t, "the terminator is removed", func() bool { return r.terminators() == 0 })
+	testutil.Eventually(t, "the terminator is removed", func() bool { return r.terminators() == 0 })
 	st, resp, err := e.connect(&term, edgeproto.Request{Op: edgeproto.OpConnect, TerminatorID: term.id, CircuitID: 9, InitiatorID: "x"})
 	check(t, err)
 	st.Close()
@@ -373,9 +374,9 @@ func TestListenerClose(t *testing.T) {
 	}
 
 	listen(t, host, "echo", ListenOptions{})
-	eventually(t, "a terminator", func() bool { return r.terminators() == 1 })
+	testutil.Eventually(t, "a terminator", func() bool { return r.terminators() == 1 })
 	check(t, host.Close())
-	eventually(t, "the terminator is removed", func() bool { return r.terminators() == 0 })
+	testutil.Eventually(t, "the terminator is removed", func() bool { return r.terminators() == 0 })
 	if _, err := host.Listen(testCtx(t), "echo"); !errors.Is(err, ErrClosed) {
 		t.Errorf("Listen after Close: %v", err)
 	}
@@ -449,7 +450,7 @@ func TestEncryptedPeerMismatch(t *testing.T) {
 	if _, err := client.Dial(testCtx(t), "secret"); err == nil {
 		t.Error("initiator mismatch: dialed")
 	}
-	eventually(t, "the host drops the connection", func() bool {
+	testutil.Eventually(t, "the host drops the connection", func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		return len(l.pending) == 0

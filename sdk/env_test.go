@@ -438,18 +438,6 @@ func (e *testEnv) connect(term *fakeTerm, req edgeproto.Request) (*smux.Stream, 
 	return st, &resp, nil
 }
 
-// eventually waits up to 10 s for cond.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not the case after 10s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)

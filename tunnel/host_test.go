@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // tcpEcho serves TCP echo on ln: each connection's bytes come back, and its end of input
@@ -87,7 +89,7 @@ func TestHostTCP(t *testing.T) {
 	h := runHost(t, f, HostOptions{})
 	f.setServices(service("echo", false, true, map[string]string{HostV1: fmt.Sprintf(
 		`{"protocol":"tcp","address":"127.0.0.1","forwardPort":true,"allowedPortRanges":[{"low":%d,"high":%d}]}`, port, port)}))
-	eventually(t, "echo bound", func() bool { return f.bound("echo") })
+	testutil.Eventually(t, "echo bound", func() bool { return f.bound("echo") })
 
 	svc := Service{ID: "echo", Name: "echo"}
 	c, err := f.Dial(t.Context(), svc, AppData{Protocol: "tcp", DstIP: "10.1.2.3", DstPort: strconv.Itoa(port)})
@@ -129,7 +131,7 @@ func TestHostTCP(t *testing.T) {
 	if n, err := c.Read(make([]byte, 10)); err != io.EOF {
 		t.Fatalf("UDP circuit to TCP target: read %d bytes, %v; want EOF", n, err)
 	}
-	eventually(t, "counters", func() bool {
+	testutil.Eventually(t, "counters", func() bool {
 		s := h.Stats()
 		return s.Circuits == 3 && s.Refused == 2 && s.DialFailures == 0 && s.Active == 0 && s.Bound == 1
 	})
@@ -148,7 +150,7 @@ func TestHostDialFailure(t *testing.T) {
 	h := runHost(t, f, HostOptions{})
 	f.setServices(service("gone", false, true, map[string]string{HostV1: fmt.Sprintf(
 		`{"protocol":"tcp","address":"127.0.0.1","port":%d}`, addr.Port)}))
-	eventually(t, "gone bound", func() bool { return f.bound("gone") })
+	testutil.Eventually(t, "gone bound", func() bool { return f.bound("gone") })
 	c, err := f.Dial(t.Context(), Service{ID: "gone"}, AppData{})
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +160,7 @@ func TestHostDialFailure(t *testing.T) {
 	if n, err := c.Read(make([]byte, 10)); err != io.EOF {
 		t.Fatalf("read %d bytes, %v; want EOF", n, err)
 	}
-	eventually(t, "a dial failure", func() bool { return h.Stats().DialFailures == 1 })
+	testutil.Eventually(t, "a dial failure", func() bool { return h.Stats().DialFailures == 1 })
 }
 
 // TestHostUDP: datagrams framed on the circuit reach a UDP target and come back with their
@@ -180,7 +182,7 @@ func TestHostUDP(t *testing.T) {
 		{"protocol":"tcp","address":"127.0.0.1","port":%d},
 		{"forwardProtocol":true,"allowedProtocols":["udp"],"address":"127.0.0.1","port":%d,
 		 "listenOptions":{"precedence":"required","cost":10}}]}`, port, port)}))
-	eventually(t, "dns bound", func() bool { return f.bound("dns") })
+	testutil.Eventually(t, "dns bound", func() bool { return f.bound("dns") })
 
 	c, err := f.Dial(t.Context(), Service{ID: "dns"}, AppData{Protocol: "udp", DstIP: "10.1.2.3", DstPort: "53"})
 	if err != nil {
@@ -229,7 +231,7 @@ func TestHostUDP(t *testing.T) {
 	if d := time.Since(start); d < idle/2 || d > 10*idle {
 		t.Errorf("idle flow closed after %v, timeout %v", d, idle)
 	}
-	eventually(t, "no active circuit", func() bool { return h.Stats().Active == 0 })
+	testutil.Eventually(t, "no active circuit", func() bool { return h.Stats().Active == 0 })
 }
 
 // TestHostUnbind: a service that goes away, or loses Bind, is unbound and its connections
@@ -250,7 +252,7 @@ func TestHostUnbind(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- h.Run(ctx, f, HostOptions{Logger: testLogger(t)}) }()
 	f.setServices(service("a", false, true, cfg), service("b", false, true, cfg), service("dialonly", true, false, cfg))
-	eventually(t, "a and b bound", func() bool { return f.bound("a") && f.bound("b") && h.Stats().Bound == 2 })
+	testutil.Eventually(t, "a and b bound", func() bool { return f.bound("a") && f.bound("b") && h.Stats().Bound == 2 })
 	if f.bound("dialonly") {
 		t.Error("a service without Bind permission is bound")
 	}
@@ -269,7 +271,7 @@ func TestHostUnbind(t *testing.T) {
 
 	// a loses Bind: unbound, its connection closed.
 	f.setServices(service("a", true, false, cfg), service("b", false, true, cfg))
-	eventually(t, "a unbound", func() bool { return !f.bound("a") && h.Stats().Bound == 1 })
+	testutil.Eventually(t, "a unbound", func() bool { return !f.bound("a") && h.Stats().Bound == 1 })
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.ReadAll(c); errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatal("the connection of an unbound service stays open")
@@ -279,14 +281,14 @@ func TestHostUnbind(t *testing.T) {
 	}
 	// b goes away; a comes back.
 	f.setServices(service("a", false, true, cfg))
-	eventually(t, "a bound, b unbound", func() bool { return f.bound("a") && !f.bound("b") && h.Stats().Bound == 1 })
+	testutil.Eventually(t, "a bound, b unbound", func() bool { return f.bound("a") && !f.bound("b") && h.Stats().Bound == 1 })
 
 	// A changed host config applies to the next circuits without binding again.
 	f.mu.Lock()
 	binds := f.binding
 	f.mu.Unlock()
 	f.setServices(service("a", false, true, map[string]string{HostV1: `{"protocol":"udp","address":"127.0.0.1","port":9}`}))
-	eventually(t, "the new config", func() bool {
+	testutil.Eventually(t, "the new config", func() bool {
 		c, err := f.Dial(t.Context(), Service{ID: "a"}, AppData{Protocol: "tcp"})
 		if err != nil {
 			t.Fatal(err)
@@ -324,7 +326,7 @@ func TestHostInvalidConfig(t *testing.T) {
 	h := runHost(t, f, HostOptions{})
 	f.setServices(service("bad", false, true, map[string]string{HostV1: `{"protocol":"tcp","address":"127.0.0.1"}`}),
 		service("good", false, true, map[string]string{HostV1: `{"protocol":"tcp","address":"127.0.0.1","port":9}`}))
-	eventually(t, "good bound", func() bool { return f.bound("good") })
+	testutil.Eventually(t, "good bound", func() bool { return f.bound("good") })
 	if f.bound("bad") || h.Stats().Bound != 1 {
 		t.Error("a service with an invalid host config is bound")
 	}

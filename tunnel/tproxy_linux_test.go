@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/zmesh/zmesh/internal/netnstest"
+	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/tunnel/intercept"
 )
 
@@ -83,7 +84,7 @@ func TestTProxy(t *testing.T) {
 
 	// An exact hostname: resolved in the range, intercepted, carried to the web echo.
 	var webIP netip.Addr
-	eventually(t, "web.zmesh.test resolved", func() bool {
+	testutil.Eventually(t, "web.zmesh.test resolved", func() bool {
 		var rcode int
 		webIP, rcode = query(t, topo.client, resolverAddr, "web.zmesh.test", time.Second)
 		return rcode == dns.RcodeSuccess && webIP.IsValid()
@@ -91,7 +92,7 @@ func TestTProxy(t *testing.T) {
 	if !dnsRange.Contains(webIP) {
 		t.Fatalf("web.zmesh.test resolved to %s, outside %s", webIP, dnsRange)
 	}
-	eventually(t, "services hosted", func() bool { return tp.Stats().Host.Bound == 3 })
+	testutil.Eventually(t, "services hosted", func() bool { return tp.Stats().Host.Bound == 3 })
 	echoTCP(t, topo.client, netip.AddrPortFrom(webIP, 80))
 	if d := f.lastDial(); d.service != "web" || d.app.Protocol != "tcp" || d.app.DstHostname != "web.zmesh.test" ||
 		d.app.DstIP != webIP.String() || d.app.DstPort != "80" || d.app.SrcIP != "10.99.0.2" || d.app.SrcPort == "" {
@@ -125,7 +126,7 @@ func TestTProxy(t *testing.T) {
 	if s.UDPFlows != 1 || s.TCPIntercepted != 2 || s.Unmatched != 0 || s.DialFailures != 0 {
 		t.Errorf("stats after the exchanges: %+v", s)
 	}
-	eventually(t, "idle flow ended", func() bool { return tp.Stats().Active == 0 && tp.Stats().Host.Active == 0 })
+	testutil.Eventually(t, "idle flow ended", func() bool { return tp.Stats().Active == 0 && tp.Stats().Host.Active == 0 })
 	echoUDP(t, topo.client, dst, "again")
 	if s := tp.Stats(); s.UDPFlows != 2 {
 		t.Errorf("%d UDP flows after the first idled out, want 2", s.UDPFlows)
@@ -137,17 +138,17 @@ func TestTProxy(t *testing.T) {
 
 	// web goes away: its name is no longer intercepted (no upstream: refused), nor its address.
 	f.setServices(wild, udp)
-	eventually(t, "web.zmesh.test gone", func() bool {
+	testutil.Eventually(t, "web.zmesh.test gone", func() bool {
 		_, rcode := query(t, topo.client, resolverAddr, "web.zmesh.test", time.Second)
 		return rcode == dns.RcodeRefused
 	})
-	eventually(t, "web's interception removed", func() bool {
+	testutil.Eventually(t, "web's interception removed", func() bool {
 		s := tp.Stats()
 		return s.Interceptions == 2 && s.Services == 2 && s.Resolver.Assignments == 1
 	})
 	noTCP(t, topo.client, netip.AddrPortFrom(webIP, 80))
 	echoTCP(t, topo.client, netip.AddrPortFrom(fooIP, 8080)) // the others stay
-	eventually(t, "web unbound", func() bool { return !f.bound("web") && tp.Stats().Host.Bound == 2 })
+	testutil.Eventually(t, "web unbound", func() bool { return !f.bound("web") && tp.Stats().Host.Bound == 2 })
 
 	// wild's ports change: its assigned name keeps its address, now intercepted on port 9000
 	// too (which the hosting end refuses: its allowedPortRanges stay 8080).
@@ -155,7 +156,7 @@ func TestTProxy(t *testing.T) {
 		InterceptV1: `{"protocols":["tcp"],"addresses":["*.wild.test"],"portRanges":[{"low":8000,"high":9000}]}`,
 		HostV1:      `{"protocol":"tcp","address":"127.0.0.1","forwardPort":true,"allowedPortRanges":[{"low":8080,"high":8080}]}`})
 	f.setServices(wild, udp)
-	eventually(t, "port 9000 intercepted", func() bool {
+	testutil.Eventually(t, "port 9000 intercepted", func() bool {
 		c, err := netnstest.DialTimeout(t, topo.client, "tcp4", netip.AddrPortFrom(fooIP, 9000).String(), 300*time.Millisecond)
 		if err != nil {
 			return false
@@ -170,7 +171,7 @@ func TestTProxy(t *testing.T) {
 	if ip, _ := query(t, topo.client, resolverAddr, "foo.wild.test", time.Second); ip != fooIP {
 		t.Errorf("foo.wild.test moved from %s to %s when its service changed", fooIP, ip)
 	}
-	eventually(t, "the circuit refused", func() bool { return tp.Stats().Host.Refused == 1 })
+	testutil.Eventually(t, "the circuit refused", func() bool { return tp.Stats().Host.Refused == 1 })
 
 	cancel()
 	select {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // TestDialPoolQueueFullFailsAtOnce: with one turn taken and the queue full, a dial fails at
@@ -63,20 +65,15 @@ func listenLoopback(t *testing.T) net.Listener {
 	return ln
 }
 
-// waitLoad waits (at most 10 s) until the pool's load satisfies ok.
+// waitLoad waits until the pool's load satisfies ok.
 func waitLoad(t *testing.T, p *DialPool, what string, ok func(queued, busy int) bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		queued, busy := p.Load()
-		if ok(queued, busy) {
-			return
+	testutil.EventuallyNil(t, what, func() error {
+		if queued, busy := p.Load(); !ok(queued, busy) {
+			return fmt.Errorf("%d queued, %d busy", queued, busy)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still %d queued, %d busy after 10s", what, queued, busy)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestDialPoolTurns: at most Workers dials run at once; the others take their turns in the

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -13,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // direct is a Hop that hands frames straight to the other endpoint, as a forwarder does
@@ -213,13 +216,12 @@ func TestWindowBoundsSlowConsumer(t *testing.T) {
 	}
 	// Reading resumes the flow.
 	go io.Copy(io.Discard, c.server)
-	deadline := time.Now().Add(10 * time.Second)
-	for c.ingress.Stats().Acked < 64<<20 {
-		if time.Now().After(deadline) {
-			t.Fatalf("flow did not resume: %+v", c.ingress.Stats())
+	testutil.EventuallyNil(t, "the flow resumes", func() error {
+		if st := c.ingress.Stats(); st.Acked < 64<<20 {
+			return fmt.Errorf("stats %+v", st)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestCloseReachesTheOtherEnd: an endpoint closed with a reason closes the other end's
@@ -554,19 +556,16 @@ func (r *recorder) Forward(f *Frame) {
 
 func (r *recorder) first(t *testing.T) *Frame {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	var f *Frame
+	testutil.Eventually(t, "the initiator sends a frame", func() bool {
 		r.mu.Lock()
+		defer r.mu.Unlock()
 		if len(r.frames) > 0 {
-			f := r.frames[0]
-			r.mu.Unlock()
-			return f
+			f = r.frames[0]
 		}
-		r.mu.Unlock()
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatal("the initiator sent nothing")
-	return nil
+		return f != nil
+	})
+	return f
 }
 
 // TestOpeningPayload: an initiator whose client spoke first opens the circuit with that data;
@@ -640,18 +639,15 @@ func TestStartWithinReleases(t *testing.T) {
 		released := make(chan struct{})
 		runtime.AddCleanup(e, func(ch chan struct{}) { close(ch) }, released)
 		e = nil
-		deadline := time.Now().Add(5 * time.Second)
-		for collected := false; !collected; {
+		testutil.Eventually(t, how+": the terminator is collected an open time before its timer fires", func() bool {
 			runtime.GC()
 			select {
 			case <-released:
-				collected = true
-			case <-time.After(10 * time.Millisecond):
-				if time.Now().After(deadline) {
-					t.Fatalf("%s: the terminator is still reachable an open time before its timer fires", how)
-				}
+				return true
+			default:
+				return false
 			}
-		}
+		})
 	}
 }
 

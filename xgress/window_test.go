@@ -1,9 +1,11 @@
 package xgress
 
 import (
-	"runtime"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // fill has the sender take the whole window and reports how many bytes it took.
@@ -16,19 +18,11 @@ func fill(w *window) int {
 // waitBlocked waits until the sender has run out of window and is waiting.
 func waitBlocked(t *testing.T, w *window) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Eventually(t, "the sender waits for its window", func() bool {
 		w.mu.Lock()
-		blocked := !w.blocked.IsZero()
-		w.mu.Unlock()
-		if blocked {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the sender never waited for its window")
-		}
-		runtime.Gosched()
-	}
+		defer w.mu.Unlock()
+		return !w.blocked.IsZero()
+	})
 }
 
 // ackAll acknowledges every byte sent.
@@ -89,13 +83,13 @@ func TestWindowShrinksOnStall(t *testing.T) {
 		go func() { done <- w.acquire(1, 1) }()
 		waitBlocked(t, w)
 		next := max(want/2, MinWindow)
-		deadline := time.Now().Add(10 * time.Second)
-		for size, _, _ := w.state(); size != next; size, _, _ = w.state() {
-			if size != want || time.Now().After(deadline) {
+		testutil.Eventually(t, fmt.Sprintf("a stall halves the window of %d", want), func() bool {
+			size, _, _ := w.state()
+			if size != want && size != next {
 				t.Fatalf("stalled with a window of %d: it became %d, want %d", want, size, next)
 			}
-			time.Sleep(time.Millisecond)
-		}
+			return size == next
+		})
 		time.Sleep(3 * w.stallAfter) // a further halving during the same wait would show
 		if size, _, _ := w.state(); size != next {
 			t.Fatalf("one stall took the window from %d to %d, want %d", want, size, next)

@@ -2,37 +2,26 @@ package main
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha1"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base32"
 	"encoding/binary"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net/url"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zmesh/zmesh/internal/ctrltest"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // signerCertFile writes a self-signed certificate, as a static external JWT signer's.
 func signerCertFile(t *testing.T) string {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sso signer"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return writeFile(t, "signer.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	return writeFile(t, "signer.pem", string(testutil.NewAuthority(t, "sso signer").PEM()))
 }
 
 // TestEdgeAuthEntities creates, reads, updates and deletes external JWT signers and
@@ -138,7 +127,7 @@ var recoveryCodeRE = regexp.MustCompile(`\b[A-Z2-9]{12}\b`)
 // with MFA, and manages the recovery codes.
 func TestEdgeMFA(t *testing.T) {
 	t.Parallel()
-	ctrl := startController(t)
+	ctrl := ctrltest.Start(t).URL
 	dir := t.TempDir()
 	cli := func(session string) edgeFunc {
 		return func(args ...string) (string, string, error) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/ctrltest"
 )
 
 type edgeFunc func(args ...string) (stdout, stderr string, err error)
@@ -16,7 +17,7 @@ type edgeFunc func(args ...string) (stdout, stderr string, err error)
 // loggedIn starts a controller and logs the CLI in to it as its administrator.
 func loggedIn(t *testing.T) edgeFunc {
 	t.Helper()
-	url := startController(t)
+	url := ctrltest.Start(t).URL
 	session := filepath.Join(t.TempDir(), "session.json")
 	edge := func(args ...string) (string, string, error) {
 		return run(t, nil, append([]string{"edge", "--session-file", session}, args...)...)

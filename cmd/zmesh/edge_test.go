@@ -3,51 +3,20 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/zmesh/zmesh/config"
-	"github.com/zmesh/zmesh/controlplane"
 	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/ctrltest"
 )
-
-// startController runs a controller on a loopback port for the test and returns its URL.
-func startController(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	cfg := &config.Controller{V: 1, DataDir: t.TempDir(),
-		API:            config.ControllerAPI{Listen: addr, Advertise: addr},
-		Ctrl:           config.ControllerCtrl{Listen: config.Address{Transport: "tls", Host: "127.0.0.1", Port: 6262}},
-		Admin:          config.Admin{Username: "admin", Password: "admin-pass"},
-		SessionTimeout: config.Duration(time.Hour)}
-	ctrl, err := controlplane.Open(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), controlplane.Build{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan struct{})
-	go func() { done <- ctrl.Serve(ctx, ln, func(net.Addr) { close(ready) }) }()
-	<-ready
-	t.Cleanup(func() { cancel(); <-done })
-	return "https://" + addr
-}
 
 // TestEdgeAndEnrollCommands drives the CLI: log in, create identities with enrollment
 // tokens, enroll them, list, get and delete.
 func TestEdgeAndEnrollCommands(t *testing.T) {
 	t.Parallel()
-	url := startController(t)
+	url := ctrltest.Start(t).URL
 	dir := t.TempDir()
 	session := filepath.Join(dir, "session.json")
 	edge := func(args ...string) (string, string, error) {

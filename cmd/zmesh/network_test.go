@@ -17,6 +17,7 @@ import (
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/ctrltest"
 )
 
 // network drives one controller over real HTTPS for TestSmallNetwork.
@@ -180,7 +181,7 @@ func lastChange(t *testing.T, c *apiclient.Client) time.Time {
 func TestSmallNetwork(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	base := startController(t)
+	base := ctrltest.Start(t).URL
 	u, _ := url.Parse(base)
 	leaf, err := apiclient.ServerCertificate(ctx, u.Host)
 	if err != nil {
@@ -223,157 +224,165 @@ func TestSmallNetwork(t *testing.T) {
 	n.create("/service-policies", map[string]any{"name": "eng-bind-ops", "type": "Bind", "semantic": "AnyOf", "identityRoles": []string{"#eng"}, "serviceRoles": []string{"#ops"}})
 	n.create("/service-policies", map[string]any{"name": "contractor-wiki", "type": "Dial", "semantic": "AnyOf", "identityRoles": []string{"#contractor"}, "serviceRoles": []string{"@" + svc["wiki"]}, "postureCheckRoles": []string{"#corp"}})
 
-	// Before any edge router may carry a service, sessions fail.
-	if _, err := session(alice, svc["db"], "Dial"); apiclient.CodeOf(err) != "NO_EDGE_ROUTERS_AVAILABLE" {
-		t.Fatalf("session without edge routers: %v", err)
-	}
+	t.Run("sessions need an edge router that may carry the service", func(t *testing.T) {
+		if _, err := session(alice, svc["db"], "Dial"); apiclient.CodeOf(err) != "NO_EDGE_ROUTERS_AVAILABLE" {
+			t.Fatalf("session without edge routers: %v", err)
+		}
+	})
 	er1, er1Dir := n.router("er1")
 	n.router("er2")
 	n.create("/edge-router-policies", map[string]any{"name": "everyone", "semantic": "AnyOf", "identityRoles": []string{"#all"}, "edgeRouterRoles": []string{"#edge"}})
 	n.create("/service-edge-router-policies", map[string]any{"name": "everything", "semantic": "AnyOf", "serviceRoles": []string{"#all"}, "edgeRouterRoles": []string{"#all"}})
 
-	// Who may dial and bind what.
-	want := map[string]map[string]string{
-		"alice": {"web": "Dial", "wiki": "Dial", "db": "Dial", "git": "Dial", "metrics": "Bind"},
-		"bob":   {"web": "Dial", "wiki": "Dial"},
-		"carol": {"wiki": "Dial"},
-	}
-	for name, c := range map[string]*apiclient.Client{"alice": alice, "bob": bob, "carol": carol} {
-		got := services(t, c)
-		if len(got) != len(want[name]) {
-			t.Errorf("%s sees %d services, want %d: %v", name, len(got), len(want[name]), got)
+	t.Run("who may dial and bind what", func(t *testing.T) {
+		want := map[string]map[string]string{
+			"alice": {"web": "Dial", "wiki": "Dial", "db": "Dial", "git": "Dial", "metrics": "Bind"},
+			"bob":   {"web": "Dial", "wiki": "Dial"},
+			"carol": {"wiki": "Dial"},
 		}
-		for s, perm := range want[name] {
-			if p := strings.Join(got[s].Permissions, ","); p != perm {
-				t.Errorf("%s on %s: permissions %q, want %q", name, s, p, perm)
+		for name, c := range map[string]*apiclient.Client{"alice": alice, "bob": bob, "carol": carol} {
+			got := services(t, c)
+			if len(got) != len(want[name]) {
+				t.Errorf("%s sees %d services, want %d: %v", name, len(got), len(want[name]), got)
+			}
+			for s, perm := range want[name] {
+				if p := strings.Join(got[s].Permissions, ","); p != perm {
+					t.Errorf("%s on %s: permissions %q, want %q", name, s, p, perm)
+				}
 			}
 		}
-	}
-	if cfg := services(t, bob)["web"].Config["intercept.v1"]; cfg == nil {
-		t.Errorf("web's intercept.v1 config is not embedded: %v", services(t, bob)["web"].Config)
-	}
-
-	// roleFilter and roleSemantic narrow the list by the services' attributes.
-	for _, tc := range []struct {
-		query string
-		want  int
-	}{{"roleFilter=%23internal", 2}, {"roleFilter=%23internal&roleFilter=%23public&roleSemantic=AnyOf", 4},
-		{"roleFilter=%23internal&roleFilter=%23public", 0}, {"roleFilter=%40" + svc["metrics"], 1}, {"roleFilter=%23all", 5}} {
-		var list []serviceView
-		if _, err := alice.Do(ctx, "GET", apiclient.ClientAPI+"/services?"+tc.query, nil, &list); err != nil || len(list) != tc.want {
-			t.Errorf("services?%s: %d services, %v; want %d", tc.query, len(list), err, tc.want)
+		if cfg := services(t, bob)["web"].Config["intercept.v1"]; cfg == nil {
+			t.Errorf("web's intercept.v1 config is not embedded: %v", services(t, bob)["web"].Config)
 		}
-	}
-	if _, err := alice.Do(ctx, "GET", apiclient.ClientAPI+"/services?roleFilter=%23x&roleSemantic=Most", nil, nil); apiclient.CodeOf(err) != "COULD_NOT_VALIDATE" {
-		t.Errorf("roleSemantic Most: %v", err)
-	}
+	})
 
-	// Sessions granted and denied.
-	s, err := session(alice, svc["db"], "Dial")
-	if err != nil || s.Token == "" || len(s.EdgeRouters) != 2 {
-		t.Fatalf("alice dials db: %v %+v", err, s)
-	}
-	if _, err := session(alice, svc["metrics"], "Bind"); err != nil {
-		t.Fatalf("alice binds metrics: %v", err)
-	}
-	for _, denied := range []struct {
-		who        *apiclient.Client
-		name, what string
-		typ        string
-	}{{bob, "bob", "db", "Dial"}, {alice, "alice", "metrics", "Dial"}, {bob, "bob", "web", "Bind"}, {carol, "carol", "web", "Dial"}} {
-		if _, err := session(denied.who, svc[denied.what], denied.typ); err == nil {
-			t.Errorf("%s got a %s session for %s", denied.name, denied.typ, denied.what)
+	t.Run("roleFilter and roleSemantic narrow the list by the services' attributes", func(t *testing.T) {
+		for _, tc := range []struct {
+			query string
+			want  int
+		}{{"roleFilter=%23internal", 2}, {"roleFilter=%23internal&roleFilter=%23public&roleSemantic=AnyOf", 4},
+			{"roleFilter=%23internal&roleFilter=%23public", 0}, {"roleFilter=%40" + svc["metrics"], 1}, {"roleFilter=%23all", 5}} {
+			var list []serviceView
+			if _, err := alice.Do(ctx, "GET", apiclient.ClientAPI+"/services?"+tc.query, nil, &list); err != nil || len(list) != tc.want {
+				t.Errorf("services?%s: %d services, %v; want %d", tc.query, len(list), err, tc.want)
+			}
 		}
-	}
-
-	// Posture gating: carol needs the corp domain.
-	if _, err := session(carol, svc["wiki"], "Dial"); err == nil {
-		t.Fatal("carol dialed wiki without posture")
-	} else if code := apiclient.CodeOf(err); code == "" {
-		t.Fatalf("posture refusal without a code: %v", err)
-	}
-	postureResponse := func(d string) {
-		t.Helper()
-		if _, err := carol.Do(ctx, "POST", apiclient.ClientAPI+"/posture-response", map[string]string{"id": domain, "typeId": "DOMAIN", "domain": d}, nil); err != nil {
-			t.Fatalf("posture response %s: %v", d, err)
+		if _, err := alice.Do(ctx, "GET", apiclient.ClientAPI+"/services?roleFilter=%23x&roleSemantic=Most", nil, nil); apiclient.CodeOf(err) != "COULD_NOT_VALIDATE" {
+			t.Errorf("roleSemantic Most: %v", err)
 		}
-	}
-	postureResponse("corp.example")
-	cs, err := session(carol, svc["wiki"], "Dial")
-	if err != nil {
-		t.Fatalf("carol dials wiki with posture: %v", err)
-	}
-	postureResponse("home.example")
-	if _, err := carol.Do(ctx, "GET", apiclient.ClientAPI+"/sessions/"+cs.ID, nil, nil); apiclient.CodeOf(err) != "NOT_FOUND" {
-		t.Fatalf("carol's session after her posture stopped holding: %v", err)
-	}
+	})
 
-	// Referenced deletes are refused; a policy delete ends the sessions it alone allowed.
-	if err := n.mgmt("DELETE", "/configs/"+webIntercept, nil, nil); apiclient.CodeOf(err) != "CAN_NOT_DELETE_REFERENCED_ENTITY" {
-		t.Fatalf("delete a config a service uses: %v", err)
-	}
-	if err := n.mgmt("DELETE", "/config-types/intercept.v1", nil, nil); apiclient.CodeOf(err) != "CAN_NOT_DELETE_REFERENCED_ENTITY" {
-		t.Fatalf("delete a config type in use: %v", err)
-	}
+	t.Run("sessions granted and denied", func(t *testing.T) {
+		s, err := session(alice, svc["db"], "Dial")
+		if err != nil || s.Token == "" || len(s.EdgeRouters) != 2 {
+			t.Fatalf("alice dials db: %v %+v", err, s)
+		}
+		if _, err := session(alice, svc["metrics"], "Bind"); err != nil {
+			t.Fatalf("alice binds metrics: %v", err)
+		}
+		for _, denied := range []struct {
+			who        *apiclient.Client
+			name, what string
+			typ        string
+		}{{bob, "bob", "db", "Dial"}, {alice, "alice", "metrics", "Dial"}, {bob, "bob", "web", "Bind"}, {carol, "carol", "web", "Dial"}} {
+			if _, err := session(denied.who, svc[denied.what], denied.typ); err == nil {
+				t.Errorf("%s got a %s session for %s", denied.name, denied.typ, denied.what)
+			}
+		}
+	})
 
-	// Service updates move when something relevant changes.
-	before := lastChange(t, bob)
-	if err := n.mgmt("PATCH", "/services/"+svc["db"], map[string]any{"roleAttributes": []string{"internal", "public"}}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if after := lastChange(t, bob); !after.After(before) {
-		t.Fatalf("service-updates did not move: %v then %v", before, after)
-	}
-	if got := services(t, bob); got["db"].Name == "" {
-		t.Fatalf("bob does not see db after it became public: %v", got)
-	}
+	t.Run("posture gating: carol needs the corp domain", func(t *testing.T) {
+		if _, err := session(carol, svc["wiki"], "Dial"); err == nil {
+			t.Fatal("carol dialed wiki without posture")
+		} else if code := apiclient.CodeOf(err); code == "" {
+			t.Fatalf("posture refusal without a code: %v", err)
+		}
+		postureResponse := func(d string) {
+			t.Helper()
+			if _, err := carol.Do(ctx, "POST", apiclient.ClientAPI+"/posture-response", map[string]string{"id": domain, "typeId": "DOMAIN", "domain": d}, nil); err != nil {
+				t.Fatalf("posture response %s: %v", d, err)
+			}
+		}
+		postureResponse("corp.example")
+		cs, err := session(carol, svc["wiki"], "Dial")
+		if err != nil {
+			t.Fatalf("carol dials wiki with posture: %v", err)
+		}
+		postureResponse("home.example")
+		if _, err := carol.Do(ctx, "GET", apiclient.ClientAPI+"/sessions/"+cs.ID, nil, nil); apiclient.CodeOf(err) != "NOT_FOUND" {
+			t.Fatalf("carol's session after her posture stopped holding: %v", err)
+		}
+	})
 
-	// Router certificate extension: the new certificate works, the old one is refused.
-	cert, err := tls.LoadX509KeyPair(filepath.Join(er1Dir, "certs/client.cert"), filepath.Join(er1Dir, "certs/router.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err := os.ReadFile(filepath.Join(er1Dir, "certs/server.cert"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := pki.ParsePEMCert(server)
-	if err != nil || !slices.Contains(sc.DNSNames, "er1.zmesh.test") || len(sc.IPAddresses) != 1 || sc.Subject.CommonName != er1 {
-		t.Fatalf("server certificate: %v %v %v %v", err, sc.DNSNames, sc.IPAddresses, sc.Subject)
-	}
-	roots := x509.NewCertPool()
-	caPEM, _ := os.ReadFile(filepath.Join(er1Dir, "certs/ca.cert"))
-	if !roots.AppendCertsFromPEM(caPEM) {
-		t.Fatal("ca file holds no certificate")
-	}
-	extend := func(c tls.Certificate) (*apiclient.RouterCerts, error) {
-		key, err := loadOrCreateKey(filepath.Join(er1Dir, "certs/router.key"))
+	t.Run("referenced deletes are refused", func(t *testing.T) {
+		if err := n.mgmt("DELETE", "/configs/"+webIntercept, nil, nil); apiclient.CodeOf(err) != "CAN_NOT_DELETE_REFERENCED_ENTITY" {
+			t.Fatalf("delete a config a service uses: %v", err)
+		}
+		if err := n.mgmt("DELETE", "/config-types/intercept.v1", nil, nil); apiclient.CodeOf(err) != "CAN_NOT_DELETE_REFERENCED_ENTITY" {
+			t.Fatalf("delete a config type in use: %v", err)
+		}
+	})
+
+	t.Run("service updates move when something relevant changes", func(t *testing.T) {
+		before := lastChange(t, bob)
+		if err := n.mgmt("PATCH", "/services/"+svc["db"], map[string]any{"roleAttributes": []string{"internal", "public"}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if after := lastChange(t, bob); !after.After(before) {
+			t.Fatalf("service-updates did not move: %v then %v", before, after)
+		}
+		if got := services(t, bob); got["db"].Name == "" {
+			t.Fatalf("bob does not see db after it became public: %v", got)
+		}
+	})
+
+	t.Run("router certificate extension: the new certificate works, the old one is refused", func(t *testing.T) {
+		cert, err := tls.LoadX509KeyPair(filepath.Join(er1Dir, "certs/client.cert"), filepath.Join(er1Dir, "certs/router.key"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		csr, err := routerCSR(key, sc.Subject, sansOf(sc))
+		server, err := os.ReadFile(filepath.Join(er1Dir, "certs/server.cert"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var out apiclient.RouterCerts
-		_, err = apiclient.New(base, roots, &c).Do(ctx, "POST", apiclient.ClientAPI+"/enroll/extend/router",
-			map[string]string{"certCsr": string(csr), "serverCertCsr": string(csr)}, &out)
-		return &out, err
-	}
-	next, err := extend(cert)
-	if err != nil || !strings.Contains(next.Cert, "BEGIN CERTIFICATE") {
-		t.Fatalf("extend with the current certificate: %v", err)
-	}
-	if _, err := extend(cert); apiclient.CodeOf(err) != "INVALID_AUTH" {
-		t.Fatalf("extend with the previous certificate: %v", err)
-	}
-	newCert, err := tls.X509KeyPair([]byte(next.Cert), mustRead(t, filepath.Join(er1Dir, "certs/router.key")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := extend(newCert); err != nil {
-		t.Fatalf("extend with the new certificate: %v", err)
-	}
+		sc, err := pki.ParsePEMCert(server)
+		if err != nil || !slices.Contains(sc.DNSNames, "er1.zmesh.test") || len(sc.IPAddresses) != 1 || sc.Subject.CommonName != er1 {
+			t.Fatalf("server certificate: %v %v %v %v", err, sc.DNSNames, sc.IPAddresses, sc.Subject)
+		}
+		roots := x509.NewCertPool()
+		caPEM, _ := os.ReadFile(filepath.Join(er1Dir, "certs/ca.cert"))
+		if !roots.AppendCertsFromPEM(caPEM) {
+			t.Fatal("ca file holds no certificate")
+		}
+		extend := func(c tls.Certificate) (*apiclient.RouterCerts, error) {
+			key, err := loadOrCreateKey(filepath.Join(er1Dir, "certs/router.key"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			csr, err := routerCSR(key, sc.Subject, sansOf(sc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out apiclient.RouterCerts
+			_, err = apiclient.New(base, roots, &c).Do(ctx, "POST", apiclient.ClientAPI+"/enroll/extend/router",
+				map[string]string{"certCsr": string(csr), "serverCertCsr": string(csr)}, &out)
+			return &out, err
+		}
+		next, err := extend(cert)
+		if err != nil || !strings.Contains(next.Cert, "BEGIN CERTIFICATE") {
+			t.Fatalf("extend with the current certificate: %v", err)
+		}
+		if _, err := extend(cert); apiclient.CodeOf(err) != "INVALID_AUTH" {
+			t.Fatalf("extend with the previous certificate: %v", err)
+		}
+		newCert, err := tls.X509KeyPair([]byte(next.Cert), mustRead(t, filepath.Join(er1Dir, "certs/router.key")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := extend(newCert); err != nil {
+			t.Fatalf("extend with the new certificate: %v", err)
+		}
+	})
 }
 
 func sansOf(c *x509.Certificate) config.SANs {

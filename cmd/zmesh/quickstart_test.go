@@ -26,6 +26,7 @@ import (
 	prommodel "github.com/prometheus/common/model"
 
 	"github.com/zmesh/zmesh/internal/quickstart"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // `zmesh quickstart` as a real process: its first run creates the network in a new directory
@@ -304,16 +305,13 @@ func circuitsCreated(t *testing.T, caFile, addr string) float64 {
 func waitHealthy(t *testing.T, caFile, addr string) {
 	t.Helper()
 	c := webClient(t, caFile)
-	var last string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	testutil.EventuallyNil(t, "https://"+addr+"/health-checks says healthy", func() error {
 		resp, err := c.Get("https://" + addr + "/health-checks")
 		if err != nil {
-			last = err.Error()
-			continue
+			return err
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		last = resp.Status + " " + string(body)
 		var h struct {
 			Data struct {
 				Healthy bool `json:"healthy"`
@@ -323,16 +321,15 @@ func waitHealthy(t *testing.T, caFile, addr string) {
 				} `json:"checks"`
 			} `json:"data"`
 		}
-		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &h) != nil || !h.Data.Healthy {
-			continue
-		}
-		for _, c := range h.Data.Checks {
-			if c.ID == "controllerPing" && c.Healthy {
-				return
+		if resp.StatusCode == http.StatusOK && json.Unmarshal(body, &h) == nil && h.Data.Healthy {
+			for _, c := range h.Data.Checks {
+				if c.ID == "controllerPing" && c.Healthy {
+					return nil
+				}
 			}
 		}
-	}
-	t.Fatalf("https://%s/health-checks did not say healthy within 30 s; last answer: %s", addr, last)
+		return fmt.Errorf("answer %s %s", resp.Status, body)
+	})
 }
 
 // clientProxy runs `zmesh tunnel proxy` with the quickstart's client identity and echoes
@@ -348,15 +345,9 @@ func clientProxy(t *testing.T, identity string) {
 	_, port, _ := net.SplitHostPort(addr)
 	p := startCLI(t, "tunnel", "proxy", "--identity", identity, "--service", "echo:"+port)
 	p.waitLine("service echo on", time.Minute)
-	var err2 error
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if err2 = quickstart.Echo(t.Context(), addr, "hello as the client identity\n"); err2 == nil {
-			break
-		}
-	}
-	if err2 != nil {
-		t.Errorf("echo through zmesh tunnel proxy with the client identity: %v", err2)
-	}
+	testutil.EventuallyNil(t, "echo through zmesh tunnel proxy with the client identity", func() error {
+		return quickstart.Echo(t.Context(), addr, "hello as the client identity\n")
+	})
 	p.interrupt()
 }
 

@@ -2,14 +2,14 @@ package main
 
 import (
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // TestRouterKeyCreatedOrReused: enrollment generates the key when its file is absent (mode
@@ -33,7 +33,7 @@ func TestRouterKeyCreatedOrReused(t *testing.T) {
 		t.Fatal("the key file was not reused")
 	}
 
-	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ec := testutil.NewKey(t)
 	der, _ := x509.MarshalECPrivateKey(ec)
 	legacy := filepath.Join(dir, "legacy.key")
 	os.WriteFile(legacy, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600)

@@ -5,89 +5,33 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
-	"io"
-	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
-	"github.com/zmesh/zmesh/config"
-	"github.com/zmesh/zmesh/controlplane"
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/ctrltest"
 )
 
-// walkController is a controller on a loopback port that a test can stop and start again on
-// the same data directory and address.
+// walkController is a test controller with its administrator's client and its CA.
 type walkController struct {
-	dir, addr string
-	url       string
-	caCert    []byte // DER of the network's CA
-	admin     *apiclient.Client
-	stop      func()
+	*ctrltest.Controller
+	caCert []byte // DER of the network's CA
+	admin  *apiclient.Client
 }
 
-// startWalkController runs a controller on dir at addr ("" picks a free port) until stopped
-// or the test ends.
-func startWalkController(t *testing.T, dir, addr string) *walkController {
+func walk(t *testing.T, c *ctrltest.Controller) *walkController {
 	t.Helper()
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	ln, err := net.Listen("tcp", addr)
-	for end := time.Now().Add(2 * time.Second); err != nil && errors.Is(err, syscall.EADDRINUSE) && time.Now().Before(end); {
-		time.Sleep(50 * time.Millisecond) // a restart's address may be briefly held
-		ln, err = net.Listen("tcp", addr)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr = ln.Addr().String()
-	cfg := &config.Controller{V: 1, DataDir: dir,
-		API:            config.ControllerAPI{Listen: addr, Advertise: addr},
-		Ctrl:           config.ControllerCtrl{Listen: config.Address{Transport: "tls", Host: "127.0.0.1", Port: 6262}},
-		Admin:          config.Admin{Username: "admin", Password: "admin-pass"},
-		SessionTimeout: config.Duration(time.Hour)}
-	ctrl, err := controlplane.Open(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), controlplane.Build{})
-	if err != nil {
-		ln.Close()
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan struct{})
-	go func() { done <- ctrl.Serve(ctx, ln, func(net.Addr) { close(ready) }) }()
-	<-ready
-	c := &walkController{dir: dir, addr: addr, url: "https://" + addr, caCert: ctrl.CA().Certificate().Raw}
-	stopped := false
-	c.stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("controller stopped with: %v", err)
-		}
-	}
-	t.Cleanup(c.stop)
-	c.admin = apiclient.New(c.url, ctrl.CA().Pool(), nil)
-	if _, err := c.admin.AuthenticatePassword(ctx, "admin", "admin-pass"); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return &walkController{Controller: c, caCert: c.Ctrl.CA().Certificate().Raw, admin: c.Admin(t)}
 }
 
 // restart stops the controller and starts a new one on the same directory and address.
 func (c *walkController) restart(t *testing.T) *walkController {
 	t.Helper()
-	c.stop()
-	return startWalkController(t, c.dir, c.addr)
+	return walk(t, c.Restart(t))
 }
 
 // createWithJWT creates an identity over the management API and writes its enrollment token
@@ -147,16 +91,16 @@ func wantAPIError(t *testing.T, what string, err error, status int, code string)
 	}
 }
 
-// TestEnrollWalk is the walk of issue 3 over real HTTPS with the zmesh CLI enrolling: an ott
-// identity enrolls with `zmesh enroll` and authenticates with its certificate; an updb
+// TestCLIEnrollmentsAuthenticateAndPersist, over real HTTPS with the zmesh CLI enrolling: an
+// ott identity enrolls with `zmesh enroll` and authenticates with its certificate; an updb
 // identity enrolls with `zmesh enroll --password`, authenticates and changes its password;
 // a deleted identity's session answers 401; after a restart on the same data directory the
 // CA, the certificate, the new password, the deletion and the identity list all persist.
-func TestEnrollWalk(t *testing.T) {
+func TestCLIEnrollmentsAuthenticateAndPersist(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	c := startWalkController(t, filepath.Join(dir, "ctrl"), "")
+	c := walk(t, ctrltest.Start(t))
 	enroll := func(args ...string) (string, error) {
 		out, _, err := run(t, nil, append([]string{"enroll"}, args...)...)
 		return out, err
@@ -175,8 +119,8 @@ func TestEnrollWalk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if laptopIdentity.ZtAPI != c.url {
-		t.Errorf("identity file ztAPI %q, want %q", laptopIdentity.ZtAPI, c.url)
+	if laptopIdentity.ZtAPI != c.URL {
+		t.Errorf("identity file ztAPI %q, want %q", laptopIdentity.ZtAPI, c.URL)
 	}
 	if !identityTrusts(t, laptopIdentity, c.caCert) {
 		t.Error("the identity file does not hold the network's CA")
@@ -207,7 +151,7 @@ func TestEnrollWalk(t *testing.T) {
 		s, err := cl.AuthenticatePassword(ctx, username, password)
 		return cl, s, err
 	}
-	bob, s, err := login(c.url, "bob1", "first-pass")
+	bob, s, err := login(c.URL, "bob1", "first-pass")
 	if err != nil || s.IdentityID != bobID {
 		t.Fatalf("password authentication: %+v %v", s, err)
 	}
@@ -222,9 +166,9 @@ func TestEnrollWalk(t *testing.T) {
 	if _, err := bob.Do(ctx, "PATCH", apiclient.ClientAPI+"/current-identity/authenticators/"+auths[0].ID, change, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = login(c.url, "bob1", "first-pass")
+	_, _, err = login(c.URL, "bob1", "first-pass")
 	wantAPIError(t, "the old password", err, 401, "INVALID_AUTH")
-	if _, _, err := login(c.url, "bob1", "second-pass"); err != nil {
+	if _, _, err := login(c.URL, "bob1", "second-pass"); err != nil {
 		t.Fatalf("the new password: %v", err)
 	}
 
@@ -233,7 +177,7 @@ func TestEnrollWalk(t *testing.T) {
 	if _, err := enroll("--jwt", carolJWT, "--out", filepath.Join(dir, "carol.json"), "--password", "carol-pass"); err != nil {
 		t.Fatal(err)
 	}
-	carol, _, err := login(c.url, "carol1", "carol-pass")
+	carol, _, err := login(c.URL, "carol1", "carol-pass")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,10 +204,10 @@ func TestEnrollWalk(t *testing.T) {
 	if s, err := laptop.AuthenticateCert(ctx); err != nil || s.IdentityID != laptopID {
 		t.Errorf("certificate authentication after the restart: %+v %v", s, err)
 	}
-	if _, s, err := login(c.url, "bob1", "second-pass"); err != nil || s.IdentityID != bobID {
+	if _, s, err := login(c.URL, "bob1", "second-pass"); err != nil || s.IdentityID != bobID {
 		t.Errorf("the new password after the restart: %+v %v", s, err)
 	}
-	_, _, err = login(c.url, "bob1", "first-pass")
+	_, _, err = login(c.URL, "bob1", "first-pass")
 	wantAPIError(t, "the old password after the restart", err, 401, "INVALID_AUTH")
 	if _, err := bob.Do(ctx, "GET", apiclient.ClientAPI+"/current-identity", nil, nil); err != nil {
 		t.Errorf("bob's API session after the restart: %v", err)
@@ -272,7 +216,7 @@ func TestEnrollWalk(t *testing.T) {
 	wantAPIError(t, "the deleted identity after the restart", err, 404, "NOT_FOUND")
 	_, err = carol.Do(ctx, "GET", apiclient.ClientAPI+"/current-identity", nil, nil)
 	wantAPIError(t, "the deleted identity's session after the restart", err, 401, "UNAUTHORIZED")
-	_, _, err = login(c.url, "carol1", "carol-pass")
+	_, _, err = login(c.URL, "carol1", "carol-pass")
 	wantAPIError(t, "the deleted identity's password after the restart", err, 401, "INVALID_AUTH")
 	if namesAfter := c.identityNames(t); !slices.Equal(namesAfter, namesBefore) {
 		t.Errorf("identities after the restart: %v, want %v", namesAfter, namesBefore)

@@ -2,19 +2,13 @@ package api
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -32,6 +26,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 type fixture struct {
@@ -52,7 +47,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key := testutil.NewKey(t)
 	m := model.New(st, ca, log, model.Options{SessionTimeout: time.Hour, Issuer: "https://ctrl.test", SigningKey: key, SigningKID: "k"})
 	if err := m.EnsureBuiltinConfigTypes(); err != nil {
 		t.Fatal(err)
@@ -137,11 +132,12 @@ func errorCode(t *testing.T, rec *httptest.ResponseRecorder) string {
 	return env.Error.Code
 }
 
-// issue3ClientPaths are the paths of the reference's client API that the controller's first
-// issue delivers: informational, EST, password and certificate authentication, the current
-// API session and its certificates, the current identity and its authenticators (with
-// certificate extension), every identity enrollment variant, and the controllers.
-var issue3ClientPaths = []string{
+// coreClientPaths are the paths of the reference's client API that enroll and authenticate
+// identities and describe the controller: informational, EST, password and certificate
+// authentication, the current API session and its certificates, the current identity and
+// its authenticators (with certificate extension), every identity enrollment variant, and
+// the controllers.
+var coreClientPaths = []string{
 	"/", "/version", "/protocols", "/enumerated-capabilities", "/specs", "/specs/{id}", "/specs/{id}/spec",
 	"/.well-known/est/cacerts",
 	"/authenticate",
@@ -280,53 +276,24 @@ type refKit struct {
 	f    *fixture
 	n    int
 	corp struct { // a verified third-party CA with ottca and auto-enrollment
-		id   string
-		cert *x509.Certificate
-		key  *ecdsa.PrivateKey
+		id string
+		*testutil.Authority
 	}
 }
 
 func newRefKit(t *testing.T, f *fixture) *refKit {
 	k := &refKit{f: f}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "corp CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.corp.cert, _ = x509.ParseCertificate(der)
-	k.corp.key = key
-	ca, err := f.m.CreateCA(model.CACreate{Name: "corp", CertPEM: pemCert(k.corp.cert.Raw),
+	k.corp.Authority = testutil.NewAuthority(t, "corp CA")
+	ca, err := f.m.CreateCA(model.CACreate{Name: "corp", CertPEM: string(k.corp.PEM()),
 		IsAutoCaEnrollmentEnabled: true, IsOttCaEnrollmentEnabled: true, IsAuthEnabled: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	k.corp.id = ca.ID
-	if err := f.m.VerifyCA(ca.ID, pemCert(k.corpIssue(t, ca.VerificationToken).Raw)); err != nil {
+	if err := f.m.VerifyCA(ca.ID, string(testutil.CertPEM(k.corp.Issue(t, ca.VerificationToken, nil)))); err != nil {
 		t.Fatal(err)
 	}
 	return k
-}
-
-func pemCert(der []byte) string {
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-}
-
-// corpIssue issues a client certificate from the third-party CA.
-func (k *refKit) corpIssue(t *testing.T, cn string) *x509.Certificate {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, k.corp.cert, &key.PublicKey, k.corp.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return cert
 }
 
 func (k *refKit) name(prefix string) string { k.n++; return fmt.Sprintf("%s-%d", prefix, k.n) }
@@ -346,14 +313,7 @@ func (k *refKit) token(t *testing.T, req model.EnrollmentRequest) string {
 }
 
 // csr returns a PEM certificate request for a new P-256 key.
-func (k *refKit) csr(t *testing.T) string {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "client"}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
-}
+func (k *refKit) csr(t *testing.T) string { return string(testutil.CSR(t, testutil.NewKey(t))) }
 
 // certIdentity is an identity enrolled with a one-time token and an API session opened with
 // its certificate.
@@ -453,7 +413,7 @@ func refData(t *testing.T, body []byte, v any) {
 }
 
 // TestClientPathsStatus calls every operation of the reference's client API (client.yml) on
-// the paths of issue3ClientPaths without a session, with a bad session and with a good one,
+// the paths of coreClientPaths without a session, with a bad session and with a good one,
 // on real entities, and checks each answer's status against the codes the reference lists for
 // that operation: protected operations answer 401 UNAUTHORIZED to the first two and their
 // success code to the third; public ones succeed in all three cases. Error calls check that
@@ -526,22 +486,22 @@ func TestClientPathsStatus(t *testing.T) {
 			return refCall{path: "/enroll?method=updb&token=" + k.token(t, model.EnrollmentRequest{Updb: k.name("u")}), body: `{"password":"chosen-pass"}`}
 		}},
 		{"POST /enroll", "ottca", func(t *testing.T) refCall {
-			return refCall{path: "/enroll?method=ottca&token=" + k.token(t, model.EnrollmentRequest{OTTCA: k.corp.id}), chain: []*x509.Certificate{k.corpIssue(t, k.name("dev"))}}
+			return refCall{path: "/enroll?method=ottca&token=" + k.token(t, model.EnrollmentRequest{OTTCA: k.corp.id}), chain: []*x509.Certificate{k.corp.Issue(t, k.name("dev"), nil)}}
 		}},
 		{"POST /enroll", "ca", func(t *testing.T) refCall {
-			return refCall{path: "/enroll?method=ca", chain: []*x509.Certificate{k.corpIssue(t, k.name("auto"))}}
+			return refCall{path: "/enroll?method=ca", chain: []*x509.Certificate{k.corp.Issue(t, k.name("auto"), nil)}}
 		}},
 		{"POST /enroll/ott", "", func(t *testing.T) refCall {
 			return refCall{path: "/enroll/ott", body: `{"token":"` + k.token(t, model.EnrollmentRequest{OTT: true}) + `","clientCsr":` + quote(k.csr(t)) + `}`, check: dataHas("cert", "ca")}
 		}},
 		{"POST /enroll/ottca", "", func(t *testing.T) refCall {
-			return refCall{path: "/enroll/ottca", body: `{"token":"` + k.token(t, model.EnrollmentRequest{OTTCA: k.corp.id}) + `"}`, chain: []*x509.Certificate{k.corpIssue(t, k.name("dev"))}}
+			return refCall{path: "/enroll/ottca", body: `{"token":"` + k.token(t, model.EnrollmentRequest{OTTCA: k.corp.id}) + `"}`, chain: []*x509.Certificate{k.corp.Issue(t, k.name("dev"), nil)}}
 		}},
 		{"POST /enroll/updb", "", func(t *testing.T) refCall {
 			return refCall{path: "/enroll/updb?token=" + k.token(t, model.EnrollmentRequest{Updb: k.name("u")}), body: `{"password":"chosen-pass"}`}
 		}},
 		{"POST /enroll/ca", "", func(t *testing.T) refCall {
-			cert := k.corpIssue(t, k.name("auto"))
+			cert := k.corp.Issue(t, k.name("auto"), nil)
 			return refCall{path: "/enroll/ca", chain: []*x509.Certificate{cert}, check: func(t *testing.T, rec *httptest.ResponseRecorder) {
 				if _, _, err := f.m.AuthenticateCert([]*x509.Certificate{cert}, model.Login{}); err != nil {
 					t.Errorf("the auto-enrolled certificate does not authenticate: %v", err)
@@ -631,138 +591,144 @@ func TestClientPathsStatus(t *testing.T) {
 		}},
 	}
 
-	// Every operation of the covered paths has a call, and the server routes it.
-	covered := map[string]bool{}
+	covered := map[string]bool{} // the operations of coreClientPaths
 	for key := range ref {
-		if slices.Contains(issue3ClientPaths, strings.SplitN(key, " ", 2)[1]) {
+		if slices.Contains(coreClientPaths, strings.SplitN(key, " ", 2)[1]) {
 			covered[key] = true
 		}
 	}
-	for _, p := range issue3ClientPaths {
-		found := false
+	t.Run("every covered operation is called and routed", func(t *testing.T) {
+		// Every operation of the covered paths has a call, and the server routes it.
+		for _, p := range coreClientPaths {
+			found := false
+			for key := range covered {
+				found = found || strings.HasSuffix(key, " "+p)
+			}
+			if !found {
+				t.Errorf("client.yml has no path %s", p)
+			}
+		}
 		for key := range covered {
-			found = found || strings.HasSuffix(key, " "+p)
+			method, path, _ := strings.Cut(key, " ")
+			if !slices.ContainsFunc(f.s.routesOf(client), func(rt route) bool { return rt.method == method && rt.path == path }) {
+				t.Errorf("%s is not routed", key)
+			}
+			if !slices.ContainsFunc(cases, func(c refCase) bool { return c.op == key }) {
+				t.Errorf("%s of client.yml is not called", key)
+			}
 		}
-		if !found {
-			t.Errorf("client.yml has no path %s", p)
-		}
-	}
-	for key := range covered {
-		method, path, _ := strings.Cut(key, " ")
-		if !slices.ContainsFunc(f.s.routesOf(client), func(rt route) bool { return rt.method == method && rt.path == path }) {
-			t.Errorf("%s is not routed", key)
-		}
-		if !slices.ContainsFunc(cases, func(c refCase) bool { return c.op == key }) {
-			t.Errorf("%s of client.yml is not called", key)
-		}
-	}
+	})
 
 	states := []struct{ name, token string }{{"no session", ""}, {"bad session", "not-a-session"}, {"good session", ""}}
-	for _, c := range cases {
-		op, ok := ref[c.op]
-		if !ok || !covered[c.op] {
-			t.Errorf("%s is not a covered operation of client.yml", c.op)
-			continue
-		}
-		method := strings.SplitN(c.op, " ", 2)[0]
-		var shared refCall
-		if op.protected {
-			shared = c.call(t) // refused calls change nothing, so all three share it
-		}
-		var seen []string
-		for i, st := range states {
-			call := shared
-			if !op.protected {
-				call = c.call(t) // public calls succeed each time, so each needs its own entities
-			}
-			token := st.token
-			if i == 2 {
-				token = call.token
-				if token == "" {
-					token = f.normal
-				}
-			}
-			rec := f.send(method, call, token)
-			seen = append(seen, strconv.Itoa(rec.Code))
-			what := c.op + " " + c.variant + " with " + st.name
-			if !op.lists(rec.Code) {
-				t.Errorf("%s: %d %s; client.yml lists %v", what, rec.Code, rec.Body, op.codes)
-			}
-			if op.protected && i < 2 {
-				if rec.Code != 401 || errorCode(t, rec) != "UNAUTHORIZED" {
-					t.Errorf("%s: %d %s, want 401 UNAUTHORIZED", what, rec.Code, rec.Body)
-				}
+	t.Run("each operation answers as the reference says with no, a bad and a good session", func(t *testing.T) {
+		for _, c := range cases {
+			op, ok := ref[c.op]
+			if !ok || !covered[c.op] {
+				t.Errorf("%s is not a covered operation of client.yml", c.op)
 				continue
 			}
-			if rec.Code != op.success {
-				t.Errorf("%s: %d %s, want %d", what, rec.Code, rec.Body, op.success)
-				continue
+			method := strings.SplitN(c.op, " ", 2)[0]
+			var shared refCall
+			if op.protected {
+				shared = c.call(t) // refused calls change nothing, so all three share it
 			}
-			if call.check != nil {
-				call.check(t, rec)
+			var seen []string
+			for i, st := range states {
+				call := shared
+				if !op.protected {
+					call = c.call(t) // public calls succeed each time, so each needs its own entities
+				}
+				token := st.token
+				if i == 2 {
+					token = call.token
+					if token == "" {
+						token = f.normal
+					}
+				}
+				rec := f.send(method, call, token)
+				seen = append(seen, strconv.Itoa(rec.Code))
+				what := c.op + " " + c.variant + " with " + st.name
+				if !op.lists(rec.Code) {
+					t.Errorf("%s: %d %s; client.yml lists %v", what, rec.Code, rec.Body, op.codes)
+				}
+				if op.protected && i < 2 {
+					if rec.Code != 401 || errorCode(t, rec) != "UNAUTHORIZED" {
+						t.Errorf("%s: %d %s, want 401 UNAUTHORIZED", what, rec.Code, rec.Body)
+					}
+					continue
+				}
+				if rec.Code != op.success {
+					t.Errorf("%s: %d %s, want %d", what, rec.Code, rec.Body, op.success)
+					continue
+				}
+				if call.check != nil {
+					call.check(t, rec)
+				}
 			}
+			t.Logf("%-60s %-9s codes %v; seen %s", c.op, c.variant, op.codes, strings.Join(seen, "/"))
 		}
-		t.Logf("%-60s %-9s codes %v; seen %s", c.op, c.variant, op.codes, strings.Join(seen, "/"))
-	}
+	})
 
-	// Failures with a good session (or none, on public operations) answer codes the reference
-	// lists for the operation.
-	ci := k.certIdentity(t) // its certificate is then extended and replaced
-	ciSession, _, err := f.m.SessionByToken(ci.token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	extended, err := f.m.ExtendCert(ciSession, ci.authID, []byte(k.csr(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.m.ExtendVerify(ciSession, ci.authID, string(extended)); err != nil {
-		t.Fatal(err)
-	}
-	used := k.token(t, model.EnrollmentRequest{OTT: true})
-	if _, err := f.m.EnrollOTT(used, []byte(k.csr(t))); err != nil {
-		t.Fatal(err)
-	}
-	unknown := "00000000-0000-4000-8000-000000000000"
-	failures := []struct {
-		op   string
-		call refCall
-		want int
-	}{
-		{"POST /authenticate", refCall{path: "/authenticate?method=password", body: `{"username":"user","password":"wrong-pass"}`}, 401},
-		{"POST /authenticate", refCall{path: "/authenticate?method=password", body: `{}`}, 400},
-		{"POST /authenticate", refCall{path: "/authenticate?method=magic", body: `{}`}, 400},
-		{"POST /authenticate", refCall{path: "/authenticate?method=cert"}, 401},
-		{"POST /enroll", refCall{path: "/enroll?method=ott&token=" + used, body: k.csr(t), ctype: "application/x-pem-file"}, 400},
-		{"POST /enroll", refCall{path: "/enroll?method=magic&token=" + unknown}, 400},
-		{"POST /enroll/ott", refCall{path: "/enroll/ott", body: `{"token":"` + used + `","clientCsr":` + quote(k.csr(t)) + `}`}, 400},
-		{"POST /enroll/ott", refCall{path: "/enroll/ott", body: `{"token":"` + k.token(t, model.EnrollmentRequest{OTT: true}) + `","clientCsr":"not a CSR"}`}, 400},
-		{"POST /enroll/ottca", refCall{path: "/enroll/ottca", body: `{"token":"` + k.token(t, model.EnrollmentRequest{OTTCA: k.corp.id}) + `"}`}, 400},
-		{"POST /enroll/updb", refCall{path: "/enroll/updb?token=" + unknown, body: `{"password":"chosen-pass"}`}, 400},
-		{"POST /enroll/updb", refCall{path: "/enroll/updb?token=" + k.token(t, model.EnrollmentRequest{Updb: k.name("u")}), body: `{"password":"x"}`}, 400},
-		{"POST /enroll/ca", refCall{path: "/enroll/ca"}, 400},
-		{"GET /current-api-session/certificates", refCall{path: "/current-api-session/certificates?limit=0", token: f.normal}, 400},
-		{"POST /current-api-session/certificates", refCall{path: "/current-api-session/certificates", token: f.normal, body: `{"csr":"not a CSR"}`}, 400},
-		{"GET /current-api-session/certificates/{id}", refCall{path: "/current-api-session/certificates/" + unknown, token: f.normal}, 404},
-		{"GET /current-identity/authenticators", refCall{path: "/current-identity/authenticators?filter=nope", token: f.normal}, 400},
-		{"GET /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + unknown, token: f.normal}, 404},
-		{"GET /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + ci.authID, token: f.normal}, 404},
-		{"PUT /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + unknown, token: f.normal,
-			body: `{"username":"user","password":"x-pass-2","currentPassword":"user-pass"}`}, 404},
-		{"PATCH /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + userAuth, token: f.normal, body: `{}`}, 400},
-		{"PATCH /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + userAuth, token: f.normal,
-			body: `{"password":"x-pass-2","currentPassword":"wrong-pass"}`}, 401},
-		{"POST /current-identity/authenticators/{id}/extend", refCall{path: "/current-identity/authenticators/" + ci.authID + "/extend", token: ci.token, chain: ci.chain,
-			body: `{"clientCertCsr":` + quote(k.csr(t)) + `}`}, 401},
-	}
-	for _, fc := range failures {
-		op := ref[fc.op]
-		method := strings.SplitN(fc.op, " ", 2)[0]
-		rec := f.send(method, fc.call, fc.call.token)
-		if rec.Code != fc.want || !op.lists(rec.Code) {
-			t.Errorf("%s %s: %d %s, want %d (client.yml lists %v)", method, fc.call.path, rec.Code, rec.Body, fc.want, op.codes)
+	t.Run("failures answer codes the reference lists", func(t *testing.T) {
+		// Failures with a good session (or none, on public operations) answer codes the reference
+		// lists for the operation.
+		ci := k.certIdentity(t) // its certificate is then extended and replaced
+		ciSession, _, err := f.m.SessionByToken(ci.token)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		extended, err := f.m.ExtendCert(ciSession, ci.authID, []byte(k.csr(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.m.ExtendVerify(ciSession, ci.authID, string(extended)); err != nil {
+			t.Fatal(err)
+		}
+		used := k.token(t, model.EnrollmentRequest{OTT: true})
+		if _, err := f.m.EnrollOTT(used, []byte(k.csr(t))); err != nil {
+			t.Fatal(err)
+		}
+		unknown := "00000000-0000-4000-8000-000000000000"
+		failures := []struct {
+			op   string
+			call refCall
+			want int
+		}{
+			{"POST /authenticate", refCall{path: "/authenticate?method=password", body: `{"username":"user","password":"wrong-pass"}`}, 401},
+			{"POST /authenticate", refCall{path: "/authenticate?method=password", body: `{}`}, 400},
+			{"POST /authenticate", refCall{path: "/authenticate?method=magic", body: `{}`}, 400},
+			{"POST /authenticate", refCall{path: "/authenticate?method=cert"}, 401},
+			{"POST /enroll", refCall{path: "/enroll?method=ott&token=" + used, body: k.csr(t), ctype: "application/x-pem-file"}, 400},
+			{"POST /enroll", refCall{path: "/enroll?method=magic&token=" + unknown}, 400},
+			{"POST /enroll/ott", refCall{path: "/enroll/ott", body: `{"token":"` + used + `","clientCsr":` + quote(k.csr(t)) + `}`}, 400},
+			{"POST /enroll/ott", refCall{path: "/enroll/ott", body: `{"token":"` + k.token(t, model.EnrollmentRequest{OTT: true}) + `","clientCsr":"not a CSR"}`}, 400},
+			{"POST /enroll/ottca", refCall{path: "/enroll/ottca", body: `{"token":"` + k.token(t, model.EnrollmentRequest{OTTCA: k.corp.id}) + `"}`}, 400},
+			{"POST /enroll/updb", refCall{path: "/enroll/updb?token=" + unknown, body: `{"password":"chosen-pass"}`}, 400},
+			{"POST /enroll/updb", refCall{path: "/enroll/updb?token=" + k.token(t, model.EnrollmentRequest{Updb: k.name("u")}), body: `{"password":"x"}`}, 400},
+			{"POST /enroll/ca", refCall{path: "/enroll/ca"}, 400},
+			{"GET /current-api-session/certificates", refCall{path: "/current-api-session/certificates?limit=0", token: f.normal}, 400},
+			{"POST /current-api-session/certificates", refCall{path: "/current-api-session/certificates", token: f.normal, body: `{"csr":"not a CSR"}`}, 400},
+			{"GET /current-api-session/certificates/{id}", refCall{path: "/current-api-session/certificates/" + unknown, token: f.normal}, 404},
+			{"GET /current-identity/authenticators", refCall{path: "/current-identity/authenticators?filter=nope", token: f.normal}, 400},
+			{"GET /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + unknown, token: f.normal}, 404},
+			{"GET /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + ci.authID, token: f.normal}, 404},
+			{"PUT /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + unknown, token: f.normal,
+				body: `{"username":"user","password":"x-pass-2","currentPassword":"user-pass"}`}, 404},
+			{"PATCH /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + userAuth, token: f.normal, body: `{}`}, 400},
+			{"PATCH /current-identity/authenticators/{id}", refCall{path: "/current-identity/authenticators/" + userAuth, token: f.normal,
+				body: `{"password":"x-pass-2","currentPassword":"wrong-pass"}`}, 401},
+			{"POST /current-identity/authenticators/{id}/extend", refCall{path: "/current-identity/authenticators/" + ci.authID + "/extend", token: ci.token, chain: ci.chain,
+				body: `{"clientCertCsr":` + quote(k.csr(t)) + `}`}, 401},
+		}
+		for _, fc := range failures {
+			op := ref[fc.op]
+			method := strings.SplitN(fc.op, " ", 2)[0]
+			rec := f.send(method, fc.call, fc.call.token)
+			if rec.Code != fc.want || !op.lists(rec.Code) {
+				t.Errorf("%s %s: %d %s, want %d (client.yml lists %v)", method, fc.call.path, rec.Code, rec.Body, fc.want, op.codes)
+			}
+		}
+	})
 }
 
 // TestManagementAccess checks that administrators' operations answer 401 without a session

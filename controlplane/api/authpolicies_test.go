@@ -7,6 +7,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // TestAuthPolicies covers authentication policies over HTTPS: management CRUD with the
@@ -113,13 +114,13 @@ func TestAuthPolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	ens, _ := tok.EnrollmentsOf(ott.ID)
-	key, csr := newCSR(t)
-	certPEM, err := tok.EnrollOTT(ens[0].Token, []byte(csr))
+	key := testutil.NewKey(t)
+	certPEM, err := tok.EnrollOTT(ens[0].Token, testutil.CSR(t, key))
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := l.sessions()
-	l.expect(hreq{method: "POST", path: "/authenticate?method=cert", cert: tlsCert(t, certPEM, key)}, "POST /authenticate", 401, "INVALID_AUTH")
+	l.expect(hreq{method: "POST", path: "/authenticate?method=cert", cert: new(testutil.TLSCert(t, certPEM, key))}, "POST /authenticate", 401, "INVALID_AUTH")
 	noPasswords := l.createID(t, "/auth-policies", policyBody("no-passwords", func(p map[string]any) {
 		p["primary"].(map[string]any)["updb"].(map[string]any)["allowed"] = false
 	}))

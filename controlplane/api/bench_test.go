@@ -1,9 +1,6 @@
 package api
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +12,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // BenchmarkClientListServices is GET /edge/client/v1/services, as a client sees it, in a
@@ -33,7 +31,7 @@ func BenchmarkClientListServices(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key := testutil.NewKey(b)
 	m := model.New(st, ca, log, model.Options{SessionTimeout: time.Hour, Issuer: "https://ctrl.test", SigningKey: key, SigningKID: "k"})
 	if err := m.EnsureBuiltinConfigTypes(); err != nil {
 		b.Fatal(err)

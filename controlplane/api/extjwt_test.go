@@ -2,11 +2,9 @@ package api
 
 import (
 	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
@@ -21,6 +19,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // testIdP is an identity provider on loopback: it signs JWTs and serves its current key set
@@ -59,7 +58,7 @@ func (p *testIdP) addKey(kid string, ec, publish bool) {
 	var key any
 	var err error
 	if ec {
-		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		key = testutil.NewKey(p.t)
 	} else {
 		key, err = rsa.GenerateKey(rand.Reader, 2048)
 	}
@@ -176,14 +175,8 @@ func (l *live) createID(t *testing.T, path string, body any) string {
 
 // staticCert is a self-signed certificate of a signer defined by certPem.
 func staticCert(t *testing.T) (*ecdsa.PrivateKey, string) {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "static signer"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key, pemCert(der)
+	signer := testutil.NewAuthority(t, "static signer")
+	return signer.Key, string(signer.PEM())
 }
 
 // TestExtJWTSigners covers the management and client views of external JWT signers and
@@ -198,7 +191,6 @@ func TestExtJWTSigners(t *testing.T) {
 	idp.addKey("unpublished", false, false)
 	l := startLive(t, liveOptions{jwksClient: idp.srv.Client()})
 
-	// Creation checks the definition.
 	base := func(edits map[string]any) map[string]any {
 		b := map[string]any{"name": "idp", "enabled": true, "issuer": idp.iss, "audience": idp.aud, "jwksEndpoint": idp.endpoint()}
 		for k, v := range edits {
@@ -210,80 +202,71 @@ func TestExtJWTSigners(t *testing.T) {
 		}
 		return b
 	}
-	_, certPEM := staticCert(t)
-	for name, body := range map[string]map[string]any{
-		"no issuer":          base(map[string]any{"issuer": nil}),
-		"no audience":        base(map[string]any{"audience": nil}),
-		"no key":             base(map[string]any{"jwksEndpoint": nil}),
-		"both keys":          base(map[string]any{"certPem": certPEM, "kid": "k"}),
-		"cert without kid":   base(map[string]any{"jwksEndpoint": nil, "certPem": certPEM}),
-		"bad certificate":    base(map[string]any{"jwksEndpoint": nil, "certPem": "not a certificate", "kid": "k"}),
-		"plain http jwks":    base(map[string]any{"jwksEndpoint": "http://idp.example.com/jwks"}),
-		"bad target token":   base(map[string]any{"targetToken": "REFRESH"}),
-		"bad name selector":  base(map[string]any{"enrollNameClaimsSelector": "/a~2b"}),
-		"unknown policy":     base(map[string]any{"enrollAuthPolicyId": "nope"}),
-		"unknown field":      base(map[string]any{"colour": "blue"}),
-		"enabled is missing": base(map[string]any{"enabled": nil}),
-	} {
-		if a := l.do(hreq{method: "POST", path: "/external-jwt-signers", mgmt: true, token: l.admin, body: body}); a.status != 400 || a.code(t) != "COULD_NOT_VALIDATE" {
-			t.Errorf("create with %s: %d %s", name, a.status, a.body)
+	t.Run("creation checks the definition", func(t *testing.T) {
+		_, certPEM := staticCert(t)
+		for name, body := range map[string]map[string]any{
+			"no issuer":          base(map[string]any{"issuer": nil}),
+			"no audience":        base(map[string]any{"audience": nil}),
+			"no key":             base(map[string]any{"jwksEndpoint": nil}),
+			"both keys":          base(map[string]any{"certPem": certPEM, "kid": "k"}),
+			"cert without kid":   base(map[string]any{"jwksEndpoint": nil, "certPem": certPEM}),
+			"bad certificate":    base(map[string]any{"jwksEndpoint": nil, "certPem": "not a certificate", "kid": "k"}),
+			"plain http jwks":    base(map[string]any{"jwksEndpoint": "http://idp.example.com/jwks"}),
+			"bad target token":   base(map[string]any{"targetToken": "REFRESH"}),
+			"bad name selector":  base(map[string]any{"enrollNameClaimsSelector": "/a~2b"}),
+			"unknown policy":     base(map[string]any{"enrollAuthPolicyId": "nope"}),
+			"unknown field":      base(map[string]any{"colour": "blue"}),
+			"enabled is missing": base(map[string]any{"enabled": nil}),
+		} {
+			if a := l.do(hreq{method: "POST", path: "/external-jwt-signers", mgmt: true, token: l.admin, body: body}); a.status != 400 || a.code(t) != "COULD_NOT_VALIDATE" {
+				t.Errorf("create with %s: %d %s", name, a.status, a.body)
+			}
 		}
-	}
+	})
 	jwksSigner := l.createID(t, "/external-jwt-signers", base(map[string]any{"claimsProperty": "email", "useExternalId": true,
 		"externalAuthUrl": "https://idp.example.com/authorize", "clientId": "zmesh-cli", "scopes": []string{"openid", "email"}, "targetToken": "ID"}))
-	l.expect(hreq{method: "POST", path: "/external-jwt-signers", mgmt: true, token: l.admin, body: base(map[string]any{"name": "idp-2"})},
-		"POST /external-jwt-signers", 400, "COULD_NOT_VALIDATE") // issuer in use
+	t.Run("an issuer in use is refused", func(t *testing.T) {
+		l.expect(hreq{method: "POST", path: "/external-jwt-signers", mgmt: true, token: l.admin, body: base(map[string]any{"name": "idp-2"})},
+			"POST /external-jwt-signers", 400, "COULD_NOT_VALIDATE") // issuer in use
+	})
 	staticKey, certPEM := staticCert(t)
 	// The spec's path for the same collection.
 	staticSigner := l.createID(t, "/ext-jwt-signers", map[string]any{"name": "static", "enabled": true, "issuer": "https://static.example.com",
 		"audience": "zmesh-static", "certPem": certPEM, "kid": "static-1"})
 
-	var detail map[string]any
-	l.expect(hreq{method: "GET", path: "/external-jwt-signers/" + staticSigner, mgmt: true, token: l.admin}, "GET /external-jwt-signers/{id}", 200, "").data(t, &detail)
-	if detail["kid"] != "static-1" || detail["commonName"] != "static signer" || detail["fingerprint"] == nil || detail["jwksEndpoint"] != nil ||
-		detail["claimsProperty"] != "sub" || detail["useExternalId"] != false || detail["notAfter"] == nil {
-		t.Errorf("static signer detail: %v", detail)
-	}
+	t.Run("the management view details a static signer", func(t *testing.T) {
+		var detail map[string]any
+		l.expect(hreq{method: "GET", path: "/external-jwt-signers/" + staticSigner, mgmt: true, token: l.admin}, "GET /external-jwt-signers/{id}", 200, "").data(t, &detail)
+		if detail["kid"] != "static-1" || detail["commonName"] != "static signer" || detail["fingerprint"] == nil || detail["jwksEndpoint"] != nil ||
+			detail["claimsProperty"] != "sub" || detail["useExternalId"] != false || detail["notAfter"] == nil {
+			t.Errorf("static signer detail: %v", detail)
+		}
+	})
 
-	// The unauthenticated client view: exactly the fields of spec 2.4, enabled signers only.
-	var view []map[string]any
-	l.expect(hreq{method: "GET", path: "/external-jwt-signers"}, "GET /external-jwt-signers", 200, "").data(t, &view)
-	if len(view) != 2 {
-		t.Fatalf("client view: %v", view)
-	}
-	want := []string{"audience", "clientId", "enrollToCertEnabled", "enrollToTokenEnabled", "externalAuthUrl", "id", "name", "openIdConfigurationUrl", "scopes", "targetToken"}
-	for _, v := range view {
-		var keys []string
-		for k := range v {
-			keys = append(keys, k)
+	t.Run("the client view lists enabled signers with the fields of spec 2.4", func(t *testing.T) {
+		var view []map[string]any
+		l.expect(hreq{method: "GET", path: "/external-jwt-signers"}, "GET /external-jwt-signers", 200, "").data(t, &view)
+		if len(view) != 2 {
+			t.Fatalf("client view: %v", view)
 		}
-		slices.Sort(keys)
-		if !slices.Equal(keys, want) {
-			t.Errorf("client view fields %v, want %v", keys, want)
+		want := []string{"audience", "clientId", "enrollToCertEnabled", "enrollToTokenEnabled", "externalAuthUrl", "id", "name", "openIdConfigurationUrl", "scopes", "targetToken"}
+		for _, v := range view {
+			var keys []string
+			for k := range v {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			if !slices.Equal(keys, want) {
+				t.Errorf("client view fields %v, want %v", keys, want)
+			}
+			if v["id"] == jwksSigner && (v["scopes"] != "openid email" || v["clientId"] != "zmesh-cli" || v["targetToken"] != "ID") {
+				t.Errorf("client view of the key-set signer: %v", v)
+			}
 		}
-		if v["id"] == jwksSigner && (v["scopes"] != "openid email" || v["clientId"] != "zmesh-cli" || v["targetToken"] != "ID") {
-			t.Errorf("client view of the key-set signer: %v", v)
-		}
-	}
+	})
 
 	erin := l.createID(t, "/identities", map[string]any{"name": "erin", "type": "User", "isAdmin": false, "externalId": "erin@example.com"})
 	stan := l.createID(t, "/identities", map[string]any{"name": "stan", "type": "User", "isAdmin": false})
-
-	// Good tokens authenticate: RSA and EC keys of the key set, the static certificate.
-	for _, tok := range []string{
-		idp.sign("rsa-1", idp.claims("email", "erin@example.com")),
-		idp.sign("ec-1", idp.claims("email", "erin@example.com", func(c jwt.MapClaims) { c["aud"] = []string{"other", idp.aud} })),
-	} {
-		a := l.extLogin(tok)
-		var s sessionInfo
-		if a.status != 200 {
-			t.Fatalf("ext-jwt login: %d %s", a.status, a.body)
-		}
-		a.data(t, &s)
-		if s.IdentityID != erin || a.header.Get(SessionHeader) == "" {
-			t.Fatalf("ext-jwt session: %+v", s)
-		}
-	}
 	static := func(edits ...func(jwt.MapClaims)) jwt.MapClaims {
 		c := jwt.MapClaims{"iss": "https://static.example.com", "aud": "zmesh-static", "sub": stan, "exp": time.Now().Add(time.Minute).Unix()}
 		for _, e := range edits {
@@ -297,15 +280,27 @@ func TestExtJWTSigners(t *testing.T) {
 		s, _ := tok.SignedString(staticKey)
 		return s
 	}
-	if a := l.extLogin(signStatic("static-1", static())); a.status != 200 {
-		t.Fatalf("static signer login: %d %s", a.status, a.body)
-	}
 
-	// Every rule rejects on its own.
-	other, _ := rsa.GenerateKey(rand.Reader, 2048)
-	forged := jwt.NewWithClaims(jwt.SigningMethodRS256, idp.claims("email", "erin@example.com"))
-	forged.Header["kid"] = "rsa-1"
-	badSignature, _ := forged.SignedString(other)
+	t.Run("good tokens authenticate: RSA and EC keys of the key set, the static certificate", func(t *testing.T) {
+		for _, tok := range []string{
+			idp.sign("rsa-1", idp.claims("email", "erin@example.com")),
+			idp.sign("ec-1", idp.claims("email", "erin@example.com", func(c jwt.MapClaims) { c["aud"] = []string{"other", idp.aud} })),
+		} {
+			a := l.extLogin(tok)
+			var s sessionInfo
+			if a.status != 200 {
+				t.Fatalf("ext-jwt login: %d %s", a.status, a.body)
+			}
+			a.data(t, &s)
+			if s.IdentityID != erin || a.header.Get(SessionHeader) == "" {
+				t.Fatalf("ext-jwt session: %+v", s)
+			}
+		}
+		if a := l.extLogin(signStatic("static-1", static())); a.status != 200 {
+			t.Fatalf("static signer login: %d %s", a.status, a.body)
+		}
+	})
+
 	edit := func(k string, v any) func(jwt.MapClaims) { return func(c jwt.MapClaims) { c[k] = v } }
 	drop := func(k string) func(jwt.MapClaims) { return func(c jwt.MapClaims) { delete(c, k) } }
 	policyNoJWT := l.createID(t, "/auth-policies", policyBody("no-ext-jwt", func(p map[string]any) {
@@ -316,84 +311,95 @@ func TestExtJWTSigners(t *testing.T) {
 	}))
 	l.createID(t, "/identities", map[string]any{"name": "nora", "type": "User", "isAdmin": false, "externalId": "nora@example.com", "authPolicyId": policyNoJWT})
 	l.createID(t, "/identities", map[string]any{"name": "olga", "type": "User", "isAdmin": false, "externalId": "olga@example.com", "authPolicyId": policyStaticOnly})
-	rejected := map[string]string{
-		"wrong iss":        idp.sign("rsa-1", idp.claims("email", "erin@example.com", edit("iss", "https://evil.example.com"))),
-		"wrong aud":        idp.sign("rsa-1", idp.claims("email", "erin@example.com", edit("aud", "someone-else"))),
-		"unknown identity": idp.sign("rsa-1", idp.claims("email", "nobody@example.com")),
-		"claim is the id":  idp.sign("rsa-1", idp.claims("email", erin)),
-		"claim missing":    idp.sign("rsa-1", idp.claims("sub", "erin@example.com")),
-		"bad signature":    badSignature,
-		"unknown kid":      idp.sign("unpublished", idp.claims("email", "erin@example.com")),
-		"no kid": func() string {
-			tk := jwt.NewWithClaims(jwt.SigningMethodRS256, idp.claims("email", "erin@example.com"))
-			s, _ := tk.SignedString(idp.keys["rsa-1"])
-			return s
-		}(),
-		"expired":                 idp.sign("rsa-1", idp.claims("email", "erin@example.com", edit("exp", time.Now().Add(-5*time.Minute).Unix()))),
-		"no exp":                  idp.sign("rsa-1", idp.claims("email", "erin@example.com", drop("exp"))),
-		"not yet valid":           idp.sign("rsa-1", idp.claims("email", "erin@example.com", edit("nbf", time.Now().Add(5*time.Minute).Unix()))),
-		"issued in the future":    idp.sign("rsa-1", idp.claims("email", "erin@example.com", edit("iat", time.Now().Add(5*time.Minute).Unix()))),
-		"alg none":                unsigned("rsa-1", idp.claims("email", "erin@example.com")),
-		"HS256 with the PEM key":  idp.hmacWithPublicKey("rsa-1", idp.claims("email", "erin@example.com"), false),
-		"HS256 with the DER key":  idp.hmacWithPublicKey("rsa-1", idp.claims("email", "erin@example.com"), true),
-		"truncated signature":     func() string { s := idp.sign("rsa-1", idp.claims("email", "erin@example.com")); return s[:len(s)-8] }(),
-		"static: wrong kid":       signStatic("static-2", static()),
-		"static: expired":         signStatic("static-1", static(edit("exp", time.Now().Add(-time.Hour).Unix()))),
-		"static: alg none":        unsigned("static-1", static()),
-		"policy forbids ext-jwt":  idp.sign("rsa-1", idp.claims("email", "nora@example.com")),
-		"policy allows another":   idp.sign("rsa-1", idp.claims("email", "olga@example.com")),
-		"not a JWT":               "not-a-jwt",
-		"sub of the wrong signer": idp.sign("rsa-1", idp.claims("email", "erin@example.com", edit("iss", "https://static.example.com"))),
-	}
-	before := l.sessions()
-	for name, tok := range rejected {
-		a := l.extLogin(tok)
-		if a.status != 401 || a.code(t) != "INVALID_AUTH" {
-			t.Errorf("%s: %d %s, want 401 INVALID_AUTH", name, a.status, a.body)
+	t.Run("every rule rejects on its own, creating no API session", func(t *testing.T) {
+		other, _ := rsa.GenerateKey(rand.Reader, 2048)
+		forged := jwt.NewWithClaims(jwt.SigningMethodRS256, idp.claims("email", "erin@example.com"))
+		forged.Header["kid"] = "rsa-1"
+		badSignature, _ := forged.SignedString(other)
+		rejected := map[string]string{
+			"wrong iss":        idp.sign("rsa-1", idp.claims("email", "erin@example.com", edit("iss", "https://evil.example.com"))),
+			"wrong aud":        idp.sign("rsa-1", idp.claims("email", "erin@example.com", edit("aud", "someone-else"))),
+			"unknown identity": idp.sign("rsa-1", idp.claims("email", "nobody@example.com")),
+			"claim is the id":  idp.sign("rsa-1", idp.claims("email", erin)),
+			"claim missing":    idp.sign("rsa-1", idp.claims("sub", "erin@example.com")),
+			"bad signature":    badSignature,
+			"unknown kid":      idp.sign("unpublished", idp.claims("email", "erin@example.com")),
+			"no kid": func() string {
+				tk := jwt.NewWithClaims(jwt.SigningMethodRS256, idp.claims("email", "erin@example.com"))
+				s, _ := tk.SignedString(idp.keys["rsa-1"])
+				return s
+			}(),
+			"expired":                 idp.sign("rsa-1", idp.claims("email", "erin@example.com", edit("exp", time.Now().Add(-5*time.Minute).Unix()))),
+			"no exp":                  idp.sign("rsa-1", idp.claims("email", "erin@example.com", drop("exp"))),
+			"not yet valid":           idp.sign("rsa-1", idp.claims("email", "erin@example.com", edit("nbf", time.Now().Add(5*time.Minute).Unix()))),
+			"issued in the future":    idp.sign("rsa-1", idp.claims("email", "erin@example.com", edit("iat", time.Now().Add(5*time.Minute).Unix()))),
+			"alg none":                unsigned("rsa-1", idp.claims("email", "erin@example.com")),
+			"HS256 with the PEM key":  idp.hmacWithPublicKey("rsa-1", idp.claims("email", "erin@example.com"), false),
+			"HS256 with the DER key":  idp.hmacWithPublicKey("rsa-1", idp.claims("email", "erin@example.com"), true),
+			"truncated signature":     func() string { s := idp.sign("rsa-1", idp.claims("email", "erin@example.com")); return s[:len(s)-8] }(),
+			"static: wrong kid":       signStatic("static-2", static()),
+			"static: expired":         signStatic("static-1", static(edit("exp", time.Now().Add(-time.Hour).Unix()))),
+			"static: alg none":        unsigned("static-1", static()),
+			"policy forbids ext-jwt":  idp.sign("rsa-1", idp.claims("email", "nora@example.com")),
+			"policy allows another":   idp.sign("rsa-1", idp.claims("email", "olga@example.com")),
+			"not a JWT":               "not-a-jwt",
+			"sub of the wrong signer": idp.sign("rsa-1", idp.claims("email", "erin@example.com", edit("iss", "https://static.example.com"))),
 		}
-		if a.header.Get(SessionHeader) != "" {
-			t.Errorf("%s: a session token was returned", name)
+		before := l.sessions()
+		for name, tok := range rejected {
+			a := l.extLogin(tok)
+			if a.status != 401 || a.code(t) != "INVALID_AUTH" {
+				t.Errorf("%s: %d %s, want 401 INVALID_AUTH", name, a.status, a.body)
+			}
+			if a.header.Get(SessionHeader) != "" {
+				t.Errorf("%s: a session token was returned", name)
+			}
 		}
-	}
-	if a := l.do(hreq{method: "POST", path: "/authenticate?method=ext-jwt"}); a.status != 401 {
-		t.Errorf("ext-jwt without a token: %d %s", a.status, a.body)
-	}
-	if n := l.sessions(); n != before {
-		t.Fatalf("rejected JWTs created %d API sessions", n-before)
-	}
-	// The policy forbids only the signer it does not list.
-	if a := l.extLogin(signStatic("static-1", static(edit("sub", "")))); a.status != 401 {
-		t.Errorf("empty subject: %d", a.status)
-	}
+		if a := l.do(hreq{method: "POST", path: "/authenticate?method=ext-jwt"}); a.status != 401 {
+			t.Errorf("ext-jwt without a token: %d %s", a.status, a.body)
+		}
+		if n := l.sessions(); n != before {
+			t.Fatalf("rejected JWTs created %d API sessions", n-before)
+		}
+		// The policy forbids only the signer it does not list.
+		if a := l.extLogin(signStatic("static-1", static(edit("sub", "")))); a.status != 401 {
+			t.Errorf("empty subject: %d", a.status)
+		}
+	})
 
-	// A disabled signer takes no part, and is not shown to clients.
-	good := idp.sign("rsa-1", idp.claims("email", "erin@example.com"))
-	l.expect(hreq{method: "PATCH", path: "/external-jwt-signers/" + jwksSigner, mgmt: true, token: l.admin, body: map[string]any{"enabled": false}},
-		"PATCH /external-jwt-signers/{id}", 200, "")
-	before = l.sessions()
-	if a := l.extLogin(good); a.status != 401 || a.code(t) != "INVALID_AUTH" || l.sessions() != before {
-		t.Fatalf("disabled signer: %d %s", a.status, a.body)
-	}
-	l.expect(hreq{method: "GET", path: "/external-jwt-signers"}, "GET /external-jwt-signers", 200, "").data(t, &view)
-	if len(view) != 1 || view[0]["id"] != staticSigner {
-		t.Fatalf("client view with a disabled signer: %v", view)
-	}
-	l.expect(hreq{method: "PATCH", path: "/external-jwt-signers/" + jwksSigner, mgmt: true, token: l.admin, body: map[string]any{"enabled": true}},
-		"PATCH /external-jwt-signers/{id}", 200, "")
-	if a := l.extLogin(good); a.status != 200 {
-		t.Fatalf("re-enabled signer: %d %s", a.status, a.body)
-	}
+	t.Run("a disabled signer takes no part and is not shown to clients", func(t *testing.T) {
+		var view []map[string]any
+		good := idp.sign("rsa-1", idp.claims("email", "erin@example.com"))
+		l.expect(hreq{method: "PATCH", path: "/external-jwt-signers/" + jwksSigner, mgmt: true, token: l.admin, body: map[string]any{"enabled": false}},
+			"PATCH /external-jwt-signers/{id}", 200, "")
+		before := l.sessions()
+		if a := l.extLogin(good); a.status != 401 || a.code(t) != "INVALID_AUTH" || l.sessions() != before {
+			t.Fatalf("disabled signer: %d %s", a.status, a.body)
+		}
+		l.expect(hreq{method: "GET", path: "/external-jwt-signers"}, "GET /external-jwt-signers", 200, "").data(t, &view)
+		if len(view) != 1 || view[0]["id"] != staticSigner {
+			t.Fatalf("client view with a disabled signer: %v", view)
+		}
+		l.expect(hreq{method: "PATCH", path: "/external-jwt-signers/" + jwksSigner, mgmt: true, token: l.admin, body: map[string]any{"enabled": true}},
+			"PATCH /external-jwt-signers/{id}", 200, "")
+		if a := l.extLogin(good); a.status != 200 {
+			t.Fatalf("re-enabled signer: %d %s", a.status, a.body)
+		}
+	})
 
-	// PATCH with null clears: the static signer becomes a key-set signer.
-	l.expect(hreq{method: "PATCH", path: "/ext-jwt-signers/" + staticSigner, mgmt: true, token: l.admin,
-		body: map[string]any{"certPem": nil, "kid": nil, "jwksEndpoint": idp.endpoint() + "?static"}}, "PATCH /external-jwt-signers/{id}", 200, "")
-	l.expect(hreq{method: "GET", path: "/external-jwt-signers/" + staticSigner, mgmt: true, token: l.admin}, "GET /external-jwt-signers/{id}", 200, "").data(t, &detail)
-	if detail["certPem"] != nil || detail["fingerprint"] != nil || !strings.HasSuffix(detail["jwksEndpoint"].(string), "?static") {
-		t.Errorf("after patch: %v", detail)
-	}
-	// A signer an authentication policy names cannot be deleted.
-	l.expect(hreq{method: "DELETE", path: "/external-jwt-signers/" + staticSigner, mgmt: true, token: l.admin}, "DELETE /external-jwt-signers/{id}", 400, "CAN_NOT_DELETE_REFERENCED_ENTITY")
-	l.expect(hreq{method: "DELETE", path: "/auth-policies/" + policyStaticOnly, mgmt: true, token: l.admin}, "DELETE /auth-policies/{id}", 400, "CAN_NOT_DELETE_REFERENCED_ENTITY")
+	t.Run("PATCH with null turns the static signer into a key-set signer", func(t *testing.T) {
+		var detail map[string]any
+		l.expect(hreq{method: "PATCH", path: "/ext-jwt-signers/" + staticSigner, mgmt: true, token: l.admin,
+			body: map[string]any{"certPem": nil, "kid": nil, "jwksEndpoint": idp.endpoint() + "?static"}}, "PATCH /external-jwt-signers/{id}", 200, "")
+		l.expect(hreq{method: "GET", path: "/external-jwt-signers/" + staticSigner, mgmt: true, token: l.admin}, "GET /external-jwt-signers/{id}", 200, "").data(t, &detail)
+		if detail["certPem"] != nil || detail["fingerprint"] != nil || !strings.HasSuffix(detail["jwksEndpoint"].(string), "?static") {
+			t.Errorf("after patch: %v", detail)
+		}
+	})
+	t.Run("a signer an authentication policy names cannot be deleted", func(t *testing.T) {
+		l.expect(hreq{method: "DELETE", path: "/external-jwt-signers/" + staticSigner, mgmt: true, token: l.admin}, "DELETE /external-jwt-signers/{id}", 400, "CAN_NOT_DELETE_REFERENCED_ENTITY")
+		l.expect(hreq{method: "DELETE", path: "/auth-policies/" + policyStaticOnly, mgmt: true, token: l.admin}, "DELETE /auth-policies/{id}", 400, "CAN_NOT_DELETE_REFERENCED_ENTITY")
+	})
 }
 
 // TestExtJWTKeyRotation rotates the provider's key: the new key is fetched when a token

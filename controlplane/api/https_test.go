@@ -4,17 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha1"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base32"
 	"encoding/binary"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -327,30 +322,6 @@ func (a *authenticator) code() string {
 	}
 	a.last = s
 	return totpCode(a.secret, s)
-}
-
-// tlsCert builds a TLS client certificate from a PEM certificate and its key.
-func tlsCert(t *testing.T, certPEM []byte, key any) *tls.Certificate {
-	t.Helper()
-	cert, err := pki.ParsePEMCert(certPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
-}
-
-// newCSR returns a new P-256 key and a PEM certificate request for it.
-func newCSR(t *testing.T) (*ecdsa.PrivateKey, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "client"}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
 }
 
 // TestAuthenticationRoutes checks that every operation of the reference on the paths of

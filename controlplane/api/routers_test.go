@@ -1,15 +1,9 @@
 package api
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -18,20 +12,13 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/internal/certid"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
+// testCSR is a router's CSR for 127.0.0.1 and dns.
 func testCSR(t *testing.T, dns ...string) string {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: "router"}, DNSNames: dns, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+	return string(testutil.CSR(t, testutil.NewKey(t), append(dns, "127.0.0.1")...))
 }
 
 func jsonString(s string) string {

@@ -3,12 +3,8 @@ package api
 import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"net/url"
 	"slices"
 	"testing"
@@ -18,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // TestTokenEnrollment auto-enrolls identities over HTTPS with JWTs of external signers: to
@@ -44,9 +41,8 @@ func TestTokenEnrollment(t *testing.T) {
 		c["profile"] = map[string]any{"display/name": "Carol C"}
 		c["groups"] = []string{"engineering", "vpn-users"}
 	})
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	der, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "carol"}}, key)
-	csr := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+	key := testutil.NewKey(t)
+	csr := string(testutil.CSR(t, key))
 
 	// Without the signer's consent there is no enrollment of that kind.
 	l.expect(hreq{method: "POST", path: "/enroll/token", bearer: idp.sign("k1", claims), body: map[string]any{}},
@@ -70,7 +66,7 @@ func TestTokenEnrollment(t *testing.T) {
 		!slices.Equal(toStrings(ids[0]["roleAttributes"]), []string{"engineering", "vpn-users"}) {
 		t.Fatalf("identity enrolled to a certificate: %v", ids)
 	}
-	carol := tlsCert(t, []byte(certs.Cert), key)
+	carol := new(testutil.TLSCert(t, []byte(certs.Cert), key))
 	var s sessionInfo
 	a := l.expect(hreq{method: "POST", path: "/authenticate?method=cert", cert: carol}, "POST /authenticate", 200, "")
 	a.data(t, &s)

@@ -2,9 +2,6 @@ package circuits
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +15,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // noRouters: no router is connected.
@@ -37,7 +35,7 @@ func newService(t *testing.T) (*Service, *model.Model) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key := testutil.NewKey(t)
 	m := model.New(st, ca, log, model.Options{SessionTimeout: time.Hour, Issuer: "https://ctrl.test", SigningKey: key, SigningKID: "k"})
 	return New(m, paths.NewGraph(), noRouters{}, log), m
 }

@@ -2,14 +2,9 @@ package model
 
 import (
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
 	"log/slog"
-	"math/big"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +13,7 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // clock is a settable test clock.
@@ -50,19 +46,10 @@ func newFixtureWith(t testing.TB, so store.Options) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key := testutil.NewKey(t)
 	m := New(st, ca, log, Options{SessionTimeout: 30 * time.Minute, Issuer: "https://ctrl.test:1280",
 		SigningKey: key, SigningKID: "kid1", Now: clk.Now})
 	return &fixture{m: m, clock: clk, key: key}
-}
-
-func csrFor(t testing.TB, key *ecdsa.PrivateKey) []byte {
-	t.Helper()
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "client"}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 }
 
 func parseCert(t *testing.T, p []byte) *x509.Certificate {
@@ -103,8 +90,8 @@ func TestOTTEnrollmentAndCertAuth(t *testing.T) {
 		t.Errorf("claims = %+v header %v", claims, tok.Header)
 	}
 
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	certPEM, err := f.m.EnrollOTT(ens[0].Token, csrFor(t, key))
+	key := testutil.NewKey(t)
+	certPEM, err := f.m.EnrollOTT(ens[0].Token, testutil.CSR(t, key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +100,7 @@ func TestOTTEnrollmentAndCertAuth(t *testing.T) {
 		t.Errorf("certificate CN = %q, want the identity id", cert.Subject.CommonName)
 	}
 	// The token is used up.
-	_, err = f.m.EnrollOTT(ens[0].Token, csrFor(t, key))
+	_, err = f.m.EnrollOTT(ens[0].Token, testutil.CSR(t, key))
 	wantCode(t, err, CodeInvalidEnrollmentToken)
 
 	s, who, err := f.m.AuthenticateCert([]*x509.Certificate{cert}, Login{Source: "127.0.0.1"})
@@ -291,44 +278,11 @@ func errorAs(err error, e **Error) bool {
 	return ok
 }
 
-// thirdPartyCA makes a CA outside the network's PKI and issues certificates from it.
-type thirdPartyCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-func newThirdPartyCA(t *testing.T) *thirdPartyCA {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "corp CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &thirdPartyCA{cert: cert, key: key}
-}
-
-func (c *thirdPartyCA) issue(t *testing.T, cn string) *x509.Certificate {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return cert
-}
-
 func TestThirdPartyCA(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	corp := newThirdPartyCA(t)
-	ca, err := f.m.CreateCA(CACreate{Name: "corp", CertPEM: certPEM(corp.cert), IsAutoCaEnrollmentEnabled: true,
+	corp := testutil.NewAuthority(t, "corp CA")
+	ca, err := f.m.CreateCA(CACreate{Name: "corp", CertPEM: certPEM(corp.Cert), IsAutoCaEnrollmentEnabled: true,
 		IsOttCaEnrollmentEnabled: true, IsAuthEnabled: true, IdentityRoles: []string{"employees"}})
 	if err != nil {
 		t.Fatal(err)
@@ -336,20 +290,20 @@ func TestThirdPartyCA(t *testing.T) {
 	// Unverified: no ottca enrollment, no auto enrollment.
 	_, err = f.m.CreateIdentity(IdentityCreate{Name: "o", Enrollment: &EnrollmentRequest{OTTCA: ca.ID}})
 	wantCode(t, err, CodeCouldNotValidate)
-	_, err = f.m.EnrollCA([]*x509.Certificate{corp.issue(t, "dev1")})
+	_, err = f.m.EnrollCA([]*x509.Certificate{corp.Issue(t, "dev1", nil)})
 	wantCode(t, err, CodeCertFailedValidation)
 
 	// A verification certificate with the wrong common name, or from another key, fails.
-	wantCode(t, f.m.VerifyCA(ca.ID, certPEM(corp.issue(t, "wrong"))), CodeInvalidCertificate)
-	other := newThirdPartyCA(t)
-	wantCode(t, f.m.VerifyCA(ca.ID, certPEM(other.issue(t, ca.VerificationToken))), CodeInvalidCertificate)
-	if err := f.m.VerifyCA(ca.ID, certPEM(corp.issue(t, ca.VerificationToken))); err != nil {
+	wantCode(t, f.m.VerifyCA(ca.ID, certPEM(corp.Issue(t, "wrong", nil))), CodeInvalidCertificate)
+	other := testutil.NewAuthority(t, "corp CA")
+	wantCode(t, f.m.VerifyCA(ca.ID, certPEM(other.Issue(t, ca.VerificationToken, nil))), CodeInvalidCertificate)
+	if err := f.m.VerifyCA(ca.ID, certPEM(corp.Issue(t, ca.VerificationToken, nil))); err != nil {
 		t.Fatal(err)
 	}
-	wantCode(t, f.m.VerifyCA(ca.ID, certPEM(corp.issue(t, ca.VerificationToken))), CodeCAAlreadyVerified)
+	wantCode(t, f.m.VerifyCA(ca.ID, certPEM(corp.Issue(t, ca.VerificationToken, nil))), CodeCAAlreadyVerified)
 
 	// Auto enrollment creates the identity, named by the format, with the CA's roles.
-	dev := corp.issue(t, "dev1")
+	dev := corp.Issue(t, "dev1", nil)
 	id, err := f.m.EnrollCA([]*x509.Certificate{dev})
 	if err != nil {
 		t.Fatal(err)
@@ -369,8 +323,8 @@ func TestThirdPartyCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	ens, _ := f.m.EnrollmentsOf(o.ID)
-	wantCode(t, f.m.EnrollOTTCA(ens[0].Token, []*x509.Certificate{other.issue(t, "x")}), CodeCertFailedValidation)
-	oc := corp.issue(t, "o")
+	wantCode(t, f.m.EnrollOTTCA(ens[0].Token, []*x509.Certificate{other.Issue(t, "x", nil)}), CodeCertFailedValidation)
+	oc := corp.Issue(t, "o", nil)
 	if err := f.m.EnrollOTTCA(ens[0].Token, []*x509.Certificate{oc}); err != nil {
 		t.Fatal(err)
 	}
@@ -391,16 +345,16 @@ func TestCertExtension(t *testing.T) {
 	f := newFixture(t)
 	id, _ := f.m.CreateIdentity(IdentityCreate{Name: "e", Enrollment: &EnrollmentRequest{OTT: true}})
 	ens, _ := f.m.EnrollmentsOf(id.ID)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	oldPEM, _ := f.m.EnrollOTT(ens[0].Token, csrFor(t, key))
+	key := testutil.NewKey(t)
+	oldPEM, _ := f.m.EnrollOTT(ens[0].Token, testutil.CSR(t, key))
 	oldCert := parseCert(t, oldPEM)
 	s, _, err := f.m.AuthenticateCert([]*x509.Certificate{oldCert}, Login{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	auths, _ := f.m.AuthenticatorsOf(id.ID)
-	newKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	newPEM, err := f.m.ExtendCert(s, auths[0].ID, csrFor(t, newKey))
+	newKey := testutil.NewKey(t)
+	newPEM, err := f.m.ExtendCert(s, auths[0].ID, testutil.CSR(t, newKey))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,11 @@
 package model
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"fmt"
 	"sort"
 	"testing"
+
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 func names(t *testing.T, list []ServiceAccess) string {
@@ -68,8 +67,8 @@ func TestPolicies(t *testing.T) {
 	wantCode(t, err, CodeNoEdgeRoutersAvailable)
 	e, err := m.RouterEnrollment(er.ID)
 	must(err)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	_, err = m.EnrollErOtt(e.Token, csrFor(t, key), serverCSR(t))
+	key := testutil.NewKey(t)
+	_, err = m.EnrollErOtt(e.Token, testutil.CSR(t, key), testutil.CSR(t, testutil.NewKey(t), "router.test"))
 	must(err)
 	s, routers, err := m.CreateSession(api, db.ID, PolicyDial, nil)
 	must(err)

@@ -1,12 +1,11 @@
 package model
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // readNetwork is a service alice may dial over an enrolled edge router, with a terminator.
@@ -45,8 +44,8 @@ func newReadNetwork(t *testing.T) *readNetwork {
 	must(m.CreateServiceEdgeRouterPolicy(&ServiceEdgeRouterPolicy{Name: "all-svc", ServiceRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}))
 	enr, err := m.RouterEnrollment(n.er.ID)
 	must(err)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	_, err = m.EnrollErOtt(enr.Token, csrFor(t, key), serverCSR(t))
+	key := testutil.NewKey(t)
+	_, err = m.EnrollErOtt(enr.Token, testutil.CSR(t, key), testutil.CSR(t, testutil.NewKey(t), "router.test"))
 	must(err)
 	n.api, _, err = m.openSession(&Authenticator{IdentityID: n.alice.ID}, "password", "", Login{})
 	must(err)

@@ -1,16 +1,10 @@
 package model
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"net"
 	"testing"
 
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // TestMissingPostureCheckDenies: a policy that names by id a posture check that is gone (the
@@ -45,13 +39,7 @@ func TestRouterMayNotClaimControllerHosts(t *testing.T) {
 	f := newFixture(t)
 	f.m.opts.ReservedHosts = []string{"ctrl.example.com", "192.0.2.10", "127.0.0.1"}
 	csr := func(dns []string, ips ...string) []byte {
-		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "r"}, DNSNames: dns}
-		for _, ip := range ips {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
-		}
-		der, _ := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
-		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+		return testutil.CSR(t, testutil.NewKey(t), append(dns, ips...)...)
 	}
 	for _, tc := range []struct {
 		name   string
@@ -91,21 +79,10 @@ func enrolledRouter(t testing.TB, m *Model, r *EdgeRouter) {
 	if err != nil || e == nil {
 		t.Fatalf("enrollment of %s: %v", r.Name, err)
 	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if _, err := m.EnrollErOtt(e.Token, csrFor(t, key), serverCSR(t)); err != nil {
+	key := testutil.NewKey(t)
+	if _, err := m.EnrollErOtt(e.Token, testutil.CSR(t, key), testutil.CSR(t, testutil.NewKey(t), "router.test")); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// serverCSR is a CSR with a DNS SAN, as router server certificates need.
-func serverCSR(t testing.TB) []byte {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "router"}, DNSNames: []string{"router.test"}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 }
 
 // TestRouterIdentity: a tunneler-enabled edge router has an identity of its id and name, of

@@ -1,9 +1,6 @@
 package model
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"slices"
 	"sync"
@@ -11,6 +8,7 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // changeLog records what OnAPISessionChange and OnSessionChange report, and whether each
@@ -89,8 +87,8 @@ func TestSessionChangeHooks(t *testing.T) {
 	must(err)
 	ens, err := m.EnrollmentsOf(alice.ID)
 	must(err)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	certPEM, err := m.EnrollOTT(ens[0].Token, csrFor(t, key))
+	key := testutil.NewKey(t)
+	certPEM, err := m.EnrollOTT(ens[0].Token, testutil.CSR(t, key))
 	must(err)
 	chain := []*x509.Certificate{parseCert(t, certPEM)}
 	web := &Service{Name: "web"}
@@ -106,7 +104,7 @@ func TestSessionChangeHooks(t *testing.T) {
 	must(m.CreateServiceEdgeRouterPolicy(&ServiceEdgeRouterPolicy{Name: "all-svc", ServiceRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}))
 	enr, err := m.RouterEnrollment(er.ID)
 	must(err)
-	_, err = m.EnrollErOtt(enr.Token, csrFor(t, key), serverCSR(t))
+	_, err = m.EnrollErOtt(enr.Token, testutil.CSR(t, key), testutil.CSR(t, testutil.NewKey(t), "router.test"))
 	must(err)
 	log.want(t, "setup", nil, nil)
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane"
 	"github.com/zmesh/zmesh/controlplane/model"
-	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/internal/apiclient"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
 	"github.com/zmesh/zmesh/internal/ctrltest"
@@ -40,17 +39,6 @@ func (e *env) enroll(t *testing.T, name string) (string, tls.Certificate) {
 	t.Helper()
 	r := ctrltest.EnrollRouter(t, e.m, name, name+".example")
 	return r.ID, r.Client
-}
-
-// foreignCert is a client certificate signed by the given CA for the given name.
-func foreignCert(t *testing.T, ca *pki.CA, name string) tls.Certificate {
-	t.Helper()
-	key := ctrltest.NewKey(t)
-	_, pemCert, err := ca.SignCSR(ctrltest.CSR(t, key), pki.SignRequest{CommonName: name, Usage: pki.Client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ctrltest.TLSCert(t, pemCert, key)
 }
 
 // dial connects a router's channel with cert and starts it.
@@ -93,18 +81,6 @@ func (e *env) view(t *testing.T, id string) routerView {
 		t.Fatal(err)
 	}
 	return v
-}
-
-// eventually waits up to 5 s for cond.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not the case after 5s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func waitClosed(t *testing.T, ch *ctrlproto.Channel) error {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // A co-located router's channel over ConnectLocal is admitted by its certificate, shows the
@@ -22,7 +23,7 @@ func TestConnectLocal(t *testing.T) {
 		t.Helper()
 		leaf := cert.Leaf
 		if certIndex != 0 {
-			leaf = foreignCert(t, e.ctrl.CA(), id).Leaf
+			leaf = testutil.CA{CA: e.ctrl.CA()}.Cert(t, id, pki.Client).Leaf
 		}
 		conn, err := e.ctrl.ConnectLocal(leaf)
 		if err != nil {
@@ -35,11 +36,8 @@ func TestConnectLocal(t *testing.T) {
 	}
 
 	// A certificate of another CA is refused before any channel, as the TLS listener would.
-	other, err := pki.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if conn, err := e.ctrl.ConnectLocal(foreignCert(t, other, id).Leaf); err == nil {
+	other := testutil.NewCA(t)
+	if conn, err := e.ctrl.ConnectLocal(other.Cert(t, id, pki.Client).Leaf); err == nil {
 		conn.Close()
 		t.Fatal("ConnectLocal admitted a certificate of a CA the controller does not trust")
 	}
@@ -48,7 +46,7 @@ func TestConnectLocal(t *testing.T) {
 	if reply, err := hello(foreign, id); err == nil {
 		t.Fatalf("Hello of a certificate that is not the router's answered: %+v", reply)
 	}
-	eventually(t, "the refusal logged", func() bool {
+	testutil.Eventually(t, "the refusal logged", func() bool {
 		return strings.Contains(e.logs.String(), "not the current certificate of an enrolled edge router")
 	})
 

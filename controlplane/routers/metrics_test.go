@@ -9,6 +9,7 @@ import (
 
 	"github.com/zmesh/zmesh/internal/apiclient"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // metricsView is the body of GET /edge-routers/{id}/metrics.
@@ -58,7 +59,7 @@ func TestManagementServesLatestMetrics(t *testing.T) {
 	}
 	want := metricsView{Timestamp: at.Add(time.Minute), Values: map[string]float64{"link.count": 2, "forwarder.forwarded": 42}}
 	var got metricsView
-	eventually(t, "the second report served", func() bool {
+	testutil.Eventually(t, "the second report served", func() bool {
 		got, err = e.getMetrics(id)
 		return err == nil && got.Timestamp.Equal(want.Timestamp)
 	})
@@ -68,7 +69,7 @@ func TestManagementServesLatestMetrics(t *testing.T) {
 
 	// A reconnection keeps the report until the router sends a newer one.
 	ch.Close()
-	eventually(t, "offline", func() bool { return !e.view(t, id).IsOnline })
+	testutil.Eventually(t, "offline", func() bool { return !e.view(t, id).IsOnline })
 	again := e.dial(t, cert)
 	if _, err := hello(again, id); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 func TestRouterOnlineWhileConnected(t *testing.T) {
@@ -31,26 +32,23 @@ func TestRouterOnlineWhileConnected(t *testing.T) {
 		t.Fatalf("connected router shows as %+v", v)
 	}
 	ch.Close()
-	eventually(t, "offline after disconnecting", func() bool { return !e.view(t, id).IsOnline })
+	testutil.Eventually(t, "offline after disconnecting", func() bool { return !e.view(t, id).IsOnline })
 }
 
 func TestRefusedConnections(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	id, _ := e.enroll(t, "er1")
-	other, err := pki.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := testutil.NewCA(t)
 	tests := []struct {
 		name string
 		cert tls.Certificate
 		log  string // the reason the controller logs
 	}{
 		// Signed by the controller's CA, with the router's id, but not its certificate.
-		{"unenrolled certificate", foreignCert(t, e.ctrl.CA(), id), "not the current certificate of an enrolled edge router"},
+		{"unenrolled certificate", testutil.CA{CA: e.ctrl.CA()}.Cert(t, id, pki.Client), "not the current certificate of an enrolled edge router"},
 		// The right router id, from a CA the controller does not trust.
-		{"certificate of another CA", foreignCert(t, other, id), "TLS handshake failed"},
+		{"certificate of another CA", other.Cert(t, id, pki.Client), "TLS handshake failed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,7 +60,7 @@ func TestRefusedConnections(t *testing.T) {
 			if e.view(t, id).IsOnline {
 				t.Fatal("the refused router shows as online")
 			}
-			eventually(t, "the refusal logged with "+tt.log, func() bool { return strings.Contains(e.logs.String(), tt.log) })
+			testutil.Eventually(t, "the refusal logged with "+tt.log, func() bool { return strings.Contains(e.logs.String(), tt.log) })
 		})
 	}
 }
@@ -110,7 +108,7 @@ func TestSecondConnectionReplacesFirst(t *testing.T) {
 		t.Fatalf("the newer connection: %v", err)
 	}
 	second.Close()
-	eventually(t, "offline after the newer connection closed", func() bool { return !e.view(t, id).IsOnline })
+	testutil.Eventually(t, "offline after the newer connection closed", func() bool { return !e.view(t, id).IsOnline })
 }
 
 func TestCredentialChangesDisconnect(t *testing.T) {

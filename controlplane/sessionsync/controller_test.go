@@ -2,7 +2,6 @@ package sessionsync_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/zmesh/zmesh/internal/ctrltest"
 )
@@ -18,12 +17,12 @@ func TestController(t *testing.T) {
 	routerID, cert := enrollRouter(t, m, "er1")
 	r := newEdgeRouter()
 	r.connect(t, c.CtrlAddr, c.Ctrl.CA().Pool(), routerID, cert)
-	waitInSync(t, r, m, 5*time.Second)
+	waitInSync(t, r, m)
 	if apis, _, _ := r.state(); len(apis) != 1 {
 		t.Fatalf("the router got %d API sessions, want the administrator's", len(apis))
 	}
 	c.Admin(t) // a second login through the API
-	waitInSync(t, r, m, 3*time.Second)
+	waitInSync(t, r, m)
 	if apis, _, _ := r.state(); len(apis) != 2 {
 		t.Fatalf("after a second login the router has %d API sessions, want 2", len(apis))
 	}

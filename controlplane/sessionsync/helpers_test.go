@@ -22,6 +22,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/store"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
 	"github.com/zmesh/zmesh/internal/ctrltest"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // clock is a settable clock for the model.
@@ -61,7 +62,7 @@ func newEnv(t *testing.T, opts sessionsync.Options) *env {
 		t.Fatal(err)
 	}
 	m := model.New(st, ca, quiet, model.Options{SessionTimeout: 30 * time.Minute, Issuer: "https://127.0.0.1:1280",
-		SigningKey: ctrltest.NewKey(t), SigningKID: "kid1", Now: clk.Now})
+		SigningKey: testutil.NewKey(t), SigningKID: "kid1", Now: clk.Now})
 	dir := t.TempDir()
 	cert, err := ca.ServerCertAt(filepath.Join(dir, "ctrl.cert"), filepath.Join(dir, "ctrl.key"), []string{"127.0.0.1"})
 	if err != nil {
@@ -256,27 +257,16 @@ func storeState(t *testing.T, m *model.Model) (apis, sessions []string) {
 	return apis, sessions
 }
 
-// within waits up to d for cond, failing the test with what's description otherwise.
-func within(t *testing.T, d time.Duration, what func() string, cond func() bool) {
+// waitInSync waits for the router's state to be complete and equal to the store's.
+func waitInSync(t *testing.T, r *edgeRouter, m *model.Model) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", d, what())
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
-// waitInSync waits up to d for the router's state to be complete and equal to the store's.
-func waitInSync(t *testing.T, r *edgeRouter, m *model.Model, d time.Duration) {
-	t.Helper()
-	var msg string
-	within(t, d, func() string { return msg }, func() bool {
+	testutil.EventuallyNil(t, "the router's state is the store's", func() error {
 		wantA, wantS := storeState(t, m)
 		gotA, gotS, complete := r.state()
-		msg = fmt.Sprintf("router has %d API sessions, %d sessions (complete %v); the store %d, %d",
+		if complete && slices.Equal(gotA, wantA) && slices.Equal(gotS, wantS) {
+			return nil
+		}
+		return fmt.Errorf("router has %d API sessions, %d sessions (complete %v); the store %d, %d",
 			len(gotA), len(gotS), complete, len(wantA), len(wantS))
-		return complete && slices.Equal(gotA, wantA) && slices.Equal(gotS, wantS)
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/sessionsync"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // TestSnapshotOnConnect: a router that connects gets the stored API sessions and sessions,
@@ -31,7 +32,7 @@ func TestSnapshotOnConnect(t *testing.T) {
 
 	r := newEdgeRouter()
 	r.connect(t, e.ctrlAddr, e.ca.Pool(), routerID, cert)
-	waitInSync(t, r, e.m, 5*time.Second)
+	waitInSync(t, r, e.m)
 	// The snapshot of a small state is one message. The session was created moments before
 	// the router connected: when the model's flush of it comes after the snapshot, the
 	// router gets it once more as an update, which changes nothing.
@@ -64,7 +65,7 @@ func TestEmptySnapshot(t *testing.T) {
 	routerID, cert := enrollRouter(t, e.m, "er1")
 	r := newEdgeRouter()
 	r.connect(t, e.ctrlAddr, e.ca.Pool(), routerID, cert)
-	within(t, 5*time.Second, func() string { return "no snapshot" }, func() bool { return len(r.messages()) > 0 })
+	testutil.Eventually(t, "a snapshot", func() bool { return len(r.messages()) > 0 })
 	time.Sleep(100 * time.Millisecond) // nothing else follows
 	msgs := r.messages()
 	if len(msgs) != 1 || !msgs[0].Reset || !msgs[0].Complete || len(msgs[0].APISessions)+len(msgs[0].Sessions) != 0 {
@@ -89,14 +90,14 @@ func TestUpdates(t *testing.T) {
 
 	r := newEdgeRouter()
 	r.connect(t, e.ctrlAddr, e.ca.Pool(), routerID, cert)
-	waitInSync(t, r, e.m, 5*time.Second)
+	waitInSync(t, r, e.m)
 
 	// inSync waits for the router to hold what the store holds, within 3 s of the change
 	// (about 20 ms on an idle machine; the time taken is logged).
 	inSync := func(what string) {
 		t.Helper()
 		start := time.Now()
-		waitInSync(t, r, e.m, 3*time.Second)
+		waitInSync(t, r, e.m)
 		t.Logf("%s reached the router in %s", what, time.Since(start).Round(time.Millisecond))
 	}
 	has := func(apiID, sessionID string) bool {
@@ -208,7 +209,7 @@ func TestChunkedSnapshot(t *testing.T) {
 
 	r := newEdgeRouter()
 	r.connect(t, e.ctrlAddr, e.ca.Pool(), routerID, cert)
-	waitInSync(t, r, e.m, 10*time.Second)
+	waitInSync(t, r, e.m)
 	// Updates of the last logins may follow the snapshot (marked before the router
 	// connected, flushed after): they hold what the snapshot held.
 	msgs := r.messages()
@@ -259,7 +260,7 @@ func TestReconnect(t *testing.T) {
 
 	r1 := newEdgeRouter()
 	r1.connect(t, e.ctrlAddr, e.ca.Pool(), routerID, cert)
-	waitInSync(t, r1, e.m, 5*time.Second)
+	waitInSync(t, r1, e.m)
 	r1.ch.Close()
 
 	must(t, e.m.DeleteAPISession(apis[0].ID))
@@ -267,7 +268,7 @@ func TestReconnect(t *testing.T) {
 
 	r2 := newEdgeRouter()
 	r2.connect(t, e.ctrlAddr, e.ca.Pool(), routerID, cert)
-	waitInSync(t, r2, e.m, 5*time.Second)
+	waitInSync(t, r2, e.m)
 	if msgs := r2.messages(); !msgs[0].Reset {
 		t.Fatal("the reconnected router's first message is not a Reset")
 	}
@@ -275,7 +276,7 @@ func TestReconnect(t *testing.T) {
 	// A third connection replaces the second while it is open.
 	r3 := newEdgeRouter()
 	r3.connect(t, e.ctrlAddr, e.ca.Pool(), routerID, cert)
-	waitInSync(t, r3, e.m, 5*time.Second)
+	waitInSync(t, r3, e.m)
 	select {
 	case <-r2.ch.Done():
 	case <-time.After(5 * time.Second):
@@ -283,7 +284,7 @@ func TestReconnect(t *testing.T) {
 	}
 	n := len(r2.messages())
 	must(t, e.m.DeleteAPISession(apis[1].ID))
-	waitInSync(t, r3, e.m, 3*time.Second)
+	waitInSync(t, r3, e.m)
 	if len(r2.messages()) != n {
 		t.Error("the replaced connection was sent an update")
 	}
@@ -306,7 +307,7 @@ func TestSlowRouterGetsSnapshot(t *testing.T) {
 	routerID, cert := enrollRouter(t, e.m, "fast")
 	fast := newEdgeRouter()
 	fast.connect(t, e.ctrlAddr, e.ca.Pool(), routerID, cert)
-	waitInSync(t, fast, e.m, 10*time.Second)
+	waitInSync(t, fast, e.m)
 
 	// A slow router on a pipe: it holds its first message until the gate opens.
 	ctrlEnd, routerEnd := net.Pipe()
@@ -330,7 +331,7 @@ func TestSlowRouterGetsSnapshot(t *testing.T) {
 	var extra []*model.APISession
 	for range 10 {
 		extra = append(extra, login(t, e.m, chain, 1)...)
-		waitInSync(t, fast, e.m, 3*time.Second)
+		waitInSync(t, fast, e.m)
 	}
 	overflowed := func(router string) bool {
 		for line := range strings.Lines(e.logs.String()[logStart:]) {
@@ -340,7 +341,7 @@ func TestSlowRouterGetsSnapshot(t *testing.T) {
 		}
 		return false
 	}
-	within(t, 5*time.Second, func() string { return "no overflow logged" }, func() bool { return overflowed("slow") })
+	testutil.Eventually(t, "an overflow logged", func() bool { return overflowed("slow") })
 	if overflowed(routerID) {
 		t.Error("the fast router overflowed")
 	}
@@ -349,7 +350,7 @@ func TestSlowRouterGetsSnapshot(t *testing.T) {
 	slow.gate = nil
 	slow.mu.Unlock()
 	close(gate)
-	waitInSync(t, slow, e.m, 20*time.Second)
+	waitInSync(t, slow, e.m)
 	slow.mu.Lock()
 	resets := slow.resets
 	slow.mu.Unlock()
@@ -358,8 +359,8 @@ func TestSlowRouterGetsSnapshot(t *testing.T) {
 	}
 	// It keeps receiving updates afterwards.
 	must(t, e.m.DeleteAPISession(extra[0].ID))
-	waitInSync(t, slow, e.m, 3*time.Second)
-	waitInSync(t, fast, e.m, 3*time.Second)
+	waitInSync(t, slow, e.m)
+	waitInSync(t, fast, e.m)
 	slow.check(t)
 	fast.check(t)
 }

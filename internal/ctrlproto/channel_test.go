@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // circuitReplier answers CircuitRequest with a reply echoing the request.
@@ -288,11 +290,7 @@ func TestCloseWithUnreadData(t *testing.T) {
 		close(closed)
 	}()
 	// The reader goes on once Close has begun, the controller reads a moment later.
-	for deadline := time.Now().Add(5 * time.Second); router.Err() == nil; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("Close did not begin within 5 s")
-		}
-	}
+	testutil.Eventually(t, "Close begins", func() bool { return router.Err() != nil })
 	close(release)
 	time.AfterFunc(100*time.Millisecond, func() { close(slow) })
 	select {

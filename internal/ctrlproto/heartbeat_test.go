@@ -6,6 +6,8 @@ import (
 	"io"
 	"testing"
 	"time"
+
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 var fastBeats = Heartbeats{SendInterval: 50 * time.Millisecond, CheckInterval: 20 * time.Millisecond, CloseUnresponsiveTimeout: 300 * time.Millisecond}
@@ -16,13 +18,7 @@ func TestHeartbeatLatency(t *testing.T) {
 	beats := fastBeats
 	beats.CloseUnresponsiveTimeout = time.Second
 	router, ctrl := pair(t, Options{Heartbeats: beats}, nil)
-	deadline := time.Now().Add(5 * time.Second)
-	for router.Latency() == 0 || ctrl.Latency() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no latency measured: router %s, controller %s", router.Latency(), ctrl.Latency())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, "latency measured at both ends", func() bool { return router.Latency() != 0 && ctrl.Latency() != 0 })
 	rtt, err := router.Ping(context.Background())
 	if err != nil || rtt <= 0 {
 		t.Fatalf("Ping = %s, %v", rtt, err)

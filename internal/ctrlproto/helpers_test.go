@@ -2,13 +2,7 @@ package ctrlproto
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
 	"log/slog"
 	"net"
@@ -16,22 +10,16 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // tlsPair returns both ends of a TLS 1.3 connection over loopback, the client
 // authenticated with a certificate from a fresh CA.
 func tlsPair(t testing.TB) (client, server *tls.Conn) {
 	t.Helper()
-	dir := t.TempDir()
-	ca, err := pki.Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serverCert, err := ca.ServerCert(dir, []string{"127.0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientCert := clientCertificate(t, ca)
+	ca := testutil.NewCA(t)
+	serverCert := ca.Cert(t, "controller", pki.Server, "127.0.0.1")
+	clientCert := ca.Cert(t, "router", pki.Client)
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
 		Certificates: []tls.Certificate{serverCert},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
@@ -71,24 +59,6 @@ func tlsPair(t testing.TB) (client, server *tls.Conn) {
 	}
 	t.Cleanup(func() { client.Close(); server.Close() })
 	return client, server
-}
-
-func clientCertificate(t testing.TB, ca *pki.CA) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "router"}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
-	cert, _, err := ca.SignCSR(csr, pki.SignRequest{CommonName: "router", Usage: pki.Client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -1,21 +1,17 @@
 // Package ctrltest is for tests that need a controller or what it issues: a controller
 // serving its API and control channel on loopback with Badger in t.TempDir(), stopped at the
 // end of the test; edge routers and identities created and enrolled with their one-time
-// tokens, as zmesh enroll would; keys, CSRs and certificates; and a log buffer that a test
-// reads while the code under test writes it. Only tests import it; its helpers fail the
-// test (t.Fatal) rather than return errors.
+// tokens, as zmesh enroll would (keys, CSRs and certificates come from internal/testutil);
+// and a log buffer that a test reads while the code under test writes it. Only tests import
+// it; its helpers fail the test (t.Fatal) rather than return errors.
 package ctrltest
 
 import (
 	"bytes"
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"log/slog"
 	"net"
 	"sync"
@@ -27,6 +23,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // The administrator a test controller is configured with.
@@ -37,8 +34,9 @@ const (
 
 // LogBuffer collects a log or a process's output; it may be read while it is written.
 type LogBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	shown bool // by a failed test's cleanup
 }
 
 func (b *LogBuffer) Write(p []byte) (int, error) {
@@ -64,35 +62,77 @@ type Controller struct {
 	Logs     *LogBuffer   // the controller's log, shown when the test failed
 
 	t      testing.TB
+	cfg    *config.Controller // as opened, kept for Restart
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
 }
 
-// Start opens a controller on a data directory in t.TempDir(), with the administrator
-// AdminUsername/AdminPassword and 30-minute API sessions, and serves it (ServeWithCtrl) on
-// two new loopback listeners until Stop or the end of the test. A controller that stops
-// with an error fails the test.
-func Start(t testing.TB) *Controller {
-	t.Helper()
-	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctrlLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		apiLn.Close()
-		t.Fatal(err)
-	}
-	addr := apiLn.Addr().String()
-	cfg := &config.Controller{
+// Options says what StartWith starts.
+type Options struct {
+	// Config is the configuration to open: Config(t) changed as the test needs, or one the
+	// code under test prepared; nil is Config(t). Its API address and its control channel's
+	// address are replaced by those of the loopback listeners the controller is served on.
+	// Admin needs the administrator AdminUsername/AdminPassword.
+	Config *config.Controller
+}
+
+// Config returns the configuration Start opens: a data directory in t.TempDir(), the
+// administrator AdminUsername/AdminPassword and 30-minute API sessions.
+func Config(t testing.TB) *config.Controller {
+	return &config.Controller{
 		V: 1, DataDir: t.TempDir(),
-		API:            config.ControllerAPI{Listen: addr, Advertise: addr},
-		Ctrl:           config.ControllerCtrl{Listen: config.Address{Transport: "tls", Host: "127.0.0.1", Port: ctrlLn.Addr().(*net.TCPAddr).Port}},
 		Admin:          config.Admin{Username: AdminUsername, Password: AdminPassword},
 		SessionTimeout: config.Duration(30 * time.Minute),
 	}
-	logs := &LogBuffer{}
+}
+
+// Start opens a controller with Config(t) and serves it (ServeWithCtrl) on two new loopback
+// listeners until Stop or the end of the test. A controller that stops with an error fails
+// the test.
+func Start(t testing.TB) *Controller {
+	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith is Start with opts.
+func StartWith(t testing.TB, opts Options) *Controller {
+	t.Helper()
+	var cfg *config.Controller
+	if opts.Config != nil {
+		c := *opts.Config
+		cfg = &c
+	} else {
+		cfg = Config(t)
+	}
+	return start(t, cfg, "127.0.0.1:0", "127.0.0.1:0", &LogBuffer{})
+}
+
+// Restart stops the controller, unless it stopped already, and starts it again as a
+// restarted process would be: on the same configuration and data directory, at the same
+// API and control channel addresses (waiting while they are still held), writing on to the
+// same log. It returns the controller now serving; c stays stopped.
+func (c *Controller) Restart(t testing.TB) *Controller {
+	t.Helper()
+	c.Stop()
+	return start(t, c.cfg, c.APIAddr, c.CtrlAddr, c.Logs)
+}
+
+func start(t testing.TB, cfg *config.Controller, apiAddr, ctrlAddr string, logs *LogBuffer) *Controller {
+	t.Helper()
+	var apiLn, ctrlLn net.Listener
+	testutil.EventuallyNil(t, "listening on "+apiAddr+" and "+ctrlAddr, func() (err error) {
+		if apiLn == nil {
+			if apiLn, err = net.Listen("tcp", apiAddr); err != nil {
+				return err
+			}
+		}
+		ctrlLn, err = net.Listen("tcp", ctrlAddr)
+		return err
+	})
+	addr := apiLn.Addr().String()
+	cfg.API = config.ControllerAPI{Listen: addr, Advertise: addr}
+	cfg.Ctrl.Listen = config.Address{Transport: "tls", Host: "127.0.0.1", Port: ctrlLn.Addr().(*net.TCPAddr).Port}
 	ctrl, err := controlplane.Open(cfg, slog.New(slog.NewTextHandler(logs, nil)), controlplane.Build{Version: "test"})
 	if err != nil {
 		apiLn.Close()
@@ -101,7 +141,7 @@ func Start(t testing.TB) *Controller {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Controller{Ctrl: ctrl, Model: ctrl.Model(), APIAddr: addr, URL: "https://" + addr,
-		CtrlAddr: ctrlLn.Addr().String(), Logs: logs, t: t, cancel: cancel, done: make(chan error, 1)}
+		CtrlAddr: ctrlLn.Addr().String(), Logs: logs, t: t, cfg: cfg, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan struct{})
 	go func() { c.done <- ctrl.ServeWithCtrl(ctx, apiLn, ctrlLn, func(net.Addr) { close(ready) }) }()
 	select {
@@ -113,7 +153,13 @@ func Start(t testing.TB) *Controller {
 	t.Cleanup(func() {
 		c.Stop()
 		if t.Failed() {
-			t.Logf("controller log:\n%s", logs)
+			logs.mu.Lock()
+			show := !logs.shown
+			logs.shown = true
+			logs.mu.Unlock()
+			if show {
+				t.Logf("controller log:\n%s", logs)
+			}
 		}
 	})
 	return c
@@ -147,7 +193,7 @@ func (c *Controller) IdentityFile(t testing.TB, name string) *apiclient.Identity
 	id := EnrollIdentity(t, c.Model, name)
 	f := &apiclient.IdentityFile{ZtAPI: c.URL}
 	f.ID.Cert = "pem:" + string(id.CertPEM)
-	f.ID.Key = "pem:" + string(KeyPEM(t, id.Key))
+	f.ID.Key = "pem:" + string(testutil.KeyPEM(t, id.Key))
 	f.ID.CA = "pem:" + string(c.Ctrl.CA().PEM())
 	return f
 }
@@ -172,8 +218,8 @@ func EnrollIdentity(t testing.TB, m *model.Model, name string, roles ...string) 
 	if err != nil || len(ens) == 0 {
 		t.Fatalf("enrollments of identity %s: %d, %v", name, len(ens), err)
 	}
-	key := NewKey(t)
-	certPEM, err := m.EnrollOTT(ens[0].Token, CSR(t, key))
+	key := testutil.NewKey(t)
+	certPEM, err := m.EnrollOTT(ens[0].Token, testutil.CSR(t, key))
 	if err != nil {
 		t.Fatalf("enroll identity %s: %v", name, err)
 	}
@@ -204,60 +250,10 @@ func EnrollRouter(t testing.TB, m *model.Model, name string, serverSANs ...strin
 	if err != nil || enr == nil {
 		t.Fatalf("enrollment of %s: %v", name, err)
 	}
-	key := NewKey(t)
-	certs, err := m.EnrollErOtt(enr.Token, CSR(t, key), CSR(t, key, serverSANs...))
+	key := testutil.NewKey(t)
+	certs, err := m.EnrollErOtt(enr.Token, testutil.CSR(t, key), testutil.CSR(t, key, serverSANs...))
 	if err != nil {
 		t.Fatalf("enroll edge router %s: %v", name, err)
 	}
-	return Router{ID: r.ID, Client: TLSCert(t, certs.Cert, key), Server: TLSCert(t, certs.ServerCert, key)}
-}
-
-// NewKey returns a new ECDSA P-256 key, the kind the project's PKI issues for.
-func NewKey(t testing.TB) *ecdsa.PrivateKey {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key
-}
-
-// CSR returns a PEM certificate request signed by key for sans, each an IP address or else
-// a DNS name. Its subject is left to the CA, which names the certificate itself.
-func CSR(t testing.TB, key *ecdsa.PrivateKey, sans ...string) []byte {
-	t.Helper()
-	req := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "zmesh-test"}}
-	for _, san := range sans {
-		if ip := net.ParseIP(san); ip != nil {
-			req.IPAddresses = append(req.IPAddresses, ip)
-		} else {
-			req.DNSNames = append(req.DNSNames, san)
-		}
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, req, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
-}
-
-// KeyPEM returns key as a PEM PKCS #8 private key, as identity files hold it.
-func KeyPEM(t testing.TB, key *ecdsa.PrivateKey) []byte {
-	t.Helper()
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
-}
-
-// TLSCert returns the PEM certificate certPEM with its key as a tls.Certificate, its leaf
-// parsed.
-func TLSCert(t testing.TB, certPEM []byte, key *ecdsa.PrivateKey) tls.Certificate {
-	t.Helper()
-	cert, err := pki.ParsePEMCert(certPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
+	return Router{ID: r.ID, Client: testutil.TLSCert(t, certs.Cert, key), Server: testutil.TLSCert(t, certs.ServerCert, key)}
 }

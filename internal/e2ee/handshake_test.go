@@ -11,13 +11,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // TestHandshakeKeyTypes: identities with ECDSA, Ed25519 and RSA keys authenticate each other
 // and see each other's chains.
 func TestHandshakeKeyTypes(t *testing.T) {
 	p := newPKI(t)
-	keys := map[string]crypto.Signer{"ecdsa": newECDSAKey(t), "ed25519": newEd25519Key(t), "rsa": newRSAKey(t)}
+	keys := map[string]crypto.Signer{"ecdsa": testutil.NewKey(t), "ed25519": newEd25519Key(t), "rsa": newRSAKey(t)}
 	for clientType, clientKey := range keys {
 		for serverType, serverKey := range keys {
 			t.Run(clientType+"-"+serverType, func(t *testing.T) {
@@ -129,7 +131,7 @@ func TestSignatureWithWrongKey(t *testing.T) {
 		t.Run(forger, func(t *testing.T) {
 			ccfg, scfg := configs(t)
 			if forger == "client" {
-				ccfg.PrivateKey = mismatchedSigner{Signer: newECDSAKey(t), presented: ccfg.PrivateKey.Public()}
+				ccfg.PrivateKey = mismatchedSigner{Signer: testutil.NewKey(t), presented: ccfg.PrivateKey.Public()}
 			} else {
 				scfg.PrivateKey = mismatchedSigner{Signer: newEd25519Key(t), presented: scfg.PrivateKey.Public()}
 			}

@@ -2,26 +2,22 @@ package e2ee
 
 import (
 	"crypto"
-	"crypto/ecdsa"
 	"crypto/ed25519"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"testing"
-	"time"
+
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // testPKI is a small network CA: a root, an intermediate that issues identity certificates.
 type testPKI struct {
-	root, intermediate *x509.Certificate
-	intermediateKey    crypto.Signer
-	roots              *x509.CertPool
+	intermediate *testutil.Authority
+	roots        *x509.CertPool
 }
 
 // identity is an identity's chain (leaf, intermediate) and key.
@@ -32,20 +28,17 @@ type identity struct {
 
 func newPKI(t testing.TB) *testPKI {
 	t.Helper()
-	rootKey := newECDSAKey(t)
-	root := issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "test root"}, IsCA: true}, rootKey, nil, nil)
-	intermediateKey := newECDSAKey(t)
-	intermediate := issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "test intermediate"}, IsCA: true}, intermediateKey, root, rootKey)
-	p := &testPKI{root: root, intermediate: intermediate, intermediateKey: intermediateKey, roots: x509.NewCertPool()}
-	p.roots.AddCert(root)
+	root := testutil.NewAuthority(t, "test root")
+	p := &testPKI{intermediate: root.Intermediate(t, "test intermediate"), roots: x509.NewCertPool()}
+	p.roots.AddCert(root.Cert)
 	return p
 }
 
 // identity issues a certificate naming id for key.
 func (p *testPKI) identity(t testing.TB, id string, key crypto.Signer) identity {
 	t.Helper()
-	leaf := issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: id}}, key, p.intermediate, p.intermediateKey)
-	return identity{chain: []*x509.Certificate{leaf, p.intermediate}, key: key}
+	leaf := p.intermediate.Issue(t, id, key)
+	return identity{chain: []*x509.Certificate{leaf, p.intermediate.Cert}, key: key}
 }
 
 // verifier accepts a chain that leads to the root and names the identity want, as a caller
@@ -81,47 +74,9 @@ func (p *testPKI) config(id identity, expectPeer string) Config {
 func configs(t testing.TB) (client, server Config) {
 	t.Helper()
 	p := newPKI(t)
-	client = p.config(p.identity(t, "dialer", newECDSAKey(t)), "host")
+	client = p.config(p.identity(t, "dialer", testutil.NewKey(t)), "host")
 	server = p.config(p.identity(t, "host", newEd25519Key(t)), "dialer")
 	return client, server
-}
-
-func issue(t testing.TB, tmpl *x509.Certificate, key crypto.Signer, parent *x509.Certificate, parentKey crypto.Signer) *x509.Certificate {
-	t.Helper()
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl.SerialNumber = serial
-	tmpl.NotBefore = time.Now().Add(-time.Hour)
-	tmpl.NotAfter = time.Now().Add(time.Hour)
-	if tmpl.IsCA {
-		tmpl.BasicConstraintsValid = true
-		tmpl.KeyUsage = x509.KeyUsageCertSign
-	} else {
-		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}
-	}
-	if parent == nil {
-		parent, parentKey = tmpl, key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, key.Public(), parentKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert
-}
-
-func newECDSAKey(t testing.TB) crypto.Signer {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key
 }
 
 func newEd25519Key(t testing.TB) crypto.Signer {

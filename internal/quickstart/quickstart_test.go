@@ -3,7 +3,6 @@ package quickstart
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -13,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmesh/zmesh/controlplane"
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/ctrltest"
 )
 
 func offset(n int) *int { return &n }
@@ -29,20 +28,15 @@ func prepare(t *testing.T, dir string, opts Options) *Network {
 	return n
 }
 
-// openModel opens the prepared controller's store, as Run would, and closes it at the end
-// of the test.
-func openModel(t *testing.T, n *Network) *model.Model {
+// startPrepared starts the prepared controller (its configuration, data directory and
+// administrator) on loopback listeners of its own until the end of the test.
+func startPrepared(t *testing.T, n *Network) *ctrltest.Controller {
 	t.Helper()
 	cfg, err := LoadController(n.ControllerConfig, strings.TrimSpace(readFile(t, n.PasswordFile)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl, err := controlplane.Open(cfg, slog.New(slog.DiscardHandler), controlplane.Build{Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctrl.Close() })
-	return ctrl.Model()
+	return ctrltest.StartWith(t, ctrltest.Options{Config: cfg})
 }
 
 func readFile(t *testing.T, path string) string {
@@ -93,7 +87,7 @@ func TestPrepareMakesThenReuses(t *testing.T) {
 		t.Error("the second Prepare did not keep the password, router-1's certificate and the client identity file")
 	}
 
-	m := openModel(t, n2)
+	m := startPrepared(t, n2).Model
 	svc, err := m.ServiceByName(ServiceName)
 	if err != nil {
 		t.Fatal(err)
@@ -153,19 +147,12 @@ func TestPrepareRepairs(t *testing.T) {
 		}
 	}
 	// A run stopped right after creating router-2.
-	cfg, err := LoadController(n.ControllerConfig, strings.TrimSpace(readFile(t, n.PasswordFile)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctrl, err := controlplane.Open(cfg, slog.New(slog.DiscardHandler), controlplane.Build{Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctrl := startPrepared(t, n)
 	pending := &model.EdgeRouter{Name: RouterName(2), IsTunnelerEnabled: true}
-	if err := ctrl.Model().CreateEdgeRouter(pending); err != nil {
+	if err := ctrl.Model.CreateEdgeRouter(pending); err != nil {
 		t.Fatal(err)
 	}
-	ctrl.Close()
+	ctrl.Stop()
 
 	n2 := prepare(t, dir, Options{Routers: 2})
 	if n2.Created || n2.Routers[0].ID != n.Routers[0].ID || n2.Routers[1].ID != pending.ID {
@@ -174,7 +161,7 @@ func TestPrepareRepairs(t *testing.T) {
 	if readFile(t, filepath.Join(dir, "router-1", RouterCertFile)) == cert {
 		t.Error("router-1 was not enrolled again")
 	}
-	m := openModel(t, n2)
+	m := startPrepared(t, n2).Model
 	for _, r := range n2.Routers {
 		er, err := m.EdgeRouter(r.ID)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/zmesh/zmesh/internal/netnstest"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 var (
@@ -224,11 +225,7 @@ func TestStaleState(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	ic = open(t, ctx, opts)
 	cancel()
-	for deadline := time.Now().Add(2 * time.Second); tables(t, opts.Table) != 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("table still there after the context ended")
-		}
-	}
+	testutil.Eventually(t, "the table goes once the context ended", func() bool { return tables(t, opts.Table) == 0 })
 	// The table goes first; Close finishes under the lock, so taking it waits for Close.
 	ic.mu.Lock()
 	closed := ic.closed

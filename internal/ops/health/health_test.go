@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // flaky is a check whose outcome the test sets.
@@ -50,18 +51,6 @@ func serve(t *testing.T, c *Checker) (int, Report) {
 	return rec.Code, rep
 }
 
-// waitFor polls cond for up to 5 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not the case after 5s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // A failing check makes the endpoint answer 503 with its error and a growing count of
 // consecutive failures, and no upSince; once it passes again, 200 with upSince and zero
 // failures. The first answer after Start is already a real result.
@@ -97,13 +86,13 @@ func TestChecksTurnHealthyAndBack(t *testing.T) {
 	if _, err := time.ParseDuration(b.LastCheckDuration); err != nil {
 		t.Errorf("lastCheckDuration %q: %v", b.LastCheckDuration, err)
 	}
-	waitFor(t, "consecutive failures to grow", func() bool {
+	testutil.Eventually(t, "consecutive failures to grow", func() bool {
 		_, rep := serve(t, c)
 		return rep.Data.Checks[1].ConsecutiveFailures >= 3
 	})
 
 	bad.set(nil)
-	waitFor(t, "the endpoint to answer 200", func() bool { status, _ := serve(t, c); return status == http.StatusOK })
+	testutil.Eventually(t, "the endpoint to answer 200", func() bool { status, _ := serve(t, c); return status == http.StatusOK })
 	_, rep = serve(t, c)
 	if b := rep.Data.Checks[1]; !b.Healthy || b.ConsecutiveFailures != 0 || b.UpSince == "" {
 		t.Errorf("recovered check: %+v", b)
@@ -124,7 +113,7 @@ func TestTimeoutFailsWithoutPilingUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	wait := c.Start(ctx)
 	defer func() { cancel(); wait() }()
-	waitFor(t, "several timeouts", func() bool {
+	testutil.Eventually(t, "several timeouts", func() bool {
 		_, rep := serve(t, c)
 		return rep.Data.Checks[0].ConsecutiveFailures >= 3
 	})
@@ -136,7 +125,7 @@ func TestTimeoutFailsWithoutPilingUp(t *testing.T) {
 		t.Fatalf("the check was started %d times while its first run was still going", n)
 	}
 	close(release)
-	waitFor(t, "healthy once the run answers", func() bool { status, _ := serve(t, c); return status == http.StatusOK })
+	testutil.Eventually(t, "healthy once the run answers", func() bool { status, _ := serve(t, c); return status == http.StatusOK })
 }
 
 // Before Start, every check is unhealthy and says it was not checked yet.
@@ -191,7 +180,7 @@ func TestInitialDelay(t *testing.T) {
 	if want := (CheckResult{ID: "much-later", Details: "not checked yet"}); rep.Data.Checks[2] != want {
 		t.Errorf("the delayed check: %+v, want %+v", rep.Data.Checks[2], want)
 	}
-	waitFor(t, "the check with a short delay to pass", func() bool {
+	testutil.Eventually(t, "the check with a short delay to pass", func() bool {
 		_, rep := serve(t, c)
 		return rep.Data.Checks[1].Healthy
 	})
@@ -280,7 +269,7 @@ func TestCollector(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	wait := c.Start(ctx)
 	defer func() { cancel(); wait() }()
-	waitFor(t, "the bad check to fail three times", func() bool {
+	testutil.Eventually(t, "the bad check to fail three times", func() bool {
 		return gather()["zmesh_health_check_consecutive_failures/bad"] >= 3
 	})
 	got := gather()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/internal/pproftest"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 func digest(t *testing.T, path string) [32]byte {
@@ -37,27 +38,16 @@ func TestCPUAndHeapProfiles(t *testing.T) {
 		sink = append(sink, bytes.Repeat([]byte{byte(i)}, 1024))
 	}
 	_ = sink
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(mem); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no heap profile written while profiling")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.EventuallyNil(t, "a heap profile written while profiling", func() error {
+		_, err := os.Stat(mem)
+		return err
+	})
 	if got := pproftest.SampleTypes(t, mem); !slices.Contains(got, "inuse_space/bytes") {
 		t.Fatalf("heap profile written during the run has sample types %v", got)
 	}
 	first := digest(t, mem)
 	// Later writes replace the file.
-	for digest(t, mem) == first {
-		if time.Now().After(deadline) {
-			t.Fatal("the heap profile was not rewritten at its interval")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, "the heap profile rewritten at its interval", func() bool { return digest(t, mem) != first })
 	if err := p.Stop(); err != nil {
 		t.Fatal(err)
 	}
