@@ -24,8 +24,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/controlplane/model/modeltest"
 	"github.com/zmesh/zmesh/controlplane/pki"
-	"github.com/zmesh/zmesh/controlplane/store"
 	"github.com/zmesh/zmesh/internal/testutil"
 )
 
@@ -38,17 +38,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := store.Open(t.TempDir(), log, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	ca, err := pki.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := testutil.NewKey(t)
-	m := model.New(st, ca, log, model.Options{SessionTimeout: time.Hour, Issuer: "https://ctrl.test", SigningKey: key, SigningKID: "k"})
+	m, ca := modeltest.New(t, log, model.Options{})
 	if err := m.EnsureBuiltinConfigTypes(); err != nil {
 		t.Fatal(err)
 	}

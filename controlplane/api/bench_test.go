@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/model"
-	"github.com/zmesh/zmesh/controlplane/pki"
-	"github.com/zmesh/zmesh/controlplane/store"
-	"github.com/zmesh/zmesh/internal/testutil"
+	"github.com/zmesh/zmesh/controlplane/model/modeltest"
 )
 
 // BenchmarkClientListServices is GET /edge/client/v1/services, as a client sees it, in a
@@ -22,17 +20,7 @@ import (
 // 500, and a filtered, sorted page. Target: p50 <= 20 ms.
 func BenchmarkClientListServices(b *testing.B) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := store.Open(b.TempDir(), log, store.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	ca, err := pki.Open(b.TempDir(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	key := testutil.NewKey(b)
-	m := model.New(st, ca, log, model.Options{SessionTimeout: time.Hour, Issuer: "https://ctrl.test", SigningKey: key, SigningKID: "k"})
+	m, ca := modeltest.New(b, log, model.Options{})
 	if err := m.EnsureBuiltinConfigTypes(); err != nil {
 		b.Fatal(err)
 	}

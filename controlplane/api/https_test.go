@@ -16,7 +16,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -24,8 +23,8 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/controlplane/model/modeltest"
 	"github.com/zmesh/zmesh/controlplane/pki"
-	"github.com/zmesh/zmesh/controlplane/store"
 	"github.com/zmesh/zmesh/internal/certid"
 )
 
@@ -62,17 +61,8 @@ func startLive(t *testing.T, o liveOptions) *live {
 		logOut = os.Stderr
 	}
 	log := slog.New(slog.NewTextHandler(logOut, nil))
-	st, err := store.Open(t.TempDir(), log, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	dir := t.TempDir()
-	ca, err := pki.Open(filepath.Join(dir, "pki"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := ca.ServerCert(filepath.Join(dir, "pki"), []string{"127.0.0.1", "localhost"})
+	st, ca := modeltest.Store(t)
+	cert, err := ca.ServerCert(t.TempDir(), []string{"127.0.0.1", "localhost"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,11 +11,9 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/controlplane/model/modeltest"
 	"github.com/zmesh/zmesh/controlplane/paths"
-	"github.com/zmesh/zmesh/controlplane/pki"
-	"github.com/zmesh/zmesh/controlplane/store"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
-	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // noRouters: no router is connected.
@@ -26,17 +24,7 @@ func (noRouters) Channel(string) (*ctrlproto.Channel, bool) { return nil, false 
 func newService(t *testing.T) (*Service, *model.Model) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := store.Open(t.TempDir(), log, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	ca, err := pki.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := testutil.NewKey(t)
-	m := model.New(st, ca, log, model.Options{SessionTimeout: time.Hour, Issuer: "https://ctrl.test", SigningKey: key, SigningKID: "k"})
+	m, _ := modeltest.New(t, log, model.Options{})
 	return New(m, paths.NewGraph(), noRouters{}, log), m
 }
 

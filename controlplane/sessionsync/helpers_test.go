@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/controlplane/model/modeltest"
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/routers"
 	"github.com/zmesh/zmesh/controlplane/sessionsync"
-	"github.com/zmesh/zmesh/controlplane/store"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
 	"github.com/zmesh/zmesh/internal/ctrltest"
 	"github.com/zmesh/zmesh/internal/testutil"
@@ -52,17 +52,7 @@ func newEnv(t *testing.T, opts sessionsync.Options) *env {
 	logs := &ctrltest.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := store.Open(t.TempDir(), quiet, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() }) // last: after the syncer and the listener stopped
-	ca, err := pki.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := model.New(st, ca, quiet, model.Options{SessionTimeout: 30 * time.Minute, Issuer: "https://127.0.0.1:1280",
-		SigningKey: testutil.NewKey(t), SigningKID: "kid1", Now: clk.Now})
+	m, ca := modeltest.New(t, quiet, model.Options{SessionTimeout: 30 * time.Minute, Issuer: "https://127.0.0.1:1280", Now: clk.Now})
 	dir := t.TempDir()
 	cert, err := ca.ServerCertAt(filepath.Join(dir, "ctrl.cert"), filepath.Join(dir, "ctrl.key"), []string{"127.0.0.1"})
 	if err != nil {
