@@ -388,30 +388,31 @@ func (m *mapping) boolean(key string, def bool) bool {
 	return def
 }
 
-func (m *mapping) duration(key string, def, min, max time.Duration) Duration {
+// duration reads a duration written with a unit suffix.
+func (m *mapping) duration(key string, def, min, max time.Duration) time.Duration {
 	n := m.get(key)
 	if n == nil {
-		return Duration(def)
+		return def
 	}
 	path := m.keyPath(key)
 	s, ok := m.r.scalar(n, path)
 	if !ok {
-		return Duration(def)
+		return def
 	}
 	d, err := parseDuration(s)
 	if err != nil {
 		m.r.errorf(n.Line, path, "%v", err)
-		return Duration(def)
+		return def
 	}
 	if d < min {
-		m.r.errorf(n.Line, path, "%s is below the minimum %s", s, Duration(min))
-		return Duration(def)
+		m.r.errorf(n.Line, path, "%s is below the minimum %s", s, duration(min))
+		return def
 	}
 	if d > max {
-		m.r.errorf(n.Line, path, "%s is above the maximum %s", s, Duration(max))
-		return Duration(def)
+		m.r.errorf(n.Line, path, "%s is above the maximum %s", s, duration(max))
+		return def
 	}
-	return Duration(d)
+	return d
 }
 
 // oneOf reads a string that must be one of allowed; def when absent.

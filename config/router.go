@@ -36,14 +36,29 @@ type Router struct {
 
 // Ctrl says how the router reaches its controller.
 type Ctrl struct {
-	Endpoint              *Address    `json:"endpoint,omitempty" yaml:"endpoint,omitempty"`
-	Endpoints             []Address   `json:"endpoints,omitempty" yaml:"endpoints,omitempty"`
-	Bind                  string      `json:"bind,omitempty" yaml:"bind,omitempty"`
-	DefaultRequestTimeout Duration    `json:"defaultRequestTimeout" yaml:"defaultRequestTimeout"`
-	Heartbeats            Heartbeats  `json:"heartbeats" yaml:"heartbeats"`
-	Options               CtrlOptions `json:"options" yaml:"options"`
-	EndpointsFile         string      `json:"endpointsFile" yaml:"endpointsFile"`
+	Endpoint              *Address
+	Endpoints             []Address
+	Bind                  string
+	DefaultRequestTimeout time.Duration
+	Heartbeats            Heartbeats
+	Options               CtrlOptions
+	EndpointsFile         string
 }
+
+func (c Ctrl) file() any {
+	return struct {
+		Endpoint              *Address    `json:"endpoint,omitempty" yaml:"endpoint,omitempty"`
+		Endpoints             []Address   `json:"endpoints,omitempty" yaml:"endpoints,omitempty"`
+		Bind                  string      `json:"bind,omitempty" yaml:"bind,omitempty"`
+		DefaultRequestTimeout duration    `json:"defaultRequestTimeout" yaml:"defaultRequestTimeout"`
+		Heartbeats            Heartbeats  `json:"heartbeats" yaml:"heartbeats"`
+		Options               CtrlOptions `json:"options" yaml:"options"`
+		EndpointsFile         string      `json:"endpointsFile" yaml:"endpointsFile"`
+	}{c.Endpoint, c.Endpoints, c.Bind, duration(c.DefaultRequestTimeout), c.Heartbeats, c.Options, c.EndpointsFile}
+}
+
+func (c Ctrl) MarshalYAML() (any, error)    { return c.file(), nil }
+func (c Ctrl) MarshalJSON() ([]byte, error) { return json.Marshal(c.file()) }
 
 // Addresses returns the controller addresses to try in order: endpoint alone when it is
 // set, endpoints otherwise.
@@ -56,10 +71,21 @@ func (c Ctrl) Addresses() []Address {
 
 // Heartbeats are the control channel's liveness probes.
 type Heartbeats struct {
-	SendInterval             Duration `json:"sendInterval" yaml:"sendInterval"`
-	CheckInterval            Duration `json:"checkInterval" yaml:"checkInterval"`
-	CloseUnresponsiveTimeout Duration `json:"closeUnresponsiveTimeout" yaml:"closeUnresponsiveTimeout"`
+	SendInterval             time.Duration
+	CheckInterval            time.Duration
+	CloseUnresponsiveTimeout time.Duration
 }
+
+func (h Heartbeats) file() any {
+	return struct {
+		SendInterval             duration `json:"sendInterval" yaml:"sendInterval"`
+		CheckInterval            duration `json:"checkInterval" yaml:"checkInterval"`
+		CloseUnresponsiveTimeout duration `json:"closeUnresponsiveTimeout" yaml:"closeUnresponsiveTimeout"`
+	}{duration(h.SendInterval), duration(h.CheckInterval), duration(h.CloseUnresponsiveTimeout)}
+}
+
+func (h Heartbeats) MarshalYAML() (any, error)    { return h.file(), nil }
+func (h Heartbeats) MarshalJSON() ([]byte, error) { return json.Marshal(h.file()) }
 
 // CtrlOptions are the control channel's options. The file gives ConnectTimeout in whole
 // milliseconds (connectTimeoutMs).
@@ -166,10 +192,21 @@ type LinkDialer struct {
 // Backoff is a retry policy: the wait starts at MinRetryInterval and is multiplied by
 // RetryBackoffFactor after each failure, up to MaxRetryInterval.
 type Backoff struct {
-	MinRetryInterval   Duration `json:"minRetryInterval" yaml:"minRetryInterval"`
-	MaxRetryInterval   Duration `json:"maxRetryInterval" yaml:"maxRetryInterval"`
-	RetryBackoffFactor float64  `json:"retryBackoffFactor" yaml:"retryBackoffFactor"`
+	MinRetryInterval   time.Duration
+	MaxRetryInterval   time.Duration
+	RetryBackoffFactor float64
 }
+
+func (b Backoff) file() any {
+	return struct {
+		MinRetryInterval   duration `json:"minRetryInterval" yaml:"minRetryInterval"`
+		MaxRetryInterval   duration `json:"maxRetryInterval" yaml:"maxRetryInterval"`
+		RetryBackoffFactor float64  `json:"retryBackoffFactor" yaml:"retryBackoffFactor"`
+	}{duration(b.MinRetryInterval), duration(b.MaxRetryInterval), b.RetryBackoffFactor}
+}
+
+func (b Backoff) MarshalYAML() (any, error)    { return b.file(), nil }
+func (b Backoff) MarshalJSON() ([]byte, error) { return json.Marshal(b.file()) }
 
 // Listener bindings.
 const (
@@ -199,17 +236,31 @@ const (
 // TunnelOptions are the options of the tunnel listener. Resolver and DNSSvcIPRange are set in
 // tproxy mode only, Services in proxy mode only.
 type TunnelOptions struct {
-	Mode          string        `json:"mode" yaml:"mode"`
-	Resolver      *Resolver     `json:"resolver,omitempty" yaml:"resolver,omitempty"`
-	DNSSvcIPRange *netip.Prefix `json:"dnsSvcIpRange,omitempty" yaml:"dnsSvcIpRange,omitempty"`
+	Mode          string
+	Resolver      *Resolver
+	DNSSvcIPRange *netip.Prefix
 	// Upstreams are where the tproxy resolver forwards names it does not intercept; the
 	// nameservers of /etc/resolv.conf when empty.
-	Upstreams []netip.AddrPort `json:"upstreams,omitempty" yaml:"upstreams,omitempty"`
+	Upstreams []netip.AddrPort
 	// UDPIdleTimeout ends a UDP flow (intercepted or hosted) that carried nothing either way
 	// for so long.
-	UDPIdleTimeout Duration        `json:"udpIdleTimeout" yaml:"udpIdleTimeout"`
-	Services       []TunnelService `json:"services,omitempty" yaml:"services,omitempty"`
+	UDPIdleTimeout time.Duration
+	Services       []TunnelService
 }
+
+func (t TunnelOptions) file() any {
+	return struct {
+		Mode           string           `json:"mode" yaml:"mode"`
+		Resolver       *Resolver        `json:"resolver,omitempty" yaml:"resolver,omitempty"`
+		DNSSvcIPRange  *netip.Prefix    `json:"dnsSvcIpRange,omitempty" yaml:"dnsSvcIpRange,omitempty"`
+		Upstreams      []netip.AddrPort `json:"upstreams,omitempty" yaml:"upstreams,omitempty"`
+		UDPIdleTimeout duration         `json:"udpIdleTimeout" yaml:"udpIdleTimeout"`
+		Services       []TunnelService  `json:"services,omitempty" yaml:"services,omitempty"`
+	}{t.Mode, t.Resolver, t.DNSSvcIPRange, t.Upstreams, duration(t.UDPIdleTimeout), t.Services}
+}
+
+func (t TunnelOptions) MarshalYAML() (any, error)    { return t.file(), nil }
+func (t TunnelOptions) MarshalJSON() ([]byte, error) { return json.Marshal(t.file()) }
 
 // Resolver is where the tproxy tunnel's DNS server listens, written udp://<host>:<port>.
 type Resolver struct {
@@ -302,24 +353,57 @@ type HealthChecks struct {
 
 // CtrlPingCheck pings the controller over the control channel.
 type CtrlPingCheck struct {
-	Interval     Duration `json:"interval" yaml:"interval"`
-	Timeout      Duration `json:"timeout" yaml:"timeout"`
-	InitialDelay Duration `json:"initialDelay" yaml:"initialDelay"`
+	Interval     time.Duration
+	Timeout      time.Duration
+	InitialDelay time.Duration
 }
+
+func (c CtrlPingCheck) file() any {
+	return struct {
+		Interval     duration `json:"interval" yaml:"interval"`
+		Timeout      duration `json:"timeout" yaml:"timeout"`
+		InitialDelay duration `json:"initialDelay" yaml:"initialDelay"`
+	}{duration(c.Interval), duration(c.Timeout), duration(c.InitialDelay)}
+}
+
+func (c CtrlPingCheck) MarshalYAML() (any, error)    { return c.file(), nil }
+func (c CtrlPingCheck) MarshalJSON() ([]byte, error) { return json.Marshal(c.file()) }
 
 // LinkCheck counts the router's links.
 type LinkCheck struct {
-	Interval     Duration `json:"interval" yaml:"interval"`
-	InitialDelay Duration `json:"initialDelay" yaml:"initialDelay"`
-	MinLinks     int      `json:"minLinks" yaml:"minLinks"`
+	Interval     time.Duration
+	InitialDelay time.Duration
+	MinLinks     int
 }
+
+func (l LinkCheck) file() any {
+	return struct {
+		Interval     duration `json:"interval" yaml:"interval"`
+		InitialDelay duration `json:"initialDelay" yaml:"initialDelay"`
+		MinLinks     int      `json:"minLinks" yaml:"minLinks"`
+	}{duration(l.Interval), duration(l.InitialDelay), l.MinLinks}
+}
+
+func (l LinkCheck) MarshalYAML() (any, error)    { return l.file(), nil }
+func (l LinkCheck) MarshalJSON() ([]byte, error) { return json.Marshal(l.file()) }
 
 // Metrics configures the metrics messages sent to the controller.
 type Metrics struct {
-	ReportInterval       Duration `json:"reportInterval" yaml:"reportInterval"`
-	MessageQueueSize     int      `json:"messageQueueSize" yaml:"messageQueueSize"`
-	IntervalAgeThreshold Duration `json:"intervalAgeThreshold" yaml:"intervalAgeThreshold"`
+	ReportInterval       time.Duration
+	MessageQueueSize     int
+	IntervalAgeThreshold time.Duration
 }
+
+func (m Metrics) file() any {
+	return struct {
+		ReportInterval       duration `json:"reportInterval" yaml:"reportInterval"`
+		MessageQueueSize     int      `json:"messageQueueSize" yaml:"messageQueueSize"`
+		IntervalAgeThreshold duration `json:"intervalAgeThreshold" yaml:"intervalAgeThreshold"`
+	}{duration(m.ReportInterval), m.MessageQueueSize, duration(m.IntervalAgeThreshold)}
+}
+
+func (m Metrics) MarshalYAML() (any, error)    { return m.file(), nil }
+func (m Metrics) MarshalJSON() ([]byte, error) { return json.Marshal(m.file()) }
 
 // Web APIs a router serves: its health checks as JSON (GET /health-checks) and its
 // Prometheus metrics (GET /metrics).

@@ -36,8 +36,8 @@ func durationBound(snippet, path string, min, max time.Duration) bound {
 		snippet: snippet, path: path,
 		below: ms(min - time.Millisecond), min: ms(min),
 		max: ms(max), above: ms(max + time.Millisecond),
-		belowMsg: ms(min-time.Millisecond) + " is below the minimum " + Duration(min).String(),
-		aboveMsg: ms(max+time.Millisecond) + " is above the maximum " + Duration(max).String(),
+		belowMsg: ms(min-time.Millisecond) + " is below the minimum " + duration(min).String(),
+		aboveMsg: ms(max+time.Millisecond) + " is above the maximum " + duration(max).String(),
 	}
 }
 

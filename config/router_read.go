@@ -198,8 +198,8 @@ func (r *reader) link(top *mapping) Link {
 		if n := dm.get("bind"); n != nil {
 			d.Bind, _ = r.localBind(n, dm.keyPath("bind"))
 		}
-		d.HealthyDialBackoff = r.backoff(dm, "healthyDialBackoff", Backoff{Duration(5 * time.Second), Duration(5 * time.Minute), 1.5})
-		d.UnhealthyDialBackoff = r.backoff(dm, "unhealthyDialBackoff", Backoff{Duration(time.Minute), Duration(time.Hour), 10})
+		d.HealthyDialBackoff = r.backoff(dm, "healthyDialBackoff", Backoff{5 * time.Second, 5 * time.Minute, 1.5})
+		d.UnhealthyDialBackoff = r.backoff(dm, "unhealthyDialBackoff", Backoff{time.Minute, time.Hour, 10})
 		r.componentOptions(dm)
 		dm.finish()
 		l.Dialers = append(l.Dialers, d)
@@ -227,12 +227,12 @@ func (r *reader) componentOptions(m *mapping) {
 func (r *reader) backoff(m *mapping, key string, def Backoff) Backoff {
 	bm := m.child(key)
 	b := Backoff{
-		MinRetryInterval:   bm.duration("minRetryInterval", def.MinRetryInterval.Std(), 10*time.Millisecond, day),
-		MaxRetryInterval:   bm.duration("maxRetryInterval", def.MaxRetryInterval.Std(), 10*time.Millisecond, day),
+		MinRetryInterval:   bm.duration("minRetryInterval", def.MinRetryInterval, 10*time.Millisecond, day),
+		MaxRetryInterval:   bm.duration("maxRetryInterval", def.MaxRetryInterval, 10*time.Millisecond, day),
 		RetryBackoffFactor: bm.number("retryBackoffFactor", def.RetryBackoffFactor, 1, 100),
 	}
 	if b.MinRetryInterval > b.MaxRetryInterval {
-		r.errorf(bm.lineOfKey("minRetryInterval"), bm.keyPath("minRetryInterval"), "%s is above maxRetryInterval %s", b.MinRetryInterval, b.MaxRetryInterval)
+		r.errorf(bm.lineOfKey("minRetryInterval"), bm.keyPath("minRetryInterval"), "%s is above maxRetryInterval %s", duration(b.MinRetryInterval), duration(b.MaxRetryInterval))
 	}
 	bm.finish()
 	return b

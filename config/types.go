@@ -12,16 +12,14 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Duration is a time.Duration written with a unit suffix ("5s", "1m", "24h", "10ms") in the
-// files and in the effective configuration. Durations the file gives as whole milliseconds
-// or seconds are plain time.Duration fields, written back as those integers.
-type Duration time.Duration
+// duration prints a time.Duration the way an operator writes it: "5m" rather than "5m0s".
+// The keys the file writes with a unit suffix ("5s", "1m", "24h", "10ms") load as
+// time.Duration; the effective configuration and the messages write them back through this
+// type. Durations the file gives as whole milliseconds or seconds are written back as those
+// integers.
+type duration time.Duration
 
-// Std returns d as a time.Duration.
-func (d Duration) Std() time.Duration { return time.Duration(d) }
-
-// String prints d the way an operator writes it: "5m" rather than "5m0s".
-func (d Duration) String() string {
+func (d duration) String() string {
 	s := time.Duration(d).String()
 	if strings.HasSuffix(s, "m0s") {
 		s = strings.TrimSuffix(s, "0s")
@@ -32,7 +30,7 @@ func (d Duration) String() string {
 	return s
 }
 
-func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+func (d duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
 func parseDuration(s string) (time.Duration, error) {
 	d, err := time.ParseDuration(s)

@@ -98,7 +98,7 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 		return nil, err
 	}
 	c.model = model.New(c.store, c.ca, log, model.Options{
-		SessionTimeout: cfg.SessionTimeout.Std(),
+		SessionTimeout: cfg.SessionTimeout,
 		Issuer:         "https://" + cfg.API.Advertise,
 		SigningKey:     key,
 		SigningKID:     certid.Fingerprint(c.cert.Leaf),

@@ -33,7 +33,7 @@ func testConfig(dir, addr string) *config.Controller {
 		API:            config.ControllerAPI{Listen: addr, Advertise: addr},
 		Ctrl:           config.ControllerCtrl{Listen: config.Address{Transport: "tls", Host: "127.0.0.1", Port: 6262}},
 		Admin:          config.Admin{Username: "admin", Password: "admin-pass"},
-		SessionTimeout: config.Duration(30 * time.Minute),
+		SessionTimeout: 30 * time.Minute,
 	}
 }
 

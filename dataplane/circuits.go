@@ -318,7 +318,7 @@ func (r *Router) connected() {
 }
 
 func (r *Router) requestTimeout() time.Duration {
-	if d := r.cfg.Ctrl.DefaultRequestTimeout.Std(); d > 0 {
+	if d := r.cfg.Ctrl.DefaultRequestTimeout; d > 0 {
 		return d
 	}
 	return 5 * time.Second

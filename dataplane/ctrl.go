@@ -173,9 +173,9 @@ func (c *ctrlClient) open(ctx context.Context, addr string, dial func(context.Co
 		return nil, err
 	}
 	opts := ctrlproto.Options{
-		RequestTimeout: c.cfg.DefaultRequestTimeout.Std(),
-		Heartbeats: ctrlproto.Heartbeats{SendInterval: c.cfg.Heartbeats.SendInterval.Std(), CheckInterval: c.cfg.Heartbeats.CheckInterval.Std(),
-			CloseUnresponsiveTimeout: c.cfg.Heartbeats.CloseUnresponsiveTimeout.Std()},
+		RequestTimeout: c.cfg.DefaultRequestTimeout,
+		Heartbeats: ctrlproto.Heartbeats{SendInterval: c.cfg.Heartbeats.SendInterval, CheckInterval: c.cfg.Heartbeats.CheckInterval,
+			CloseUnresponsiveTimeout: c.cfg.Heartbeats.CloseUnresponsiveTimeout},
 	}
 	if c.trace != nil {
 		opts.Trace = c.trace.hook(addr)

@@ -22,8 +22,8 @@ const (
 // the control channel and the links, which Run makes before it starts them.
 func newHealthChecks(r *Router) *health.Checker {
 	hc := r.cfg.HealthChecks
-	ping := health.Check{ID: checkControllerPing, InitialDelay: hc.CtrlPingCheck.InitialDelay.Std(),
-		Interval: hc.CtrlPingCheck.Interval.Std(), Timeout: hc.CtrlPingCheck.Timeout.Std(),
+	ping := health.Check{ID: checkControllerPing, InitialDelay: hc.CtrlPingCheck.InitialDelay,
+		Interval: hc.CtrlPingCheck.Interval, Timeout: hc.CtrlPingCheck.Timeout,
 		Run: func(ctx context.Context) (any, error) {
 			ch := r.ctrl.current()
 			if ch == nil {
@@ -35,9 +35,9 @@ func newHealthChecks(r *Router) *health.Checker {
 			return nil, nil
 		}}
 	minLinks := hc.LinkCheck.MinLinks
-	links := health.Check{ID: checkLinkHealth, InitialDelay: hc.LinkCheck.InitialDelay.Std(),
+	links := health.Check{ID: checkLinkHealth, InitialDelay: hc.LinkCheck.InitialDelay,
 		// Listing the links reads memory only; the interval is more than it ever needs.
-		Interval: hc.LinkCheck.Interval.Std(), Timeout: hc.LinkCheck.Interval.Std(),
+		Interval: hc.LinkCheck.Interval, Timeout: hc.LinkCheck.Interval,
 		Run: func(context.Context) (any, error) {
 			type linkDetail struct {
 				LinkID       string `json:"linkId"`

@@ -271,7 +271,7 @@ func sampleKey(name string, labels []*dto.LabelPair) string {
 // metricsLoop takes and sends the reports until ctx ends.
 func (r *Router) metricsLoop(ctx context.Context) {
 	mc := r.cfg.Metrics
-	interval := mc.ReportInterval.Std()
+	interval := mc.ReportInterval
 	if interval <= 0 {
 		return
 	}
@@ -288,7 +288,7 @@ func (r *Router) metricsLoop(ctx context.Context) {
 				queue = queue[1:]
 			}
 			queue = append(queue, r.snapshot(now))
-			for len(queue) > 0 && now.Sub(queue[0].Timestamp) >= mc.IntervalAgeThreshold.Std() {
+			for len(queue) > 0 && now.Sub(queue[0].Timestamp) >= mc.IntervalAgeThreshold {
 				sctx, cancel := context.WithTimeout(ctx, time.Second)
 				err := r.ctrl.send(sctx, queue[0])
 				cancel()

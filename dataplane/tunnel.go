@@ -59,16 +59,16 @@ func (r *Router) startTunnels(ctx context.Context, wg *sync.WaitGroup) error {
 			h := &tunnel.Host{}
 			r.tunnelHost = h
 			run("host", func() error {
-				return h.Run(ctx, r.overlay, tunnel.HostOptions{Logger: log, UDPIdleTimeout: l.Tunnel.UDPIdleTimeout.Std()})
+				return h.Run(ctx, r.overlay, tunnel.HostOptions{Logger: log, UDPIdleTimeout: l.Tunnel.UDPIdleTimeout})
 			})
 		case config.TunnelHost:
 			h := &tunnel.Host{}
 			r.tunnelHost = h
 			run("host", func() error {
-				return h.Run(ctx, r.overlay, tunnel.HostOptions{Logger: log, UDPIdleTimeout: l.Tunnel.UDPIdleTimeout.Std()})
+				return h.Run(ctx, r.overlay, tunnel.HostOptions{Logger: log, UDPIdleTimeout: l.Tunnel.UDPIdleTimeout})
 			})
 		case config.TunnelTProxy:
-			idle := l.Tunnel.UDPIdleTimeout.Std()
+			idle := l.Tunnel.UDPIdleTimeout
 			opts := tunnel.TProxyOptions{Host: &tunnel.HostOptions{UDPIdleTimeout: idle}, UDPIdleTimeout: idle, Logger: log}
 			if res := l.Tunnel.Resolver; res != nil {
 				addr, err := netip.ParseAddr(res.Host)

@@ -12,7 +12,7 @@ import (
 // retry): the policy's minimum first, then each wait RetryBackoffFactor times the last, up
 // to the maximum.
 func nextWait(b config.Backoff, prev time.Duration) time.Duration {
-	lo, hi := b.MinRetryInterval.Std(), b.MaxRetryInterval.Std()
+	lo, hi := b.MinRetryInterval, b.MaxRetryInterval
 	if prev < lo {
 		return lo
 	}

@@ -248,7 +248,7 @@ func (d *Dialer) watch(t *target, l *Link) {
 		if d.targets[t.RouterID] != t || t.state != linked || d.ctx.Err() != nil {
 			return
 		}
-		if time.Since(since) >= d.policy(t).MinRetryInterval.Std() {
+		if time.Since(since) >= d.policy(t).MinRetryInterval {
 			t.wait = 0
 			d.enqueue(t)
 			return

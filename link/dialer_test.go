@@ -64,8 +64,8 @@ func TestDialerDialsAtOnceWhenPeerComesOnline(t *testing.T) {
 	port := freePort(t)
 	dc := dialerConfig(true)
 	dc.UnhealthyDialBackoff = config.Backoff{
-		MinRetryInterval:   config.Duration(time.Hour),
-		MaxRetryInterval:   config.Duration(time.Hour),
+		MinRetryInterval:   time.Hour,
+		MaxRetryInterval:   time.Hour,
 		RetryBackoffFactor: 10,
 	}
 	d := a.newDialer(t, dc)
@@ -192,8 +192,8 @@ func TestDialerRejectsBadTargets(t *testing.T) {
 
 func TestNextWait(t *testing.T) {
 	t.Parallel()
-	healthy := config.Backoff{MinRetryInterval: config.Duration(5 * time.Second), MaxRetryInterval: config.Duration(5 * time.Minute), RetryBackoffFactor: 1.5}
-	unhealthy := config.Backoff{MinRetryInterval: config.Duration(time.Minute), MaxRetryInterval: config.Duration(time.Hour), RetryBackoffFactor: 10}
+	healthy := config.Backoff{MinRetryInterval: 5 * time.Second, MaxRetryInterval: 5 * time.Minute, RetryBackoffFactor: 1.5}
+	unhealthy := config.Backoff{MinRetryInterval: time.Minute, MaxRetryInterval: time.Hour, RetryBackoffFactor: 10}
 	tests := []struct {
 		b    config.Backoff
 		prev time.Duration

@@ -130,8 +130,8 @@ func dialerConfig(split bool, groups ...string) config.LinkDialer {
 		groups = []string{"default"}
 	}
 	fast := config.Backoff{
-		MinRetryInterval:   config.Duration(10 * time.Millisecond),
-		MaxRetryInterval:   config.Duration(50 * time.Millisecond),
+		MinRetryInterval:   10 * time.Millisecond,
+		MaxRetryInterval:   50 * time.Millisecond,
 		RetryBackoffFactor: 2,
 	}
 	return config.LinkDialer{Binding: "transport", Groups: groups, Split: split, HealthyDialBackoff: fast, UnhealthyDialBackoff: fast}

@@ -83,7 +83,7 @@ func Config(t testing.TB) *config.Controller {
 	return &config.Controller{
 		V: 1, DataDir: t.TempDir(),
 		Admin:          config.Admin{Username: AdminUsername, Password: AdminPassword},
-		SessionTimeout: config.Duration(30 * time.Minute),
+		SessionTimeout: 30 * time.Minute,
 	}
 }
 
