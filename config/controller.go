@@ -1,7 +1,6 @@
 package config
 
 import (
-	"encoding/json"
 	"net/netip"
 	"path/filepath"
 	"time"
@@ -14,31 +13,16 @@ const ControllerVersion = 1
 // Controller is the effective configuration of a standalone or co-located controller. Its
 // JSON and YAML forms use the file's key names, durations written as in the file ("30m").
 type Controller struct {
-	V              int
-	DataDir        string
-	API            ControllerAPI
-	Ctrl           ControllerCtrl
-	Admin          Admin
-	SessionTimeout time.Duration
+	V              int            `json:"v" yaml:"v"`
+	DataDir        string         `json:"dataDir" yaml:"dataDir"`
+	API            ControllerAPI  `json:"api" yaml:"api"`
+	Ctrl           ControllerCtrl `json:"ctrl" yaml:"ctrl"`
+	Admin          Admin          `json:"admin" yaml:"admin"`
+	SessionTimeout time.Duration  `json:"sessionTimeout" yaml:"sessionTimeout"`
 	// Web lists the listeners of the health-checks and metrics APIs (the bindings of
 	// WebAPIs, as on routers), served over HTTPS with the API's server certificate.
-	Web []WebListener
+	Web []WebListener `json:"web" yaml:"web"`
 }
-
-func (c Controller) file() any {
-	return struct {
-		V              int            `json:"v" yaml:"v"`
-		DataDir        string         `json:"dataDir" yaml:"dataDir"`
-		API            ControllerAPI  `json:"api" yaml:"api"`
-		Ctrl           ControllerCtrl `json:"ctrl" yaml:"ctrl"`
-		Admin          Admin          `json:"admin" yaml:"admin"`
-		SessionTimeout duration       `json:"sessionTimeout" yaml:"sessionTimeout"`
-		Web            []WebListener  `json:"web" yaml:"web"`
-	}{c.V, c.DataDir, c.API, c.Ctrl, c.Admin, duration(c.SessionTimeout), c.Web}
-}
-
-func (c Controller) MarshalYAML() (any, error)    { return c.file(), nil }
-func (c Controller) MarshalJSON() ([]byte, error) { return json.Marshal(c.file()) }
 
 // ControllerAPI is where the HTTPS API (client and management) listens. Advertise is the
 // host:port clients use; it names the API in enrollment tokens and in the server certificate.

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/netip"
@@ -36,29 +35,14 @@ type Router struct {
 
 // Ctrl says how the router reaches its controller.
 type Ctrl struct {
-	Endpoint              *Address
-	Endpoints             []Address
-	Bind                  string
-	DefaultRequestTimeout time.Duration
-	Heartbeats            Heartbeats
-	Options               CtrlOptions
-	EndpointsFile         string
+	Endpoint              *Address      `json:"endpoint,omitempty" yaml:"endpoint,omitempty"`
+	Endpoints             []Address     `json:"endpoints,omitempty" yaml:"endpoints,omitempty"`
+	Bind                  string        `json:"bind,omitempty" yaml:"bind,omitempty"`
+	DefaultRequestTimeout time.Duration `json:"defaultRequestTimeout" yaml:"defaultRequestTimeout"`
+	Heartbeats            Heartbeats    `json:"heartbeats" yaml:"heartbeats"`
+	Options               CtrlOptions   `json:"options" yaml:"options"`
+	EndpointsFile         string        `json:"endpointsFile" yaml:"endpointsFile"`
 }
-
-func (c Ctrl) file() any {
-	return struct {
-		Endpoint              *Address    `json:"endpoint,omitempty" yaml:"endpoint,omitempty"`
-		Endpoints             []Address   `json:"endpoints,omitempty" yaml:"endpoints,omitempty"`
-		Bind                  string      `json:"bind,omitempty" yaml:"bind,omitempty"`
-		DefaultRequestTimeout duration    `json:"defaultRequestTimeout" yaml:"defaultRequestTimeout"`
-		Heartbeats            Heartbeats  `json:"heartbeats" yaml:"heartbeats"`
-		Options               CtrlOptions `json:"options" yaml:"options"`
-		EndpointsFile         string      `json:"endpointsFile" yaml:"endpointsFile"`
-	}{c.Endpoint, c.Endpoints, c.Bind, duration(c.DefaultRequestTimeout), c.Heartbeats, c.Options, c.EndpointsFile}
-}
-
-func (c Ctrl) MarshalYAML() (any, error)    { return c.file(), nil }
-func (c Ctrl) MarshalJSON() ([]byte, error) { return json.Marshal(c.file()) }
 
 // Addresses returns the controller addresses to try in order: endpoint alone when it is
 // set, endpoints otherwise.
@@ -71,36 +55,16 @@ func (c Ctrl) Addresses() []Address {
 
 // Heartbeats are the control channel's liveness probes.
 type Heartbeats struct {
-	SendInterval             time.Duration
-	CheckInterval            time.Duration
-	CloseUnresponsiveTimeout time.Duration
+	SendInterval             time.Duration `json:"sendInterval" yaml:"sendInterval"`
+	CheckInterval            time.Duration `json:"checkInterval" yaml:"checkInterval"`
+	CloseUnresponsiveTimeout time.Duration `json:"closeUnresponsiveTimeout" yaml:"closeUnresponsiveTimeout"`
 }
-
-func (h Heartbeats) file() any {
-	return struct {
-		SendInterval             duration `json:"sendInterval" yaml:"sendInterval"`
-		CheckInterval            duration `json:"checkInterval" yaml:"checkInterval"`
-		CloseUnresponsiveTimeout duration `json:"closeUnresponsiveTimeout" yaml:"closeUnresponsiveTimeout"`
-	}{duration(h.SendInterval), duration(h.CheckInterval), duration(h.CloseUnresponsiveTimeout)}
-}
-
-func (h Heartbeats) MarshalYAML() (any, error)    { return h.file(), nil }
-func (h Heartbeats) MarshalJSON() ([]byte, error) { return json.Marshal(h.file()) }
 
 // CtrlOptions are the control channel's options. The file gives ConnectTimeout in whole
 // milliseconds (connectTimeoutMs).
 type CtrlOptions struct {
-	ConnectTimeout time.Duration
+	ConnectTimeout time.Duration `json:"connectTimeoutMs" yaml:"connectTimeoutMs" unit:"ms"`
 }
-
-func (o CtrlOptions) file() any {
-	return struct {
-		ConnectTimeoutMs int64 `json:"connectTimeoutMs" yaml:"connectTimeoutMs"`
-	}{o.ConnectTimeout.Milliseconds()}
-}
-
-func (o CtrlOptions) MarshalYAML() (any, error)    { return o.file(), nil }
-func (o CtrlOptions) MarshalJSON() ([]byte, error) { return json.Marshal(o.file()) }
 
 // Identity names the router's certificate and key files. Relative paths are taken relative
 // to the configuration file's directory.
@@ -125,21 +89,10 @@ type AltServerCert struct {
 // Edge turns on edge functionality: SDK clients and tunnel bindings. The file gives
 // DBSaveInterval in whole seconds (dbSaveIntervalSeconds).
 type Edge struct {
-	DB             string
-	DBSaveInterval time.Duration
-	CSR            *CSR
+	DB             string        `json:"db" yaml:"db"`
+	DBSaveInterval time.Duration `json:"dbSaveIntervalSeconds" yaml:"dbSaveIntervalSeconds" unit:"s"`
+	CSR            *CSR          `json:"csr,omitempty" yaml:"csr,omitempty"`
 }
-
-func (e Edge) file() any {
-	return struct {
-		DB                    string `json:"db" yaml:"db"`
-		DBSaveIntervalSeconds int64  `json:"dbSaveIntervalSeconds" yaml:"dbSaveIntervalSeconds"`
-		CSR                   *CSR   `json:"csr,omitempty" yaml:"csr,omitempty"`
-	}{e.DB, int64(e.DBSaveInterval / time.Second), e.CSR}
-}
-
-func (e Edge) MarshalYAML() (any, error)    { return e.file(), nil }
-func (e Edge) MarshalJSON() ([]byte, error) { return json.Marshal(e.file()) }
 
 // CSR holds the subject and SANs of the certificates requested at enrollment and extension.
 type CSR struct {
@@ -192,21 +145,10 @@ type LinkDialer struct {
 // Backoff is a retry policy: the wait starts at MinRetryInterval and is multiplied by
 // RetryBackoffFactor after each failure, up to MaxRetryInterval.
 type Backoff struct {
-	MinRetryInterval   time.Duration
-	MaxRetryInterval   time.Duration
-	RetryBackoffFactor float64
+	MinRetryInterval   time.Duration `json:"minRetryInterval" yaml:"minRetryInterval"`
+	MaxRetryInterval   time.Duration `json:"maxRetryInterval" yaml:"maxRetryInterval"`
+	RetryBackoffFactor float64       `json:"retryBackoffFactor" yaml:"retryBackoffFactor"`
 }
-
-func (b Backoff) file() any {
-	return struct {
-		MinRetryInterval   duration `json:"minRetryInterval" yaml:"minRetryInterval"`
-		MaxRetryInterval   duration `json:"maxRetryInterval" yaml:"maxRetryInterval"`
-		RetryBackoffFactor float64  `json:"retryBackoffFactor" yaml:"retryBackoffFactor"`
-	}{duration(b.MinRetryInterval), duration(b.MaxRetryInterval), b.RetryBackoffFactor}
-}
-
-func (b Backoff) MarshalYAML() (any, error)    { return b.file(), nil }
-func (b Backoff) MarshalJSON() ([]byte, error) { return json.Marshal(b.file()) }
 
 // Listener bindings.
 const (
@@ -236,31 +178,17 @@ const (
 // TunnelOptions are the options of the tunnel listener. Resolver and DNSSvcIPRange are set in
 // tproxy mode only, Services in proxy mode only.
 type TunnelOptions struct {
-	Mode          string
-	Resolver      *Resolver
-	DNSSvcIPRange *netip.Prefix
+	Mode          string        `json:"mode" yaml:"mode"`
+	Resolver      *Resolver     `json:"resolver,omitempty" yaml:"resolver,omitempty"`
+	DNSSvcIPRange *netip.Prefix `json:"dnsSvcIpRange,omitempty" yaml:"dnsSvcIpRange,omitempty"`
 	// Upstreams are where the tproxy resolver forwards names it does not intercept; the
 	// nameservers of /etc/resolv.conf when empty.
-	Upstreams []netip.AddrPort
+	Upstreams []netip.AddrPort `json:"upstreams,omitempty" yaml:"upstreams,omitempty"`
 	// UDPIdleTimeout ends a UDP flow (intercepted or hosted) that carried nothing either way
 	// for so long.
-	UDPIdleTimeout time.Duration
-	Services       []TunnelService
+	UDPIdleTimeout time.Duration   `json:"udpIdleTimeout" yaml:"udpIdleTimeout"`
+	Services       []TunnelService `json:"services,omitempty" yaml:"services,omitempty"`
 }
-
-func (t TunnelOptions) file() any {
-	return struct {
-		Mode           string           `json:"mode" yaml:"mode"`
-		Resolver       *Resolver        `json:"resolver,omitempty" yaml:"resolver,omitempty"`
-		DNSSvcIPRange  *netip.Prefix    `json:"dnsSvcIpRange,omitempty" yaml:"dnsSvcIpRange,omitempty"`
-		Upstreams      []netip.AddrPort `json:"upstreams,omitempty" yaml:"upstreams,omitempty"`
-		UDPIdleTimeout duration         `json:"udpIdleTimeout" yaml:"udpIdleTimeout"`
-		Services       []TunnelService  `json:"services,omitempty" yaml:"services,omitempty"`
-	}{t.Mode, t.Resolver, t.DNSSvcIPRange, t.Upstreams, duration(t.UDPIdleTimeout), t.Services}
-}
-
-func (t TunnelOptions) MarshalYAML() (any, error)    { return t.file(), nil }
-func (t TunnelOptions) MarshalJSON() ([]byte, error) { return json.Marshal(t.file()) }
 
 // Resolver is where the tproxy tunnel's DNS server listens, written udp://<host>:<port>.
 type Resolver struct {
@@ -306,44 +234,19 @@ type DialerOptions struct {
 // Forwarder tunes circuit forwarding. The file gives its intervals and timeouts in whole
 // milliseconds.
 type Forwarder struct {
-	FaultTxInterval          time.Duration
-	IdleCircuitTimeout       time.Duration
-	IdleTxInterval           time.Duration
-	LatencyProbeInterval     time.Duration
-	LinkDialQueueLength      int
-	LinkDialWorkerCount      int
-	RateLimitedQueueLength   int
-	RateLimitedWorkerCount   int
-	XgressCloseCheckInterval time.Duration
-	XgressDialDwellTime      time.Duration
-	XgressDialQueueLength    int
-	XgressDialWorkerCount    int
+	FaultTxInterval          time.Duration `json:"faultTxInterval" yaml:"faultTxInterval" unit:"ms"`
+	IdleCircuitTimeout       time.Duration `json:"idleCircuitTimeout" yaml:"idleCircuitTimeout" unit:"ms"`
+	IdleTxInterval           time.Duration `json:"idleTxInterval" yaml:"idleTxInterval" unit:"ms"`
+	LatencyProbeInterval     time.Duration `json:"latencyProbeInterval" yaml:"latencyProbeInterval" unit:"ms"`
+	LinkDialQueueLength      int           `json:"linkDialQueueLength" yaml:"linkDialQueueLength"`
+	LinkDialWorkerCount      int           `json:"linkDialWorkerCount" yaml:"linkDialWorkerCount"`
+	RateLimitedQueueLength   int           `json:"rateLimitedQueueLength" yaml:"rateLimitedQueueLength"`
+	RateLimitedWorkerCount   int           `json:"rateLimitedWorkerCount" yaml:"rateLimitedWorkerCount"`
+	XgressCloseCheckInterval time.Duration `json:"xgressCloseCheckInterval" yaml:"xgressCloseCheckInterval" unit:"ms"`
+	XgressDialDwellTime      time.Duration `json:"xgressDialDwellTime" yaml:"xgressDialDwellTime" unit:"ms"`
+	XgressDialQueueLength    int           `json:"xgressDialQueueLength" yaml:"xgressDialQueueLength"`
+	XgressDialWorkerCount    int           `json:"xgressDialWorkerCount" yaml:"xgressDialWorkerCount"`
 }
-
-func (f Forwarder) file() any {
-	return struct {
-		FaultTxInterval          int64 `json:"faultTxInterval" yaml:"faultTxInterval"`
-		IdleCircuitTimeout       int64 `json:"idleCircuitTimeout" yaml:"idleCircuitTimeout"`
-		IdleTxInterval           int64 `json:"idleTxInterval" yaml:"idleTxInterval"`
-		LatencyProbeInterval     int64 `json:"latencyProbeInterval" yaml:"latencyProbeInterval"`
-		LinkDialQueueLength      int   `json:"linkDialQueueLength" yaml:"linkDialQueueLength"`
-		LinkDialWorkerCount      int   `json:"linkDialWorkerCount" yaml:"linkDialWorkerCount"`
-		RateLimitedQueueLength   int   `json:"rateLimitedQueueLength" yaml:"rateLimitedQueueLength"`
-		RateLimitedWorkerCount   int   `json:"rateLimitedWorkerCount" yaml:"rateLimitedWorkerCount"`
-		XgressCloseCheckInterval int64 `json:"xgressCloseCheckInterval" yaml:"xgressCloseCheckInterval"`
-		XgressDialDwellTime      int64 `json:"xgressDialDwellTime" yaml:"xgressDialDwellTime"`
-		XgressDialQueueLength    int   `json:"xgressDialQueueLength" yaml:"xgressDialQueueLength"`
-		XgressDialWorkerCount    int   `json:"xgressDialWorkerCount" yaml:"xgressDialWorkerCount"`
-	}{
-		f.FaultTxInterval.Milliseconds(), f.IdleCircuitTimeout.Milliseconds(), f.IdleTxInterval.Milliseconds(),
-		f.LatencyProbeInterval.Milliseconds(), f.LinkDialQueueLength, f.LinkDialWorkerCount,
-		f.RateLimitedQueueLength, f.RateLimitedWorkerCount, f.XgressCloseCheckInterval.Milliseconds(),
-		f.XgressDialDwellTime.Milliseconds(), f.XgressDialQueueLength, f.XgressDialWorkerCount,
-	}
-}
-
-func (f Forwarder) MarshalYAML() (any, error)    { return f.file(), nil }
-func (f Forwarder) MarshalJSON() ([]byte, error) { return json.Marshal(f.file()) }
 
 // HealthChecks configures the router's own health checks.
 type HealthChecks struct {
@@ -353,57 +256,24 @@ type HealthChecks struct {
 
 // CtrlPingCheck pings the controller over the control channel.
 type CtrlPingCheck struct {
-	Interval     time.Duration
-	Timeout      time.Duration
-	InitialDelay time.Duration
+	Interval     time.Duration `json:"interval" yaml:"interval"`
+	Timeout      time.Duration `json:"timeout" yaml:"timeout"`
+	InitialDelay time.Duration `json:"initialDelay" yaml:"initialDelay"`
 }
-
-func (c CtrlPingCheck) file() any {
-	return struct {
-		Interval     duration `json:"interval" yaml:"interval"`
-		Timeout      duration `json:"timeout" yaml:"timeout"`
-		InitialDelay duration `json:"initialDelay" yaml:"initialDelay"`
-	}{duration(c.Interval), duration(c.Timeout), duration(c.InitialDelay)}
-}
-
-func (c CtrlPingCheck) MarshalYAML() (any, error)    { return c.file(), nil }
-func (c CtrlPingCheck) MarshalJSON() ([]byte, error) { return json.Marshal(c.file()) }
 
 // LinkCheck counts the router's links.
 type LinkCheck struct {
-	Interval     time.Duration
-	InitialDelay time.Duration
-	MinLinks     int
+	Interval     time.Duration `json:"interval" yaml:"interval"`
+	InitialDelay time.Duration `json:"initialDelay" yaml:"initialDelay"`
+	MinLinks     int           `json:"minLinks" yaml:"minLinks"`
 }
-
-func (l LinkCheck) file() any {
-	return struct {
-		Interval     duration `json:"interval" yaml:"interval"`
-		InitialDelay duration `json:"initialDelay" yaml:"initialDelay"`
-		MinLinks     int      `json:"minLinks" yaml:"minLinks"`
-	}{duration(l.Interval), duration(l.InitialDelay), l.MinLinks}
-}
-
-func (l LinkCheck) MarshalYAML() (any, error)    { return l.file(), nil }
-func (l LinkCheck) MarshalJSON() ([]byte, error) { return json.Marshal(l.file()) }
 
 // Metrics configures the metrics messages sent to the controller.
 type Metrics struct {
-	ReportInterval       time.Duration
-	MessageQueueSize     int
-	IntervalAgeThreshold time.Duration
+	ReportInterval       time.Duration `json:"reportInterval" yaml:"reportInterval"`
+	MessageQueueSize     int           `json:"messageQueueSize" yaml:"messageQueueSize"`
+	IntervalAgeThreshold time.Duration `json:"intervalAgeThreshold" yaml:"intervalAgeThreshold"`
 }
-
-func (m Metrics) file() any {
-	return struct {
-		ReportInterval       duration `json:"reportInterval" yaml:"reportInterval"`
-		MessageQueueSize     int      `json:"messageQueueSize" yaml:"messageQueueSize"`
-		IntervalAgeThreshold duration `json:"intervalAgeThreshold" yaml:"intervalAgeThreshold"`
-	}{duration(m.ReportInterval), m.MessageQueueSize, duration(m.IntervalAgeThreshold)}
-}
-
-func (m Metrics) MarshalYAML() (any, error)    { return m.file(), nil }
-func (m Metrics) MarshalJSON() ([]byte, error) { return json.Marshal(m.file()) }
 
 // Web APIs a router serves: its health checks as JSON (GET /health-checks) and its
 // Prometheus metrics (GET /metrics).
@@ -449,19 +319,9 @@ type ProfileCPU struct {
 // ProfileMemory writes a heap profile every Interval. The file gives Interval in whole
 // milliseconds (intervalMs).
 type ProfileMemory struct {
-	Path     string
-	Interval time.Duration
+	Path     string        `json:"path" yaml:"path"`
+	Interval time.Duration `json:"intervalMs" yaml:"intervalMs" unit:"ms"`
 }
-
-func (p ProfileMemory) file() any {
-	return struct {
-		Path       string `json:"path" yaml:"path"`
-		IntervalMs int64  `json:"intervalMs" yaml:"intervalMs"`
-	}{p.Path, p.Interval.Milliseconds()}
-}
-
-func (p ProfileMemory) MarshalYAML() (any, error)    { return p.file(), nil }
-func (p ProfileMemory) MarshalJSON() ([]byte, error) { return json.Marshal(p.file()) }
 
 // Trace writes every decoded message to Path.
 type Trace struct {
