@@ -256,13 +256,15 @@ func TestCloseWithUnreadData(t *testing.T) {
 	})
 	held, release := make(chan struct{}), make(chan struct{})
 	acted := make(chan struct{}, 10)
+	first := true // the reader runs handlers one at a time
 	router.Handle(TypeEndpointsUpdate, func(context.Context, Message) (Message, error) {
-		select {
-		case held <- struct{}{}:
+		if first {
+			first = false
+			held <- struct{}{}
 			<-release // holds the reader until after Close
-		default:
-			acted <- struct{}{} // a message read after Close
+			return nil, nil
 		}
+		acted <- struct{}{} // a message read after Close
 		return nil, nil
 	})
 	if err := ctrl.Send(context.Background(), &EndpointsUpdate{}); err != nil {
