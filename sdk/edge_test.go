@@ -306,7 +306,7 @@ func TestAcceptedStreamsSurviveGC(t *testing.T) {
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
 	}
-	hc, err := l.Accept()
+	hc, err := l.AcceptConn()
 	check(t, err)
 	defer hc.Close()
 	stop := make(chan struct{})
@@ -322,26 +322,55 @@ func TestAcceptedStreamsSurviveGC(t *testing.T) {
 			}
 		}
 	}()
-	hc.SetDeadline(time.Now().Add(10 * time.Second))
+	got, err := readAll(hc, runtime.GC)
+	if err != nil || !bytes.Equal(got, payload) {
+		t.Fatalf("host read %d bytes of %d, %v", len(got), len(payload), err)
+	}
+	// And the other way, through the dialer's stream.
+	written := make(chan error, 1)
+	go func() {
+		_, err := hc.Write(payload)
+		if err == nil {
+			err = hc.CloseWrite()
+		}
+		written <- err
+	}()
+	back, err := readAll(conn, nil)
+	if err != nil || !bytes.Equal(back, payload) {
+		select {
+		case werr := <-written:
+			t.Fatalf("dialer read %d bytes of %d, %v (the host's write: %v)", len(back), len(payload), err, werr)
+		default:
+			t.Fatalf("dialer read %d bytes of %d, %v (the host still writing)", len(back), len(payload), err)
+		}
+	}
+	if err := <-written; err != nil {
+		t.Fatalf("host write: %v", err)
+	}
+}
+
+// readAll reads c to EOF, calling between (if set) after every read. Nothing bounds the
+// transfer as a whole: under -race on a loaded machine, a collection after each of a
+// transfer's reads adds up to more than any fixed budget. Each read must make progress
+// within testutil.Patience instead, so that a stream that stalls fails the test.
+func readAll(c *Conn, between func()) ([]byte, error) {
 	var got bytes.Buffer
 	buf := make([]byte, 4096)
 	for {
-		n, err := hc.Read(buf)
+		if err := c.SetReadDeadline(time.Now().Add(testutil.Patience)); err != nil {
+			return got.Bytes(), err
+		}
+		n, err := c.Read(buf)
 		got.Write(buf[:n])
 		if err == io.EOF {
-			break
+			return got.Bytes(), nil
 		}
-		check(t, err)
-		runtime.GC()
-	}
-	if !bytes.Equal(got.Bytes(), payload) {
-		t.Fatalf("read %d bytes of %d", got.Len(), len(payload))
-	}
-	// And the other way, through the dialer's stream.
-	go func() { hc.Write(payload); hc.(*Conn).CloseWrite() }()
-	back, err := io.ReadAll(conn)
-	if err != nil || !bytes.Equal(back, payload) {
-		t.Fatalf("dialer read %d bytes, %v", len(back), err)
+		if err != nil {
+			return got.Bytes(), err
+		}
+		if between != nil {
+			between()
+		}
 	}
 }
 
