@@ -37,8 +37,6 @@ const (
 	// maxKeptBody bounds the body buffer the reader keeps between frames; a larger body is
 	// read into a buffer of its own.
 	maxKeptBody = 64 << 10
-	// closeFlushTimeout bounds how long closing waits to write what is queued.
-	closeFlushTimeout = time.Second
 	// asyncIdle is how long an async handler's goroutine waits for another message before
 	// it ends.
 	asyncIdle = 2 * time.Second
@@ -182,8 +180,9 @@ func New(ctx context.Context, conn net.Conn, log *slog.Logger, opts Options) *Ch
 	c.unanswered.Store(-1)
 	c.lastPingOut.Store(-int64(opts.Heartbeats.SendInterval))
 	c.ctx, c.cancel = context.WithCancelCause(ctx)
-	// However the channel ends, a writer stuck on a peer that does not read gives up.
-	context.AfterFunc(c.ctx, func() { c.conn.SetWriteDeadline(time.Now().Add(closeFlushTimeout)) })
+	// However the channel ends, a writer stuck on a peer that reads nothing for as long as
+	// makes it unresponsive gives up.
+	context.AfterFunc(c.ctx, func() { c.conn.SetWriteDeadline(time.Now().Add(c.closeWait())) })
 	return c
 }
 
@@ -211,9 +210,10 @@ func (c *Channel) Start() {
 	})
 }
 
-// Close writes what is queued (waiting at most a second), half-closes the connection and
-// waits, at most another second, for the peer to close its side (reading on, acting on
-// nothing), then closes the connection; it returns once the writer has stopped. Err then
+// Close writes what is queued, half-closes the connection and waits for the peer to close
+// its side (reading on, acting on nothing), then closes the connection; it returns once the
+// writer has stopped. A peer that reads nothing for Heartbeats.CloseUnresponsiveTimeout, or
+// does not close that long after the last write, is given up on as unresponsive. Err then
 // returns ErrClosed, unless the channel had already closed for another reason. Close is
 // idempotent, and releases a channel never started.
 func (c *Channel) Close() error {
@@ -461,15 +461,17 @@ func (c *Channel) writeLoop() {
 				return
 			}
 		case <-c.ctx.Done():
-			// Closing: write what is already queued, within the write deadline.
+			// Closing: write what is already queued, as long as the peer keeps reading.
 			for more := true; more; {
 				select {
 				case f := <-c.out:
+					c.conn.SetWriteDeadline(time.Now().Add(c.closeWait()))
 					more = write(f) == nil
 				default:
 					more = false
 				}
 			}
+			c.conn.SetWriteDeadline(time.Now().Add(c.closeWait()))
 			if bw.Flush() == nil {
 				c.linger()
 			}
@@ -478,9 +480,14 @@ func (c *Channel) writeLoop() {
 	}
 }
 
+// closeWait is how long closing waits on a peer that makes no progress: as long as the
+// heartbeats give a silent peer before it counts as unresponsive, so that a peer slowed by a
+// loaded machine still gets every message and a clean end.
+func (c *Channel) closeWait() time.Duration { return c.opts.Heartbeats.CloseUnresponsiveTimeout }
+
 // linger ends a channel this side closed (Close, or a handler's ReplyAndClose): once
 // everything queued is written, it half-closes the connection and waits, at most
-// closeFlushTimeout, for the peer to close its side, while the reader reads on. Closing a
+// closeWait, for the peer to close its side, while the reader reads on. Closing a
 // socket that holds unread data (a heartbeat that crossed the close) makes the kernel reset
 // the connection, and the peer loses what it had not read yet of the last messages.
 func (c *Channel) linger() {
@@ -488,7 +495,7 @@ func (c *Channel) linger() {
 	if !ok || !errors.Is(context.Cause(c.ctx), ErrClosed) || cw.CloseWrite() != nil {
 		return
 	}
-	t := time.NewTimer(closeFlushTimeout)
+	t := time.NewTimer(c.closeWait())
 	defer t.Stop()
 	select {
 	case <-c.readDone:

@@ -86,7 +86,9 @@ func withRaw(t testing.TB, opts Options) (*Channel, *tls.Conn) {
 	cc, sc := tlsPair(t)
 	ch := New(context.Background(), cc, quietLog(), opts)
 	ch.Start()
-	t.Cleanup(func() { ch.Close() })
+	// The raw end does not speak the protocol: it closes first, as a peer would once it read
+	// the channel's end, so that Close need not wait for it.
+	t.Cleanup(func() { sc.Close(); ch.Close() })
 	return ch, sc
 }
 
