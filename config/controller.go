@@ -22,6 +22,15 @@ type Controller struct {
 	// Web lists the listeners of the health-checks and metrics APIs (the bindings of
 	// WebAPIs, as on routers), served over HTTPS with the API's server certificate.
 	Web []WebListener `json:"web" yaml:"web"`
+	// ExtJWT holds what concerns external JWT signers.
+	ExtJWT ControllerExtJWT `json:"extJwt,omitzero" yaml:"extJwt,omitempty"`
+}
+
+// ControllerExtJWT holds what concerns external JWT signers. CABundle is a PEM file of CA
+// certificates trusted, besides the system's roots, for https key-set endpoints (an
+// identity provider with a private CA); "" when none.
+type ControllerExtJWT struct {
+	CABundle string `json:"caBundle,omitempty" yaml:"caBundle,omitempty"`
 }
 
 // ControllerAPI is where the HTTPS API (client and management) listens. Advertise is the
@@ -131,6 +140,9 @@ func (r *reader) controller(path string, data []byte) *Controller {
 	admin.finish()
 
 	cfg.SessionTimeout = top.duration("sessionTimeout", 30*time.Minute, time.Minute, day)
+	ext := top.child("extJwt")
+	cfg.ExtJWT.CABundle = ext.filePath("caBundle", "", dir)
+	ext.finish()
 	var points []webPoint
 	cfg.Web, points = r.webListeners(top, WebAPIs()...)
 	r.controllerWebChecks(cfg, points)

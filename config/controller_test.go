@@ -31,6 +31,9 @@ func TestControllerDefaults(t *testing.T) {
 		{"", "admin.password", `"(hidden)"`},
 		{"", "sessionTimeout", `"30m"`},
 		{"", "web", `[]`},
+		{"", "extJwt", `<absent>`},
+		{"extJwt: {caBundle: idp-ca.pem}", "extJwt.caBundle", `"/etc/zmesh/idp-ca.pem"`},
+		{"extJwt: {caBundle: /etc/ssl/corp.pem}", "extJwt.caBundle", `"/etc/ssl/corp.pem"`},
 		{"web: [{name: ops, bindPoints: [{interface: '127.0.0.1:8081'}], apis: [{binding: health-checks}, {binding: metrics}]}]", "web",
 			`[{"apis":[{"binding":"health-checks"},{"binding":"metrics"}],"bindPoints":[{"address":"127.0.0.1:8081","interface":"127.0.0.1:8081"}],"name":"ops"}]`},
 	}
@@ -112,6 +115,9 @@ func TestControllerErrors(t *testing.T) {
 		}},
 		{"bad listen", "v: 1\ndataDir: d\napi: {listen: 'localhost'}\nadmin: {password: secret}\n", []string{
 			`c.yml:3: api.listen: "localhost": not <host>:<port>, e.g. 127.0.0.1:1280`,
+		}},
+		{"extJwt.caBundle not a string", controllerWith("extJwt:\n  caBundle: [a.pem]\n"), []string{
+			"c.yml:6: extJwt.caBundle: must be a single value, found a list",
 		}},
 		{"web binding", controllerWith(`web:
   - name: ops

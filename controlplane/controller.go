@@ -8,6 +8,8 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -97,12 +99,17 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 	if c.store, err = store.Open(filepath.Join(cfg.DataDir, "db"), log, store.Options{}); err != nil {
 		return nil, err
 	}
+	jwksRoots, err := jwksRoots(cfg.ExtJWT.CABundle)
+	if err != nil {
+		return nil, err
+	}
 	c.model = model.New(c.store, c.ca, log, model.Options{
 		SessionTimeout: cfg.SessionTimeout,
 		Issuer:         "https://" + cfg.API.Advertise,
 		SigningKey:     key,
 		SigningKID:     certid.Fingerprint(c.cert.Leaf),
 		ReservedHosts:  apiHosts(cfg),
+		JWKSRoots:      jwksRoots,
 	})
 	c.sessions = sessionsync.New(c.model, log, sessionsync.Options{})
 	if err := c.model.EnsureBuiltinConfigTypes(); err != nil {
@@ -414,3 +421,40 @@ func (c *Controller) Metrics() *metrics.Metrics { return c.metrics }
 // Links returns the router links that circuits are routed over: those both of their routers
 // reported up.
 func (c *Controller) Links() []paths.Link { return c.mesh.Links() }
+
+// jwksRoots are the CAs external JWT signers' https key-set endpoints are trusted under: the
+// system's roots plus the certificates of the PEM file bundle (extJwt.caBundle); nil (the
+// system's roots alone) when bundle is "".
+func jwksRoots(bundle string) (*x509.CertPool, error) {
+	if bundle == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(bundle)
+	if err != nil {
+		return nil, fmt.Errorf("extJwt.caBundle: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool() // no system roots on this host: the bundle alone
+	}
+	n := 0
+	for rest := data; ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("extJwt.caBundle %s: certificate %d: %w", bundle, n+1, err)
+		}
+		pool.AddCert(cert)
+		n++
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("extJwt.caBundle %s: no PEM certificate in the file", bundle)
+	}
+	return pool, nil
+}

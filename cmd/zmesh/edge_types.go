@@ -218,7 +218,7 @@ func edgeTypes() []*entityType {
 				{flag: "issuer", kind: textValue, body: "issuer", required: true, usage: "the iss claim of its tokens"},
 				{flag: "audience", kind: textValue, body: "audience", required: true, usage: "the aud claim its tokens must hold"},
 				{flag: "jwks-endpoint", kind: textValue, body: "jwksEndpoint", required: true,
-					usage: "https:// URL of its key set (keys may rotate); or --cert-file with --kid"},
+					usage: "https:// URL of its key set (keys may rotate; http:// only on 127.0.0.1 or [::1]); or --cert-file with --kid"},
 				{flag: "cert-file", kind: textFileValue, body: "certPem", needs: []string{"kid"},
 					usage: "PEM file of its static signing certificate, instead of --jwks-endpoint"},
 				{flag: "kid", kind: textValue, body: "kid", usage: "the kid header of tokens signed with --cert-file's key"},

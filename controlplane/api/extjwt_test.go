@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -38,8 +39,14 @@ type testIdP struct {
 }
 
 func newTestIdP(t *testing.T, iss string) *testIdP {
+	return startTestIdP(t, iss, httptest.NewTLSServer)
+}
+
+// startTestIdP is newTestIdP with the key set served by a server newServer starts:
+// httptest.NewServer for plain HTTP, or one whose certificate the test chose.
+func startTestIdP(t *testing.T, iss string, newServer func(http.Handler) *httptest.Server) *testIdP {
 	p := &testIdP{t: t, iss: iss, aud: "zmesh-network", keys: map[string]any{}}
-	p.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p.srv = newServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/jwks" {
 			http.NotFound(w, r)
 			return
@@ -464,4 +471,68 @@ func policyBody(name string, edit func(map[string]any)) map[string]any {
 		edit(p)
 	}
 	return p
+}
+
+// TestExtJWTLoopbackHTTP checks the key-set endpoints a signer may name: https, or plain
+// http on a loopback IP address only (an identity provider on the controller's host, in
+// development), on creation and on update; and a real login with a JWT whose key the
+// controller fetched over http from 127.0.0.1 with its default client.
+func TestExtJWTLoopbackHTTP(t *testing.T) {
+	t.Parallel()
+	idp := startTestIdP(t, "http://127.0.0.1/realms/dev", httptest.NewServer)
+	idp.addKey("dev-1", true, true)
+	if !strings.HasPrefix(idp.endpoint(), "http://127.0.0.1:") {
+		t.Fatalf("the IdP is at %s", idp.endpoint())
+	}
+	l := startLive(t, liveOptions{}) // the model's own JWKS client
+
+	body := func(name, iss, endpoint string) map[string]any {
+		return map[string]any{"name": name, "enabled": true, "issuer": iss, "audience": idp.aud, "jwksEndpoint": endpoint}
+	}
+	refused := func(t *testing.T, a answer, what string) {
+		t.Helper()
+		var env struct {
+			Error struct {
+				Code  string `json:"code"`
+				Cause struct {
+					Field string `json:"field"`
+				} `json:"cause"`
+			} `json:"error"`
+		}
+		json.Unmarshal(a.body, &env)
+		if a.status != 400 || env.Error.Code != "COULD_NOT_VALIDATE" || env.Error.Cause.Field != "jwksEndpoint" {
+			t.Errorf("%s: %d %s, want 400 COULD_NOT_VALIDATE naming jwksEndpoint", what, a.status, a.body)
+		}
+	}
+	for _, endpoint := range []string{
+		"http://idp.example.com/jwks",
+		"http://192.168.1.10:8080/jwks",
+		"http://[fe80::1]/jwks",
+		"http://localhost:8080/jwks", // a name, not an address: not trusted to be loopback
+		"http://127.0.0.1.nip.io/jwks",
+		"http://0.0.0.0:8080/jwks",
+		"ftp://127.0.0.1/jwks",
+	} {
+		a := l.do(hreq{method: "POST", path: "/external-jwt-signers", mgmt: true, token: l.admin, body: body("refused", "https://refused.example.com", endpoint)})
+		refused(t, a, "create with "+endpoint)
+	}
+	for i, endpoint := range []string{"http://[::1]:8080/jwks", "http://127.1.2.3/jwks", "https://idp.example.com/jwks"} {
+		id := l.createID(t, "/external-jwt-signers", body(fmt.Sprintf("ok-%d", i), fmt.Sprintf("https://ok-%d.example.com", i), endpoint))
+		a := l.do(hreq{method: "PATCH", path: "/external-jwt-signers/" + id, mgmt: true, token: l.admin, body: map[string]any{"jwksEndpoint": "http://10.0.0.1/jwks"}})
+		refused(t, a, "update of "+endpoint+" to http://10.0.0.1/jwks")
+	}
+
+	dev := l.createID(t, "/external-jwt-signers", body("dev-idp", idp.iss, idp.endpoint()))
+	ident := l.createID(t, "/identities", map[string]any{"name": "dora", "type": "User", "isAdmin": false})
+	var sess sessionInfo
+	l.expect(hreq{method: "POST", path: "/authenticate?method=ext-jwt", bearer: idp.sign("dev-1", idp.claims("sub", ident))}, "POST /authenticate", 200, "").data(t, &sess)
+	if sess.IdentityID != ident || idp.fetches.Load() != 1 {
+		t.Fatalf("login with a JWT of the loopback IdP: %+v, %d fetches", sess, idp.fetches.Load())
+	}
+	// Moved to plain http elsewhere by an update: refused, and the signer keeps its endpoint.
+	a := l.do(hreq{method: "PATCH", path: "/external-jwt-signers/" + dev, mgmt: true, token: l.admin, body: map[string]any{"jwksEndpoint": "http://idp.example.com/jwks"}})
+	refused(t, a, "update to a remote http endpoint")
+	if st := l.extLogin(idp.sign("dev-1", idp.claims("sub", ident))).status; st != 200 {
+		t.Fatalf("login after the refused update: %d", st)
+	}
 }

@@ -123,6 +123,7 @@ func TestMFA(t *testing.T) {
 		t.Errorf("MFA auth query: %v", q)
 	}
 	for _, blocked := range []hreq{
+		{method: "GET", path: "/current-identity"},
 		{method: "GET", path: "/current-identity/authenticators"},
 		{method: "GET", path: "/services"},
 		{method: "POST", path: "/sessions", body: map[string]string{"serviceId": "x", "type": "Dial"}},
@@ -136,7 +137,6 @@ func TestMFA(t *testing.T) {
 		}
 	}
 	l.expect(hreq{method: "GET", path: "/current-api-session", token: s2.token}, "GET /current-api-session", 200, "")
-	l.expect(hreq{method: "GET", path: "/current-identity", token: s2.token}, "GET /current-identity", 200, "")
 	l.expect(hreq{method: "POST", path: "/authenticate/mfa", token: s2.token, body: map[string]string{"code": "999999"}}, "POST /authenticate/mfa", 401, "MFA_INVALID_TOKEN")
 	used := app.code()
 	l.expect(hreq{method: "POST", path: "/authenticate/mfa", token: s2.token, body: map[string]string{"code": used}}, "POST /authenticate/mfa", 200, "")
@@ -214,6 +214,64 @@ func TestMFA(t *testing.T) {
 	l.expect(hreq{method: "GET", path: "/current-identity/authenticators", token: s6.token}, "GET /current-identity/authenticators", 200, "")
 	if _, err := l.m.MFAOf(userID); model.CodeOf(err) != model.CodeNotFound {
 		t.Fatalf("MFA after administrator removal: %v", err)
+	}
+}
+
+// TestPartialSessionOnlyPassesMFA checks what a partially authenticated API session (the
+// password passed, the MFA auth query outstanding) may do: the MFA routes and its own API
+// session (read, log out) answer; its identity and every other route answer 401
+// UNAUTHORIZED, as the reference's fully authenticated routes do, until MFA is passed.
+func TestPartialSessionOnlyPassesMFA(t *testing.T) {
+	t.Parallel()
+	clock := &offsetClock{}
+	l := startLive(t, liveOptions{clock: clock.Now})
+	l.updbUser("petra", "")
+	full := l.login("petra", "petra-Pass1!")
+	app, _ := startMFA(t, l, clock, full.token, true)
+	l.expect(hreq{method: "GET", path: "/current-identity", token: full.token}, "GET /current-identity", 200, "")
+
+	partial := l.login("petra", "petra-Pass1!")
+	if !partial.pendingMFA() {
+		t.Fatalf("a login of an identity with verified MFA: %+v", partial)
+	}
+	for _, blocked := range []hreq{
+		{method: "GET", path: "/current-identity"},
+		{method: "GET", path: "/current-identity/edge-routers"},
+		{method: "GET", path: "/services"},
+	} {
+		blocked.token = partial.token
+		if a := l.do(blocked); a.status != 401 || a.code(t) != "UNAUTHORIZED" {
+			t.Errorf("%s %s with MFA outstanding: %d %s", blocked.method, blocked.path, a.status, a.body)
+		}
+	}
+	l.expect(hreq{method: "GET", path: "/current-api-session", token: partial.token}, "GET /current-api-session", 200, "")
+	l.expect(hreq{method: "GET", path: "/current-identity/mfa", token: partial.token}, "GET /current-identity/mfa", 200, "")
+	l.expect(hreq{method: "POST", path: "/authenticate/mfa", token: partial.token, body: map[string]string{"code": app.code()}}, "POST /authenticate/mfa", 200, "")
+	l.expect(hreq{method: "GET", path: "/current-identity", token: partial.token}, "GET /current-identity", 200, "")
+	l.expect(hreq{method: "GET", path: "/services", token: partial.token}, "GET /services", 200, "")
+
+	// A partial session logs out.
+	other := l.login("petra", "petra-Pass1!")
+	l.expect(hreq{method: "DELETE", path: "/current-api-session", token: other.token}, "DELETE /current-api-session", 200, "")
+	if a := l.do(hreq{method: "GET", path: "/current-api-session", token: other.token}); a.status != 401 {
+		t.Errorf("the API session after logout: %d %s", a.status, a.body)
+	}
+
+	// An identity whose policy requires TOTP enrolls from its partial session: the
+	// enrollment routes answer, its identity does not.
+	totp := l.createID(t, "/auth-policies", policyBody("totp", func(p map[string]any) { p["secondary"].(map[string]any)["requireTotp"] = true }))
+	l.updbUser("quentin", totp)
+	q := l.login("quentin", "quentin-Pass1!")
+	if !q.pendingMFA() {
+		t.Fatalf("a login under a TOTP policy: %+v", q)
+	}
+	if a := l.do(hreq{method: "GET", path: "/current-identity", token: q.token}); a.status != 401 || a.code(t) != "UNAUTHORIZED" {
+		t.Errorf("GET /current-identity before enrolling: %d %s", a.status, a.body)
+	}
+	startMFA(t, l, clock, q.token, false)
+	l.expect(hreq{method: "GET", path: "/current-identity/mfa/qr-code", token: q.token}, "GET /current-identity/mfa/qr-code", 200, "")
+	if a := l.do(hreq{method: "GET", path: "/current-identity", token: q.token}); a.status != 401 {
+		t.Errorf("GET /current-identity with an unverified enrollment: %d %s", a.status, a.body)
 	}
 }
 

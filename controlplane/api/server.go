@@ -248,11 +248,13 @@ func (s *Server) authorize(c *call, rt route) error {
 // bearer is the token of the request's Authorization: Bearer header, or "".
 func (c *call) bearer() string { return model.BearerToken(c.r.Header.Get("Authorization")) }
 
-// pendingMFARoutes are what an API session that must still pass MFA may do: pass it, read
-// and end itself, read its identity, and enroll in MFA when its policy requires TOTP.
+// pendingMFARoutes are what an API session that must still pass MFA (partially
+// authenticated, in the reference's terms) may do: pass it, read and end itself, and enroll
+// in MFA when its policy requires TOTP. Everything else, its identity included, answers 401
+// UNAUTHORIZED until MFA is passed, as the reference's fully authenticated routes do.
 var pendingMFARoutes = []string{
 	"POST /authenticate/mfa",
-	"GET /current-api-session", "DELETE /current-api-session", "GET /current-identity",
+	"GET /current-api-session", "DELETE /current-api-session",
 	"GET /current-identity/mfa", "POST /current-identity/mfa", "GET /current-identity/mfa/qr-code",
 	"POST /current-identity/mfa/verify",
 }

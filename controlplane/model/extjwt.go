@@ -78,15 +78,28 @@ func (s *ExtJWTSigner) ClaimsPropertyOrDefault() string {
 	return s.ClaimsProperty
 }
 
-func checkURL(field, raw string, httpsOnly bool) error {
+func checkURL(field, raw string) error {
 	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || (u.Scheme != "https" && (httpsOnly || u.Scheme != "http")) {
-		if httpsOnly {
-			return invalid(field, raw, "must be an https:// URL")
-		}
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
 		return invalid(field, raw, "must be an http:// or https:// URL")
 	}
 	return nil
+}
+
+// checkJWKSEndpoint accepts https:// key-set endpoints, and http:// ones whose host is a
+// loopback IP literal (an identity provider on the controller's host, in development).
+func checkJWKSEndpoint(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.Hostname() == "" {
+		return invalid("jwksEndpoint", raw, "must be an https:// URL, or http:// on a loopback address (127.0.0.1, [::1])")
+	}
+	switch {
+	case u.Scheme == "https", loopbackHTTP(u):
+		return nil
+	case u.Scheme == "http":
+		return invalid("jwksEndpoint", raw, "http:// is allowed only on a loopback IP address (127.0.0.0/8, [::1]), not on %q: use https://", u.Hostname())
+	}
+	return invalid("jwksEndpoint", raw, "must be an https:// URL, or http:// on a loopback address (127.0.0.1, [::1])")
 }
 
 // checkSigner validates a signer about to be stored and fills in its certificate's details.
@@ -106,7 +119,7 @@ func (m *Model) checkSigner(tx *store.Tx, s *ExtJWTSigner) error {
 	case s.JWKSEndpoint == "" && s.CertPEM == "":
 		return invalid("jwksEndpoint", nil, "a signer needs jwksEndpoint, or certPem with kid")
 	case s.JWKSEndpoint != "":
-		if err := checkURL("jwksEndpoint", s.JWKSEndpoint, true); err != nil {
+		if err := checkJWKSEndpoint(s.JWKSEndpoint); err != nil {
 			return err
 		}
 		s.Fingerprint, s.CommonName, s.NotBefore, s.NotAfter = "", "", time.Time{}, time.Time{}
@@ -126,7 +139,7 @@ func (m *Model) checkSigner(tx *store.Tx, s *ExtJWTSigner) error {
 	}
 	for _, u := range []struct{ field, v string }{{"externalAuthUrl", s.ExternalAuthURL}, {"openIdConfigurationUrl", s.OpenIDConfigurationURL}} {
 		if u.v != "" {
-			if err := checkURL(u.field, u.v, false); err != nil {
+			if err := checkURL(u.field, u.v); err != nil {
 				return err
 			}
 		}

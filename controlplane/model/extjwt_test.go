@@ -8,6 +8,7 @@ import (
 	"crypto/rsa"
 	"encoding/base64"
 	"encoding/json"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -130,5 +131,64 @@ func TestLockouts(t *testing.T) {
 	l.failed("b", AuthPolicyUpdb{}, now)
 	if len(l.m) != 0 {
 		t.Fatal("a policy without maxAttempts counts failures")
+	}
+}
+
+// TestJWKSEndpointRules checks which key-set endpoints a signer may name and which
+// redirects a fetch follows: https anywhere; plain http only on a loopback IP literal, and
+// a redirect from https never to plain http.
+func TestJWKSEndpointRules(t *testing.T) {
+	t.Parallel()
+	for endpoint, ok := range map[string]bool{
+		"https://idp.example.com/jwks":  true,
+		"https://10.0.0.1:8443/jwks":    true,
+		"http://127.0.0.1:8080/jwks":    true,
+		"http://127.255.0.9/jwks":       true,
+		"http://[::1]:5556/dex/keys":    true,
+		"http://[::ffff:127.0.0.1]/k":   true,
+		"http://localhost:8080/jwks":    false,
+		"http://idp.example.com/jwks":   false,
+		"http://10.0.0.1/jwks":          false,
+		"http://[fe80::1%25lo]/jwks":    false,
+		"http://0.0.0.0/jwks":           false,
+		"http:///jwks":                  false,
+		"ftp://127.0.0.1/jwks":          false,
+		"127.0.0.1:8080/jwks":           false,
+		"https://":                      false,
+		"http://127.0.0.1.example/jwks": false,
+	} {
+		err := checkJWKSEndpoint(endpoint)
+		if (err == nil) != ok {
+			t.Errorf("%s: %v, want accepted %v", endpoint, err, ok)
+		}
+		if err != nil {
+			if e, isModel := err.(*Error); !isModel || e.Field != "jwksEndpoint" || e.Code != CodeCouldNotValidate {
+				t.Errorf("%s: %#v does not name jwksEndpoint", endpoint, err)
+			}
+		}
+	}
+
+	check := newJWKSCache(Options{}).client.CheckRedirect
+	req := func(raw string) *http.Request {
+		r, err := http.NewRequest("GET", raw, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for _, tt := range []struct {
+		from, to string
+		ok       bool
+	}{
+		{"https://idp.example.com/jwks", "https://keys.example.com/jwks", true},
+		{"https://idp.example.com/jwks", "http://127.0.0.1/jwks", false},
+		{"https://idp.example.com/jwks", "http://idp.example.com/jwks", false},
+		{"http://127.0.0.1:8080/jwks", "http://127.0.0.1:8080/realms/dev/jwks", true},
+		{"http://127.0.0.1:8080/jwks", "https://idp.example.com/jwks", true},
+		{"http://127.0.0.1:8080/jwks", "http://idp.example.com/jwks", false},
+	} {
+		if err := check(req(tt.to), []*http.Request{req(tt.from)}); (err == nil) != tt.ok {
+			t.Errorf("redirect %s -> %s: %v, want followed %v", tt.from, tt.to, err, tt.ok)
+		}
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"io"
 	"math/big"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -67,15 +69,17 @@ func newJWKSCache(opts Options) *jwksCache {
 	if c.client == nil {
 		c.client = &http.Client{Transport: &http.Transport{
 			Proxy:               http.ProxyFromEnvironment,
-			TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12},
+			TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: opts.JWKSRoots},
 			TLSHandshakeTimeout: jwksTimeout,
 		}}
 	}
 	if c.client.CheckRedirect == nil {
 		cl := *c.client
 		cl.CheckRedirect = func(req *http.Request, via []*http.Request) error {
-			if req.URL.Scheme != "https" {
-				return fmt.Errorf("redirect to %s refused: key sets are fetched over https only", req.URL.Redacted())
+			// A redirect stays on https, or, from a loopback http endpoint, on loopback http:
+			// never a downgrade from https, never plain http across a network.
+			if req.URL.Scheme != "https" && (via[0].URL.Scheme == "https" || !loopbackHTTP(req.URL)) {
+				return fmt.Errorf("redirect to %s refused: key sets are fetched over https, or over http from a loopback address only", req.URL.Redacted())
 			}
 			if len(via) >= 5 {
 				return errors.New("too many redirects")
@@ -149,6 +153,9 @@ func (c *jwksCache) fetch(ctx context.Context, endpoint string) (map[string]jwk,
 	if err != nil {
 		return nil, fmt.Errorf("key set %s: %w", endpoint, err)
 	}
+	if req.URL.Scheme != "https" && !loopbackHTTP(req.URL) {
+		return nil, fmt.Errorf("key set %s refused: not https, nor http on a loopback address", endpoint)
+	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.client.Do(req)
 	if err != nil {
@@ -166,6 +173,17 @@ func (c *jwksCache) fetch(ctx context.Context, endpoint string) (map[string]jwk,
 		return nil, fmt.Errorf("key set %s is larger than %d bytes", endpoint, maxJWKSBytes)
 	}
 	return parseJWKS(data)
+}
+
+// loopbackHTTP reports whether u is an http:// URL whose host is a loopback IP literal
+// (127.0.0.0/8, ::1). Host names, localhost included, are not: what they resolve to is not
+// the URL's to say.
+func loopbackHTTP(u *url.URL) bool {
+	if u.Scheme != "http" {
+		return false
+	}
+	ip, err := netip.ParseAddr(u.Hostname())
+	return err == nil && ip.Unmap().IsLoopback() && ip.Zone() == ""
 }
 
 // jwkJSON is a JSON web key as key sets carry it (RFC 7517, 7518, 8037).

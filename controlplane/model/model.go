@@ -3,6 +3,7 @@ package model
 import (
 	"crypto/ecdsa"
 	"crypto/rand"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,9 +36,12 @@ type Options struct {
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 	// JWKSClient fetches the key sets of external JWT signers; nil: a client that trusts
-	// the system's roots. JWKSRefetchInterval is how often at most a key set is fetched
+	// JWKSRoots. JWKSRefetchInterval is how often at most a key set is fetched
 	// again for a key id it lacks; 0: DefaultJWKSRefetchInterval.
-	JWKSClient          *http.Client
+	JWKSClient *http.Client
+	// JWKSRoots are the CAs the default JWKS client trusts for https key-set endpoints;
+	// nil: the system's roots (the controller passes them plus extJwt.caBundle).
+	JWKSRoots           *x509.CertPool
 	JWKSRefetchInterval time.Duration
 }
 
