@@ -104,6 +104,8 @@ func (r *reader) controller(path string, data []byte) *Controller {
 	if top.require("dataDir", "the directory that holds the store and the PKI") {
 		cfg.DataDir = top.filePath("dataDir", "", dir)
 	}
+	top.whenAbsent("api", "section missing, using the default listen address 127.0.0.1:1280")
+	top.whenAbsent("ctrl", "section missing, using the default listen address tls:127.0.0.1:6262")
 	api := top.child("api")
 	cfg.API.Listen = r.hostPort(api, "listen", "127.0.0.1:1280")
 	cfg.API.Advertise = r.hostPort(api, "advertise", "")

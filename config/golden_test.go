@@ -66,6 +66,7 @@ func checkGolden(t *testing.T, golden string, got []byte) {
 func TestRouterGolden(t *testing.T) {
 	t.Parallel()
 	cfg, warns, err := LoadRouter("testdata/router-complete.yml", goldenEnv)
+	warns, err = Strict(warns, err) // as validate reads it: no unknown keys
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +76,7 @@ func TestRouterGolden(t *testing.T) {
 func TestControllerGolden(t *testing.T) {
 	t.Parallel()
 	cfg, warns, err := LoadController("testdata/controller-complete.yml", goldenEnv)
+	warns, err = Strict(warns, err) // as validate reads it: no unknown keys
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -31,6 +33,11 @@ type reader struct {
 
 func (r *reader) errorf(line int, path, format string, args ...any) {
 	r.errs = append(r.errs, Diagnostic{File: r.file, Line: line, Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+// unknownf records an unknown key: an error for validate, a warning for run (see Strict).
+func (r *reader) unknownf(line int, path, format string, args ...any) {
+	r.warns = append(r.warns, Diagnostic{File: r.file, Line: line, Path: path, Message: fmt.Sprintf(format, args...), UnknownKey: true})
 }
 
 func (r *reader) warnf(line int, path, format string, args ...any) {
@@ -136,13 +143,20 @@ type mapping struct {
 	vals  map[string]*yaml.Node
 	keyAt map[string]int
 	used  map[string]bool
+
+	known    []string          // the keys the schema asked about, in the order it asked
+	required map[string]bool   // keys the schema requires
+	sections map[string]bool   // keys opened as a mapping
+	absent   map[string]string // what the absence of a key means, said when a typo stands in its place
+	free     bool              // an options map: it may hold options of other components
 }
 
 // mapping opens n as a mapping at path. A nil or null n is an empty mapping; any other kind
 // is recorded as an error and read as empty. line is where the mapping's key stands, used for
 // errors about keys that are missing.
 func (r *reader) mapping(n *yaml.Node, path string, line int) *mapping {
-	m := &mapping{r: r, path: path, line: line, vals: map[string]*yaml.Node{}, keyAt: map[string]int{}, used: map[string]bool{}}
+	m := &mapping{r: r, path: path, line: line, vals: map[string]*yaml.Node{}, keyAt: map[string]int{}, used: map[string]bool{},
+		required: map[string]bool{}, sections: map[string]bool{}, absent: map[string]string{}}
 	if isNull(n) {
 		return m
 	}
@@ -209,8 +223,16 @@ func lineOf(n *yaml.Node, fallback int) int {
 
 func (m *mapping) keyPath(key string) string { return join(m.path, key) }
 
+// know records key as one of the schema's keys at this level, for the suggestions of finish.
+func (m *mapping) know(key string) {
+	if !slices.Contains(m.known, key) {
+		m.known = append(m.known, key)
+	}
+}
+
 // has reports whether key is present, null or not.
 func (m *mapping) has(key string) bool {
+	m.know(key)
 	_, ok := m.vals[key]
 	return ok
 }
@@ -218,6 +240,7 @@ func (m *mapping) has(key string) bool {
 // get returns the node of key and marks the key as known. It returns nil when the key is
 // absent or null, which every reader takes as "use the default".
 func (m *mapping) get(key string) *yaml.Node {
+	m.know(key)
 	m.used[key] = true
 	n := m.vals[key]
 	if isNull(n) {
@@ -228,6 +251,7 @@ func (m *mapping) get(key string) *yaml.Node {
 
 // lineOfKey is where key stands, or where the mapping starts when key is absent.
 func (m *mapping) lineOfKey(key string) int {
+	m.know(key)
 	if l, ok := m.keyAt[key]; ok {
 		return l
 	}
@@ -236,6 +260,7 @@ func (m *mapping) lineOfKey(key string) int {
 
 // require records an error when key is absent or null.
 func (m *mapping) require(key, what string) bool {
+	m.required[key] = true
 	if m.get(key) == nil {
 		m.r.errorf(m.lineOfKey(key), m.keyPath(key), "is required: %s", what)
 		return false
@@ -244,20 +269,74 @@ func (m *mapping) require(key, what string) bool {
 }
 
 // ignore marks key as known without reading it (a key read through another path).
-func (m *mapping) ignore(key string) { m.used[key] = true }
+func (m *mapping) ignore(key string) {
+	m.know(key)
+	m.used[key] = true
+}
 
-// finish reports the keys nobody asked for as warnings: they are left out of the effective
-// configuration.
+// whenAbsent says what the absence of key means ("section missing, using the default listen
+// address ..."). finish says it when a key that looks like a typo of key stands in its place.
+func (m *mapping) whenAbsent(key, meaning string) { m.absent[key] = meaning }
+
+// finish reports the keys nobody asked for. Each is an unknown-key diagnostic (an error for
+// validate, a warning for run) that suggests the known key it is closest to, or lists the
+// known keys. In an options map, which may hold options of other components, only a key
+// close to one zmesh reads is reported so; the others are warnings, as before. A typo whose
+// key is therefore absent is followed by a warning saying what that absence means.
 func (m *mapping) finish() {
 	for _, k := range m.order {
-		if !m.used[k] {
-			m.r.warnf(m.keyAt[k], m.keyPath(k), "unknown key, ignored")
+		if m.used[k] {
+			continue
+		}
+		line, path := m.keyAt[k], m.keyPath(k)
+		near := suggest(k, m.known)
+		switch {
+		case near != "":
+			m.r.unknownf(line, path, "unknown key; did you mean %s?", near)
+		case m.free:
+			m.r.warnf(line, path, "unknown key, ignored")
+			continue
+		case len(m.known) == 0:
+			m.r.unknownf(line, path, "unknown key; no keys are defined here")
+		default:
+			m.r.unknownf(line, path, "unknown key; allowed: %s", strings.Join(m.known, ", "))
+		}
+		if near == "" || m.has(near) || m.required[near] {
+			continue
+		}
+		meaning, ok := m.absent[near]
+		switch {
+		case ok:
+		case m.sections[near]:
+			meaning = "section missing, its defaults apply"
+		default:
+			meaning = "not set, its default applies"
+		}
+		m.r.warnf(line, m.keyPath(near), "%s (%s is not read)", meaning, quoteKey(k))
+	}
+}
+
+// quoteKey writes a key for a message: as it is when it is a plain word, quoted otherwise.
+func quoteKey(k string) string {
+	for _, c := range k {
+		if !unicode.IsLetter(c) && !unicode.IsDigit(c) && c != '_' && c != '-' {
+			return strconv.Quote(k)
 		}
 	}
+	return k
+}
+
+// options opens the options map under key: it may hold options of other components.
+func (m *mapping) options(key string) *mapping {
+	o := m.child(key)
+	o.free = true
+	return o
 }
 
 // child opens the mapping under key. The key counts as present even when its value is null.
 func (m *mapping) child(key string) *mapping {
+	m.know(key)
+	m.sections[key] = true
 	m.used[key] = true
 	return m.r.mapping(m.vals[key], m.keyPath(key), m.lineOfKey(key))
 }

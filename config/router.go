@@ -420,6 +420,10 @@ func (r *reader) router(path string, data []byte) *Router {
 	dir := filepath.Dir(abs)
 
 	cfg := &Router{V: RouterVersion}
+	top.whenAbsent("edge", "section missing: the router runs fabric-only, without edge functionality or SDK connectivity")
+	top.whenAbsent("link", "section missing: the router neither dials nor accepts other routers")
+	top.whenAbsent("listeners", "section missing: no listeners for outside clients")
+	top.whenAbsent("dialers", "section missing: the router cannot terminate services")
 	cfg.Ctrl = r.ctrl(top, dir)
 	cfg.Identity = r.identity(top, dir)
 	cfg.Edge = r.edge(top, abs, dir)

@@ -40,6 +40,7 @@ func (r *reader) ctrl(top *mapping, dir string) Ctrl {
 		}
 		if len(endpoints) == 0 && present {
 			r.errorf(m.line, "ctrl", "one of ctrl.endpoint or ctrl.endpoints is required")
+			m.required["endpoint"], m.required["endpoints"] = true, true
 		}
 	}
 	if n := m.get("bind"); n != nil {
@@ -52,7 +53,7 @@ func (r *reader) ctrl(top *mapping, dir string) Ctrl {
 		CloseUnresponsiveTimeout: hb.duration("closeUnresponsiveTimeout", 30*time.Second, time.Second, day),
 	}
 	hb.finish()
-	opts := m.child("options")
+	opts := m.options("options")
 	c.Options.ConnectTimeout = opts.millis("connectTimeoutMs", 5000, 100, 600_000)
 	opts.finish()
 	m.finish()
@@ -220,7 +221,7 @@ func groups(m *mapping) []string {
 // reported as ignored.
 func (r *reader) componentOptions(m *mapping) {
 	if m.has("options") {
-		m.child("options").finish()
+		m.options("options").finish()
 	}
 }
 
@@ -245,7 +246,7 @@ func (r *reader) listeners(top *mapping) []Listener {
 		m := r.mapping(n, path, n.Line)
 		l := Listener{Binding: m.oneOf("binding", "", BindingEdge, BindingTransport, BindingTunnel), line: n.Line}
 		m.require("binding", "the component that serves the listener; allowed: edge, transport, tunnel")
-		opts := m.child("options")
+		opts := m.options("options")
 		switch l.Binding {
 		case BindingEdge, BindingTransport:
 			l.Bind, l.Advertise = r.listenerAddresses(m, opts)
@@ -257,6 +258,10 @@ func (r *reader) listeners(top *mapping) []Listener {
 				}
 			}
 			l.Tunnel = r.tunnelOptions(opts)
+		default: // no binding, or a wrong one, reported above: its keys are not checked
+			for _, k := range []string{"bind", "address", "advertise"} {
+				m.ignore(k)
+			}
 		}
 		opts.finish()
 		m.finish()
@@ -304,6 +309,7 @@ func (r *reader) listenerAddresses(m, opts *mapping) (*Address, *Address) {
 
 func (r *reader) tunnelOptions(m *mapping) *TunnelOptions {
 	t := &TunnelOptions{Mode: m.oneOf("mode", TunnelHost, TunnelHost, TunnelTProxy, TunnelProxy)}
+	m.whenAbsent("mode", "not set, using the default mode host")
 	onlyIn := func(key, mode string) {
 		if m.has(key) && t.Mode != mode {
 			m.ignore(key)
@@ -440,7 +446,7 @@ func (r *reader) dialers(top *mapping) []Dialer {
 		} else {
 			seen[d.Binding] = i
 		}
-		opts := m.child("options")
+		opts := m.options("options")
 		d.Options.MTU = opts.integer("mtu", defaultMTU, minMTU, maxMTU)
 		opts.finish()
 		m.finish()

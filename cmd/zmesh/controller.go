@@ -27,9 +27,7 @@ func newControllerRunCommand(lookupEnv env) *cobra.Command {
 				return err
 			}
 			cfg, warnings, err := config.LoadController(file, lookupEnv)
-			for _, w := range warnings {
-				log.Warn(w.String())
-			}
+			logWarnings(log, "controller", file, warnings)
 			if err != nil {
 				return err
 			}

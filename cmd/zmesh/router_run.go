@@ -29,9 +29,7 @@ func newRouterRunCommand(lookupEnv env) *cobra.Command {
 				return err
 			}
 			cfg, warnings, err := config.LoadRouter(args[0], lookupEnv)
-			for _, w := range warnings {
-				log.Warn(w.String())
-			}
+			logWarnings(log, "router", args[0], warnings)
 			if err != nil {
 				return err
 			}
@@ -42,9 +40,7 @@ func newRouterRunCommand(lookupEnv env) *cobra.Command {
 			var ctrl *controlplane.Controller
 			if ctrlFile != "" {
 				ccfg, warnings, err := config.LoadController(ctrlFile, lookupEnv)
-				for _, w := range warnings {
-					log.Warn(w.String())
-				}
+				logWarnings(log, "controller", ctrlFile, warnings)
 				if err != nil {
 					return err
 				}

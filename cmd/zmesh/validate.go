@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
@@ -29,13 +30,15 @@ func newValidateCommand(kind string, lookupEnv env, load loader) *cobra.Command 
 		Short: "Check a " + kind + " configuration file and print its effective configuration",
 		Long: "Check a " + kind + " configuration file. When it is valid, print the effective configuration\n" +
 			"(every default filled in, the file's key names) and exit 0; otherwise print every error\n" +
-			"with its file, line and key, and exit 1. Warnings go to stderr and do not change the exit code.",
+			"with its file, line and key, and exit 1. A key the file may not have (a typo) is an error.\n" +
+			"Warnings go to stderr and do not change the exit code.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "yaml" && output != "json" {
 				return fmt.Errorf("--output %q is not allowed; allowed: yaml, json", output)
 			}
 			cfg, warnings, err := load(args[0], lookupEnv)
+			warnings, err = config.Strict(warnings, err)
 			for _, w := range warnings {
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
 			}
@@ -69,4 +72,24 @@ func printConfig(cmd *cobra.Command, output string, cfg any) error {
 		return err
 	}
 	return enc.Close()
+}
+
+// logWarnings logs the warnings of a configuration file at WARN. Unknown keys, which
+// validate refuses, are ignored here so that a file of another version still runs; they are
+// logged loudly, with a closing line that names the validate command that fails on them.
+func logWarnings(log *slog.Logger, kind, file string, warnings []config.Diagnostic) {
+	for _, w := range warnings {
+		if w.UnknownKey {
+			log.Warn(w.String() + "; ignored")
+			continue
+		}
+		log.Warn(w.String())
+	}
+	if n := config.CountUnknownKeys(warnings); n > 0 {
+		keys := "keys"
+		if n == 1 {
+			keys = "key"
+		}
+		log.Warn(fmt.Sprintf("%s: %d unknown %s ignored; `zmesh %s validate %s` fails on this file", file, n, keys, kind, file))
+	}
 }
