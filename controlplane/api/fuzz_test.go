@@ -3,13 +3,15 @@ package api
 import (
 	"errors"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/pki"
 )
 
 // FuzzDecodeBodies feeds arbitrary bytes to the strict JSON decoding of every request body
-// type: it never panics, and every failure is a COULD_NOT_VALIDATE answer.
+// type: it never panics, every failure is a COULD_NOT_VALIDATE answer, and what it accepts
+// is valid UTF-8.
 func FuzzDecodeBodies(f *testing.F) {
 	for _, s := range []string{
 		`{}`, `{"name":"a","type":"User","isAdmin":false}`,
@@ -23,6 +25,11 @@ func FuzzDecodeBodies(f *testing.F) {
 		`{"clientCert":"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}`,
 		`{"csr":"-----BEGIN CERTIFICATE REQUEST-----\n"}`, `{"csr":null}`, `{"clientCert":7}`, `{"clientCertCsr":["x"]}`,
 		`{"password":"secret1","username":"u"}`, `{"token":"00000000-0000-4000-8000-000000000000","clientCsr":"x"}`,
+		// Names in other case, duplicate names, invalid UTF-8 and lone surrogates, at any depth.
+		`{"name":"x","type":"User","isAdmin":false,"ISADMIN":true}`, `{"name":"x","name":"y"}`,
+		`{"tags":{"a":"1","a":"2"}}`, "{\"name\":\"a\xffb\"}", "{\"tags\":{\"\xc3\":1}}", `{"name":"\ud800"}`,
+		`{"secondary":{"requireExtJwtSigner":null,"RequireTotp":true}}`, `{"kid":null,"tags":{"a":null}}`,
+		`[{"id":"c","typeId":"MAC","macAddresses":["a"]},{"TypeId":"OS"}]`, `{"name":"p","edgeRouterRoles":["#a",{}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -39,11 +46,18 @@ func FuzzDecodeBodies(f *testing.F) {
 			func() any { return new(extendVerifyBody) },
 			func() any { return new(sessionCertBody) },
 			func() any { return new(updbBody) },
+			func() any { return new(authPolicyBody) },
+			func() any { return new(signerBody) },
+			func() any { return new(erpBody) },
+			func() any { return new([]postureResponseBody) },
 		}
 		for _, newTarget := range targets {
 			v := newTarget()
 			err := decodeJSONBytes(data, v)
 			if err == nil {
+				if !utf8.Valid(data) {
+					t.Fatalf("decode %T accepted invalid UTF-8 %q", v, data)
+				}
 				checkDecoded(t, v)
 				continue
 			}

@@ -1,8 +1,10 @@
 package api
 
 import (
-	"bytes"
-	"encoding/json"
+	"reflect"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // nullField is a request field that tells absent (no change) from null (clear) and a value,
@@ -12,14 +14,19 @@ type nullField[T any] struct {
 	v         T
 }
 
-func (n *nullField[T]) UnmarshalJSON(b []byte) error {
+// UnmarshalJSONFrom decodes the field with the options of the whole body (decodeJSONBytes),
+// so that the value inside is held to the same rules.
+func (n *nullField[T]) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 	n.set = true
-	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+	if dec.PeekKind() == 'n' {
 		n.null = true
-		return nil
+		_, err := dec.ReadToken()
+		return err
 	}
-	return json.Unmarshal(b, &n.v)
+	return json.UnmarshalDecode(dec, &n.v)
 }
+
+func (nullField[T]) wrappedType() reflect.Type { return reflect.TypeFor[T]() }
 
 // present reports whether the field holds a value (not absent, not null).
 func (n nullField[T]) present() bool { return n.set && !n.null }

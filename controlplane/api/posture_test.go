@@ -38,7 +38,7 @@ func TestPostureCheckCRUD(t *testing.T) {
 		{`{"name":"d","typeId":"DOMAIN","domains":["a"],"macAddresses":["00:11:22:33:44:55"]}`, "macAddresses"},
 		{`{"name":"d","typeId":"MAC","macAddresses":["zz"]}`, "macAddresses[0]"},
 		{`{"name":"d","typeId":"OS","operatingSystems":[{"type":"Linux","versions":["~1"]}]}`, "operatingSystems[0].versions[0]"},
-		{`{"name":"d","typeId":"OS","operatingSystems":[{"type":"Linux","colour":"red"}]}`, "colour"},
+		{`{"name":"d","typeId":"OS","operatingSystems":[{"type":"Linux","colour":"red"}]}`, "operatingSystems[0].colour"},
 		{`{"name":"d","typeId":"PROCESS","process":{"osType":"Plan9","path":"/x"}}`, "process.osType"},
 		{`{"name":"d","typeId":"MFA","timeoutSeconds":"soon"}`, "timeoutSeconds"},
 	}

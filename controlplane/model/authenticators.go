@@ -80,7 +80,7 @@ func (m *Model) ChangeCredentials(identityID, id string, ch CredentialsChange) e
 		return err
 	}
 	if ch.Username != nil {
-		if err := checkLength("username", *ch.Username, MinUsernameLen, MaxUsernameLen); err != nil {
+		if err := checkUsername("username", *ch.Username); err != nil {
 			return err
 		}
 	}

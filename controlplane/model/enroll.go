@@ -298,7 +298,7 @@ func (m *Model) CreateEnrollment(identityID string, req EnrollmentRequest, expir
 			return err
 		}
 		if req.Updb != "" {
-			if err := checkLength("username", req.Updb, MinUsernameLen, MaxUsernameLen); err != nil {
+			if err := checkUsername("username", req.Updb); err != nil {
 				return err
 			}
 		}

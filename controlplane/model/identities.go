@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
+	"golang.org/x/text/secure/precis"
 
 	"github.com/zmesh/zmesh/controlplane/store"
 )
@@ -46,14 +47,44 @@ type IdentityCreate struct {
 	Permissions    []string
 }
 
+// checkName enforces the rule of entity names: 1 to MaxNameLen characters that the PRECIS
+// Nickname profile (RFC 8266) keeps as they are.
 func checkName(field, name string) error {
 	switch {
 	case strings.TrimSpace(name) == "":
 		return invalid(field, name, "must not be empty")
 	case utf8.RuneCountInString(name) > MaxNameLen:
 		return invalid(field, name, "is longer than %d characters", MaxNameLen)
-	case strings.ContainsFunc(name, func(r rune) bool { return r < ' ' || r == 0x7f }):
-		return invalid(field, name, "must not contain control characters")
+	}
+	return checkPRECIS(field, name, precis.Nickname, "Nickname")
+}
+
+// checkUsername enforces the rule of usernames: MinUsernameLen to MaxUsernameLen characters
+// that the PRECIS UsernameCasePreserved profile (RFC 8265) keeps as they are.
+func checkUsername(field, username string) error {
+	if err := checkLength(field, username, MinUsernameLen, MaxUsernameLen); err != nil {
+		return err
+	}
+	return checkPRECIS(field, username, precis.UsernameCasePreserved, "UsernameCasePreserved")
+}
+
+// checkPRECIS is the one rule of the strings that name entities and accounts: the PRECIS
+// profile p (named rule) must accept s and leave it unchanged. It refuses control, formatting and
+// invisible characters (NUL, zero-width joiners and spaces, bidi overrides, soft hyphens),
+// and strings not in their normalised form (NFC; for names and usernames, compatibility and
+// width forms such as fullwidth letters too), so that two names that look alike are one.
+func checkPRECIS(field, s string, p *precis.Profile, rule string) error {
+	out, err := p.String(s)
+	if err != nil {
+		for _, r := range s {
+			if _, rerr := p.String(string(r)); rerr != nil {
+				return invalid(field, s, "must not contain %U: control, formatting, invisible and other disallowed characters are refused", r)
+			}
+		}
+		return invalid(field, s, "is refused by the PRECIS %s rule: %v", rule, err)
+	}
+	if out != s {
+		return invalid(field, s, "is not in normalised form: write it as %q (the PRECIS %s rule maps it so)", out, rule)
 	}
 	return nil
 }
@@ -128,7 +159,7 @@ func (m *Model) CreateIdentity(in IdentityCreate) (*Identity, error) {
 			return nil, invalid("enrollment", nil, "holds more than one of ott, ottca, updb; choose one")
 		}
 		if e.Updb != "" {
-			if err := checkLength("enrollment.updb", e.Updb, MinUsernameLen, MaxUsernameLen); err != nil {
+			if err := checkUsername("enrollment.updb", e.Updb); err != nil {
 				return nil, err
 			}
 		}
@@ -399,7 +430,7 @@ func (m *Model) deleteAll(ids func(*store.Tx, string, string) ([]string, error),
 // authenticator, and stores the built-in default authentication policy, on the controller's
 // first start. Later starts find them and change nothing.
 func (m *Model) EnsureDefaultAdmin(username, password string) (created bool, err error) {
-	if err := checkLength("admin.username", username, MinUsernameLen, MaxUsernameLen); err != nil {
+	if err := checkUsername("admin.username", username); err != nil {
 		return false, err
 	}
 	if err := checkLength("admin.password", password, MinPasswordLen, MaxPasswordLen); err != nil {
