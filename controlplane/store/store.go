@@ -146,17 +146,7 @@ type Options struct {
 // value log too: a corrupt store fails Open with a *CorruptError naming the file. The
 // directory is made 0700 and the files in it 0600.
 func Open(dir string, log *slog.Logger, o Options) (*Store, error) {
-	opts := badger.DefaultOptions(dir).
-		WithChecksumVerificationMode(options.OnBlockRead). // tables: verifyTables, before Open
-		WithVerifyValueChecksum(true).
-		WithLogger(badgerLogger{log}).
-		WithSyncWrites(true).
-		WithMemTableSize(16 << 20).
-		WithNumMemtables(2).
-		WithBlockCacheSize(32 << 20).
-		WithIndexCacheSize(16 << 20).
-		WithValueLogFileSize(64 << 20).
-		WithNumCompactors(2)
+	opts := badgerOptions(dir, log)
 	if o.InMemory {
 		opts = opts.WithDir("").WithValueDir("").WithInMemory(true)
 	}
@@ -202,6 +192,21 @@ func Open(dir string, log *slog.Logger, o Options) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// badgerOptions are the options the store opens Badger with in dir.
+func badgerOptions(dir string, log *slog.Logger) badger.Options {
+	return badger.DefaultOptions(dir).
+		WithChecksumVerificationMode(options.OnBlockRead). // tables: verifyTables, before Open
+		WithVerifyValueChecksum(true).
+		WithLogger(badgerLogger{log}).
+		WithSyncWrites(true).
+		WithMemTableSize(16 << 20).
+		WithNumMemtables(2).
+		WithBlockCacheSize(32 << 20).
+		WithIndexCacheSize(16 << 20).
+		WithValueLogFileSize(64 << 20).
+		WithNumCompactors(2)
 }
 
 // openBadger opens the database; a panic of Badger's on a damaged file (a length read
