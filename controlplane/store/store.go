@@ -163,6 +163,9 @@ func Open(dir string, log *slog.Logger, o Options) (*Store, error) {
 		if err := verifyTables(dir); err != nil && !o.noVerify {
 			return nil, err
 		}
+		if err := verifyWALs(dir); err != nil && !o.noVerify {
+			return nil, err
+		}
 	}
 	db, err := openBadger(opts)
 	if err != nil {
