@@ -9,7 +9,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -439,24 +438,12 @@ func jwksRoots(bundle string) (*x509.CertPool, error) {
 	if err != nil {
 		pool = x509.NewCertPool() // no system roots on this host: the bundle alone
 	}
-	n := 0
-	for rest := data; ; {
-		var block *pem.Block
-		if block, rest = pem.Decode(rest); block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		cert, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("extJwt.caBundle %s: certificate %d: %w", bundle, n+1, err)
-		}
-		pool.AddCert(cert)
-		n++
+	certs, err := pki.ParseCertificatesPEM(data)
+	if err != nil {
+		return nil, fmt.Errorf("extJwt.caBundle %s: %w", bundle, err)
 	}
-	if n == 0 {
-		return nil, fmt.Errorf("extJwt.caBundle %s: no PEM certificate in the file", bundle)
+	for _, cert := range certs {
+		pool.AddCert(cert)
 	}
 	return pool, nil
 }

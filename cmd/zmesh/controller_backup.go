@@ -49,7 +49,7 @@ func newControllerBackupCommand() *cobra.Command {
 				return fmt.Errorf("back up the controller at %s: %w", c.URL, err)
 			}
 			if err := store.CheckBackup(tmp.Name()); err != nil {
-				return fmt.Errorf("the backup received from %s (%d bytes) is incomplete, FILE not written: %w", c.URL, n, err)
+				return fmt.Errorf("the backup received from %s (%d bytes) is incomplete, %s not written: %w", c.URL, n, file, err)
 			}
 			if err := os.Rename(tmp.Name(), file); err != nil {
 				return err
@@ -83,9 +83,7 @@ func newControllerRestoreCommand(lookupEnv env) *cobra.Command {
 				return err
 			}
 			cfg, warnings, err := config.LoadController(file, lookupEnv)
-			for _, w := range warnings {
-				log.Warn(w.String())
-			}
+			logWarnings(log, "controller", file, warnings)
 			if err != nil {
 				return err
 			}

@@ -18,13 +18,16 @@ func (s *Server) backupStore(c *call) error {
 	if s.info.Backup == nil {
 		return newErr(codeNotFound, "this controller has no store to back up")
 	}
-	// A large store takes longer than the server's write timeout.
-	_ = http.NewResponseController(c.w).SetWriteDeadline(time.Time{})
 	c.w.Header().Set("Content-Type", "application/octet-stream")
 	c.w.Header().Set("Content-Disposition", `attachment; filename="zmesh-store.backup"`)
-	cw := &countingWriter{w: c.w}
+	// A large store takes longer than the server's write timeout: each write gets its own,
+	// so a client that stops reading does not hold the store's snapshot for long.
+	cw := &countingWriter{w: c.w, rc: http.NewResponseController(c.w)}
 	start := time.Now()
 	if err := s.info.Backup(cw); err != nil {
+		if cw.n == 0 { // nothing sent yet: the client gets the error itself
+			return err
+		}
 		s.log.Error("store backup failed", "requestId", c.requestID, "identity", c.identity.Name, "bytes", cw.n, "err", err)
 		return nil
 	}
@@ -32,12 +35,17 @@ func (s *Server) backupStore(c *call) error {
 	return nil
 }
 
+// backupWriteTimeout bounds each write of a backup stream to its client.
+const backupWriteTimeout = 30 * time.Second
+
 type countingWriter struct {
-	w interface{ Write([]byte) (int, error) }
-	n int64
+	w  http.ResponseWriter
+	rc *http.ResponseController
+	n  int64
 }
 
 func (cw *countingWriter) Write(p []byte) (int, error) {
+	_ = cw.rc.SetWriteDeadline(time.Now().Add(backupWriteTimeout))
 	n, err := cw.w.Write(p)
 	cw.n += int64(n)
 	return n, err

@@ -145,8 +145,10 @@ func (m *Model) UpdateCA(id string, change func(*CA) error) (*CA, error) {
 		if err := change(&next); err != nil {
 			return err
 		}
-		if err := checkName("name", next.Name); err != nil {
-			return err
+		if next.Name != cur.Name { // a name stored under an older rule may stay
+			if err := checkName("name", next.Name); err != nil {
+				return err
+			}
 		}
 		next.ID, next.CreatedAt, next.CertPEM, next.Fingerprint = cur.ID, cur.CreatedAt, cur.CertPEM, cur.Fingerprint
 		next.IsVerified, next.VerificationToken = cur.IsVerified, cur.VerificationToken

@@ -330,8 +330,10 @@ func (m *Model) UpdateIdentity(id string, change func(*Identity) error) (*Identi
 		if err := change(&next); err != nil {
 			return err
 		}
-		if err := checkName("name", next.Name); err != nil {
-			return err
+		if next.Name != cur.Name { // a name stored under an older rule may stay
+			if err := checkName("name", next.Name); err != nil {
+				return err
+			}
 		}
 		if err := checkIdentityType(next.Type); err != nil {
 			return err

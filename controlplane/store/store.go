@@ -178,10 +178,6 @@ func Open(dir string, log *slog.Logger, o Options) (*Store, error) {
 	s.idle.L = &s.mu
 	if !o.InMemory {
 		s.dir = dir
-		if err := checkTables(dir, db); err != nil {
-			db.Close()
-			return nil, err
-		}
 		if err := restrictModes(dir); err != nil {
 			db.Close()
 			return nil, err
@@ -221,30 +217,6 @@ func openBadger(opts badger.Options) (db *badger.DB, err error) {
 		}
 	}()
 	return badger.Open(opts)
-}
-
-// checkTables fails when a table file in dir is not among the tables Badger opened: Badger
-// skips, with only a log line, a table whose checksum it finds wrong in some paths, and a
-// missing table is missing records.
-func checkTables(dir string, db *badger.DB) error {
-	loaded := map[uint64]bool{}
-	for _, t := range db.Tables() {
-		loaded[t.ID] = true
-	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.sst"))
-	if err != nil {
-		return err
-	}
-	for _, f := range files {
-		var id uint64
-		if _, err := fmt.Sscanf(filepath.Base(f), "%d.sst", &id); err != nil {
-			continue
-		}
-		if !loaded[id] {
-			return &CorruptError{Dir: dir, File: f, Err: errors.New("the table was not loaded (see the log above for why)")}
-		}
-	}
-	return nil
 }
 
 // restrictModes makes the files directly in dir 0600 (Badger creates some 0644).
@@ -310,8 +282,12 @@ func (s *Store) Verify() error {
 			if errors.Is(e, fs.ErrNotExist) { // compacted away since Tables
 				continue
 			}
-			if e != nil {
+			if isChecksumErr(e) {
 				err = &CorruptError{Dir: s.dir, File: path, Err: e}
+				break
+			}
+			if e != nil { // an I/O error, not damage: the next run tries again
+				err = fmt.Errorf("verify %s: %w", path, e)
 				break
 			}
 		}
@@ -362,7 +338,8 @@ func (s *Store) Close() error {
 	return err
 }
 
-// RunVerify runs Verify every interval until ctx ends or it finds the store corrupt.
+// RunVerify runs Verify every interval until ctx ends, the store closes or it finds the
+// store corrupt; other errors are logged and the next run tries again.
 // Badger treats a block whose checksum fails as absent (a Get says not found, an iteration
 // ends early): only a full verification tells damage that appears while the store is open
 // from a record that is not there, and it then fails every later operation.
@@ -374,8 +351,13 @@ func (s *Store) RunVerify(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := s.Verify(); err != nil {
+			err := s.Verify()
+			var ce *CorruptError
+			if errors.As(err, &ce) || errors.Is(err, ErrClosed) {
 				return
+			}
+			if err != nil {
+				s.log.Warn("cannot verify the store's tables; trying again at the next interval", "err", err)
 			}
 		}
 	}

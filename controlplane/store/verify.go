@@ -61,7 +61,10 @@ func verifyTables(dir string) error {
 		path := table.NewFilename(id, dir)
 		if err := verifyTable(path, tables[id]); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
-				err = errors.New("the manifest lists the table but the file is missing")
+				err = fmt.Errorf("%w: the manifest lists the table but the file is missing", y.ErrChecksumMismatch)
+			}
+			if !isChecksumErr(err) { // an I/O error, not damage
+				return fmt.Errorf("verify %s: %w", path, err)
 			}
 			return &CorruptError{Dir: dir, File: path, Err: err}
 		}

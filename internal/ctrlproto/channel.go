@@ -37,6 +37,8 @@ const (
 	// maxKeptBody bounds the body buffer the reader keeps between frames; a larger body is
 	// read into a buffer of its own.
 	maxKeptBody = 64 << 10
+	// endFlush bounds the writing of what is queued when a channel ends other than by Close.
+	endFlush = time.Second
 	// asyncIdle is how long an async handler's goroutine waits for another message before
 	// it ends.
 	asyncIdle = 2 * time.Second
@@ -482,8 +484,14 @@ func (c *Channel) writeLoop() {
 
 // closeWait is how long closing waits on a peer that makes no progress: as long as the
 // heartbeats give a silent peer before it counts as unresponsive, so that a peer slowed by a
-// loaded machine still gets every message and a clean end.
-func (c *Channel) closeWait() time.Duration { return c.opts.Heartbeats.CloseUnresponsiveTimeout }
+// loaded machine still gets every message and a clean end. A channel that ends for another
+// reason (its context, a failed peer) writes what is queued within endFlush at most.
+func (c *Channel) closeWait() time.Duration {
+	if !errors.Is(context.Cause(c.ctx), ErrClosed) {
+		return endFlush
+	}
+	return c.opts.Heartbeats.CloseUnresponsiveTimeout
+}
 
 // linger ends a channel this side closed (Close, or a handler's ReplyAndClose): once
 // everything queued is written, it half-closes the connection and waits, at most
