@@ -114,7 +114,8 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 	if err := c.model.EnsureBuiltinConfigTypes(); err != nil {
 		return nil, fmt.Errorf("built-in config types: %w", err)
 	}
-	created, err := c.model.EnsureDefaultAdmin(cfg.Admin.Username, string(cfg.Admin.Password))
+	// Open has no context: nothing else hashes passwords before the API serves.
+	created, err := c.model.EnsureDefaultAdmin(context.Background(), cfg.Admin.Username, string(cfg.Admin.Password))
 	if err != nil {
 		return nil, fmt.Errorf("default administrator: %w", err)
 	}

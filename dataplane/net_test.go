@@ -102,7 +102,7 @@ func (n *testNet) online(name string) bool {
 	t := n.t
 	t.Helper()
 	if n.session == "" {
-		s, _, err := n.m.AuthenticatePassword("admin", "admin-pass", model.Login{Source: "127.0.0.1"})
+		s, _, err := n.m.AuthenticatePassword(t.Context(), "admin", "admin-pass", model.Login{Source: "127.0.0.1"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -42,7 +42,7 @@ func newFixture(t *testing.T) *fixture {
 	if err := m.EnsureBuiltinConfigTypes(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.EnsureDefaultAdmin("admin", "admin-pass"); err != nil {
+	if _, err := m.EnsureDefaultAdmin(t.Context(), "admin", "admin-pass"); err != nil {
 		t.Fatal(err)
 	}
 	f := &fixture{m: m, s: New(m, log, Info{Advertise: "ctrl.test:1280", ServerCert: ca.Certificate(), Started: time.Now()})}
@@ -52,7 +52,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	ens, _ := m.EnrollmentsOf(id.ID)
-	if err := m.EnrollUpdb(ens[0].Token, "user-pass"); err != nil {
+	if err := m.EnrollUpdb(t.Context(), ens[0].Token, "user-pass"); err != nil {
 		t.Fatal(err)
 	}
 	f.normal = f.login(t, "user", "user-pass")
@@ -346,7 +346,7 @@ func (k *refKit) certIdentity(t *testing.T) certIdentity {
 func (k *refKit) updbIdentity(t *testing.T) (authID, username, password, token string) {
 	t.Helper()
 	username, password = k.name("user"), "first-pass"
-	if err := k.f.m.EnrollUpdb(k.token(t, model.EnrollmentRequest{Updb: username}), password); err != nil {
+	if err := k.f.m.EnrollUpdb(t.Context(), k.token(t, model.EnrollmentRequest{Updb: username}), password); err != nil {
 		t.Fatal(err)
 	}
 	token = k.f.login(t, username, password)
@@ -541,7 +541,7 @@ func TestClientPathsStatus(t *testing.T) {
 			return refCall{path: "/current-identity/authenticators/" + authID, token: token,
 				body: `{"username":"` + username + `","password":"second-pass","currentPassword":"` + password + `"}`,
 				check: func(t *testing.T, _ *httptest.ResponseRecorder) {
-					if _, _, err := f.m.AuthenticatePassword(username, "second-pass", model.Login{}); err != nil {
+					if _, _, err := f.m.AuthenticatePassword(t.Context(), username, "second-pass", model.Login{}); err != nil {
 						t.Errorf("the new password: %v", err)
 					}
 				}}
@@ -551,7 +551,7 @@ func TestClientPathsStatus(t *testing.T) {
 			return refCall{path: "/current-identity/authenticators/" + authID, token: token,
 				body: `{"password":"second-pass","currentPassword":"` + password + `"}`,
 				check: func(t *testing.T, _ *httptest.ResponseRecorder) {
-					if _, _, err := f.m.AuthenticatePassword(username, "second-pass", model.Login{}); err != nil {
+					if _, _, err := f.m.AuthenticatePassword(t.Context(), username, "second-pass", model.Login{}); err != nil {
 						t.Errorf("the new password: %v", err)
 					}
 				}}

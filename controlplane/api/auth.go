@@ -104,7 +104,7 @@ func (s *Server) authenticate(c *call) error {
 	var err error
 	switch method {
 	case model.MethodPassword:
-		sess, ident, err = s.m.AuthenticatePassword(*body.Username, *body.Password, login)
+		sess, ident, err = s.m.AuthenticatePassword(c.r.Context(), *body.Username, *body.Password, login)
 	case model.MethodCertAuth:
 		sess, ident, err = s.m.AuthenticateCert(c.peerChain(), login)
 	default:
@@ -278,7 +278,7 @@ func (s *Server) changeOwnAuthenticator(c *call, replace bool) error {
 	if err := body.check(replace); err != nil {
 		return err
 	}
-	err := s.m.ChangeCredentials(c.identity.ID, c.path("id"), model.CredentialsChange{
+	err := s.m.ChangeCredentials(c.r.Context(), c.identity.ID, c.path("id"), model.CredentialsChange{
 		Username: body.Username, Password: body.Password, Tags: body.Tags, CurrentPassword: *body.CurrentPassword,
 	})
 	if err != nil {

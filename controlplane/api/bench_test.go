@@ -46,7 +46,7 @@ func BenchmarkClientListServices(b *testing.B) {
 		}
 		if enroll != nil {
 			ens, _ := m.EnrollmentsOf(id.ID)
-			if err := m.EnrollUpdb(ens[0].Token, "password-"+enroll.Updb); err != nil {
+			if err := m.EnrollUpdb(b.Context(), ens[0].Token, "password-"+enroll.Updb); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -66,7 +66,7 @@ func BenchmarkClientListServices(b *testing.B) {
 		}
 	}
 	token := func(user string) string {
-		as, _, err := m.AuthenticatePassword(user, "password-"+user, model.Login{Source: "127.0.0.1"})
+		as, _, err := m.AuthenticatePassword(b.Context(), user, "password-"+user, model.Login{Source: "127.0.0.1"})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -169,7 +169,7 @@ func (s *Server) updb(c *call, token string) error {
 	if err := checkLen("password", *body.Password, model.MinPasswordLen, model.MaxPasswordLen); err != nil {
 		return err
 	}
-	if err := s.m.EnrollUpdb(token, *body.Password); err != nil {
+	if err := s.m.EnrollUpdb(c.r.Context(), token, *body.Password); err != nil {
 		return err
 	}
 	return c.empty()

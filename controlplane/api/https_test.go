@@ -78,7 +78,7 @@ func startLive(t *testing.T, o liveOptions) *live {
 	}
 	m := model.New(st, ca, log, model.Options{SessionTimeout: time.Hour, Issuer: url, SigningKey: key,
 		SigningKID: certid.Fingerprint(cert.Leaf), Now: clock, JWKSClient: o.jwksClient, JWKSRefetchInterval: o.jwksRefetch})
-	if _, err := m.EnsureDefaultAdmin("admin", "admin-pass"); err != nil {
+	if _, err := m.EnsureDefaultAdmin(t.Context(), "admin", "admin-pass"); err != nil {
 		t.Fatal(err)
 	}
 	s := New(m, log, Info{Advertise: ln.Addr().String(), ServerCert: cert.Leaf, Started: time.Now()})
@@ -128,14 +128,19 @@ type hreq struct {
 	header       map[string]string
 	body         any // encoded as JSON unless a string or []byte
 	cert         *tls.Certificate
+	from         string // the client's loopback address; "" lets the system choose
 }
 
-func (l *live) client(cert *tls.Certificate) *http.Client {
+func (l *live) client(cert *tls.Certificate, from string) *http.Client {
 	tc := &tls.Config{RootCAs: l.ca.Pool(), MinVersion: tls.VersionTLS12}
 	if cert != nil {
 		tc.Certificates = []tls.Certificate{*cert}
 	}
-	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
+	tr := &http.Transport{TLSClientConfig: tc}
+	if from != "" {
+		tr.DialContext = (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}).DialContext
+	}
+	return &http.Client{Timeout: 30 * time.Second, Transport: tr}
 }
 
 func (l *live) do(r hreq) answer {
@@ -175,7 +180,7 @@ func (l *live) do(r hreq) answer {
 	for k, v := range r.header {
 		hr.Header.Set(k, v)
 	}
-	c := l.client(r.cert)
+	c := l.client(r.cert, r.from)
 	defer c.CloseIdleConnections()
 	resp, err := c.Do(hr)
 	if err != nil {
@@ -248,7 +253,7 @@ func (l *live) updbUser(name, policy string) (id string) {
 		l.t.Fatal(err)
 	}
 	ens, _ := l.m.EnrollmentsOf(ident.ID)
-	if err := l.m.EnrollUpdb(ens[0].Token, name+"-Pass1!"); err != nil {
+	if err := l.m.EnrollUpdb(l.t.Context(), ens[0].Token, name+"-Pass1!"); err != nil {
 		l.t.Fatal(err)
 	}
 	return ident.ID

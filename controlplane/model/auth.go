@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -31,9 +32,13 @@ func rateLimited(wait time.Duration) error {
 var errInvalidAuth = &Error{Code: CodeInvalidAuth, Message: "the authentication request failed"}
 
 // AuthenticatePassword checks a username and password and opens an API session. Failures
-// say nothing about which part was wrong.
-func (m *Model) AuthenticatePassword(username, password string, login Login) (*APISession, *Identity, error) {
+// say nothing about which part was wrong. Failures are limited per (username, source), per
+// username and for all usernames together; the argon2id work waits for a slot while ctx lasts.
+func (m *Model) AuthenticatePassword(ctx context.Context, username, password string, login Login) (*APISession, *Identity, error) {
 	if ok, wait := m.limiter.allow("updb:"+username, login.Source); !ok {
+		return nil, nil, rateLimited(wait)
+	}
+	if ok, wait := m.updbLimits.allow(username, login.Source); !ok {
 		return nil, nil, rateLimited(wait)
 	}
 	var auth *Authenticator
@@ -46,9 +51,12 @@ func (m *Model) AuthenticatePassword(username, password string, login Login) (*A
 		return err
 	})
 	if errors.Is(err, store.ErrNotFound) || CodeOf(err) == CodeNotFound {
-		// Spend the time a real check takes, so that timing does not reveal usernames.
-		checkPassword(dummyHash, password)
+		// Spend the work a real check takes, so that timing does not reveal usernames.
+		if _, err := m.hashes.check(ctx, dummyHash, password); err != nil {
+			return nil, nil, err
+		}
 		m.limiter.failed("updb:"+username, login.Source)
+		m.updbLimits.failed(username)
 		return nil, nil, errInvalidAuth
 	}
 	if err != nil {
@@ -56,14 +64,20 @@ func (m *Model) AuthenticatePassword(username, password string, login Login) (*A
 	}
 	// A locked account fails whatever the password, after the same work.
 	locked := m.auth.lockouts.locked(auth.IdentityID, m.now())
-	if !checkPassword(auth.PasswordHash, password) || locked {
+	ok, err := m.hashes.check(ctx, auth.PasswordHash, password)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !ok || locked {
 		m.limiter.failed("updb:"+username, login.Source)
+		m.updbLimits.failed(username)
 		if !locked {
 			m.auth.lockouts.failed(auth.IdentityID, policy.Primary.Updb, m.now())
 		}
 		return nil, nil, errInvalidAuth
 	}
 	m.limiter.succeeded("updb:"+username, login.Source)
+	m.updbLimits.succeeded(username, login.Source)
 	m.auth.lockouts.succeeded(auth.IdentityID)
 	return m.openSession(auth, MethodPassword, "", login)
 }

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/pki"
@@ -68,7 +69,7 @@ type CredentialsChange struct {
 
 // ChangeCredentials applies a change to the identity's own updb authenticator after checking
 // the current password.
-func (m *Model) ChangeCredentials(identityID, id string, ch CredentialsChange) error {
+func (m *Model) ChangeCredentials(ctx context.Context, identityID, id string, ch CredentialsChange) error {
 	a, err := m.OwnAuthenticator(identityID, id)
 	if err != nil {
 		return err
@@ -89,11 +90,15 @@ func (m *Model) ChangeCredentials(identityID, id string, ch CredentialsChange) e
 		if err := checkLength("password", *ch.Password, MinPasswordLen, MaxPasswordLen); err != nil {
 			return err
 		}
-		if hash, err = hashPassword(*ch.Password); err != nil {
+		if hash, err = m.hashes.hash(ctx, *ch.Password); err != nil {
 			return err
 		}
 	}
-	if !checkPassword(a.PasswordHash, ch.CurrentPassword) {
+	ok, err := m.hashes.check(ctx, a.PasswordHash, ch.CurrentPassword)
+	if err != nil {
+		return err
+	}
+	if !ok {
 		return &Error{Code: CodeUnauthorized, Field: "currentPassword", Message: "the current password is wrong"}
 	}
 	return m.st.Update(func(tx *store.Tx) error {

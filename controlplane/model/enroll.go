@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -89,11 +90,11 @@ func (m *Model) finishEnrollment(tx *store.Tx, e *Enrollment, a *Authenticator) 
 
 // EnrollUpdb completes a username and password enrollment with the password the client
 // chose.
-func (m *Model) EnrollUpdb(token, password string) error {
+func (m *Model) EnrollUpdb(ctx context.Context, token, password string) error {
 	if err := checkLength("password", password, MinPasswordLen, MaxPasswordLen); err != nil {
 		return err
 	}
-	hash, err := hashPassword(password)
+	hash, err := m.hashes.hash(ctx, password)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -431,14 +432,14 @@ func (m *Model) deleteAll(ids func(*store.Tx, string, string) ([]string, error),
 // EnsureDefaultAdmin creates the default administrator with a username and password
 // authenticator, and stores the built-in default authentication policy, on the controller's
 // first start. Later starts find them and change nothing.
-func (m *Model) EnsureDefaultAdmin(username, password string) (created bool, err error) {
+func (m *Model) EnsureDefaultAdmin(ctx context.Context, username, password string) (created bool, err error) {
 	if err := checkUsername("admin.username", username); err != nil {
 		return false, err
 	}
 	if err := checkLength("admin.password", password, MinPasswordLen, MaxPasswordLen); err != nil {
 		return false, err
 	}
-	hash, err := hashPassword(password)
+	hash, err := m.hashes.hash(ctx, password)
 	if err != nil {
 		return false, err
 	}

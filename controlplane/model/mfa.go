@@ -273,9 +273,12 @@ const (
 
 // withCode checks code against the identity's enrollment in one transaction, records its
 // use, and runs then, when not nil, in the same transaction. Failed checks are rate-limited
-// per identity and source like logins.
+// per identity and source, and per identity from any source, like logins.
 func (m *Model) withCode(identityID, source, code string, kinds codeKinds, want mfaState, then func(*store.Tx, *MFA) error) error {
 	if ok, wait := m.limiter.allow(mfaLimiterAccount+identityID, source); !ok {
+		return rateLimited(wait)
+	}
+	if ok, wait := m.mfaLimits.allow(identityID, source); !ok {
 		return rateLimited(wait)
 	}
 	bad := false
@@ -311,8 +314,10 @@ func (m *Model) withCode(identityID, source, code string, kinds codeKinds, want 
 	switch {
 	case bad:
 		m.limiter.failed(mfaLimiterAccount+identityID, source)
+		m.mfaLimits.failed(identityID)
 	case err == nil:
 		m.limiter.succeeded(mfaLimiterAccount+identityID, source)
+		m.mfaLimits.succeeded(identityID, source)
 	}
 	return err
 }

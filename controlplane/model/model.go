@@ -43,6 +43,9 @@ type Options struct {
 	// nil: the system's roots (the controller passes them plus extJwt.caBundle).
 	JWKSRoots           *x509.CertPool
 	JWKSRefetchInterval time.Duration
+	// PasswordHashers is how many argon2id password checks and hashes may run at once;
+	// 0: GOMAXPROCS.
+	PasswordHashers int
 }
 
 // DefaultEnrollmentDuration is the validity of enrollment tokens when Options leaves it zero.
@@ -56,6 +59,10 @@ type Model struct {
 	log     *slog.Logger
 	c       collections
 	limiter *limiter
+	// updbLimits and mfaLimits limit failures per account from any source; hashes bounds
+	// the concurrent argon2id work.
+	updbLimits, mfaLimits *accountLimiter
+	hashes                *hashGate
 
 	cache      indexCache
 	reads      readCaches
@@ -78,7 +85,9 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, opts Options) *Model {
 	if opts.EnrollmentDuration == 0 {
 		opts.EnrollmentDuration = DefaultEnrollmentDuration
 	}
-	m := &Model{st: st, ca: ca, opts: opts, log: log, c: newCollections(), limiter: newLimiter(opts.Now), auth: newAuthState(opts)}
+	m := &Model{st: st, ca: ca, opts: opts, log: log, c: newCollections(), limiter: newLimiter(opts.Now), auth: newAuthState(opts),
+		updbLimits: newAccountLimiter(opts.Now, true), mfaLimits: newAccountLimiter(opts.Now, false),
+		hashes: newHashGate(opts.PasswordHashers)}
 	m.watchReads()
 	m.lastChange.Store(opts.Now().UnixNano())
 	return m

@@ -120,22 +120,22 @@ func TestEnrollmentTokenRules(t *testing.T) {
 	ens, _ := f.m.EnrollmentsOf(id.ID)
 	token := ens[0].Token
 
-	wantCode(t, f.m.EnrollUpdb("not-a-uuid", "secret1"), CodeInvalidEnrollmentToken)
-	wantCode(t, f.m.EnrollUpdb(newToken(), "secret1"), CodeInvalidEnrollmentToken)
+	wantCode(t, f.m.EnrollUpdb(t.Context(), "not-a-uuid", "secret1"), CodeInvalidEnrollmentToken)
+	wantCode(t, f.m.EnrollUpdb(t.Context(), newToken(), "secret1"), CodeInvalidEnrollmentToken)
 	_, err := f.m.EnrollOTT(token, nil)
 	wantCode(t, err, CodeInvalidEnrollMethod)
-	wantCode(t, f.m.EnrollUpdb(token, "abc"), CodeCouldNotValidate)
+	wantCode(t, f.m.EnrollUpdb(t.Context(), token, "abc"), CodeCouldNotValidate)
 
 	f.clock.Add(DefaultEnrollmentDuration + time.Second)
-	wantCode(t, f.m.EnrollUpdb(token, "secret1"), CodeEnrollmentExpired)
+	wantCode(t, f.m.EnrollUpdb(t.Context(), token, "secret1"), CodeEnrollmentExpired)
 
 	// A refreshed enrollment has a new token; the old one is dead.
 	e, err := f.m.RefreshEnrollment(ens[0].ID, f.clock.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantCode(t, f.m.EnrollUpdb(token, "secret1"), CodeInvalidEnrollmentToken)
-	if err := f.m.EnrollUpdb(e.Token, "secret1"); err != nil {
+	wantCode(t, f.m.EnrollUpdb(t.Context(), token, "secret1"), CodeInvalidEnrollmentToken)
+	if err := f.m.EnrollUpdb(t.Context(), e.Token, "secret1"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -148,10 +148,10 @@ func TestUpdbLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	ens, _ := f.m.EnrollmentsOf(id.ID)
-	if err := f.m.EnrollUpdb(ens[0].Token, "first-pass"); err != nil {
+	if err := f.m.EnrollUpdb(t.Context(), ens[0].Token, "first-pass"); err != nil {
 		t.Fatal(err)
 	}
-	s, _, err := f.m.AuthenticatePassword("bob1", "first-pass", Login{Source: "10.0.0.1"})
+	s, _, err := f.m.AuthenticatePassword(t.Context(), "bob1", "first-pass", Login{Source: "10.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,13 +160,13 @@ func TestUpdbLifecycle(t *testing.T) {
 		t.Fatalf("authenticators = %d", len(auths))
 	}
 	newPass := "second-pass"
-	wantCode(t, f.m.ChangeCredentials(id.ID, auths[0].ID, CredentialsChange{Password: &newPass, CurrentPassword: "wrong-pass"}), CodeUnauthorized)
-	if err := f.m.ChangeCredentials(id.ID, auths[0].ID, CredentialsChange{Password: &newPass, CurrentPassword: "first-pass"}); err != nil {
+	wantCode(t, f.m.ChangeCredentials(t.Context(), id.ID, auths[0].ID, CredentialsChange{Password: &newPass, CurrentPassword: "wrong-pass"}), CodeUnauthorized)
+	if err := f.m.ChangeCredentials(t.Context(), id.ID, auths[0].ID, CredentialsChange{Password: &newPass, CurrentPassword: "first-pass"}); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = f.m.AuthenticatePassword("bob1", "first-pass", Login{Source: "10.0.0.1"})
+	_, _, err = f.m.AuthenticatePassword(t.Context(), "bob1", "first-pass", Login{Source: "10.0.0.1"})
 	wantCode(t, err, CodeInvalidAuth)
-	if _, _, err := f.m.AuthenticatePassword("bob1", "second-pass", Login{Source: "10.0.0.1"}); err != nil {
+	if _, _, err := f.m.AuthenticatePassword(t.Context(), "bob1", "second-pass", Login{Source: "10.0.0.1"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -187,10 +187,10 @@ func TestUpdbLifecycle(t *testing.T) {
 func TestSessionExpiresWhenIdle(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	if _, err := f.m.EnsureDefaultAdmin("admin", "admin-pass"); err != nil {
+	if _, err := f.m.EnsureDefaultAdmin(t.Context(), "admin", "admin-pass"); err != nil {
 		t.Fatal(err)
 	}
-	s, _, err := f.m.AuthenticatePassword("admin", "admin-pass", Login{})
+	s, _, err := f.m.AuthenticatePassword(t.Context(), "admin", "admin-pass", Login{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,11 +210,11 @@ func TestSessionExpiresWhenIdle(t *testing.T) {
 func TestDefaultAdminOnce(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	created, err := f.m.EnsureDefaultAdmin("admin", "admin-pass")
+	created, err := f.m.EnsureDefaultAdmin(t.Context(), "admin", "admin-pass")
 	if err != nil || !created {
 		t.Fatalf("first: %v %v", created, err)
 	}
-	created, err = f.m.EnsureDefaultAdmin("admin", "other-pass")
+	created, err = f.m.EnsureDefaultAdmin(t.Context(), "admin", "other-pass")
 	if err != nil || created {
 		t.Fatalf("second: %v %v", created, err)
 	}
@@ -230,21 +230,27 @@ func TestDefaultAdminOnce(t *testing.T) {
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.m.EnsureDefaultAdmin("admin", "admin-pass")
-	for i := range failedFree {
-		_, _, err := f.m.AuthenticatePassword("admin", "guess", Login{Source: "192.0.2.9"})
-		wantCode(t, err, CodeInvalidAuth)
-		_ = i
-	}
-	_, _, err := f.m.AuthenticatePassword("admin", "admin-pass", Login{Source: "192.0.2.9"})
-	wantCode(t, err, CodeRateLimited)
-	// Another source is not affected: the real user is not locked out by the attacker.
-	if _, _, err := f.m.AuthenticatePassword("admin", "admin-pass", Login{Source: "192.0.2.1"}); err != nil {
+	f.m.EnsureDefaultAdmin(t.Context(), "admin", "admin-pass")
+	// The real user logged in from 192.0.2.1 before.
+	if _, _, err := f.m.AuthenticatePassword(t.Context(), "admin", "admin-pass", Login{Source: "192.0.2.1"}); err != nil {
 		t.Fatal(err)
 	}
+	for range failedFree {
+		_, _, err := f.m.AuthenticatePassword(t.Context(), "admin", "guess", Login{Source: "192.0.2.9"})
+		wantCode(t, err, CodeInvalidAuth)
+	}
+	_, _, err := f.m.AuthenticatePassword(t.Context(), "admin", "admin-pass", Login{Source: "192.0.2.9"})
+	wantCode(t, err, CodeRateLimited)
+	// A source that logged in before is not affected: the attacker does not lock it out.
+	if _, _, err := f.m.AuthenticatePassword(t.Context(), "admin", "admin-pass", Login{Source: "192.0.2.1"}); err != nil {
+		t.Fatal(err)
+	}
+	// A new source waits with the account.
+	_, _, err = f.m.AuthenticatePassword(t.Context(), "admin", "admin-pass", Login{Source: "192.0.2.2"})
+	wantCode(t, err, CodeRateLimited)
 	// After the wait, the right password works again.
 	f.clock.Add(2 * time.Second)
-	if _, _, err := f.m.AuthenticatePassword("admin", "admin-pass", Login{Source: "192.0.2.9"}); err != nil {
+	if _, _, err := f.m.AuthenticatePassword(t.Context(), "admin", "admin-pass", Login{Source: "192.0.2.9"}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -13,7 +13,7 @@ import (
 func TestNamesAndUsernamesArePRECIS(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	if _, err := f.m.EnsureDefaultAdmin("admin", "admin-pass"); err != nil {
+	if _, err := f.m.EnsureDefaultAdmin(t.Context(), "admin", "admin-pass"); err != nil {
 		t.Fatal(err)
 	}
 	host, err := f.m.CreateIdentity(IdentityCreate{Name: "host", Enrollment: &EnrollmentRequest{Updb: "host-user"}})
@@ -21,7 +21,7 @@ func TestNamesAndUsernamesArePRECIS(t *testing.T) {
 		t.Fatal(err)
 	}
 	ens, _ := f.m.EnrollmentsOf(host.ID)
-	if err := f.m.EnrollUpdb(ens[0].Token, "host-pass"); err != nil {
+	if err := f.m.EnrollUpdb(t.Context(), ens[0].Token, "host-pass"); err != nil {
 		t.Fatal(err)
 	}
 	auths, _ := f.m.AuthenticatorsOf(host.ID)
@@ -77,9 +77,9 @@ func TestNamesAndUsernamesArePRECIS(t *testing.T) {
 			_, err = f.m.CreateEnrollment(other.ID, EnrollmentRequest{Updb: user + "-x"}, f.clock.Now().Add(time.Hour))
 			check("later enrollment username", "username", tt.userOK, err)
 			renamed := user + "-y"
-			err = f.m.ChangeCredentials(host.ID, auths[0].ID, CredentialsChange{Username: &renamed, CurrentPassword: "host-pass"})
+			err = f.m.ChangeCredentials(t.Context(), host.ID, auths[0].ID, CredentialsChange{Username: &renamed, CurrentPassword: "host-pass"})
 			check("changed username", "username", tt.userOK, err)
-			_, err = newFixture(t).m.EnsureDefaultAdmin(user, "admin-pass")
+			_, err = newFixture(t).m.EnsureDefaultAdmin(t.Context(), user, "admin-pass")
 			check("default admin username", "admin.username", tt.userOK, err)
 		})
 	}

@@ -1,11 +1,16 @@
 package model
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"golang.org/x/crypto/argon2"
 )
@@ -52,4 +57,87 @@ func checkPassword(hash, password string) bool {
 	}
 	got := argon2.IDKey([]byte(password), salt, t, m, p, uint32(len(want)))
 	return subtle.ConstantTimeCompare(got, want) == 1
+}
+
+// Bounds of the argon2id work: each check or hash holds argonMemoryKiB while it runs, so the
+// number running at once bounds the memory and CPU that authentication takes. Beyond the
+// slots, up to hashQueuePerSlot requests per slot wait at most hashQueueWait; the others are
+// refused at once with RATE_LIMITED.
+const (
+	hashQueuePerSlot = 4
+	hashQueueWait    = time.Second
+	hashRetryAfter   = time.Second
+)
+
+// hashGate bounds the concurrent argon2id work of password checks and hashes.
+type hashGate struct {
+	slots   chan struct{}
+	waiting atomic.Int64
+	queue   int64
+
+	// running and peak count the work in progress, for tests of the bound.
+	running, peak atomic.Int64
+}
+
+// newHashGate returns a gate of n slots; n <= 0 means GOMAXPROCS.
+func newHashGate(n int) *hashGate {
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	return &hashGate{slots: make(chan struct{}, n), queue: int64(n * hashQueuePerSlot)}
+}
+
+var errHashBusy = &Error{Code: CodeRateLimited, Message: "the controller is checking too many passwords at once; retry later",
+	Cause: &RateLimitedError{RetryAfter: hashRetryAfter}}
+
+// do runs f in a slot, waiting for one in the queue if there is room. It returns a
+// RATE_LIMITED error when the queue is full, the wait is over, or ctx ends first.
+func (g *hashGate) do(ctx context.Context, f func()) error {
+	select {
+	case g.slots <- struct{}{}:
+	default:
+		if g.waiting.Add(1) > g.queue {
+			g.waiting.Add(-1)
+			return errHashBusy
+		}
+		timer := time.NewTimer(hashQueueWait)
+		var err error
+		select {
+		case g.slots <- struct{}{}:
+		case <-timer.C:
+			err = errHashBusy
+		case <-ctx.Done():
+			err = fmt.Errorf("waiting to check a password: %w", errors.Join(errHashBusy, ctx.Err()))
+		}
+		timer.Stop()
+		g.waiting.Add(-1)
+		if err != nil {
+			return err
+		}
+	}
+	defer func() { <-g.slots }()
+	n := g.running.Add(1)
+	for {
+		p := g.peak.Load()
+		if n <= p || g.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	f()
+	g.running.Add(-1)
+	return nil
+}
+
+// hash is hashPassword in a slot of the gate.
+func (g *hashGate) hash(ctx context.Context, password string) (hash string, err error) {
+	if gateErr := g.do(ctx, func() { hash, err = hashPassword(password) }); gateErr != nil {
+		return "", gateErr
+	}
+	return hash, err
+}
+
+// check is checkPassword in a slot of the gate.
+func (g *hashGate) check(ctx context.Context, hash, password string) (ok bool, err error) {
+	err = g.do(ctx, func() { ok = checkPassword(hash, password) })
+	return ok, err
 }

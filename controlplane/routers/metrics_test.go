@@ -106,7 +106,7 @@ func TestManagementMetricsNeedsAdmin(t *testing.T) {
 	if err != nil || len(enrollments) != 1 {
 		t.Fatalf("enrollments: %v %v", enrollments, err)
 	}
-	if err := e.m.EnrollUpdb(enrollments[0].Token, "user-pass"); err != nil {
+	if err := e.m.EnrollUpdb(t.Context(), enrollments[0].Token, "user-pass"); err != nil {
 		t.Fatal(err)
 	}
 	user := apiclient.New(e.url, e.ctrl.CA().Pool(), nil)

@@ -1,0 +1,272 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pquerna/otp/totp"
+
+	"github.com/zmesh/zmesh/internal/testutil"
+)
+
+// attackSource is the i-th attempt's source: 40 addresses in turn.
+func attackSource(i int) string { return fmt.Sprintf("198.51.100.%d", i%40+1) }
+
+// limitedFor checks that err is RATE_LIMITED with a wait of at most maxWait, and returns it.
+func limitedFor(t *testing.T, err error) time.Duration {
+	t.Helper()
+	var rl *RateLimitedError
+	if CodeOf(err) != CodeRateLimited || !errors.As(err, &rl) {
+		t.Fatalf("error %v, want RATE_LIMITED", err)
+	}
+	if rl.RetryAfter <= 0 || rl.RetryAfter > maxWait {
+		t.Fatalf("retry after %v, want more than 0 and at most %v", rl.RetryAfter, maxWait)
+	}
+	return rl.RetryAfter
+}
+
+// TestPasswordGuessesLimitedPerAccount guesses one user's password from 40 sources: the
+// account is limited after a few failures whatever the source, the sources the user logged
+// in from keep working, and a new source waits at most maxWait.
+func TestPasswordGuessesLimitedPerAccount(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := t.Context()
+	if _, err := f.m.EnsureDefaultAdmin(ctx, "admin", "admin-pass"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.m.AuthenticatePassword(ctx, "admin", "admin-pass", Login{Source: "192.0.2.1"}); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for i := range 200 {
+		_, _, err := f.m.AuthenticatePassword(ctx, "admin", fmt.Sprintf("guess-%d", i), Login{Source: attackSource(i)})
+		if CodeOf(err) == CodeInvalidAuth {
+			checked++
+			continue
+		}
+		limitedFor(t, err)
+	}
+	if checked == 0 || checked > 10 {
+		t.Errorf("%d of 200 guesses from 40 sources were checked, want 1 to 10", checked)
+	}
+	if _, _, err := f.m.AuthenticatePassword(ctx, "admin", "admin-pass", Login{Source: "192.0.2.1"}); err != nil {
+		t.Errorf("the user's known source during the attack: %v", err)
+	}
+	_, _, err := f.m.AuthenticatePassword(ctx, "admin", "admin-pass", Login{Source: "192.0.2.2"})
+	limitedFor(t, err)
+	// An attacker trying at every opening makes the wait grow to its cap, no longer.
+	var wait time.Duration
+	for i := range 12 {
+		f.clock.Add(maxWait)
+		_, _, err := f.m.AuthenticatePassword(ctx, "admin", "guess", Login{Source: attackSource(i)})
+		wantCode(t, err, CodeInvalidAuth)
+		_, _, err = f.m.AuthenticatePassword(ctx, "admin", "admin-pass", Login{Source: "192.0.2.2"})
+		wait = limitedFor(t, err)
+	}
+	if wait != maxWait {
+		t.Errorf("the wait after a persistent attack: %v, want the cap %v", wait, maxWait)
+	}
+	// Once the attacker stops, the count decays and the new source gets in.
+	f.clock.Add(maxWait + time.Second)
+	if _, _, err := f.m.AuthenticatePassword(ctx, "admin", "admin-pass", Login{Source: "192.0.2.2"}); err != nil {
+		t.Errorf("a new source after the attack: %v", err)
+	}
+}
+
+// TestMFACodesLimitedPerIdentity guesses an identity's TOTP codes from 40 sources with a
+// session that passed the password: limited after a few failures whatever the source, while
+// the source that passed MFA before still does.
+func TestMFACodesLimitedPerIdentity(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := t.Context()
+	if _, err := f.m.EnsureDefaultAdmin(ctx, "admin", "admin-pass"); err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := f.m.AuthenticatePassword(ctx, "admin", "admin-pass", Login{Source: "192.0.2.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := f.m.EnrollMFA(s.IdentityID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := func() string {
+		c, err := totp.GenerateCode(x.Secret, f.clock.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if err := f.m.VerifyMFA(s, code(), "192.0.2.1"); err != nil {
+		t.Fatal(err)
+	}
+	partial, _, err := f.m.AuthenticatePassword(ctx, "admin", "admin-pass", Login{Source: "192.0.2.1"})
+	if err != nil || !PendingMFA(partial) {
+		t.Fatalf("a login with MFA: %+v, %v", partial, err)
+	}
+	valid := map[string]bool{}
+	for _, d := range []time.Duration{-TOTPPeriod, 0, TOTPPeriod} {
+		c, _ := totp.GenerateCode(x.Secret, f.clock.Now().Add(d))
+		valid[c] = true
+	}
+	checked := 0
+	for i := range 200 {
+		guess := fmt.Sprintf("%06d", i)
+		if valid[guess] {
+			guess = "999999"
+		}
+		err := f.m.AuthenticateMFA(partial, guess, attackSource(i))
+		if CodeOf(err) == CodeMFAInvalidToken {
+			checked++
+			continue
+		}
+		limitedFor(t, err)
+	}
+	if checked == 0 || checked > 10 {
+		t.Errorf("%d of 200 codes from 40 sources were checked, want 1 to 10", checked)
+	}
+	f.clock.Add(TOTPPeriod)
+	if err := f.m.AuthenticateMFA(partial, code(), "192.0.2.1"); err != nil {
+		t.Errorf("the source that passed MFA before, during the attack: %v", err)
+	}
+}
+
+// TestGlobalFailureLimit sprays one guess at each of 200 usernames from 40 sources: after
+// globalFailBurst failures all accounts wait, except from the sources that logged in to
+// them, and the limit refills at globalFailRate.
+func TestGlobalFailureLimit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := t.Context()
+	if _, err := f.m.EnsureDefaultAdmin(ctx, "admin", "admin-pass"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.m.AuthenticatePassword(ctx, "admin", "admin-pass", Login{Source: "192.0.2.1"}); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for i := range 200 {
+		_, _, err := f.m.AuthenticatePassword(ctx, fmt.Sprintf("user-%d", i), "guess", Login{Source: attackSource(i)})
+		if CodeOf(err) == CodeInvalidAuth {
+			checked++
+			continue
+		}
+		limitedFor(t, err)
+	}
+	if checked == 0 || checked > globalFailBurst {
+		t.Errorf("%d of 200 guesses at different users were checked, want 1 to %d", checked, globalFailBurst)
+	}
+	if _, _, err := f.m.AuthenticatePassword(ctx, "admin", "admin-pass", Login{Source: "192.0.2.1"}); err != nil {
+		t.Errorf("a known source during the spray: %v", err)
+	}
+	_, _, err := f.m.AuthenticatePassword(ctx, "admin", "admin-pass", Login{Source: "192.0.2.2"})
+	limitedFor(t, err)
+	f.clock.Add(time.Duration(float64(time.Second) / globalFailRate))
+	_, _, err = f.m.AuthenticatePassword(ctx, "user-x", "guess", Login{Source: "192.0.2.3"})
+	wantCode(t, err, CodeInvalidAuth)
+	_, _, err = f.m.AuthenticatePassword(ctx, "user-y", "guess", Login{Source: "192.0.2.3"})
+	limitedFor(t, err)
+}
+
+// TestHashGateBound runs 150 logins at once against a gate of 2 slots whose slots are
+// taken: the queue's places wait, the rest are refused with RATE_LIMITED at once, and no
+// more than 2 argon2id computations ever run together.
+func TestHashGateBound(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := t.Context()
+	if _, err := f.m.EnsureDefaultAdmin(ctx, "admin", "admin-pass"); err != nil {
+		t.Fatal(err)
+	}
+	const slots = 2
+	f.m.hashes = newHashGate(slots)
+	release := make(chan struct{})
+	var held sync.WaitGroup
+	for range slots {
+		held.Go(func() {
+			if err := f.m.hashes.do(ctx, func() { <-release }); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	testutil.Eventually(t, "the slots taken", func() bool { return f.m.hashes.running.Load() == slots })
+
+	var mu sync.Mutex
+	results := map[string]int{}
+	var logins sync.WaitGroup
+	for i := range 150 {
+		logins.Go(func() {
+			_, _, err := f.m.AuthenticatePassword(ctx, "admin", "admin-pass", Login{Source: fmt.Sprintf("10.0.%d.%d", i/200, i%200)})
+			if err != nil {
+				limitedFor(t, err)
+			}
+			mu.Lock()
+			results[CodeOf(err)]++
+			mu.Unlock()
+		})
+	}
+	queue := slots * hashQueuePerSlot
+	testutil.Eventually(t, "all but the queue refused", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return results[CodeRateLimited] == 150-queue
+	})
+	close(release)
+	logins.Wait()
+	held.Wait()
+	if results[""]+results[CodeRateLimited] != 150 || results[""] == 0 {
+		t.Errorf("results by code: %v, want only successes and RATE_LIMITED, some successes", results)
+	}
+	if peak := f.m.hashes.peak.Load(); peak > slots {
+		t.Errorf("%d argon2id computations ran at once, want at most %d", peak, slots)
+	}
+}
+
+// TestHashGateQueue checks that a waiter whose context ends leaves the queue, that a full
+// queue refuses at once, and that a wait ends after hashQueueWait.
+func TestHashGateQueue(t *testing.T) {
+	t.Parallel()
+	g := newHashGate(1)
+	release := make(chan struct{})
+	held := make(chan error, 1)
+	go func() { held <- g.do(context.Background(), func() { <-release }) }()
+	testutil.Eventually(t, "the slot taken", func() bool { return g.running.Load() == 1 })
+
+	ctx, cancel := context.WithCancel(t.Context())
+	waiters := make(chan error, hashQueuePerSlot)
+	for range hashQueuePerSlot {
+		go func() { waiters <- g.do(ctx, func() { t.Error("a waiter ran while the slot was held") }) }()
+	}
+	testutil.Eventually(t, "the queue full", func() bool { return g.waiting.Load() == hashQueuePerSlot })
+	err := g.do(context.Background(), func() { t.Error("ran beyond the queue") })
+	var rl *RateLimitedError
+	if CodeOf(err) != CodeRateLimited || !errors.As(err, &rl) || rl.RetryAfter <= 0 {
+		t.Errorf("beyond the queue: %v, want RATE_LIMITED with a wait", err)
+	}
+	cancel()
+	for range hashQueuePerSlot {
+		if err := <-waiters; CodeOf(err) != CodeRateLimited || !errors.Is(err, context.Canceled) {
+			t.Errorf("a waiter whose context ended: %v", err)
+		}
+	}
+	if n := g.waiting.Load(); n != 0 {
+		t.Errorf("%d still waiting after their contexts ended", n)
+	}
+	if err := g.do(context.Background(), func() { t.Error("ran while the slot was held") }); CodeOf(err) != CodeRateLimited {
+		t.Errorf("a wait of hashQueueWait: %v, want RATE_LIMITED", err)
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	if err := g.do(context.Background(), func() { ran = true }); err != nil || !ran {
+		t.Errorf("a free slot: ran %v, %v", ran, err)
+	}
+}
