@@ -8,8 +8,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/xtaci/smux"
-
 	"github.com/zmesh/zmesh/internal/edgeproto"
 )
 
@@ -31,7 +29,7 @@ func (a Addr) String() string { return a.Identity + "@" + a.Service }
 // and the routers see only ciphertext.
 type Conn struct {
 	inner     net.Conn // the router stream, or the encrypted conn over it
-	stream    *smux.Stream
+	stream    *circuitStream
 	circuitID uint64
 	local     Addr
 	remote    Addr
@@ -224,7 +222,8 @@ func (c *Client) dialVia(ctx context.Context, rc *routerConn, svc Service, req e
 	if err != nil {
 		return nil, err
 	}
-	conn := &Conn{inner: st, stream: st, circuitID: resp.CircuitID,
+	cs := newCircuitStream(st)
+	conn := &Conn{inner: cs, stream: cs, circuitID: resp.CircuitID,
 		local: Addr{Service: svc.Name, Identity: c.id}, remote: Addr{Service: svc.Name, Identity: resp.HostID}}
 	if svc.EncryptionRequired {
 		if err := c.encryptClient(ctx, conn, svc); err != nil {

@@ -322,7 +322,8 @@ func (l *Listener) maintain() {
 // the stream to Accept, after the key exchange when the service requires encryption. The
 // stream stays referenced by this goroutine, or by the pending set, until then.
 func (l *Listener) serveConnect(st *smux.Stream, req edgeproto.Request) {
-	conn := &Conn{inner: st, stream: st, circuitID: req.CircuitID,
+	cs := newCircuitStream(st)
+	conn := &Conn{inner: cs, stream: cs, circuitID: req.CircuitID,
 		local:  Addr{Service: l.svc.Name, Identity: l.c.id},
 		remote: Addr{Service: l.svc.Name, Identity: req.InitiatorID}, appData: req.AppData}
 	l.mu.Lock()
