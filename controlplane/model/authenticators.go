@@ -262,3 +262,13 @@ func (m *Model) APISessions() ([]*APISession, error) {
 	})
 	return out, err
 }
+
+// APISession returns the API session with id.
+func (m *Model) APISession(id string) (*APISession, error) {
+	var out *APISession
+	err := m.st.View(func(tx *store.Tx) (err error) {
+		out, err = m.c.apiSessions.Get(tx, id)
+		return missing(err, "API session", id)
+	})
+	return out, err
+}
