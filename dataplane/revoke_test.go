@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -195,4 +197,46 @@ func TestCertChangeClosesConnectionsOfPasswordSession(t *testing.T) {
 		_, err = n.connectSDKWith(addr, newCert, apiSess)
 		return err == nil
 	})
+}
+
+// BenchmarkRevokedCertDisconnects measures how long an edge connection made with a
+// certificate outlives the deletion of its authenticator: the commit, the push of the
+// change to the router and the router closing the connection.
+func BenchmarkRevokedCertDisconnects(b *testing.B) {
+	n := newTestNet(b)
+	n.addRouter("E", false, `listeners:
+  - binding: edge
+    bind: tls:127.0.0.1:{{port}}
+    advertise: tls:127.0.0.1:{{same}}
+`)
+	caPEM, err := os.ReadFile(filepath.Join(n.dir, "E", "ca.cert"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.dir, "ca.pem"), caPEM, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	addr := n.routers["E"].r.SDKAddresses()[0]
+	cert, id := n.enrolled("client")
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		cl, err := n.connectSDK(addr, cert)
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := ended(cl.control)
+		auth := n.certAuthenticator(id.ID)
+		b.StartTimer()
+		if err := n.m.DeleteAuthenticator(auth.ID); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			b.Fatal("the revoked certificate's connection is still open after 30s")
+		}
+		b.StopTimer()
+		cert = n.reEnroll(id.ID)
+	}
 }
