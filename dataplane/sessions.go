@@ -135,7 +135,7 @@ func (s *sessionCache) apply(m *ctrlproto.SessionState) {
 	for _, a := range m.APISessions {
 		if old, ok := s.apiByID[a.ID]; ok && old != a.Token {
 			goneAPI = s.dropAPISession(a.ID, goneAPI)
-		} else if ok && !slices.Equal(s.apiSessions[old].CertFingerprints, a.CertFingerprints) {
+		} else if ok && !sameCerts(s.apiSessions[old].CertFingerprints, a.CertFingerprints) {
 			changedAPI = append(changedAPI, a)
 		}
 		s.apiSessions[a.Token], s.apiByID[a.ID] = a, a.Token
@@ -175,6 +175,12 @@ func (s *sessionCache) apply(m *ctrlproto.SessionState) {
 	if len(changedAPI) > 0 && s.updated != nil {
 		s.updated(changedAPI)
 	}
+}
+
+// sameCerts tells whether two lists of admitted certificates admit the same; nil (any
+// certificate) differs from an empty list (none).
+func sameCerts(a, b []string) bool {
+	return (a == nil) == (b == nil) && slices.Equal(a, b)
 }
 
 // dropAPISession removes an API session, dropSession a session (the sessions made in an
