@@ -19,6 +19,8 @@ type Controller struct {
 	Ctrl           ControllerCtrl `json:"ctrl" yaml:"ctrl"`
 	Admin          Admin          `json:"admin" yaml:"admin"`
 	SessionTimeout time.Duration  `json:"sessionTimeout" yaml:"sessionTimeout"`
+	// SessionMaxLifetime ends an API session this long after it was opened, however active.
+	SessionMaxLifetime time.Duration `json:"sessionMaxLifetime" yaml:"sessionMaxLifetime"`
 	// Web lists the listeners of the health-checks and metrics APIs (the bindings of
 	// WebAPIs, as on routers), served over HTTPS with the API's server certificate.
 	Web []WebListener `json:"web" yaml:"web"`
@@ -142,6 +144,11 @@ func (r *reader) controller(path string, data []byte) *Controller {
 	admin.finish()
 
 	cfg.SessionTimeout = top.duration("sessionTimeout", 30*time.Minute, time.Minute, day)
+	cfg.SessionMaxLifetime = top.duration("sessionMaxLifetime", DefaultSessionMaxLifetime, time.Minute, MaxSessionMaxLifetime)
+	if cfg.SessionMaxLifetime < cfg.SessionTimeout {
+		r.errorf(top.lineOfKey("sessionMaxLifetime"), "sessionMaxLifetime", "%s is shorter than sessionTimeout (%s); allowed: sessionTimeout to %s",
+			duration(cfg.SessionMaxLifetime), duration(cfg.SessionTimeout), duration(MaxSessionMaxLifetime))
+	}
 	ext := top.child("extJwt")
 	cfg.ExtJWT.CABundle = ext.filePath("caBundle", "", dir)
 	ext.finish()
@@ -151,6 +158,13 @@ func (r *reader) controller(path string, data []byte) *Controller {
 	top.finish()
 	return cfg
 }
+
+// Bounds of sessionMaxLifetime. The default caps what a stolen API session token is worth
+// at a day while clients (the SDK re-authenticates on 401) pay one login a day.
+const (
+	DefaultSessionMaxLifetime = day
+	MaxSessionMaxLifetime     = 365 * day
+)
 
 // hostPort reads a <host>:<port> value; def when absent.
 func (r *reader) hostPort(m *mapping, key, def string) string {

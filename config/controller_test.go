@@ -30,6 +30,7 @@ func TestControllerDefaults(t *testing.T) {
 		{"", "admin.username", `"admin"`},
 		{"", "admin.password", `"(hidden)"`},
 		{"", "sessionTimeout", `"30m"`},
+		{"", "sessionMaxLifetime", `"24h"`},
 		{"", "web", `[]`},
 		{"", "extJwt", `<absent>`},
 		{"extJwt: {caBundle: idp-ca.pem}", "extJwt.caBundle", `"/etc/zmesh/idp-ca.pem"`},
@@ -68,6 +69,7 @@ func TestControllerBounds(t *testing.T) {
 		return cfg, nil
 	}
 	checkBound(t, durationBound("sessionTimeout: %s", "sessionTimeout", time.Minute, 24*time.Hour), parse)
+	checkBound(t, durationBound("sessionTimeout: 1m\nsessionMaxLifetime: %s", "sessionMaxLifetime", time.Minute, 365*24*time.Hour), parse)
 
 	// Credentials are bounded by their length in characters; the effective password is hidden,
 	// so acceptance is what is checked for it.
@@ -112,6 +114,9 @@ func TestControllerErrors(t *testing.T) {
 			"c.yml:3: api.advertise: is required when api.listen (0.0.0.0:1280) listens on every address: the <host>:<port> clients use",
 			`c.yml:4: ctrl.listen: "quic:0.0.0.0:6262": transport "quic" is not allowed here; allowed: tls`,
 			"c.yml:5: admin.username: has 3 characters; allowed: 4 to 100",
+		}},
+		{"sessionMaxLifetime below sessionTimeout", controllerWith("sessionTimeout: 2h\nsessionMaxLifetime: 90m\n"), []string{
+			"c.yml:6: sessionMaxLifetime: 1h30m is shorter than sessionTimeout (2h); allowed: sessionTimeout to 8760h",
 		}},
 		{"bad listen", "v: 1\ndataDir: d\napi: {listen: 'localhost'}\nadmin: {password: secret}\n", []string{
 			`c.yml:3: api.listen: "localhost": not <host>:<port>, e.g. 127.0.0.1:1280`,

@@ -52,7 +52,7 @@ healthChecks: {ctrlPingCheck: {interval: 7s, timeout: 3s, initialDelay: 0s}, lin
 metrics: {reportInterval: 2m, intervalAgeThreshold: 100s}
 `)
 	cfg, _ := parseRouter(t, doc)
-	ctrl, errs := parseController(t, withSnippet(t, minimalController, "sessionTimeout: 24h"))
+	ctrl, errs := parseController(t, withSnippet(t, minimalController, "sessionTimeout: 24h\nsessionMaxLifetime: 36h"))
 	if ctrl == nil {
 		t.Fatalf("the controller document does not load: %v", errs)
 	}
@@ -79,6 +79,7 @@ metrics: {reportInterval: 2m, intervalAgeThreshold: 100s}
 		{"metrics.reportInterval", cfg.Metrics.ReportInterval, 2 * time.Minute, `"2m"`, cfg},
 		{"metrics.intervalAgeThreshold", cfg.Metrics.IntervalAgeThreshold, 100 * time.Second, `"1m40s"`, cfg},
 		{"sessionTimeout", ctrl.SessionTimeout, 24 * time.Hour, `"24h"`, ctrl},
+		{"sessionMaxLifetime", ctrl.SessionMaxLifetime, 36 * time.Hour, `"36h"`, ctrl},
 	} {
 		if tt.got != tt.want {
 			t.Errorf("%s = %v, want %v", tt.name, tt.got, tt.want)

@@ -103,12 +103,13 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 		return nil, err
 	}
 	c.model = model.New(c.store, c.ca, log, model.Options{
-		SessionTimeout: cfg.SessionTimeout,
-		Issuer:         "https://" + cfg.API.Advertise,
-		SigningKey:     key,
-		SigningKID:     certid.Fingerprint(c.cert.Leaf),
-		ReservedHosts:  apiHosts(cfg),
-		JWKSRoots:      jwksRoots,
+		SessionTimeout:     cfg.SessionTimeout,
+		SessionMaxLifetime: cfg.SessionMaxLifetime,
+		Issuer:             "https://" + cfg.API.Advertise,
+		SigningKey:         key,
+		SigningKID:         certid.Fingerprint(c.cert.Leaf),
+		ReservedHosts:      apiHosts(cfg),
+		JWKSRoots:          jwksRoots,
 	})
 	c.sessions = sessionsync.New(c.model, log, sessionsync.Options{})
 	if err := c.model.EnsureBuiltinConfigTypes(); err != nil {
@@ -372,8 +373,8 @@ const (
 	postureEvery = 15 * time.Second
 )
 
-// expireLoop deletes idle API sessions every expireEvery and ends the sessions whose
-// posture stopped holding every postureEvery.
+// expireLoop deletes idle API sessions, and those past their maximum lifetime, every
+// expireEvery and ends the sessions whose posture stopped holding every postureEvery.
 func (c *Controller) expireLoop(ctx context.Context) {
 	t := time.NewTicker(postureEvery)
 	defer t.Stop()

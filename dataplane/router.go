@@ -88,7 +88,7 @@ func New(cfg *config.Router, version string, log *slog.Logger) (*Router, error) 
 	r.ident.Authorize = r.authorizePeer
 	r.sdk = newSDKServer(r)
 	r.overlay = newRouterOverlay(r)
-	r.sessionCache = newSessionCache(r.sdk.removed)
+	r.sessionCache = newSessionCache(r.sdk.removed, r.sdk.certsChanged)
 	r.checks = newHealthChecks(r)
 	r.metrics = newRouterMetrics(r)
 	if cfg.Edge != nil && cfg.Edge.DB != "" {

@@ -15,6 +15,7 @@ import (
 	"github.com/xtaci/smux"
 
 	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/internal/certid"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
 	"github.com/zmesh/zmesh/internal/edgeproto"
 	"github.com/zmesh/zmesh/internal/tlscork"
@@ -27,7 +28,8 @@ import (
 // becomes the circuit's initiator end) or binds one (the router creates a terminator of
 // binding edge for it, and opens a connect stream to the client for every circuit that
 // reaches it). A client's session, and each of its circuits and binds, ends when the API
-// session or session that admitted it goes away.
+// session or session that admitted it goes away, or when its API session stops admitting
+// the certificate it presented (the certificate was revoked or replaced).
 
 // BindingEdge is the terminator binding of services hosted by SDK clients.
 const BindingEdge = "edge"
@@ -45,6 +47,7 @@ type sdkServer struct {
 type sdkConn struct {
 	id         string // random; part of its binds' terminator addresses
 	identityID string // from the client certificate
+	certFP     string // the client certificate's fingerprint
 	apiToken   string
 	sess       *smux.Session
 
@@ -102,7 +105,8 @@ func (s *sdkServer) serve(ctx context.Context, c *tlscork.Batched) {
 	}
 	c.SetDeadline(time.Time{})
 	c.ReadAhead(edgeproto.ReadAhead)
-	identityID := c.ConnectionState().PeerCertificates[0].Subject.CommonName
+	leaf := c.ConnectionState().PeerCertificates[0]
+	identityID, certFP := leaf.Subject.CommonName, certid.Fingerprint(leaf)
 	sess, err := smux.Server(c, edgeproto.Smux())
 	if err != nil {
 		log.Warn("SDK listener: smux", "err", err)
@@ -112,7 +116,7 @@ func (s *sdkServer) serve(ctx context.Context, c *tlscork.Batched) {
 	defer sess.Close()
 	stop := context.AfterFunc(ctx, func() { sess.Close() })
 	defer stop()
-	ec, control, err := s.hello(sess, identityID)
+	ec, control, err := s.hello(sess, identityID, certFP)
 	if err != nil {
 		log.Info("edge client refused", "identity", identityID, "err", err)
 		return
@@ -122,6 +126,11 @@ func (s *sdkServer) serve(ctx context.Context, c *tlscork.Batched) {
 	s.mu.Lock()
 	s.conns[ec] = struct{}{}
 	s.mu.Unlock()
+	// The certificate may have stopped being current between hello and now.
+	if api, ok := s.r.sessionCache.apiSession(ec.apiToken); !ok || !api.AdmitsCert(certFP) {
+		log.Info("edge client disconnected: its API session ended or no longer admits its certificate")
+		ec.sess.Close()
+	}
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, ec)
@@ -142,8 +151,8 @@ func (s *sdkServer) serve(ctx context.Context, c *tlscork.Batched) {
 }
 
 // hello admits a client: its first stream must say hello with an API session of the
-// identity whose certificate it presented.
-func (s *sdkServer) hello(sess *smux.Session, identityID string) (*sdkConn, *smux.Stream, error) {
+// identity whose certificate it presented, that admits that certificate.
+func (s *sdkServer) hello(sess *smux.Session, identityID, certFP string) (*sdkConn, *smux.Stream, error) {
 	sess.SetDeadline(time.Now().Add(edgeproto.HandshakeTimeout))
 	st, err := sess.AcceptStream()
 	if err != nil {
@@ -175,6 +184,9 @@ func (s *sdkServer) hello(sess *smux.Session, identityID string) (*sdkConn, *smu
 	if api.IdentityID != identityID {
 		return refuse(edgeproto.CodeInvalidSession, "the API session is not of the identity %s of the client certificate", identityID)
 	}
+	if !api.AdmitsCert(certFP) {
+		return refuse(edgeproto.CodeInvalidSession, "the client certificate is not a current certificate of identity %s", identityID)
+	}
 	if err := edgeproto.Write(st, &edgeproto.Response{OK: true, RouterID: s.r.id}); err != nil {
 		st.Close()
 		return nil, nil, fmt.Errorf("answer hello: %w", err)
@@ -182,7 +194,7 @@ func (s *sdkServer) hello(sess *smux.Session, identityID string) (*sdkConn, *smu
 	st.SetDeadline(time.Time{})
 	var idb [8]byte
 	rand.Read(idb[:])
-	ec := &sdkConn{id: hex.EncodeToString(idb[:]), identityID: identityID, apiToken: req.APISessionToken, sess: sess,
+	ec := &sdkConn{id: hex.EncodeToString(idb[:]), identityID: identityID, certFP: certFP, apiToken: req.APISessionToken, sess: sess,
 		streams: map[*smux.Stream]string{}}
 	ec.keep(st, "")
 	return ec, st, nil
@@ -419,6 +431,26 @@ func (s *sdkServer) removed(apiTokens, sessionTokens []string) {
 		for _, st := range closing {
 			st.Close()
 		}
+	}
+}
+
+// certsChanged closes the connections whose API session no longer admits their certificate.
+func (s *sdkServer) certsChanged(apis []ctrlproto.APISession) {
+	byToken := make(map[string]*ctrlproto.APISession, len(apis))
+	for i := range apis {
+		byToken[apis[i].Token] = &apis[i]
+	}
+	s.mu.Lock()
+	var closing []*sdkConn
+	for ec := range s.conns {
+		if a, ok := byToken[ec.apiToken]; ok && !a.AdmitsCert(ec.certFP) {
+			closing = append(closing, ec)
+		}
+	}
+	s.mu.Unlock()
+	for _, ec := range closing {
+		s.r.log.Info("edge client disconnected: its certificate is no longer current", "identity", ec.identityID, "conn", ec.id)
+		ec.sess.Close()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,7 +22,8 @@ import (
 // every change (ctrlproto.SessionState). It is written, gzipped, to edge.db every
 // edge.dbSaveIntervalSeconds and when the router stops, and read at start, so that a router
 // restarted while the controller is away still admits the clients it admitted before.
-// When an API session or a session goes away, whatever uses it here is closed at once.
+// When an API session or a session goes away, whatever uses it here is closed at once, and so
+// is a client connection whose certificate its API session no longer admits.
 
 // sessionCacheVersion is the version of the edge.db file format.
 const sessionCacheVersion = 1
@@ -39,13 +41,14 @@ type sessionCache struct {
 	applied     chan struct{}                   // closed and replaced by each apply
 	tunnel      []ctrlproto.TunnelService       // the tunnel's services, as last listed
 	// removed is called, without mu, with the tokens of the API sessions and sessions that
-	// went away.
+	// went away; updated with the API sessions whose admitted certificates changed.
 	removed func(apiSessions, sessions []string)
+	updated func(apiSessions []ctrlproto.APISession)
 }
 
-func newSessionCache(removed func(apiSessions, sessions []string)) *sessionCache {
+func newSessionCache(removed func(apiSessions, sessions []string), updated func([]ctrlproto.APISession)) *sessionCache {
 	return &sessionCache{apiSessions: map[string]ctrlproto.APISession{}, apiByID: map[string]string{},
-		sessions: map[string]ctrlproto.Session{}, sessByID: map[string]string{}, removed: removed,
+		sessions: map[string]ctrlproto.Session{}, sessByID: map[string]string{}, removed: removed, updated: updated,
 		applied: make(chan struct{})}
 }
 
@@ -118,6 +121,7 @@ func (s *sessionCache) await(has func() bool, connected func() bool) bool {
 // what it does not hold is removed once it is complete.
 func (s *sessionCache) apply(m *ctrlproto.SessionState) {
 	var goneAPI, goneSess []string
+	var changedAPI []ctrlproto.APISession
 	s.mu.Lock()
 	if m.Reset {
 		s.loading, s.seen = true, map[string]bool{}
@@ -131,6 +135,8 @@ func (s *sessionCache) apply(m *ctrlproto.SessionState) {
 	for _, a := range m.APISessions {
 		if old, ok := s.apiByID[a.ID]; ok && old != a.Token {
 			goneAPI = s.dropAPISession(a.ID, goneAPI)
+		} else if ok && !sameCerts(s.apiSessions[old].CertFingerprints, a.CertFingerprints) {
+			changedAPI = append(changedAPI, a)
 		}
 		s.apiSessions[a.Token], s.apiByID[a.ID] = a, a.Token
 		if s.loading {
@@ -166,6 +172,15 @@ func (s *sessionCache) apply(m *ctrlproto.SessionState) {
 	if (len(goneAPI) > 0 || len(goneSess) > 0) && s.removed != nil {
 		s.removed(goneAPI, goneSess)
 	}
+	if len(changedAPI) > 0 && s.updated != nil {
+		s.updated(changedAPI)
+	}
+}
+
+// sameCerts tells whether two lists of admitted certificates admit the same; nil (any
+// certificate) differs from an empty list (none).
+func sameCerts(a, b []string) bool {
+	return (a == nil) == (b == nil) && slices.Equal(a, b)
 }
 
 // dropAPISession removes an API session, dropSession a session (the sessions made in an

@@ -275,7 +275,13 @@ func sessionFields() []field[*model.Session] {
 	}
 }
 
-func (s *Server) renderSessionDetail(se *model.Session, routers []*model.EdgeRouter) map[string]any {
+// renderSessionDetail is the view of a session. Its token, a credential for the routers, is
+// shown only to the API session that owns it.
+func (s *Server) renderSessionDetail(c *call, se *model.Session, routers []*model.EdgeRouter) map[string]any {
+	token := ""
+	if c.session != nil && c.session.ID == se.APISessionID {
+		token = se.Token
+	}
 	svcName := ""
 	if sv, err := s.m.Service(se.ServiceID); err == nil {
 		svcName = sv.Name
@@ -289,7 +295,7 @@ func (s *Server) renderSessionDetail(se *model.Session, routers []*model.EdgeRou
 		"createdAt": se.CreatedAt, "updatedAt": se.UpdatedAt, "tags": tagsOf(se.Tags),
 		"apiSession": ref("api-sessions", se.APISessionID, ""), "apiSessionId": se.APISessionID,
 		"identityId": se.IdentityID, "service": ref("services", se.ServiceID, svcName), "serviceId": se.ServiceID,
-		"token": se.Token, "type": se.Type, "edgeRouters": ers,
+		"token": token, "type": se.Type, "edgeRouters": ers,
 	}
 }
 
@@ -298,7 +304,7 @@ func (s *Server) listSessions(c *call) error {
 	if err != nil {
 		return err
 	}
-	return listOf(c, list, sessionFields(), func(se *model.Session) any { return s.renderSessionDetail(se, nil) })
+	return listOf(c, list, sessionFields(), func(se *model.Session) any { return s.renderSessionDetail(c, se, nil) })
 }
 
 func (s *Server) createSession(c *call) error {
@@ -324,7 +330,7 @@ func (s *Server) createSession(c *call) error {
 	if err != nil {
 		return err
 	}
-	return c.data(http.StatusCreated, s.renderSessionDetail(se, routers))
+	return c.data(http.StatusCreated, s.renderSessionDetail(c, se, routers))
 }
 
 // ownSession returns a session of the current API session; others are NOT_FOUND.
@@ -345,7 +351,7 @@ func (s *Server) getSession(c *call) error {
 		return err
 	}
 	routers, _ := s.m.EdgeRoutersFor(se.IdentityID, se.ServiceID)
-	return c.data(http.StatusOK, s.renderSessionDetail(se, routers))
+	return c.data(http.StatusOK, s.renderSessionDetail(c, se, routers))
 }
 
 func (s *Server) deleteSession(c *call) error {

@@ -219,6 +219,12 @@ func (m *Model) openSessionFor(identityID, authenticatorID, method, fingerprint 
 			m.log.Info("authentication refused by policy", "identity", identityID, "method", method, "authPolicy", policy.ID)
 			return errInvalidAuth
 		}
+		// The certificate may have been revoked since it was checked.
+		if ok, err := m.certCurrent(tx, s); err != nil {
+			return err
+		} else if !ok {
+			return errInvalidAuth
+		}
 		mfa, err := m.mfaTx(tx, identityID)
 		if err != nil {
 			return err
@@ -235,9 +241,16 @@ func (m *Model) openSessionFor(identityID, authenticatorID, method, fingerprint 
 	return s, id, nil
 }
 
-// ExpiresAt returns when an API session ends if it stays idle.
+// ExpiresAt returns when an API session ends if it stays idle, or at the latest when it
+// reaches its maximum lifetime.
 func (m *Model) ExpiresAt(s *APISession) time.Time {
-	return s.LastActivityAt.Add(m.opts.SessionTimeout)
+	idle := s.LastActivityAt.Add(m.opts.SessionTimeout)
+	if m.opts.SessionMaxLifetime > 0 {
+		if end := s.CreatedAt.Add(m.opts.SessionMaxLifetime); end.Before(idle) {
+			return end
+		}
+	}
+	return idle
 }
 
 // touchEvery is how stale a session's recorded activity may get before a request records it
@@ -247,18 +260,23 @@ func (m *Model) touchEvery() time.Duration { return min(m.opts.SessionTimeout/10
 var errNoSession = &Error{Code: CodeUnauthorized, Message: "the API session is missing, expired or deleted"}
 
 // SessionByToken returns the live API session with token and its identity, recording the
-// activity. A missing, expired or orphaned session is UNAUTHORIZED.
+// activity. A missing, expired or orphaned session, or one opened with a certificate that is
+// no longer current, is UNAUTHORIZED.
 func (m *Model) SessionByToken(token string) (*APISession, *Identity, error) {
 	if token == "" {
 		return nil, nil, errNoSession
 	}
 	var s *APISession
 	var id *Identity
+	current := true
 	err := m.st.View(func(tx *store.Tx) (err error) {
 		if s, err = m.c.apiSessions.Lookup(tx, "token", token); err != nil {
 			return err
 		}
-		id, err = m.c.identities.Get(tx, s.IdentityID)
+		if id, err = m.c.identities.Get(tx, s.IdentityID); err != nil {
+			return err
+		}
+		current, err = m.certCurrent(tx, s)
 		return err
 	})
 	if errors.Is(err, store.ErrNotFound) {
@@ -268,7 +286,7 @@ func (m *Model) SessionByToken(token string) (*APISession, *Identity, error) {
 		return nil, nil, err
 	}
 	now := m.now()
-	if now.After(m.ExpiresAt(s)) {
+	if !current || now.After(m.ExpiresAt(s)) {
 		if err := m.DeleteAPISession(s.ID); err != nil && CodeOf(err) != CodeNotFound {
 			return nil, nil, err
 		}
@@ -315,8 +333,8 @@ func (m *Model) deleteAPISessionTx(tx *store.Tx, id string) error {
 	return missing(m.c.apiSessions.Delete(tx, id), "API session", id)
 }
 
-// ExpireSessions deletes every API session idle for longer than the timeout and returns
-// how many it deleted.
+// ExpireSessions deletes every API session idle for longer than the timeout, or older than
+// the maximum lifetime, and returns how many it deleted.
 func (m *Model) ExpireSessions() (int, error) {
 	now := m.now()
 	var expired []string

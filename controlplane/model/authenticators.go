@@ -39,10 +39,18 @@ func (m *Model) Authenticator(id string) (*Authenticator, error) {
 	return out, err
 }
 
-// DeleteAuthenticator removes an authenticator (administrators only).
+// DeleteAuthenticator removes an authenticator (administrators only). The API sessions
+// opened with its certificate end with it.
 func (m *Model) DeleteAuthenticator(id string) error {
 	return m.st.Update(func(tx *store.Tx) error {
-		return missing(m.c.authenticators.Delete(tx, id), "authenticator", id)
+		a, err := m.c.authenticators.Get(tx, id)
+		if err != nil {
+			return missing(err, "authenticator", id)
+		}
+		if err := m.c.authenticators.Delete(tx, id); err != nil {
+			return err
+		}
+		return m.certsChanged(tx, a.IdentityID)
 	})
 }
 
@@ -152,13 +160,18 @@ func (m *Model) ExtendCert(s *APISession, id string, csrPEM []byte) ([]byte, err
 			return missing(err, "authenticator", id)
 		}
 		cur.UnverifiedCertPEM, cur.UnverifiedFingerprint, cur.UpdatedAt = string(pemBytes), certid.Fingerprint(cert), m.now()
-		return conflict(m.c.authenticators.Put(tx, cur))
+		if err := conflict(m.c.authenticators.Put(tx, cur)); err != nil {
+			return err
+		}
+		// An earlier extension's certificate, never verified, is no longer current.
+		return m.certsChanged(tx, cur.IdentityID)
 	})
 	return pemBytes, err
 }
 
 // ExtendVerify puts the extended certificate in force once the client shows it has it; the
-// previous certificate stops authenticating.
+// previous certificate stops authenticating, and the API sessions opened with it end (the
+// one making this request included).
 func (m *Model) ExtendVerify(s *APISession, id, clientCertPEM string) error {
 	a, err := m.OwnAuthenticator(s.IdentityID, id)
 	if err != nil {
@@ -178,7 +191,10 @@ func (m *Model) ExtendVerify(s *APISession, id, clientCertPEM string) error {
 		}
 		cur.CertPEM, cur.Fingerprint = cur.UnverifiedCertPEM, cur.UnverifiedFingerprint
 		cur.UnverifiedCertPEM, cur.UnverifiedFingerprint, cur.UpdatedAt = "", "", m.now()
-		return m.c.authenticators.Put(tx, cur)
+		if err := m.c.authenticators.Put(tx, cur); err != nil {
+			return err
+		}
+		return m.certsChanged(tx, cur.IdentityID)
 	})
 }
 
@@ -197,6 +213,8 @@ func (m *Model) CreateAPISessionCert(s *APISession, csrPEM []byte) (*APISessionC
 		if _, err := m.c.apiSessions.Get(tx, s.ID); err != nil {
 			return errNoSession
 		}
+		// Routers learn that the session's clients may present this certificate.
+		m.apiSessionHooks.watch(tx, s.ID)
 		return m.c.apiSessionCerts.Create(tx, c)
 	})
 	if err != nil {
@@ -235,6 +253,7 @@ func (m *Model) DeleteAPISessionCert(sessionID, id string) error {
 		if err != nil || c.APISessionID != sessionID {
 			return notFound("API session certificate", id)
 		}
+		m.apiSessionHooks.watch(tx, sessionID)
 		return m.c.apiSessionCerts.Delete(tx, id)
 	})
 }
@@ -245,6 +264,16 @@ func (m *Model) APISessions() ([]*APISession, error) {
 	err := m.st.View(func(tx *store.Tx) (err error) {
 		out, err = m.c.apiSessions.All(tx)
 		return err
+	})
+	return out, err
+}
+
+// APISession returns the API session with id.
+func (m *Model) APISession(id string) (*APISession, error) {
+	var out *APISession
+	err := m.st.View(func(tx *store.Tx) (err error) {
+		out, err = m.c.apiSessions.Get(tx, id)
+		return missing(err, "API session", id)
 	})
 	return out, err
 }

@@ -85,6 +85,9 @@ func (m *Model) finishEnrollment(tx *store.Tx, e *Enrollment, a *Authenticator) 
 		}
 		return conflict(err)
 	}
+	if err := m.certsChanged(tx, e.IdentityID); err != nil {
+		return err
+	}
 	return m.c.enrollments.Delete(tx, e.ID)
 }
 

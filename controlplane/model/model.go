@@ -19,6 +19,9 @@ import (
 type Options struct {
 	// SessionTimeout ends an API session after this long without a request.
 	SessionTimeout time.Duration
+	// SessionMaxLifetime ends an API session this long after it was opened, however active;
+	// 0: no limit.
+	SessionMaxLifetime time.Duration
 	// EnrollmentDuration is how long an enrollment token stays valid.
 	EnrollmentDuration time.Duration
 	// Issuer is the URL of the client API's host, https://<api.advertise>; enrollment tokens

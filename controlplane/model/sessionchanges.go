@@ -48,15 +48,20 @@ func (m *Model) OnSessionChange(f func(sessionID string)) { m.sessionHooks.add(f
 
 // SessionState returns every API session (but those owing MFA) and every session, read in one transaction, in id
 // order: the session state routers receive when they connect.
-func (m *Model) SessionState() (apiSessions []*APISession, sessions []*Session, err error) {
+func (m *Model) SessionState() (apiSessions []*RoutedAPISession, sessions []*Session, err error) {
 	err = m.st.View(func(tx *store.Tx) error {
 		all, err := m.c.apiSessions.All(tx)
 		if err != nil {
 			return err
 		}
+		idents := map[string][]string{}
 		for _, a := range all {
 			if routable(a) {
-				apiSessions = append(apiSessions, a)
+				r, err := m.routedAPISession(tx, a, idents)
+				if err != nil {
+					return err
+				}
+				apiSessions = append(apiSessions, r)
 			}
 		}
 		sessions, err = m.c.sessions.All(tx)
@@ -67,10 +72,11 @@ func (m *Model) SessionState() (apiSessions []*APISession, sessions []*Session, 
 
 // SessionStateOf returns the API sessions and sessions with these ids that exist, read in
 // one transaction, by id; an id that is absent was deleted (or never existed).
-func (m *Model) SessionStateOf(apiSessionIDs, sessionIDs []string) (map[string]*APISession, map[string]*Session, error) {
-	apis := make(map[string]*APISession, len(apiSessionIDs))
+func (m *Model) SessionStateOf(apiSessionIDs, sessionIDs []string) (map[string]*RoutedAPISession, map[string]*Session, error) {
+	apis := make(map[string]*RoutedAPISession, len(apiSessionIDs))
 	sessions := make(map[string]*Session, len(sessionIDs))
 	err := m.st.View(func(tx *store.Tx) error {
+		idents := map[string][]string{}
 		for _, id := range apiSessionIDs {
 			s, err := m.c.apiSessions.Get(tx, id)
 			if errors.Is(err, store.ErrNotFound) {
@@ -80,7 +86,9 @@ func (m *Model) SessionStateOf(apiSessionIDs, sessionIDs []string) (map[string]*
 				return err
 			}
 			if routable(s) {
-				apis[id] = s
+				if apis[id], err = m.routedAPISession(tx, s, idents); err != nil {
+					return err
+				}
 			}
 		}
 		for _, id := range sessionIDs {

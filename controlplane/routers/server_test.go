@@ -142,6 +142,26 @@ func TestCredentialChangesDisconnect(t *testing.T) {
 			if _, err := hello(again, id); err == nil {
 				t.Fatal("the old certificate was accepted again")
 			}
+			if tt.name == "deleted" {
+				return
+			}
+			// Once the router enrolls again with a new key, its new certificate is
+			// accepted and the old one still refused.
+			enr, err := e.m.RouterEnrollment(id)
+			if err != nil || enr == nil {
+				t.Fatalf("the re-enrollment: %v", err)
+			}
+			key := testutil.NewKey(t)
+			certs, err := e.m.EnrollErOtt(enr.Token, testutil.CSR(t, key), testutil.CSR(t, key, "er.example"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, err := hello(e.dial(t, testutil.TLSCert(t, certs.Cert, key)), id); err != nil || !r.Accepted {
+				t.Fatalf("Hello with the new certificate: %+v, %v", r, err)
+			}
+			if _, err := hello(e.dial(t, cert), id); err == nil {
+				t.Fatal("the certificate replaced by re-enrollment was accepted")
+			}
 		})
 	}
 }

@@ -5,9 +5,10 @@ import "github.com/zmesh/zmesh/internal/ctrlproto"
 // The JSON a message spends on each entry besides its strings (field names, quotes,
 // separators), rounded up.
 const (
-	apiSessionOverhead = 40 // {"id":"","token":"","identityId":""},
-	sessionOverhead    = 84 // {"id":"","token":"","apiSessionId":"","identityId":"","serviceId":"","type":""},
-	removedOverhead    = 4  // "",
+	apiSessionOverhead  = 62 // {"id":"","token":"","identityId":"","certFingerprints":[]},
+	fingerprintOverhead = 3  // "",
+	sessionOverhead     = 84 // {"id":"","token":"","apiSessionId":"","identityId":"","serviceId":"","type":""},
+	removedOverhead     = 4  // "",
 )
 
 // builder splits entries into SessionState messages of at most max entries and about
@@ -33,7 +34,11 @@ func (b *builder) next(size int) *ctrlproto.SessionState {
 }
 
 func (b *builder) addAPISession(e ctrlproto.APISession) {
-	m := b.next(apiSessionOverhead + len(e.ID) + len(e.Token) + len(e.IdentityID))
+	size := apiSessionOverhead + len(e.ID) + len(e.Token) + len(e.IdentityID)
+	for _, fp := range e.CertFingerprints {
+		size += fingerprintOverhead + len(fp)
+	}
+	m := b.next(size)
 	m.APISessions = append(m.APISessions, e)
 }
 

@@ -10,8 +10,9 @@
 // of snapshots, hold one lock while they read the store and queue what they read, so every
 // router receives the values in the order they were read and a late message never brings a
 // deleted entry back. An API session rewritten without a change routers see (activity,
-// MFA: token and identity unchanged since it was last sent) is not sent again; sessions are
-// never rewritten, so each of their changes is sent.
+// MFA: token, identity and admitted certificates unchanged since it was last sent) is not
+// sent again; sessions are never rewritten, so each of their changes is sent. A change of an
+// identity's certificates reports each of its API sessions as changed.
 //
 // Each router has a sender goroutine and a queue that never blocks the flusher: pending
 // updates coalesce per id (the latest value wins). A router whose queue grows past
@@ -24,6 +25,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,7 +83,15 @@ type Conn interface {
 
 // apiKey is what routers know of an API session besides its id. Activity rewrites an API
 // session's record without changing it; such a rewrite is not sent.
-type apiKey struct{ token, identityID string }
+type apiKey struct{ token, identityID, certs string }
+
+func keyOf(a *model.RoutedAPISession) apiKey {
+	return apiKey{a.Token, a.IdentityID, strings.Join(a.CertFingerprints, ",")}
+}
+
+func apiEntry(a *model.RoutedAPISession) ctrlproto.APISession {
+	return ctrlproto.APISession{ID: a.ID, Token: a.Token, IdentityID: a.IdentityID, CertFingerprints: a.CertFingerprints}
+}
 
 // Syncer sends the session state to the connected routers. Create it with New before the model
 // is used (it registers the model's change hooks), call Connected for each router whose
@@ -270,12 +280,13 @@ func (s *Syncer) flush() error {
 			u.apis = append(u.apis, apiChange{id: id})
 			continue
 		}
-		key := apiKey{rec.Token, rec.IdentityID}
+		key := keyOf(rec)
 		if last, ok := s.sent[id]; ok && last == key {
 			continue // activity, MFA: nothing routers know changed
 		}
 		s.sent[id] = key
-		u.apis = append(u.apis, apiChange{id: id, entry: &ctrlproto.APISession{ID: id, Token: key.token, IdentityID: key.identityID}})
+		e := apiEntry(rec)
+		u.apis = append(u.apis, apiChange{id: id, entry: &e})
 	}
 	for _, id := range sessionIDs {
 		// Sessions are only ever created and deleted, never rewritten: each mark is news.
@@ -320,8 +331,8 @@ func (s *Syncer) snapshot() error {
 	b := newBuilder(s.opts.ChunkEntries)
 	state := make(map[string]apiKey, len(apis))
 	for _, a := range apis {
-		state[a.ID] = apiKey{a.Token, a.IdentityID}
-		b.addAPISession(ctrlproto.APISession{ID: a.ID, Token: a.Token, IdentityID: a.IdentityID})
+		state[a.ID] = keyOf(a)
+		b.addAPISession(apiEntry(a))
 	}
 	for _, r := range sessions {
 		b.addSession(edgeSession(r))

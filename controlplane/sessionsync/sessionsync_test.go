@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/sessionsync"
+	"github.com/zmesh/zmesh/internal/certid"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
 	"github.com/zmesh/zmesh/internal/testutil"
 )
@@ -48,7 +50,7 @@ func TestSnapshotOnConnect(t *testing.T) {
 	r.mu.Lock()
 	gotAPI, gotSession := r.apis[apis[0].ID], r.sessions[s.ID]
 	r.mu.Unlock()
-	if gotAPI != (ctrlproto.APISession{ID: apis[0].ID, Token: apis[0].Token, IdentityID: alice.ID}) {
+	if !reflect.DeepEqual(gotAPI, ctrlproto.APISession{ID: apis[0].ID, Token: apis[0].Token, IdentityID: alice.ID, CertFingerprints: []string{certid.Fingerprint(chain[0])}}) {
 		t.Errorf("API session %+v", gotAPI)
 	}
 	want := ctrlproto.Session{ID: s.ID, Token: s.Token, APISessionID: apis[0].ID, IdentityID: alice.ID, ServiceID: svc.ID, Type: model.PolicyDial}

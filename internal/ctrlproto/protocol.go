@@ -2,6 +2,7 @@ package ctrlproto
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -347,6 +348,17 @@ type APISession struct {
 	ID         string `json:"id"`
 	Token      string `json:"token"`
 	IdentityID string `json:"identityId"`
+	// CertFingerprints are the certificates a client of the API session may present at an
+	// edge listener (the identity's current ones, the session's ephemeral ones). Controllers
+	// always send the list, empty if need be; nil (an entry saved by an older router) admits
+	// any certificate of the identity until the controller's state replaces it.
+	CertFingerprints []string `json:"certFingerprints"`
+}
+
+// AdmitsCert tells whether a client presenting the certificate with this fingerprint may use
+// the API session.
+func (a *APISession) AdmitsCert(fingerprint string) bool {
+	return a.CertFingerprints == nil || slices.Contains(a.CertFingerprints, fingerprint)
 }
 
 // Session is a session (Dial or Bind of a service) as routers know it.

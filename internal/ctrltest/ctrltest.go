@@ -78,12 +78,14 @@ type Options struct {
 }
 
 // Config returns the configuration Start opens: a data directory in t.TempDir(), the
-// administrator AdminUsername/AdminPassword and 30-minute API sessions.
+// administrator AdminUsername/AdminPassword and API sessions of 30 idle minutes, a day at
+// most.
 func Config(t testing.TB) *config.Controller {
 	return &config.Controller{
 		V: 1, DataDir: t.TempDir(),
-		Admin:          config.Admin{Username: AdminUsername, Password: AdminPassword},
-		SessionTimeout: 30 * time.Minute,
+		Admin:              config.Admin{Username: AdminUsername, Password: AdminPassword},
+		SessionTimeout:     30 * time.Minute,
+		SessionMaxLifetime: config.DefaultSessionMaxLifetime,
 	}
 }
 
