@@ -108,7 +108,6 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 		Issuer:             "https://" + cfg.API.Advertise,
 		SigningKey:         key,
 		SigningKID:         certid.Fingerprint(c.cert.Leaf),
-		ReservedHosts:      apiHosts(cfg),
 		JWKSRoots:          jwksRoots,
 	})
 	c.sessions = sessionsync.New(c.model, log, sessionsync.Options{})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/internal/atomicfile"
+	"github.com/zmesh/zmesh/internal/certid"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
@@ -55,8 +56,10 @@ type ctrlClient struct {
 
 func newCtrlClient(cfg config.Ctrl, client tls.Certificate, cas *x509.CertPool, hello func() *ctrlproto.Hello, handlers func(*ctrlproto.Channel), onConnect func(), log *slog.Logger) *ctrlClient {
 	return &ctrlClient{
-		cfg:       cfg,
-		tls:       &tls.Config{Certificates: []tls.Certificate{client}, RootCAs: cas, MinVersion: tls.VersionTLS13},
+		cfg: cfg,
+		// The controller is the one server whose certificate carries its policy: a router's
+		// certificate from the same CA is refused, whatever its names.
+		tls:       &tls.Config{Certificates: []tls.Certificate{client}, RootCAs: cas, MinVersion: tls.VersionTLS13, VerifyConnection: certid.VerifyController},
 		hello:     hello,
 		handlers:  handlers,
 		onConnect: onConnect,

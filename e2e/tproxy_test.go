@@ -37,8 +37,8 @@ import (
 var (
 	clientAddr    = netip.MustParsePrefix("10.200.1.2/24") // client, towards the gateway
 	gwClientAddr  = netip.MustParsePrefix("10.200.1.1/24") // gateway, towards the client: its resolver
-	gwServerAddr  = netip.MustParsePrefix("10.200.2.1/24") // gateway, towards the server: controller
-	serverAddr    = netip.MustParsePrefix("10.200.2.2/24") // server, towards the gateway: link listener, DNS upstream
+	gwServerAddr  = netip.MustParsePrefix("10.200.2.1/24") // gateway, towards the server: controller, and the gateway router's link listener
+	serverAddr    = netip.MustParsePrefix("10.200.2.2/24") // server, towards the gateway: DNS upstream
 	dnsSvcIPRange = netip.MustParsePrefix("100.80.0.0/24")
 	udpCIDR       = "10.201.0.0/24" // intercepted for UDP port 5353
 	udpDst        = netip.MustParseAddrPort("10.201.0.7:5353")
@@ -64,9 +64,9 @@ const adminPassword = "e2e-admin-pass"
 //	client ns                 gateway ns                              server ns
 //	10.200.1.2  ──veth──  10.200.1.1  controller  10.200.2.1  ──veth──  10.200.2.2
 //	default via gateway    router "gateway": tproxy, resolver on     router "server": host mode,
-//	                       10.200.1.1:53, link dialer                link listener 10.200.2.2:6000
-//	                                                                  HTTP 127.0.0.1:8080, :8081
-//	                                                                  UDP echo 127.0.0.1:5353
+//	                       10.200.1.1:53, link listener on the       link dialer,
+//	                       controller's 10.200.2.1:6000 (its         HTTP 127.0.0.1:8080, :8081
+//	                       certificate names 10.200.2.1)             UDP echo 127.0.0.1:5353
 //	                                                                  DNS upstream 10.200.2.2:53
 //
 // The gateway router's identity may dial, the server router's identity may bind, three
@@ -77,7 +77,8 @@ const adminPassword = "e2e-admin-pass"
 // service intercepts through the upstream of the tunnel's options.upstreams, a DNS server of
 // the test in the server namespace. Then it stops the gateway router with SIGTERM and checks
 // that it exited with status 0, logged no error, and left no nftables table, policy rule or
-// route behind.
+// route behind. The gateway router shares the controller's address, and its certificate
+// names it: the controller's clients tell them apart by the controller's certificate policy.
 func TestTProxyGateway(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates network namespaces, veth pairs and nftables rules, and runs routers in them")
@@ -121,23 +122,10 @@ admin:
 	// The routers: created, then enrolled with `zmesh router enroll` from their namespaces.
 	gwID, gwJWT := api.router("gateway")
 	srvID, srvJWT := api.router("server")
-	// The server router listens for the link (the controller refuses a router certificate
-	// naming the controller's own address, which the gateway router shares) and the gateway
-	// router dials it.
-	gwCfg := routerConfig(t, filepath.Join(dir, "gateway"), "gateway", netip.Addr{}, fmt.Sprintf(`link:
-  dialers:
-    - binding: transport
-      healthyDialBackoff: {minRetryInterval: 100ms, maxRetryInterval: 1s}
-      unhealthyDialBackoff: {minRetryInterval: 100ms, maxRetryInterval: 1s}
-listeners:
-  - binding: tunnel
-    options:
-      mode: tproxy
-      resolver: udp://%s
-      dnsSvcIpRange: %s
-      upstreams: [%s]
-`, resolverAddr, dnsSvcIPRange, upstreamAddr.Addr()))
-	srvCfg := routerConfig(t, filepath.Join(dir, "server"), "server", serverAddr.Addr(), fmt.Sprintf(`link:
+	// The gateway router shares the controller's address: its server certificate names it,
+	// and it listens there for the link, which the server router dials. The controller's
+	// clients tell the two apart by the controller's certificate policy, not by names.
+	gwCfg := routerConfig(t, filepath.Join(dir, "gateway"), "gateway", gwServerAddr.Addr(), fmt.Sprintf(`link:
   listeners:
     - binding: transport
       bind: tls:%[1]s:6000
@@ -145,8 +133,21 @@ listeners:
 listeners:
   - binding: tunnel
     options:
+      mode: tproxy
+      resolver: udp://%[2]s
+      dnsSvcIpRange: %[3]s
+      upstreams: [%[4]s]
+`, gwServerAddr.Addr(), resolverAddr, dnsSvcIPRange, upstreamAddr.Addr()))
+	srvCfg := routerConfig(t, filepath.Join(dir, "server"), "server", serverAddr.Addr(), `link:
+  dialers:
+    - binding: transport
+      healthyDialBackoff: {minRetryInterval: 100ms, maxRetryInterval: 1s}
+      unhealthyDialBackoff: {minRetryInterval: 100ms, maxRetryInterval: 1s}
+listeners:
+  - binding: tunnel
+    options:
       mode: host
-`, serverAddr.Addr()))
+`)
 	enroll := func(ns netns.NsHandle, cfg, jwt string) {
 		t.Helper()
 		jwtFile := writeFile(t, filepath.Join(filepath.Dir(cfg), "router.jwt"), jwt)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 // edgeSession is what `zmesh edge login` keeps between commands.
@@ -88,6 +90,9 @@ func newEdgeLoginCommand(f *edgeFlags) *cobra.Command {
 			}
 			if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: u.Hostname()}); err != nil {
 				return fmt.Errorf("the controller's certificate is not valid for %s under the CAs it serves: %w", u.Hostname(), err)
+			}
+			if err := certid.VerifyController(tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}); err != nil {
+				return fmt.Errorf("the server at %s: %w", u.Host, err)
 			}
 			out := cmd.ErrOrStderr()
 			for _, c := range cas {

@@ -31,11 +31,6 @@ type Options struct {
 	// client can check a token against the certificate the API presents. SigningKID names it.
 	SigningKey *ecdsa.PrivateKey
 	SigningKID string
-	// ReservedHosts are the host names and IP addresses of the controller's own API
-	// certificate. Edge routers' server certificates may not name them (loopback addresses
-	// and localhost excepted), so that a router cannot pose as the controller to clients
-	// that trust the network's CA.
-	ReservedHosts []string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 	// JWKSClient fetches the key sets of external JWT signers; nil: a client that trusts

@@ -32,43 +32,6 @@ func TestMFATimeoutBounded(t *testing.T) {
 	wantField(t, err, "timeoutSeconds")
 }
 
-// TestRouterMayNotClaimControllerHosts: a router's server CSR naming a host of the
-// controller's certificate is refused; loopback names are allowed.
-func TestRouterMayNotClaimControllerHosts(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	f.m.opts.ReservedHosts = []string{"ctrl.example.com", "192.0.2.10", "127.0.0.1"}
-	csr := func(dns []string, ips ...string) []byte {
-		return testutil.CSR(t, testutil.NewKey(t), append(dns, ips...)...)
-	}
-	for _, tc := range []struct {
-		name   string
-		server []byte
-		ok     bool
-	}{
-		{"controller DNS name", csr([]string{"CTRL.example.com"}), false},
-		{"controller IP", csr(nil, "192.0.2.10"), false},
-		{"loopback", csr([]string{"localhost"}, "127.0.0.1"), true},
-		{"own name", csr([]string{"router.example.com"}), true},
-	} {
-		r := &EdgeRouter{Name: "er-" + tc.name}
-		if err := f.m.CreateEdgeRouter(r); err != nil {
-			t.Fatal(err)
-		}
-		e, err := f.m.RouterEnrollment(r.ID)
-		if err != nil || e == nil {
-			t.Fatal(err)
-		}
-		_, err = f.m.EnrollErOtt(e.Token, csr(nil), tc.server)
-		if tc.ok && err != nil {
-			t.Errorf("%s: %v", tc.name, err)
-		}
-		if !tc.ok {
-			wantCode(t, err, CodeCouldNotValidate)
-		}
-	}
-}
-
 // enrolledRouter creates an edge router and completes its enrollment.
 func enrolledRouter(t testing.TB, m *Model, r *EdgeRouter) {
 	t.Helper()

@@ -2,11 +2,8 @@ package model
 
 import (
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
-	"strings"
 	"sync"
 	"time"
 
@@ -147,9 +144,6 @@ func (m *Model) issueRouterCerts(tx *store.Tx, r *EdgeRouter, clientCSR, serverC
 	if len(serverCSR) == 0 {
 		return nil, invalid("serverCertCsr", nil, "is required: the CSR of the router's server certificate")
 	}
-	if err := m.checkRouterSANs(serverCSR); err != nil {
-		return nil, err
-	}
 	client, clientPEM, err := m.ca.SignCSR(clientCSR, pki.SignRequest{CommonName: r.ID, Usage: pki.Client, Validity: RouterCertValidity})
 	if err != nil {
 		return nil, csrError(err)
@@ -192,39 +186,6 @@ func (m *Model) ReEnrollEdgeRouter(id string) (*Enrollment, error) {
 		return err
 	})
 	return out, err
-}
-
-// checkRouterSANs refuses a router server CSR that names one of the controller's own hosts.
-func (m *Model) checkRouterSANs(csrPEM []byte) error {
-	block, _ := pem.Decode(csrPEM)
-	if block == nil {
-		return nil // SignCSR reports it
-	}
-	csr, err := x509.ParseCertificateRequest(block.Bytes)
-	if err != nil {
-		return nil // SignCSR reports it
-	}
-	names := append([]string(nil), csr.DNSNames...)
-	for _, ip := range csr.IPAddresses {
-		names = append(names, ip.String())
-	}
-	for _, name := range names {
-		for _, reserved := range m.opts.ReservedHosts {
-			if !strings.EqualFold(name, reserved) && !sameIP(name, reserved) {
-				continue
-			}
-			if ip := net.ParseIP(name); name == "localhost" || (ip != nil && ip.IsLoopback()) {
-				continue
-			}
-			return invalid("serverCertCsr", name, "names %s, a host of the controller's own certificate; a router may not claim it", name)
-		}
-	}
-	return nil
-}
-
-func sameIP(a, b string) bool {
-	x, y := net.ParseIP(a), net.ParseIP(b)
-	return x != nil && y != nil && x.Equal(y)
 }
 
 // syncRouterIdentity keeps the identity of a tunneler-enabled edge router: an identity of type

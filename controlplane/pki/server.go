@@ -1,6 +1,7 @@
 package pki
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/internal/atomicfile"
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 // File names of the API server certificate and key inside the directory given to ServerCert.
@@ -33,12 +35,17 @@ const (
 	ServerCertRenewBefore = 30 * 24 * time.Hour
 )
 
-// ServerCert returns the controller API's TLS certificate, with the CA in its chain.
+// ServerCert returns the controller API's TLS certificate, with the CA in its chain. The
+// certificate carries the controller's certificate policy (certid.ControllerPolicy), which no
+// certificate signed from a CSR gets, so that clients can tell the controller from a router
+// or an identity whose certificate the same CA issued.
 // It reuses dir/server.cert and dir/server.key when the certificate was issued by this CA
-// for server authentication, has at least ServerCertRenewBefore left, and its SANs
-// include every host (IP literals as IP SANs, other names as DNS SANs, plus "localhost");
-// extra SANs from an earlier host list are tolerated. Otherwise it issues a new ECDSA P-256
-// certificate and writes both files atomically.
+// for server authentication, has at least ServerCertRenewBefore left, carries the
+// controller's policy, and its SANs include every host (IP literals as IP SANs, other names
+// as DNS SANs, plus "localhost"); extra SANs from an earlier host list are tolerated.
+// Otherwise it issues a new certificate and writes both files atomically: for the same key
+// when the stored certificate lacks only the policy (enrollment tokens signed with that key
+// stay valid), else for a new ECDSA P-256 key.
 func (ca *CA) ServerCert(dir string, hosts []string) (tls.Certificate, error) {
 	return ca.ServerCertAt(filepath.Join(dir, ServerCertFile), filepath.Join(dir, ServerKeyFile), hosts)
 }
@@ -54,15 +61,25 @@ func (ca *CA) ServerCertAt(certPath, keyPath string, hosts []string) (tls.Certif
 			return tls.Certificate{}, fmt.Errorf("pki: read server certificate: %w", err)
 		}
 	}
+	var key crypto.Signer
 	if certErr == nil && keyErr == nil {
-		if c, err := ca.checkServerCert(certPEM, keyPEM, dnsNames, ips); err == nil {
+		c, err := ca.checkServerCert(certPEM, keyPEM, dnsNames, ips)
+		if err == nil {
 			return c, nil
 		}
+		if k, ok := c.PrivateKey.(crypto.Signer); ok && errors.Is(err, errNotController) {
+			key = k
+		}
 	}
-	return ca.issueServerCert(filepath.Dir(certPath), certPath, keyPath, dnsNames, ips)
+	return ca.issueServerCert(filepath.Dir(certPath), certPath, keyPath, key, dnsNames, ips)
 }
 
-// checkServerCert returns the stored certificate if it can be reused, or the reason it cannot.
+// errNotController is checkServerCert's answer for a certificate fit for reuse but for the
+// controller's certificate policy; ServerCertAt reissues it for the same key.
+var errNotController = errors.New("certificate lacks the controller's certificate policy")
+
+// checkServerCert returns the stored certificate if it can be reused, or the reason it cannot;
+// with errNotController, also the certificate and its key.
 func (ca *CA) checkServerCert(certPEM, keyPEM []byte, dnsNames []string, ips []net.IP) (tls.Certificate, error) {
 	certs, err := ParseCertificatesPEM(certPEM)
 	if err != nil {
@@ -93,20 +110,28 @@ func (ca *CA) checkServerCert(certPEM, keyPEM []byte, dnsNames []string, ips []n
 			return tls.Certificate{}, fmt.Errorf("IP SAN %s missing", ip)
 		}
 	}
-	return tls.Certificate{
+	c := tls.Certificate{
 		Certificate: [][]byte{leaf.Raw, ca.cert.Raw},
 		PrivateKey:  key,
 		Leaf:        leaf,
-	}, nil
+	}
+	if !certid.IsController(leaf) {
+		return c, errNotController
+	}
+	return c, nil
 }
 
-func (ca *CA) issueServerCert(dir, certPath, keyPath string, dnsNames []string, ips []net.IP) (tls.Certificate, error) {
+// issueServerCert issues a server certificate for key, or for a new key when key is nil.
+func (ca *CA) issueServerCert(dir, certPath, keyPath string, key crypto.Signer, dnsNames []string, ips []net.IP) (tls.Certificate, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return tls.Certificate{}, fmt.Errorf("pki: create server certificate directory: %w", err)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("pki: generate server key: %w", err)
+	if key == nil {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return tls.Certificate{}, fmt.Errorf("pki: generate server key: %w", err)
+		}
+		key = k
 	}
 	cn := "localhost"
 	if len(dnsNames) > 1 {
@@ -120,6 +145,7 @@ func (ca *CA) issueServerCert(dir, certPath, keyPath string, dnsNames []string, 
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:    dnsNames,
 		IPAddresses: ips,
+		Policies:    []x509.OID{certid.ControllerPolicy()},
 	}
 	leaf, err := ca.issue(tmpl, key.Public(), ServerCertValidity)
 	if err != nil {

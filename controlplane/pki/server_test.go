@@ -5,6 +5,9 @@ import (
 	"crypto/elliptic"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 func TestServerCertIssue(t *testing.T) {
@@ -39,6 +44,9 @@ func TestServerCertIssue(t *testing.T) {
 	}
 	if !slices.Equal(leaf.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}) || leaf.IsCA {
 		t.Errorf("ExtKeyUsage %v IsCA %v", leaf.ExtKeyUsage, leaf.IsCA)
+	}
+	if !certid.IsController(leaf) {
+		t.Errorf("policies %v lack the controller's %v", leaf.Policies, certid.ControllerPolicy())
 	}
 	if pub, ok := leaf.PublicKey.(*ecdsa.PublicKey); !ok || pub.Curve != elliptic.P256() {
 		t.Errorf("key %T, want ECDSA P-256", leaf.PublicKey)
@@ -187,5 +195,96 @@ func TestServerCertReadError(t *testing.T) {
 	_, err := ca.ServerCert(dir, nil)
 	if err == nil || !strings.Contains(err.Error(), ServerCertFile) {
 		t.Fatalf("err = %v, want a read error naming %s", err, ServerCertFile)
+	}
+}
+
+// TestServerCertMigratesUnmarked: a server certificate the CA issued before server
+// certificates carried the controller's policy is reissued, with the policy, for the same key
+// (enrollment tokens signed with it stay valid); the new one is reused afterwards.
+func TestServerCertMigratesUnmarked(t *testing.T) {
+	t.Parallel()
+	ca := openCA(t, t.TempDir(), t0)
+	dir := t.TempDir()
+	hosts := []string{"ctrl.zmesh.test", "10.0.0.1"}
+	key := newKey(t, "p256")
+	dnsNames, ips := splitHosts(hosts)
+	old, err := ca.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "ctrl.zmesh.test", Organization: []string{"zmesh"}},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:    dnsNames,
+		IPAddresses: ips,
+	}, key.Public(), ServerCertValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if certid.IsController(old) {
+		t.Fatal("the old-style certificate carries the controller's policy")
+	}
+	keyPEM, err := MarshalPrivateKeyPEM(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, ServerCertFile), append(encodeCertPEM(old.Raw), ca.PEM()...))
+	writeFile(t, filepath.Join(dir, ServerKeyFile), keyPEM)
+
+	got, err := ca.ServerCert(dir, hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Leaf.Equal(old) || !certid.IsController(got.Leaf) {
+		t.Fatalf("ServerCert kept the certificate without the controller's policy (policies %v)", got.Leaf.Policies)
+	}
+	if !publicKeysEqual(got.Leaf.PublicKey, key.Public()) {
+		t.Error("the reissued certificate is for a new key; want the stored one")
+	}
+	if err := certid.VerifyController(tls.ConnectionState{PeerCertificates: []*x509.Certificate{got.Leaf}}); err != nil {
+		t.Error(err)
+	}
+	again, err := ca.ServerCert(dir, hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Leaf.Equal(got.Leaf) {
+		t.Error("the reissued certificate is not reused on the next call")
+	}
+}
+
+// TestSignCSRNeverGivesControllerPolicy: a router's or identity's CSR asking for the
+// controller's certificate policy gets a certificate without it.
+func TestSignCSRNeverGivesControllerPolicy(t *testing.T) {
+	t.Parallel()
+	ca := openCA(t, t.TempDir(), t0)
+	oid, err := certid.ControllerPolicy().MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type policyInfo struct{ ID asn1.RawValue }
+	policies, err := asn1.Marshal([]policyInfo{{asn1.RawValue{Tag: asn1.TagOID, Bytes: oid}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr := makeCSR(t, newKey(t, "p256"), "router", func(r *x509.CertificateRequest) {
+		r.IPAddresses = []net.IP{net.ParseIP("10.0.0.1")}
+		r.ExtraExtensions = []pkix.Extension{{Id: asn1.ObjectIdentifier{2, 5, 29, 32}, Value: policies}}
+	})
+	parsed, err := ParseCSR(csr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(parsed.Extensions, func(e pkix.Extension) bool { return e.Id.Equal(asn1.ObjectIdentifier{2, 5, 29, 32}) }) {
+		t.Fatal("the CSR does not ask for certificate policies")
+	}
+	for _, u := range []Usage{Client, Server, ClientServer} {
+		cert, _, err := ca.SignCSR(csr, SignRequest{Usage: u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if certid.IsController(cert) || len(cert.Policies) != 0 {
+			t.Errorf("%v certificate has policies %v; want none", u, cert.Policies)
+		}
+		if err := certid.VerifyController(tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}}); !errors.Is(err, certid.ErrNotController) {
+			t.Errorf("%v certificate taken for the controller's: %v", u, err)
+		}
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 // Base paths of the two APIs.
@@ -32,9 +34,11 @@ type Client struct {
 }
 
 // New returns a client that trusts roots for the controller's certificate and presents cert
-// (when not nil) as its client certificate.
+// (when not nil) as its client certificate. The server's certificate must also be the
+// controller's own (certid.VerifyController): a router's certificate from the same CA, even
+// one naming the controller's host, is refused.
 func New(url string, roots *x509.CertPool, cert *tls.Certificate) *Client {
-	tc := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	tc := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12, VerifyConnection: certid.VerifyController}
 	if cert != nil {
 		tc.Certificates = []tls.Certificate{*cert}
 	}

@@ -24,6 +24,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/smallstep/pkcs7"
+
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 // EnrollmentClaims are the claims of an enrollment token.
@@ -173,6 +175,9 @@ func trustIssuer(ctx context.Context, token string, now func() time.Time, cert *
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now()}); err != nil {
 		return nil, fmt.Errorf("the controller's certificate does not chain to the CAs it serves: %w", err)
+	}
+	if err := certid.VerifyController(tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}); err != nil {
+		return nil, fmt.Errorf("the server at %s: %w", u.Host, err)
 	}
 	return &trusted{claims: claims, caPEM: caPEM.Bytes(), client: New(claims.Issuer, roots, cert)}, nil
 }

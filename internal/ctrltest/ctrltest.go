@@ -259,3 +259,38 @@ func EnrollRouter(t testing.TB, m *model.Model, name string, serverSANs ...strin
 	}
 	return Router{ID: r.ID, Client: testutil.TLSCert(t, certs.Cert, key), Server: testutil.TLSCert(t, certs.ServerCert, key)}
 }
+
+// Imposter serves TLS on a new loopback listener, until the end of the test, with the server
+// certificate of an edge router enrolled in c as any router enrolls, naming the controller's
+// hosts (127.0.0.1 and localhost) and sent with the network's CA: a router posing as the
+// controller. It completes handshakes, then closes the connection. It returns the listener's
+// host:port.
+func (c *Controller) Imposter(t testing.TB) string {
+	t.Helper()
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		tcp.Close()
+		wg.Wait()
+	})
+	r := EnrollRouter(t, c.Model, "imposter-"+tcp.Addr().String(), "127.0.0.1", "localhost")
+	server := r.Server
+	server.Certificate = append(server.Certificate, c.Ctrl.CA().Certificate().Raw)
+	ln := tls.NewListener(tcp, &tls.Config{Certificates: []tls.Certificate{server}, MinVersion: tls.VersionTLS12})
+	wg.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				_ = conn.(*tls.Conn).Handshake() // a refusing client fails it
+				conn.Close()
+			})
+		}
+	})
+	return ln.Addr().String()
+}
