@@ -257,10 +257,10 @@ func verifyToken(token string, leaf *x509.Certificate, now func() time.Time) err
 		method = jwt.SigningMethodRS256
 	}
 	var claims EnrollmentClaims
-	t, err := jwt.ParseWithClaims(strings.TrimSpace(token), &claims, func(t *jwt.Token) (any, error) {
-		if kid, ok := t.Header["kid"].(string); ok && kid != "" && kid != Fingerprint(leaf) {
-			return nil, fmt.Errorf("kid %s does not name the controller's certificate %s", kid, Fingerprint(leaf))
-		}
+	// The kid is not compared with the certificate: it names the certificate the token was
+	// signed under, and a controller reissues its certificate for the same key (to add its
+	// certificate policy), after which tokens it signed before still verify with that key.
+	t, err := jwt.ParseWithClaims(strings.TrimSpace(token), &claims, func(*jwt.Token) (any, error) {
 		return leaf.PublicKey, nil
 	}, jwt.WithValidMethods([]string{method.Alg()}), jwt.WithTimeFunc(now))
 	if err != nil {
