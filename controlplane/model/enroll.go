@@ -73,10 +73,11 @@ func csrError(err error) error {
 	return err
 }
 
-// finishEnrollment stores the authenticator an enrollment produced and uses the token up.
+// finishEnrollment stores the authenticator an enrollment produced and uses the token up,
+// unless the identity is disabled.
 func (m *Model) finishEnrollment(tx *store.Tx, e *Enrollment, a *Authenticator) error {
-	if _, err := m.c.identities.Get(tx, e.IdentityID); err != nil {
-		return missing(err, "identity", e.IdentityID)
+	if err := m.checkEnabled(tx, e.IdentityID); err != nil {
+		return err
 	}
 	if err := m.c.authenticators.Create(tx, a); err != nil {
 		var c *store.ConflictError

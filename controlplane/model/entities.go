@@ -79,6 +79,16 @@ type Identity struct {
 	Permissions []string       `json:"permissions,omitempty"`
 	EnvInfo     EnvInfo        `json:"envInfo"`
 	SDKInfo     SDKInfo        `json:"sdkInfo"`
+	// DisabledAt is set while an administrator has disabled the identity; DisabledUntil,
+	// when set, is when the disabling lapses by itself.
+	DisabledAt    *time.Time `json:"disabledAt,omitempty"`
+	DisabledUntil *time.Time `json:"disabledUntil,omitempty"`
+}
+
+// IsDisabled tells whether the identity is disabled at now: disabled and not past its
+// DisabledUntil.
+func (i *Identity) IsDisabled(now time.Time) bool {
+	return i.DisabledAt != nil && (i.DisabledUntil == nil || now.Before(*i.DisabledUntil))
 }
 
 // Authentication methods of authenticators.
