@@ -132,7 +132,9 @@ func (m *Model) CAs() ([]*CA, error) {
 	return out, err
 }
 
-// UpdateCA applies change to a certificate authority; its certificate cannot change.
+// UpdateCA applies change to a certificate authority; its certificate cannot change. When
+// isAuthEnabled changes, the API sessions of its certificates follow in the same
+// transaction: they end when it turns false.
 func (m *Model) UpdateCA(id string, change func(*CA) error) (*CA, error) {
 	var out *CA
 	err := m.st.Update(func(tx *store.Tx) error {
@@ -155,21 +157,32 @@ func (m *Model) UpdateCA(id string, change func(*CA) error) (*CA, error) {
 		next.IdentityRoles = nonNil(next.IdentityRoles)
 		next.UpdatedAt = m.now()
 		out = &next
-		return conflict(m.c.cas.Put(tx, &next))
+		if err := m.c.cas.Put(tx, &next); err != nil {
+			return conflict(err)
+		}
+		if next.IsAuthEnabled != cur.IsAuthEnabled {
+			return m.caTrustChanged(tx, &next)
+		}
+		return nil
 	})
 	return out, err
 }
 
 // DeleteCA removes a certificate authority and the pending enrollments that name it. Its
-// certificates no longer authenticate.
+// certificates no longer authenticate: the API sessions opened with them end in the same
+// transaction.
 func (m *Model) DeleteCA(id string) error {
 	return m.st.Update(func(tx *store.Tx) error {
-		if _, err := m.c.cas.Get(tx, id); err != nil {
+		ca, err := m.c.cas.Get(tx, id)
+		if err != nil {
 			return missing(err, "certificate authority", id)
 		}
 		if err := m.deleteAll(m.c.enrollments.IDsWith, "caId", m.c.enrollments.Delete)(tx, id); err != nil {
 			return err
 		}
-		return m.c.cas.Delete(tx, id)
+		if err := m.c.cas.Delete(tx, id); err != nil {
+			return err
+		}
+		return m.caTrustChanged(tx, ca)
 	})
 }

@@ -114,6 +114,10 @@ type Authenticator struct {
 	// IssuedByNetwork: the certificate was signed by the controller's CA; only those can be
 	// extended.
 	IssuedByNetwork bool `json:"isIssuedByNetwork,omitempty"`
+	// CAFingerprint is the fingerprint of the third-party CA the certificate was enrolled
+	// with; the certificate is current only while that CA is verified and allows
+	// authentication.
+	CAFingerprint string `json:"caFingerprint,omitempty"`
 	// An extension issues a new certificate that takes over once the client verifies it.
 	UnverifiedCertPEM     string `json:"unverifiedCertPem,omitempty"`
 	UnverifiedFingerprint string `json:"unverifiedFingerprint,omitempty"`
