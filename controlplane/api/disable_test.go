@@ -1,6 +1,7 @@
 package api
 
 import (
+	"net/http/httptest"
 	"net/url"
 	"testing"
 	"time"
@@ -98,4 +99,26 @@ func TestDisableIdentityRoutes(t *testing.T) {
 		t.Fatalf("disabled for 90 minutes, the identity shows %+v", i)
 	}
 	login(401, "INVALID_AUTH")
+}
+
+// A disabled identity's ext-jwt API session ends and its JWTs are refused like bad
+// credentials until it is enabled.
+func TestDisableIdentityExtJWT(t *testing.T) {
+	t.Parallel()
+	idp := startTestIdP(t, "http://127.0.0.1/realms/dev", httptest.NewServer)
+	idp.addKey("dev-1", true, true)
+	l := startLive(t, liveOptions{})
+	l.createID(t, "/external-jwt-signers", map[string]any{"name": "dev-idp", "enabled": true, "issuer": idp.iss,
+		"audience": idp.aud, "jwksEndpoint": idp.endpoint()})
+	ident := l.createID(t, "/identities", map[string]any{"name": "erin", "type": "User", "isAdmin": false})
+	jwt := idp.sign("dev-1", idp.claims("sub", ident))
+	a := l.expect(hreq{method: "POST", path: "/authenticate?method=ext-jwt", bearer: jwt}, "POST /authenticate", 200, "")
+	token := a.header.Get(SessionHeader)
+
+	l.expect(hreq{method: "POST", path: "/identities/" + ident + "/disable", mgmt: true, token: l.admin, body: map[string]any{"durationMinutes": 0}},
+		"POST /identities/{id}/disable", 200, "")
+	l.expect(hreq{method: "GET", path: "/current-identity", token: token}, "GET /current-identity", 401, "UNAUTHORIZED")
+	l.expect(hreq{method: "POST", path: "/authenticate?method=ext-jwt", bearer: jwt}, "POST /authenticate", 401, "INVALID_AUTH")
+	l.expect(hreq{method: "POST", path: "/identities/" + ident + "/enable", mgmt: true, token: l.admin}, "POST /identities/{id}/enable", 200, "")
+	l.expect(hreq{method: "POST", path: "/authenticate?method=ext-jwt", bearer: jwt}, "POST /authenticate", 200, "")
 }
