@@ -15,7 +15,8 @@ func (m *Model) DisableIdentity(id string, d time.Duration) error {
 	if d < 0 {
 		return invalid("durationMinutes", int64(d/time.Minute), "must be 0 (until enabled) or a positive number of minutes")
 	}
-	return m.st.Update(func(tx *store.Tx) error {
+	var ended int
+	err := m.st.Update(func(tx *store.Tx) error {
 		cur, err := m.c.identities.Get(tx, id)
 		if err != nil {
 			return missing(err, "identity", id)
@@ -38,21 +39,44 @@ func (m *Model) DisableIdentity(id string, d time.Duration) error {
 		if err := m.c.identities.Put(tx, cur); err != nil {
 			return err
 		}
-		apis, err := m.c.apiSessions.IDsWith(tx, "identityId", id)
-		if err != nil {
-			return err
-		}
-		for _, sid := range apis {
-			if err := m.deleteAPISessionTx(tx, sid); err != nil {
-				return err
-			}
-		}
-		if err := m.deleteSessionsWhere(tx, "identityId", id); err != nil {
-			return err
-		}
-		m.log.Info("identity disabled; its API sessions ended", "identity", id, "apiSessions", len(apis), "until", cur.DisabledUntil)
-		return nil
+		ended, err = m.endSessionsOf(tx, id)
+		return err
 	})
+	if err != nil {
+		return err
+	}
+	// A login whose transaction read the identity before this commit and committed first
+	// made an API session the scan above could not see; from now on every login sees the
+	// identity disabled, so one more pass ends any such session.
+	err = m.st.Update(func(tx *store.Tx) error {
+		cur, err := m.c.identities.Get(tx, id)
+		if err != nil || !cur.IsDisabled(m.now()) {
+			return missing(err, "identity", id)
+		}
+		n, err := m.endSessionsOf(tx, id)
+		ended += n
+		return err
+	})
+	if err != nil && CodeOf(err) != CodeNotFound {
+		return err
+	}
+	m.log.Info("identity disabled; its API sessions ended", "identity", id, "apiSessions", ended, "for", d)
+	return nil
+}
+
+// endSessionsOf deletes, in tx, every API session of the identity and every session, and
+// returns how many API sessions it deleted.
+func (m *Model) endSessionsOf(tx *store.Tx, identityID string) (int, error) {
+	apis, err := m.c.apiSessions.IDsWith(tx, "identityId", identityID)
+	if err != nil {
+		return 0, err
+	}
+	for _, sid := range apis {
+		if err := m.deleteAPISessionTx(tx, sid); err != nil {
+			return 0, err
+		}
+	}
+	return len(apis), m.deleteSessionsWhere(tx, "identityId", identityID)
 }
 
 // EnableIdentity clears an identity's disabled state: it may authenticate and enroll again.
