@@ -342,3 +342,46 @@ func BenchmarkRevokedCertDisconnects(b *testing.B) {
 		cert = n.reEnroll(id.ID)
 	}
 }
+
+// BenchmarkDisableDisconnects measures how long an identity's edge connection outlives its
+// disabling: the commit, the push of the ended API session to the router and the router
+// closing the connection.
+func BenchmarkDisableDisconnects(b *testing.B) {
+	n := newTestNet(b)
+	n.addRouter("E", false, `listeners:
+  - binding: edge
+    bind: tls:127.0.0.1:{{port}}
+    advertise: tls:127.0.0.1:{{same}}
+`)
+	caPEM, err := os.ReadFile(filepath.Join(n.dir, "E", "ca.cert"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.dir, "ca.pem"), caPEM, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	addr := n.routers["E"].r.SDKAddresses()[0]
+	cert, id := n.enrolled("client")
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		cl, err := n.connectSDK(addr, cert)
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := ended(cl.control)
+		b.StartTimer()
+		if err := n.m.DisableIdentity(id.ID, 0); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			b.Fatal("the disabled identity's connection is still open after 30s")
+		}
+		b.StopTimer()
+		if err := n.m.EnableIdentity(id.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
