@@ -200,6 +200,107 @@ func TestCertChangeClosesConnectionsOfPasswordSession(t *testing.T) {
 	})
 }
 
+// openCircuit connects host and dialer to their routers, binds svc with host and dials it
+// with dialer, and checks that bytes cross. It returns the dialer's client and circuit.
+func (n *testNet) openCircuit(svc *model.Service, dialerCert, hostCert tls.Certificate) (*sdkClient, *smux.Stream) {
+	t := n.t
+	t.Helper()
+	host, err := n.connectSDK(n.routers["H"].r.SDKAddresses()[0], hostCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bindTok := n.sdkSession(host, svc.ID, "Bind")
+	testutil.Eventually(t, "the router to know the bind session", func() bool {
+		_, _, err = host.open(&edgeproto.Request{Op: edgeproto.OpBind, SessionToken: bindTok, ServiceID: svc.ID})
+		return err == nil
+	})
+	dialer, err := n.connectSDK(n.routers["E"].r.SDKAddresses()[0], dialerCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialTok := n.sdkSession(dialer, svc.ID, "Dial")
+	accepted := make(chan *smux.Stream, 1)
+	go func() {
+		if st, _, err := host.accept(); err == nil {
+			accepted <- st
+		}
+	}()
+	var circuit *smux.Stream
+	testutil.Eventually(t, "the router to know the dial session", func() bool {
+		circuit, _, err = dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID})
+		return err == nil
+	})
+	hosted := <-accepted
+	circuit.Write([]byte("ping"))
+	buf := make([]byte, 4)
+	hosted.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.ReadFull(hosted, buf); err != nil {
+		t.Fatal(err)
+	}
+	return dialer, circuit
+}
+
+// Disabling an identity ends its certificate and password API sessions at once (401), closes
+// its edge connections and the circuit on them as the change reaches the router, and refuses
+// its logins until it is enabled again.
+func TestDisabledIdentityEndsConnections(t *testing.T) {
+	t.Parallel()
+	n, svc, dialerCert, hostCert, dialerID := edgeNet(t)
+	addr := n.routers["E"].r.SDKAddresses()[0]
+	e, err := n.m.CreateEnrollment(dialerID.ID, model.EnrollmentRequest{Updb: "dialer-user"}, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.m.EnrollUpdb(context.Background(), e.Token, "a long enough password"); err != nil {
+		t.Fatal(err)
+	}
+	password := func() (*model.APISession, error) {
+		s, _, err := n.m.AuthenticatePassword(context.Background(), "dialer-user", "a long enough password", model.Login{Source: "127.0.0.1"})
+		return s, err
+	}
+	pwSess, err := password()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pwConn *sdkClient
+	testutil.Eventually(t, "the router to admit the password session", func() bool {
+		pwConn, err = n.connectSDKWith(addr, dialerCert, pwSess)
+		return err == nil
+	})
+	dialer, circuit := n.openCircuit(svc, dialerCert, hostCert)
+	circuitDone, certConnDone, pwConnDone := ended(circuit), ended(dialer.control), ended(pwConn.control)
+
+	if err := n.m.DisableIdentity(dialerID.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*model.APISession{dialer.api, pwSess} {
+		if code := n.currentIdentityStatus(s.Token); code != http.StatusUnauthorized {
+			t.Fatalf("GET /current-identity with a disabled identity's %s API session: %d, want 401", s.AuthMethod, code)
+		}
+	}
+	testutil.Eventually(t, "the disabled identity's circuit to end", func() bool { return isClosed(circuitDone) })
+	testutil.Eventually(t, "the disabled identity's certificate connection to close", func() bool { return isClosed(certConnDone) })
+	testutil.Eventually(t, "the disabled identity's password connection to close", func() bool { return isClosed(pwConnDone) })
+	var ee *edgeproto.Error
+	if _, err := n.connectSDKWith(addr, dialerCert, pwSess); !errors.As(err, &ee) || ee.Code != edgeproto.CodeInvalidSession {
+		t.Fatalf("the ended password session at the edge listener: %v", err)
+	}
+	leaf, _ := x509.ParseCertificate(dialerCert.Certificate[0])
+	if _, _, err := n.m.AuthenticateCert([]*x509.Certificate{leaf}, model.Login{Source: "127.0.0.1"}); model.CodeOf(err) != model.CodeInvalidAuth {
+		t.Fatalf("certificate login of the disabled identity: %v", err)
+	}
+	if _, err := password(); model.CodeOf(err) != model.CodeInvalidAuth {
+		t.Fatalf("password login of the disabled identity: %v", err)
+	}
+
+	if err := n.m.EnableIdentity(dialerID.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, circuit := n.openCircuit(svc, dialerCert, hostCert); circuit == nil {
+		t.Fatal("no circuit once enabled")
+	}
+}
+
 // BenchmarkRevokedCertDisconnects measures how long an edge connection made with a
 // certificate outlives the deletion of its authenticator: the commit, the push of the
 // change to the router and the router closing the connection.
@@ -239,5 +340,48 @@ func BenchmarkRevokedCertDisconnects(b *testing.B) {
 		}
 		b.StopTimer()
 		cert = n.reEnroll(id.ID)
+	}
+}
+
+// BenchmarkDisableDisconnects measures how long an identity's edge connection outlives its
+// disabling: the commit, the push of the ended API session to the router and the router
+// closing the connection.
+func BenchmarkDisableDisconnects(b *testing.B) {
+	n := newTestNet(b)
+	n.addRouter("E", false, `listeners:
+  - binding: edge
+    bind: tls:127.0.0.1:{{port}}
+    advertise: tls:127.0.0.1:{{same}}
+`)
+	caPEM, err := os.ReadFile(filepath.Join(n.dir, "E", "ca.cert"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.dir, "ca.pem"), caPEM, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	addr := n.routers["E"].r.SDKAddresses()[0]
+	cert, id := n.enrolled("client")
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		cl, err := n.connectSDK(addr, cert)
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := ended(cl.control)
+		b.StartTimer()
+		if err := n.m.DisableIdentity(id.ID, 0); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			b.Fatal("the disabled identity's connection is still open after 30s")
+		}
+		b.StopTimer()
+		if err := n.m.EnableIdentity(id.ID); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

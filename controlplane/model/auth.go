@@ -42,12 +42,13 @@ func (m *Model) AuthenticatePassword(ctx context.Context, username, password str
 		return nil, nil, rateLimited(wait)
 	}
 	var auth *Authenticator
+	var ident *Identity
 	var policy *AuthPolicy
 	err := m.st.View(func(tx *store.Tx) (err error) {
 		if auth, err = m.c.authenticators.Lookup(tx, "username", username); err != nil {
 			return err
 		}
-		_, policy, err = m.identityPolicy(tx, auth.IdentityID)
+		ident, policy, err = m.identityPolicy(tx, auth.IdentityID)
 		return err
 	})
 	if errors.Is(err, store.ErrNotFound) || CodeOf(err) == CodeNotFound {
@@ -62,8 +63,9 @@ func (m *Model) AuthenticatePassword(ctx context.Context, username, password str
 	if err != nil {
 		return nil, nil, err
 	}
-	// A locked account fails whatever the password, after the same work.
-	locked := m.auth.lockouts.locked(auth.IdentityID, m.now())
+	// A locked account, or a disabled identity, fails whatever the password, after the same
+	// work and with the same answer.
+	locked := m.auth.lockouts.locked(auth.IdentityID, m.now()) || ident.IsDisabled(m.now())
 	ok, err := m.hashes.check(ctx, auth.PasswordHash, password)
 	if err != nil {
 		return nil, nil, err
@@ -115,13 +117,14 @@ func (m *Model) AuthenticateCert(chain []*x509.Certificate, login Login) (*APISe
 func (m *Model) certAuthenticator(chain []*x509.Certificate) (*Authenticator, error) {
 	fp := certid.Fingerprint(chain[0])
 	var auth *Authenticator
+	var ident *Identity
 	var cas []*CA
 	var policy *AuthPolicy
 	err := m.st.View(func(tx *store.Tx) (err error) {
 		if auth, err = m.c.authenticators.Lookup(tx, "fingerprint", fp); err != nil {
 			return err
 		}
-		if _, policy, err = m.identityPolicy(tx, auth.IdentityID); err != nil {
+		if ident, policy, err = m.identityPolicy(tx, auth.IdentityID); err != nil {
 			return err
 		}
 		cas, err = m.c.cas.All(tx)
@@ -132,6 +135,10 @@ func (m *Model) certAuthenticator(chain []*x509.Certificate) (*Authenticator, er
 	}
 	if err != nil {
 		return nil, err
+	}
+	if ident.IsDisabled(m.now()) {
+		m.log.Info("certificate refused: its identity is disabled", "identity", ident.ID)
+		return nil, errInvalidAuth
 	}
 	err = m.verifyChain(chain, cas)
 	if err != nil && policy.Primary.Cert.AllowExpiredCerts && m.opts.Now().After(chain[0].NotAfter) {
@@ -206,6 +213,10 @@ func (m *Model) openSessionFor(identityID, authenticatorID, method, fingerprint 
 			return err
 		}
 		id = ident
+		if ident.IsDisabled(m.now()) {
+			m.log.Info("authentication refused: the identity is disabled", "identity", identityID, "method", method)
+			return errInvalidAuth
+		}
 		var allowed bool
 		switch method {
 		case MethodPassword:
@@ -260,8 +271,8 @@ func (m *Model) touchEvery() time.Duration { return min(m.opts.SessionTimeout/10
 var errNoSession = &Error{Code: CodeUnauthorized, Message: "the API session is missing, expired or deleted"}
 
 // SessionByToken returns the live API session with token and its identity, recording the
-// activity. A missing, expired or orphaned session, or one opened with a certificate that is
-// no longer current, is UNAUTHORIZED.
+// activity. A missing, expired or orphaned session, one opened with a certificate that is
+// no longer current, or one of a disabled identity, is UNAUTHORIZED.
 func (m *Model) SessionByToken(token string) (*APISession, *Identity, error) {
 	if token == "" {
 		return nil, nil, errNoSession
@@ -286,7 +297,7 @@ func (m *Model) SessionByToken(token string) (*APISession, *Identity, error) {
 		return nil, nil, err
 	}
 	now := m.now()
-	if !current || now.After(m.ExpiresAt(s)) {
+	if !current || id.IsDisabled(now) || now.After(m.ExpiresAt(s)) {
 		if err := m.DeleteAPISession(s.ID); err != nil && CodeOf(err) != CodeNotFound {
 			return nil, nil, err
 		}

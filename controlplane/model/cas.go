@@ -132,9 +132,12 @@ func (m *Model) CAs() ([]*CA, error) {
 	return out, err
 }
 
-// UpdateCA applies change to a certificate authority; its certificate cannot change.
+// UpdateCA applies change to a certificate authority; its certificate cannot change. When
+// isAuthEnabled changes, the API sessions of its certificates follow in the same
+// transaction: they end when it turns false.
 func (m *Model) UpdateCA(id string, change func(*CA) error) (*CA, error) {
 	var out *CA
+	var revoked bool
 	err := m.st.Update(func(tx *store.Tx) error {
 		cur, err := m.c.cas.Get(tx, id)
 		if err != nil {
@@ -155,21 +158,53 @@ func (m *Model) UpdateCA(id string, change func(*CA) error) (*CA, error) {
 		next.IdentityRoles = nonNil(next.IdentityRoles)
 		next.UpdatedAt = m.now()
 		out = &next
-		return conflict(m.c.cas.Put(tx, &next))
+		if err := m.c.cas.Put(tx, &next); err != nil {
+			return conflict(err)
+		}
+		if next.IsAuthEnabled != cur.IsAuthEnabled {
+			revoked = !next.IsAuthEnabled
+			return m.caTrustChanged(tx, &next)
+		}
+		return nil
 	})
-	return out, err
+	if err != nil || !revoked {
+		return out, err
+	}
+	return out, m.caSweep(out)
 }
 
 // DeleteCA removes a certificate authority and the pending enrollments that name it. Its
-// certificates no longer authenticate.
+// certificates no longer authenticate: the API sessions opened with them end in the same
+// transaction.
 func (m *Model) DeleteCA(id string) error {
-	return m.st.Update(func(tx *store.Tx) error {
-		if _, err := m.c.cas.Get(tx, id); err != nil {
+	var ca *CA
+	err := m.st.Update(func(tx *store.Tx) (err error) {
+		ca, err = m.c.cas.Get(tx, id)
+		if err != nil {
 			return missing(err, "certificate authority", id)
 		}
 		if err := m.deleteAll(m.c.enrollments.IDsWith, "caId", m.c.enrollments.Delete)(tx, id); err != nil {
 			return err
 		}
-		return m.c.cas.Delete(tx, id)
+		if err := m.c.cas.Delete(tx, id); err != nil {
+			return err
+		}
+		return m.caTrustChanged(tx, ca)
+	})
+	if err != nil {
+		return err
+	}
+	return m.caSweep(ca)
+}
+
+// caSweep runs caTrustChanged once more after a commit that took a CA's trust away, unless
+// it is trusted again: a login that read the CA before that commit and committed first made
+// an API session the change's scan could not see; every later login sees the change.
+func (m *Model) caSweep(ca *CA) error {
+	return m.st.Update(func(tx *store.Tx) error {
+		if ok, err := m.caTrusted(tx, ca.Fingerprint); err != nil || ok {
+			return err
+		}
+		return m.caTrustChanged(tx, ca)
 	})
 }

@@ -73,10 +73,11 @@ func csrError(err error) error {
 	return err
 }
 
-// finishEnrollment stores the authenticator an enrollment produced and uses the token up.
+// finishEnrollment stores the authenticator an enrollment produced and uses the token up,
+// unless the identity is disabled.
 func (m *Model) finishEnrollment(tx *store.Tx, e *Enrollment, a *Authenticator) error {
-	if _, err := m.c.identities.Get(tx, e.IdentityID); err != nil {
-		return missing(err, "identity", e.IdentityID)
+	if err := m.checkEnabled(tx, e.IdentityID); err != nil {
+		return err
 	}
 	if err := m.c.authenticators.Create(tx, a); err != nil {
 		var c *store.ConflictError
@@ -134,7 +135,7 @@ func (m *Model) EnrollOTTCA(token string, chain []*x509.Certificate) error {
 			return err
 		}
 		a := &Authenticator{Base: m.newBase(nil), IdentityID: e.IdentityID, Method: MethodCert,
-			CertPEM: certPEM(chain[0]), Fingerprint: certid.Fingerprint(chain[0])}
+			CertPEM: certPEM(chain[0]), Fingerprint: certid.Fingerprint(chain[0]), CAFingerprint: ca.Fingerprint}
 		return m.finishEnrollment(tx, e, a)
 	})
 }
@@ -195,7 +196,7 @@ func (m *Model) EnrollCA(chain []*x509.Certificate) (*Identity, error) {
 		}
 		m.added(tx)
 		a := &Authenticator{Base: m.newBase(nil), IdentityID: id.ID, Method: MethodCert,
-			CertPEM: certPEM(chain[0]), Fingerprint: certid.Fingerprint(chain[0])}
+			CertPEM: certPEM(chain[0]), Fingerprint: certid.Fingerprint(chain[0]), CAFingerprint: ca.Fingerprint}
 		if err := m.c.authenticators.Create(tx, a); err != nil {
 			var c *store.ConflictError
 			if errors.As(err, &c) && c.Index == "fingerprint" {

@@ -79,6 +79,16 @@ type Identity struct {
 	Permissions []string       `json:"permissions,omitempty"`
 	EnvInfo     EnvInfo        `json:"envInfo"`
 	SDKInfo     SDKInfo        `json:"sdkInfo"`
+	// DisabledAt is set while an administrator has disabled the identity; DisabledUntil,
+	// when set, is when the disabling lapses by itself.
+	DisabledAt    *time.Time `json:"disabledAt,omitempty"`
+	DisabledUntil *time.Time `json:"disabledUntil,omitempty"`
+}
+
+// IsDisabled tells whether the identity is disabled at now: disabled and not past its
+// DisabledUntil.
+func (i *Identity) IsDisabled(now time.Time) bool {
+	return i.DisabledAt != nil && (i.DisabledUntil == nil || now.Before(*i.DisabledUntil))
 }
 
 // Authentication methods of authenticators.
@@ -104,6 +114,10 @@ type Authenticator struct {
 	// IssuedByNetwork: the certificate was signed by the controller's CA; only those can be
 	// extended.
 	IssuedByNetwork bool `json:"isIssuedByNetwork,omitempty"`
+	// CAFingerprint is the fingerprint of the third-party CA the certificate was enrolled
+	// with; the certificate is current only while that CA is verified and allows
+	// authentication.
+	CAFingerprint string `json:"caFingerprint,omitempty"`
 	// An extension issues a new certificate that takes over once the client verifies it.
 	UnverifiedCertPEM     string `json:"unverifiedCertPem,omitempty"`
 	UnverifiedFingerprint string `json:"unverifiedFingerprint,omitempty"`

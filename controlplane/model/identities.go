@@ -352,6 +352,8 @@ func (m *Model) UpdateIdentity(id string, change func(*Identity) error) (*Identi
 			return errorf(CodeCannotUpdateDefaultAdmin, "the default administrator stays an administrator")
 		}
 		next.ID, next.CreatedAt, next.IsDefaultAdmin = cur.ID, cur.CreatedAt, cur.IsDefaultAdmin
+		// Only DisableIdentity and EnableIdentity change the disabled state.
+		next.DisabledAt, next.DisabledUntil = cur.DisabledAt, cur.DisabledUntil
 		next.UpdatedAt = m.now()
 		if err := m.c.identities.Put(tx, &next); err != nil {
 			return conflict(err)
@@ -481,10 +483,11 @@ type IdentityView struct {
 	HasAPISession  bool
 	AuthPolicyName string
 	MFAEnabled     bool // the identity has a verified MFA enrollment
+	Disabled       bool // disabled now (not past disabledUntil)
 }
 
 func (m *Model) identityView(tx *store.Tx, id *Identity) (*IdentityView, error) {
-	v := &IdentityView{Identity: id, CAs: map[string]*CA{}}
+	v := &IdentityView{Identity: id, CAs: map[string]*CA{}, Disabled: id.IsDisabled(m.now())}
 	var err error
 	if v.Authenticators, err = m.c.authenticators.With(tx, "identityId", id.ID); err != nil {
 		return nil, err

@@ -1,8 +1,11 @@
 package model
 
 import (
+	"crypto/x509"
+	"errors"
 	"slices"
 
+	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
 )
 
@@ -44,7 +47,8 @@ func (m *Model) routedAPISession(tx *store.Tx, a *APISession, idents map[string]
 
 // currentCerts returns the fingerprints of the certificates the identity's cert
 // authenticators authenticate with: each one's certificate, and an extension's certificate
-// not yet verified.
+// not yet verified; not those of a third-party CA that is gone, unverified or does not
+// allow authentication.
 func (m *Model) currentCerts(tx *store.Tx, identityID string) (map[string]bool, error) {
 	auths, err := m.c.authenticators.With(tx, "identityId", identityID)
 	if err != nil {
@@ -53,6 +57,11 @@ func (m *Model) currentCerts(tx *store.Tx, identityID string) (map[string]bool, 
 	cur := map[string]bool{}
 	for _, a := range auths {
 		if a.Method != MethodCert {
+			continue
+		}
+		if ok, err := m.caTrusted(tx, a.CAFingerprint); err != nil {
+			return nil, err
+		} else if !ok {
 			continue
 		}
 		for _, fp := range []string{a.Fingerprint, a.UnverifiedFingerprint} {
@@ -102,4 +111,71 @@ func (m *Model) certCurrent(tx *store.Tx, s *APISession) (bool, error) {
 		return false, err
 	}
 	return cur[s.CertFingerprint], nil
+}
+
+// caTrusted tells whether certificates enrolled with the third-party CA of fingerprint fp
+// authenticate: the CA exists, is verified and allows authentication. An empty fp (the
+// network's own CA) always does.
+func (m *Model) caTrusted(tx *store.Tx, fp string) (bool, error) {
+	if fp == "" {
+		return true, nil
+	}
+	ca, err := m.c.cas.Lookup(tx, "fingerprint", fp)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return ca.IsVerified && ca.IsAuthEnabled, nil
+}
+
+// caTrustChanged follows, within tx, a third-party CA's deletion or a change of whether it
+// allows authentication: the identities with certificates enrolled with it go through
+// certsChanged, so API sessions opened with those certificates end and routers learn which
+// certificates the others admit. A certificate stored without its CA (enrolled before the
+// CA was recorded) that the CA signed directly is given the CA's fingerprint first.
+func (m *Model) caTrustChanged(tx *store.Tx, ca *CA) error {
+	root, err := pki.ParsePEMCert([]byte(ca.CertPEM))
+	if err != nil {
+		return err
+	}
+	var idents []string
+	var backfill []*Authenticator
+	err = m.c.authenticators.Each(tx, func(a *Authenticator) error {
+		if a.Method != MethodCert || a.IssuedByNetwork {
+			return nil
+		}
+		switch {
+		case a.CAFingerprint == ca.Fingerprint:
+		case a.CAFingerprint == "" && signedBy(a.CertPEM, root):
+			a.CAFingerprint = ca.Fingerprint
+			backfill = append(backfill, a)
+		default:
+			return nil
+		}
+		idents = append(idents, a.IdentityID)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, a := range backfill {
+		if err := m.c.authenticators.Put(tx, a); err != nil {
+			return err
+		}
+	}
+	slices.Sort(idents)
+	for _, id := range slices.Compact(idents) {
+		if err := m.certsChanged(tx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// signedBy tells whether the PEM certificate carries root's signature.
+func signedBy(certPEM string, root *x509.Certificate) bool {
+	cert, err := pki.ParsePEMCert([]byte(certPEM))
+	return err == nil && cert.CheckSignatureFrom(root) == nil
 }
