@@ -201,8 +201,9 @@ func TestCertChangeClosesConnectionsOfPasswordSession(t *testing.T) {
 }
 
 // openCircuit connects host and dialer to their routers, binds svc with host and dials it
-// with dialer, and checks that bytes cross. It returns the dialer's client and circuit.
-func (n *testNet) openCircuit(svc *model.Service, dialerCert, hostCert tls.Certificate) (*sdkClient, *smux.Stream) {
+// with dialer, and checks that bytes cross. It returns the host's and the dialer's clients
+// and the circuit. The host accepts that one circuit only: close it before binding svc again.
+func (n *testNet) openCircuit(svc *model.Service, dialerCert, hostCert tls.Certificate) (*sdkClient, *sdkClient, *smux.Stream) {
 	t := n.t
 	t.Helper()
 	host, err := n.connectSDK(n.routers["H"].r.SDKAddresses()[0], hostCert)
@@ -237,7 +238,7 @@ func (n *testNet) openCircuit(svc *model.Service, dialerCert, hostCert tls.Certi
 	if _, err := io.ReadFull(hosted, buf); err != nil {
 		t.Fatal(err)
 	}
-	return dialer, circuit
+	return host, dialer, circuit
 }
 
 // Disabling an identity ends its certificate and password API sessions at once (401), closes
@@ -267,7 +268,7 @@ func TestDisabledIdentityEndsConnections(t *testing.T) {
 		pwConn, err = n.connectSDKWith(addr, dialerCert, pwSess)
 		return err == nil
 	})
-	dialer, circuit := n.openCircuit(svc, dialerCert, hostCert)
+	host, dialer, circuit := n.openCircuit(svc, dialerCert, hostCert)
 	circuitDone, certConnDone, pwConnDone := ended(circuit), ended(dialer.control), ended(pwConn.control)
 
 	if err := n.m.DisableIdentity(dialerID.ID, 0); err != nil {
@@ -296,7 +297,8 @@ func TestDisabledIdentityEndsConnections(t *testing.T) {
 	if err := n.m.EnableIdentity(dialerID.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, circuit := n.openCircuit(svc, dialerCert, hostCert); circuit == nil {
+	host.sess.Close() // a dial must reach the new bind, not this host's
+	if _, _, circuit := n.openCircuit(svc, dialerCert, hostCert); circuit == nil {
 		t.Fatal("no circuit once enabled")
 	}
 }
