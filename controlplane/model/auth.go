@@ -345,14 +345,30 @@ func (m *Model) deleteAPISessionTx(tx *store.Tx, id string) error {
 }
 
 // ExpireSessions deletes every API session idle for longer than the timeout, or older than
-// the maximum lifetime, and returns how many it deleted.
+// the maximum lifetime, and every one that may no longer be used (endStaleSessions: left by
+// a stop or a failure between a revocation's commit and the end of its sessions), and
+// returns how many it deleted.
 func (m *Model) ExpireSessions() (int, error) {
 	now := m.now()
 	var expired []string
+	staleOf := map[string]bool{} // identities with an API session that may no longer be used
 	err := m.st.View(func(tx *store.Tx) error {
+		rules := map[string]func(*APISession) bool{}
 		return m.c.apiSessions.Each(tx, func(s *APISession) error {
 			if now.After(m.ExpiresAt(s)) {
 				expired = append(expired, s.ID)
+				return nil
+			}
+			stale, ok := rules[s.IdentityID]
+			if !ok {
+				var err error
+				if stale, _, err = m.staleRule(tx, s.IdentityID); err != nil {
+					return err
+				}
+				rules[s.IdentityID] = stale
+			}
+			if stale(s) {
+				staleOf[s.IdentityID] = true
 			}
 			return nil
 		})
@@ -365,6 +381,13 @@ func (m *Model) ExpireSessions() (int, error) {
 		if err := m.DeleteAPISession(id); err == nil {
 			n++
 		} else if CodeOf(err) != CodeNotFound {
+			return n, err
+		}
+	}
+	for id := range staleOf {
+		ended, err := m.endStaleSessions(id)
+		n += ended
+		if err != nil {
 			return n, err
 		}
 	}

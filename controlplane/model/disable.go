@@ -1,21 +1,21 @@
 package model
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/store"
 )
 
 // DisableIdentity disables an identity for d, or until EnableIdentity when d is 0: it can
-// no longer authenticate by any method nor enroll. In the same transaction every API
-// session of the identity ends with its sessions, so routers close its edge connections
-// and circuits as the change reaches them. Disabling again restarts the period. The
-// default administrator and the identities of edge routers cannot be disabled.
+// no longer authenticate by any method nor enroll. Its API sessions are refused from the
+// commit on, and end right after it with their sessions (endStaleSessions), so routers close
+// its edge connections and circuits as the change reaches them. Disabling again restarts the
+// period. The default administrator and the identities of edge routers cannot be disabled.
 func (m *Model) DisableIdentity(id string, d time.Duration) error {
 	if d < 0 {
 		return invalid("durationMinutes", int64(d/time.Minute), "must be 0 (until enabled) or a positive number of minutes")
 	}
-	var ended int
 	err := m.st.Update(func(tx *store.Tx) error {
 		cur, err := m.c.identities.Get(tx, id)
 		if err != nil {
@@ -36,47 +36,17 @@ func (m *Model) DisableIdentity(id string, d time.Duration) error {
 			cur.DisabledUntil = &until
 		}
 		cur.UpdatedAt = now
-		if err := m.c.identities.Put(tx, cur); err != nil {
-			return err
-		}
-		ended, err = m.endSessionsOf(tx, id)
-		return err
+		return m.c.identities.Put(tx, cur)
 	})
 	if err != nil {
 		return err
 	}
-	// A login whose transaction read the identity before this commit and committed first
-	// made an API session the scan above could not see; from now on every login sees the
-	// identity disabled, so one more pass ends any such session.
-	err = m.st.Update(func(tx *store.Tx) error {
-		cur, err := m.c.identities.Get(tx, id)
-		if err != nil || !cur.IsDisabled(m.now()) {
-			return missing(err, "identity", id)
-		}
-		n, err := m.endSessionsOf(tx, id)
-		ended += n
-		return err
-	})
-	if err != nil && CodeOf(err) != CodeNotFound {
-		return err
+	ended, err := m.endStaleSessions(id)
+	if err != nil {
+		return fmt.Errorf("identity %s is disabled, but ending its API sessions failed (the controller refuses them; the next sweep ends them): %w", id, err)
 	}
 	m.log.Info("identity disabled; its API sessions ended", "identity", id, "apiSessions", ended, "for", d)
 	return nil
-}
-
-// endSessionsOf deletes, in tx, every API session of the identity and every session, and
-// returns how many API sessions it deleted.
-func (m *Model) endSessionsOf(tx *store.Tx, identityID string) (int, error) {
-	apis, err := m.c.apiSessions.IDsWith(tx, "identityId", identityID)
-	if err != nil {
-		return 0, err
-	}
-	for _, sid := range apis {
-		if err := m.deleteAPISessionTx(tx, sid); err != nil {
-			return 0, err
-		}
-	}
-	return len(apis), m.deleteSessionsWhere(tx, "identityId", identityID)
 }
 
 // EnableIdentity clears an identity's disabled state: it may authenticate and enroll again.

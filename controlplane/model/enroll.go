@@ -86,9 +86,7 @@ func (m *Model) finishEnrollment(tx *store.Tx, e *Enrollment, a *Authenticator) 
 		}
 		return conflict(err)
 	}
-	if err := m.certsChanged(tx, e.IdentityID); err != nil {
-		return err
-	}
+	m.certsChanged(tx, e.IdentityID)
 	return m.c.enrollments.Delete(tx, e.ID)
 }
 

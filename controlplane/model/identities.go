@@ -395,18 +395,9 @@ func (m *Model) deleteIdentityTx(tx *store.Tx, id string) error {
 			return err
 		}
 	}
-	sessions, err := m.c.apiSessions.IDsWith(tx, "identityId", id)
-	if err != nil {
-		return err
-	}
-	for _, sid := range sessions {
-		if err := m.deleteAPISessionTx(tx, sid); err != nil {
-			return err
-		}
-	}
-	if err := m.deleteSessionsWhere(tx, "identityId", id); err != nil {
-		return err
-	}
+	// Its API sessions and sessions end right after the commit, in batches; from the commit
+	// on, no request can use them.
+	tx.OnCommit(func() { m.endStaleSessionsLogged(id) })
 	if err := m.deleteMFAOf(tx, id); err != nil {
 		return err
 	}

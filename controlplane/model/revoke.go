@@ -73,30 +73,96 @@ func (m *Model) currentCerts(tx *store.Tx, identityID string) (map[string]bool, 
 	return cur, nil
 }
 
-// certsChanged follows a change of the identity's certificates within tx: its API sessions
-// opened with a certificate that is no longer current end, with their sessions; the others
-// are sent to routers again, whose edge listeners then close the connections made with a
-// certificate that is no longer current.
-func (m *Model) certsChanged(tx *store.Tx, identityID string) error {
-	cur, err := m.currentCerts(tx, identityID)
-	if err != nil {
-		return err
-	}
-	apis, err := m.c.apiSessions.With(tx, "identityId", identityID)
-	if err != nil {
-		return err
-	}
-	for _, a := range apis {
-		if a.CertFingerprint != "" && !cur[a.CertFingerprint] {
-			m.log.Info("ending an API session: its certificate is no longer current", "apiSessionId", a.ID, "identity", identityID)
-			if err := m.deleteAPISessionTx(tx, a.ID); err != nil {
+// certsChanged follows a change of the identity's certificates within tx: once tx commits,
+// endStaleSessions ends its API sessions opened with a certificate that is no longer current
+// and sends the others to routers again, whose edge listeners then close the connections
+// made with such a certificate. Until then the controller already refuses those sessions
+// (certCurrent).
+func (m *Model) certsChanged(tx *store.Tx, identityID string) {
+	tx.OnCommit(func() { m.endStaleSessionsLogged(identityID) })
+}
+
+// revokeBatch bounds the API sessions one transaction ends, so that revocation never meets
+// Badger's limit on a transaction's size however many sessions an identity opened.
+const revokeBatch = 256
+
+// endStaleSessions ends the identity's API sessions that may no longer be used (every one
+// when the identity is deleted or disabled, else those opened with a certificate that is no
+// longer current), with their sessions, in transactions of at most revokeBatch, and sends its
+// other API sessions to routers again. Run after the change that made sessions stale has
+// committed, its first pass also sees a login that committed just before the change and so
+// escaped the change's own reads; every later login sees the change. It returns how many API
+// sessions it ended.
+func (m *Model) endStaleSessions(identityID string) (int, error) {
+	ended := 0
+	for {
+		n := 0
+		err := m.st.Update(func(tx *store.Tx) error {
+			n = 0
+			stale, all, err := m.staleRule(tx, identityID)
+			if err != nil {
 				return err
 			}
-			continue
+			apis, err := m.c.apiSessions.With(tx, "identityId", identityID)
+			if err != nil {
+				return err
+			}
+			for _, a := range apis {
+				if !stale(a) {
+					m.apiSessionHooks.watch(tx, a.ID)
+					continue
+				}
+				if n == revokeBatch {
+					continue // the next pass
+				}
+				if err := m.deleteAPISessionTx(tx, a.ID); err != nil {
+					return err
+				}
+				n++
+			}
+			if all && n < revokeBatch {
+				return m.deleteSessionsWhere(tx, "identityId", identityID)
+			}
+			return nil
+		})
+		ended += n
+		if err != nil || n < revokeBatch {
+			return ended, err
 		}
-		m.apiSessionHooks.watch(tx, a.ID)
 	}
-	return nil
+}
+
+// staleRule returns, read in tx, which of the identity's API sessions may no longer be used:
+// all of them when the identity is gone or disabled, else those opened with a certificate
+// that is no longer current; and whether that is all of them.
+func (m *Model) staleRule(tx *store.Tx, identityID string) (stale func(*APISession) bool, all bool, err error) {
+	ident, err := m.c.identities.Get(tx, identityID)
+	if errors.Is(err, store.ErrNotFound) {
+		return func(*APISession) bool { return true }, true, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if ident.IsDisabled(m.now()) {
+		return func(*APISession) bool { return true }, true, nil
+	}
+	cur, err := m.currentCerts(tx, identityID)
+	if err != nil {
+		return nil, false, err
+	}
+	return func(a *APISession) bool { return a.CertFingerprint != "" && !cur[a.CertFingerprint] }, false, nil
+}
+
+// endStaleSessionsLogged is endStaleSessions for an after-commit hook, which cannot fail: an
+// error is logged, and the sweep (ExpireSessions) ends what is left.
+func (m *Model) endStaleSessionsLogged(identityID string) {
+	n, err := m.endStaleSessions(identityID)
+	if n > 0 {
+		m.log.Info("API sessions ended: identity deleted or disabled, or certificate no longer current", "identity", identityID, "apiSessions", n)
+	}
+	if err != nil {
+		m.log.Error("cannot end API sessions that may no longer be used; the controller refuses them, and the next sweep tries again", "identity", identityID, "err", err)
+	}
 }
 
 // certCurrent tells whether an API session opened with a certificate may still be used:
@@ -167,9 +233,7 @@ func (m *Model) caTrustChanged(tx *store.Tx, ca *CA) error {
 	}
 	slices.Sort(idents)
 	for _, id := range slices.Compact(idents) {
-		if err := m.certsChanged(tx, id); err != nil {
-			return err
-		}
+		m.certsChanged(tx, id)
 	}
 	return nil
 }

@@ -253,3 +253,49 @@ func TestSessionMaxLifetime(t *testing.T) {
 		}
 	}
 }
+
+// TestRevokingManySessions checks that a certificate that opened more API sessions than one
+// transaction can delete is revoked all the same: the deletion of its authenticator commits,
+// every session it opened ends, and none answers.
+func TestRevokingManySessions(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("opens 12,000 API sessions")
+	}
+	f := newFixtureWith(t, store.Options{InMemory: true})
+	id, err := f.m.CreateIdentity(IdentityCreate{Name: "busy", Enrollment: &EnrollmentRequest{OTT: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ens, _ := f.m.EnrollmentsOf(id.ID)
+	certPEM, err := f.m.EnrollOTT(ens[0].Token, testutil.CSR(t, testutil.NewKey(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain := []*x509.Certificate{parseCert(t, certPEM)}
+	const n = 12_000 // more than a Badger transaction deletes, with their index entries
+	var last *APISession
+	for range n {
+		if last, _, err = f.m.AuthenticateCert(chain, Login{Source: "127.0.0.1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	auths, _ := f.m.AuthenticatorsOf(id.ID)
+	if err := f.m.DeleteAuthenticator(auths[0].ID); err != nil {
+		t.Fatalf("deleting the authenticator of a certificate with %d API sessions: %v", n, err)
+	}
+	if _, _, err := f.m.SessionByToken(last.Token); CodeOf(err) != CodeUnauthorized {
+		t.Fatalf("an API session of the revoked certificate: %v", err)
+	}
+	left := 0
+	if err := f.m.st.View(func(tx *store.Tx) error {
+		ids, err := f.m.c.apiSessions.IDsWith(tx, "identityId", id.ID)
+		left = len(ids)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Fatalf("%d of %d API sessions of the revoked certificate are left", left, n)
+	}
+}
