@@ -133,8 +133,8 @@ func (m *Model) CAs() ([]*CA, error) {
 }
 
 // UpdateCA applies change to a certificate authority; its certificate cannot change. When
-// isAuthEnabled changes, the API sessions of its certificates follow in the same
-// transaction: they end when it turns false.
+// isAuthEnabled turns false, the API sessions of its certificates end right after the
+// commit (certsChanged).
 func (m *Model) UpdateCA(id string, change func(*CA) error) (*CA, error) {
 	var out *CA
 	var revoked bool
@@ -174,8 +174,8 @@ func (m *Model) UpdateCA(id string, change func(*CA) error) (*CA, error) {
 }
 
 // DeleteCA removes a certificate authority and the pending enrollments that name it. Its
-// certificates no longer authenticate: the API sessions opened with them end in the same
-// transaction.
+// certificates no longer authenticate: the API sessions opened with them end right after
+// the commit (certsChanged).
 func (m *Model) DeleteCA(id string) error {
 	var ca *CA
 	err := m.st.Update(func(tx *store.Tx) (err error) {
