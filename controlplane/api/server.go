@@ -85,6 +85,8 @@ type apiSet int
 const (
 	client apiSet = 1 << iota
 	management
+	// root: the server root, where the reference serves /, /version and the EST CAs.
+	root
 	both = client | management
 )
 
@@ -187,6 +189,9 @@ func bases(a apiSet) []string {
 	}
 	if a&management != 0 {
 		out = append(out, ManagementBase)
+	}
+	if a&root != 0 {
+		out = append(out, "")
 	}
 	return out
 }
