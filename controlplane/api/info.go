@@ -37,6 +37,7 @@ func (s *Server) apiVersions() map[string]any {
 		"edge":            v(ClientBase),
 		"edge-client":     v(ClientBase),
 		"edge-management": v(ManagementBase),
+		"fabric":          v(FabricBase),
 	}
 }
 
