@@ -336,8 +336,11 @@ func (s *Server) fabricService(c *call) error {
 // router as a fabric router and the fields the fabric adds.
 func (s *Server) renderFabricTerminator(t *model.Terminator) map[string]any {
 	out := s.renderTerminator(t)
-	svc := out["service"].(map[string]any)
-	out["service"] = map[string]any{"_links": links("services", t.ServiceID), "entity": "services", "id": t.ServiceID, "name": svc["name"]}
+	svcName := ""
+	if sv, err := s.m.Service(t.ServiceID); err == nil {
+		svcName = sv.Name
+	}
+	out["service"] = map[string]any{"_links": links("services", t.ServiceID), "entity": "services", "id": t.ServiceID, "name": svcName}
 	out["router"] = s.routerRef(t.RouterID)
 	out["_links"] = links("terminators", t.ID)
 	out["instanceId"] = ""
