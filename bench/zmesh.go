@@ -396,7 +396,7 @@ func enrollClient(ctrl *controlplane.Controller, dir, apiURL string, mesh *prepa
 	if err != nil {
 		return "", fmt.Errorf("SDK client key: %w", err)
 	}
-	f := &apiclient.IdentityFile{ZtAPI: apiURL}
+	f := apiclient.NewIdentityFile(apiURL)
 	f.ID.Cert = "pem:" + string(cert)
 	f.ID.Key = "pem:" + string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
 	f.ID.CA = "pem:" + string(ctrl.CA().PEM())

@@ -35,7 +35,7 @@ func (n *testNet) identityFile(cert tls.Certificate) *apiclient.IdentityFile {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	id := &apiclient.IdentityFile{ZtAPI: "https://" + n.apiAddr}
+	id := apiclient.NewIdentityFile("https://" + n.apiAddr)
 	id.ID.Cert = "pem:" + string(testutil.CertPEM(cert.Leaf))
 	id.ID.Key = "pem:" + string(testutil.KeyPEM(n.t, cert.PrivateKey.(crypto.Signer)))
 	id.ID.CA = "pem:" + string(caPEM)

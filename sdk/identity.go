@@ -1,10 +1,8 @@
 package sdk
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -24,7 +22,7 @@ type Identity struct {
 	CAs *x509.CertPool
 }
 
-// LoadIdentity reads an identity file, as zmesh enroll writes it.
+// LoadIdentity reads an identity file, as zmesh enroll or OpenZiti's ziti edge enroll writes it.
 func LoadIdentity(path string) (*Identity, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -37,18 +35,15 @@ func LoadIdentity(path string) (*Identity, error) {
 	return id, nil
 }
 
-// ParseIdentity parses the JSON of an identity file, as zmesh enroll writes it. The
+// ParseIdentity parses the JSON of an identity file, as zmesh enroll or OpenZiti's ziti edge
+// enroll writes it (ztAPI with or without the client API's path, ztAPIs). The
 // "file://" paths it may name are read relative to the working directory.
 func ParseIdentity(data []byte) (*Identity, error) {
-	var f apiclient.IdentityFile
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&f); err != nil {
+	f, err := apiclient.ParseIdentityFile(data)
+	if err != nil {
 		return nil, fmt.Errorf("sdk: identity file: %w", err)
 	}
-	if f.ZtAPI == "" || f.ID.CA == "" {
-		return nil, errors.New("sdk: identity file: ztAPI and id.ca are required")
-	}
-	return identityOf(&f)
+	return identityOf(f)
 }
 
 // identityOf reads the certificates and key an identity file holds or names.
@@ -64,5 +59,9 @@ func identityOf(f *apiclient.IdentityFile) (*Identity, error) {
 	if cert == nil {
 		return nil, errors.New("sdk: the identity has no certificate; the SDK authenticates with the identity's certificate")
 	}
-	return &Identity{Controller: f.ZtAPI, Certificate: *cert, CAs: roots}, nil
+	controller, err := f.Controller()
+	if err != nil {
+		return nil, fmt.Errorf("sdk: identity: %w", err)
+	}
+	return &Identity{Controller: controller, Certificate: *cert, CAs: roots}, nil
 }

@@ -70,11 +70,13 @@ func TestQuickstart(t *testing.T) {
 	var loginOut, loginErr bytes.Buffer
 	login := newRootCommand(&loginOut, &loginErr, func(string) (string, bool) { return "", false })
 	login.SetIn(strings.NewReader(password))
+	session := filepath.Join(t.TempDir(), "session.json")
 	login.SetArgs([]string{"edge", "login", "https://" + quickstart.Addr(ports.API()), "-u", "admin", "--yes",
-		"--session-file", filepath.Join(t.TempDir(), "session.json")})
+		"--session-file", session})
 	if err := login.Execute(); err != nil || !strings.Contains(loginOut.String(), "logged in") {
 		t.Errorf("zmesh edge login: %v\n%s%s", err, &loginOut, &loginErr)
 	}
+	checkFabricCircuit(t, session, quickstart.Addr(ports.Proxy(1)), "echo", "router-1")
 	clientProxy(t, filepath.Join(dir, "client.json"))
 
 	q.interrupt()

@@ -26,6 +26,7 @@ func newRootCommand(stdout, stderr io.Writer, lookupEnv env) *cobra.Command {
 		newVersionCommand(),
 		newEnrollCommand(),
 		newEdgeCommand(),
+		newFabricCommand(),
 		newTunnelCommand(),
 		newBenchCommand(selfExec), newBenchWorkerCommand(),
 		newQuickstartCommand(),

@@ -119,8 +119,8 @@ func TestCLIEnrollmentsAuthenticateAndPersist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if laptopIdentity.ZtAPI != c.URL {
-		t.Errorf("identity file ztAPI %q, want %q", laptopIdentity.ZtAPI, c.URL)
+	if laptopIdentity.ZtAPI != c.URL+apiclient.ClientAPI {
+		t.Errorf("identity file ztAPI %q, want %q", laptopIdentity.ZtAPI, c.URL+apiclient.ClientAPI)
 	}
 	if !identityTrusts(t, laptopIdentity, c.caCert) {
 		t.Error("the identity file does not hold the network's CA")

@@ -20,6 +20,11 @@ func (s *Server) registerInfo() {
 	s.handle(both, "GET", "/specs/{id}/spec", public, "Returns the body of an API specification", s.specBody)
 	s.handle(both, "GET", "/.well-known/est/cacerts", public, "Returns the CA certificates as a base64 PKCS#7 store, to bootstrap trust before enrollment", s.cacerts)
 	s.handle(both, "GET", "/controllers", session, "Lists the controllers", s.controllers)
+	// The server root answers as the reference's does: the client API's version at / and
+	// /version, its CAs at /.well-known/est/cacerts (where ziti edge login fetches them).
+	s.handle(root, "GET", "/", public, "Returns version information", s.version)
+	s.handle(root, "GET", "/version", public, "Returns version information", s.version)
+	s.handle(root, "GET", "/.well-known/est/cacerts", public, "Returns the CA certificates as a base64 PKCS#7 store", s.cacerts)
 }
 
 func (s *Server) apiURL(base string) string { return "https://" + s.info.Advertise + base }
@@ -32,6 +37,7 @@ func (s *Server) apiVersions() map[string]any {
 		"edge":            v(ClientBase),
 		"edge-client":     v(ClientBase),
 		"edge-management": v(ManagementBase),
+		"fabric":          v(FabricBase),
 	}
 }
 

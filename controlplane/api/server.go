@@ -44,6 +44,9 @@ type Info struct {
 	Observer Observer
 	// Backup, when not nil, writes a consistent backup of the store (store.Store.Backup).
 	Backup func(io.Writer) error
+	// Fabric, when not nil, is the live mesh the fabric API shows; nil: no router, link or
+	// circuit is known.
+	Fabric Fabric
 }
 
 // RouterStatus reports an edge router's control channel: whether it is connected, and the
@@ -85,7 +88,10 @@ type apiSet int
 const (
 	client apiSet = 1 << iota
 	management
-	both = client | management
+	// root: the server root, where the reference serves /, /version and the EST CAs.
+	root
+	fabric // the fabric management API
+	both   = client | management
 )
 
 type route struct {
@@ -187,6 +193,12 @@ func bases(a apiSet) []string {
 	}
 	if a&management != 0 {
 		out = append(out, ManagementBase)
+	}
+	if a&root != 0 {
+		out = append(out, "")
+	}
+	if a&fabric != 0 {
+		out = append(out, FabricBase)
 	}
 	return out
 }
@@ -303,6 +315,7 @@ func (s *Server) register() {
 	s.registerTokenEnroll()
 	s.registerDatabase()
 	s.registerAPISessions()
+	s.registerFabric()
 	for i := range s.routes {
 		s.routes[i].pending = slices.Contains(pendingMFARoutes, s.routes[i].method+" "+s.routes[i].path)
 		s.routes[i].authMethod = authMethodOf(s.routes[i])

@@ -70,7 +70,7 @@ func Enroll(ctx context.Context, token string, opts EnrollOptions) (*IdentityFil
 		return nil, err
 	}
 	claims, client := tr.claims, tr.client
-	id := &IdentityFile{ZtAPI: claims.Issuer}
+	id := NewIdentityFile(claims.Issuer)
 	id.ID.CA = "pem:" + string(tr.caPEM)
 
 	switch claims.Method {

@@ -6,23 +6,65 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 
 	"github.com/zmesh/zmesh/internal/atomicfile"
 )
 
-// IdentityFile is an enrolled identity as stored on disk: the controller's URL and the
-// identity's certificate, key and trusted CAs, each as "pem:<PEM>" (or "file://<path>").
+// IdentityFile is an enrolled identity as stored on disk, in the format of OpenZiti's
+// identity files (ziti.Config of its SDKs): the client API's URL and the identity's
+// certificate, key and trusted CAs, each as "pem:<PEM>", "file://<path>" or a plain path.
+// ztAPI carries the client API's path (https://host:port/edge/client/v1), as OpenZiti's SDKs
+// call /authenticate relative to it; a URL without a path (zmesh's older files) names the
+// same controller. ztAPIs, when set, supersedes ztAPI, as in OpenZiti's SDKs.
 type IdentityFile struct {
-	ZtAPI string `json:"ztAPI"`
-	ID    struct {
+	ZtAPI  string   `json:"ztAPI"`
+	ZtAPIs []string `json:"ztAPIs,omitempty"`
+	// ConfigTypes are the config types OpenZiti's SDKs request with services; kept so that a
+	// file written by OpenZiti's tools keeps them when zmesh rewrites it.
+	ConfigTypes []string `json:"configTypes,omitempty"`
+	ID          struct {
 		Cert string `json:"cert,omitempty"`
 		Key  string `json:"key,omitempty"`
 		CA   string `json:"ca"`
 	} `json:"id"`
-	// Username is set for identities that authenticate with a password.
+	// Username is set for identities that authenticate with a password (zmesh's own field;
+	// OpenZiti's SDKs ignore it).
 	Username string `json:"username,omitempty"`
+}
+
+// NewIdentityFile returns an identity file for the controller at controller (https://host:port),
+// its ztAPI the client API's URL.
+func NewIdentityFile(controller string) *IdentityFile {
+	return &IdentityFile{ZtAPI: strings.TrimSuffix(controller, "/") + ClientAPI}
+}
+
+// Controller is the controller's base URL, https://host:port, from the file's first ztAPIs
+// entry or else its ztAPI: either the client API's URL or the bare controller URL.
+func (id *IdentityFile) Controller() (string, error) {
+	field, raw := "ztAPI", id.ZtAPI
+	if len(id.ZtAPIs) > 0 {
+		field, raw = "ztAPIs[0]", id.ZtAPIs[0]
+	}
+	if raw == "" {
+		return "", errors.New("ztAPI (or ztAPIs) is required")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("%s %q: %w", field, raw, err)
+	}
+	if u.Scheme != "https" || u.Host == "" {
+		return "", fmt.Errorf("%s %q: must be an https URL, https://host:port%s", field, raw, ClientAPI)
+	}
+	if p := strings.TrimSuffix(u.Path, "/"); p != "" && p != ClientAPI {
+		return "", fmt.Errorf("%s %q: the path must be %s or empty", field, raw, ClientAPI)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", fmt.Errorf("%s %q: must be https://host:port%s, without user, query or fragment", field, raw, ClientAPI)
+	}
+	return "https://" + u.Host, nil
 }
 
 // LoadIdentity reads an identity file.
@@ -31,13 +73,25 @@ func LoadIdentity(path string) (*IdentityFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read identity file: %w", err)
 	}
-	var id IdentityFile
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	if err := dec.Decode(&id); err != nil {
+	id, err := ParseIdentityFile(data)
+	if err != nil {
 		return nil, fmt.Errorf("identity file %s: %w", path, err)
 	}
-	if id.ZtAPI == "" || id.ID.CA == "" {
-		return nil, fmt.Errorf("identity file %s: ztAPI and id.ca are required", path)
+	return id, nil
+}
+
+// ParseIdentityFile decodes an identity file and checks that it names a controller and CAs.
+// Fields of OpenZiti's format zmesh does not use (enableHa, id.server_cert, ...) are ignored.
+func ParseIdentityFile(data []byte) (*IdentityFile, error) {
+	var id IdentityFile
+	if err := json.Unmarshal(data, &id); err != nil {
+		return nil, err
+	}
+	if _, err := id.Controller(); err != nil {
+		return nil, err
+	}
+	if id.ID.CA == "" {
+		return nil, errors.New("id.ca is required")
 	}
 	return &id, nil
 }
@@ -54,15 +108,22 @@ func (id *IdentityFile) Save(path string) error {
 	return nil
 }
 
-// material returns the PEM of a "pem:" value or the contents of a "file://" one.
+// material returns the PEM of a "pem:" value (or of a bare PEM), or the contents of the
+// file a "file://" URL or a plain path names, as OpenZiti's identity loader reads them.
 func material(v string) ([]byte, error) {
 	switch {
 	case strings.HasPrefix(v, "pem:"):
 		return []byte(strings.TrimPrefix(v, "pem:")), nil
+	case strings.HasPrefix(v, "-----BEGIN"):
+		return []byte(v), nil
 	case strings.HasPrefix(v, "file://"):
 		return os.ReadFile(strings.TrimPrefix(v, "file://"))
+	case v == "":
+		return nil, errors.New(`value is empty; want "pem:<PEM>", "file://<path>" or a path`)
+	case strings.Contains(v, "://"):
+		return nil, fmt.Errorf(`value %.20q...: want "pem:<PEM>", "file://<path>" or a path`, v)
 	}
-	return nil, errors.New(`value must start with "pem:" or "file://"`)
+	return os.ReadFile(v)
 }
 
 // Roots returns the CAs the identity trusts.
@@ -108,5 +169,9 @@ func (id *IdentityFile) Client() (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(id.ZtAPI, roots, cert), nil
+	controller, err := id.Controller()
+	if err != nil {
+		return nil, err
+	}
+	return New(controller, roots, cert), nil
 }

@@ -193,7 +193,7 @@ func (c *Controller) Admin(t testing.TB) *apiclient.Client {
 func (c *Controller) IdentityFile(t testing.TB, name string) *apiclient.IdentityFile {
 	t.Helper()
 	id := EnrollIdentity(t, c.Model, name)
-	f := &apiclient.IdentityFile{ZtAPI: c.URL}
+	f := apiclient.NewIdentityFile(c.URL)
 	f.ID.Cert = "pem:" + string(id.CertPEM)
 	f.ID.Key = "pem:" + string(testutil.KeyPEM(t, id.Key))
 	f.ID.CA = "pem:" + string(c.Ctrl.CA().PEM())

@@ -215,7 +215,7 @@ func ensureClient(m *model.Model, ca *pki.CA, n *Network) error {
 		return fmt.Errorf("client key: %w", err)
 	}
 	// The same file `zmesh enroll` writes for an ott enrollment.
-	f := &apiclient.IdentityFile{ZtAPI: n.APIURL()}
+	f := apiclient.NewIdentityFile(n.APIURL())
 	f.ID.Cert = "pem:" + string(certPEM)
 	f.ID.Key = "pem:" + string(keyPEM)
 	f.ID.CA = "pem:" + string(ca.PEM())
@@ -229,7 +229,7 @@ func clientFileMatches(m *model.Model, ca *pki.CA, n *Network, id *model.Identit
 	if err != nil {
 		return err
 	}
-	if f.ZtAPI != n.APIURL() {
+	if ctrl, err := f.Controller(); err != nil || ctrl != n.APIURL() {
 		return fmt.Errorf("%s names controller %s", n.ClientIdentity, f.ZtAPI)
 	}
 	roots, err := f.Roots()

@@ -128,7 +128,7 @@ func TestPrepareMakesThenReuses(t *testing.T) {
 		t.Errorf("%d client identities", clients)
 	}
 	f, err := apiclient.LoadIdentity(n.ClientIdentity)
-	if err != nil || f.ZtAPI != "https://127.0.0.1:1380" {
+	if err != nil || f.ZtAPI != "https://127.0.0.1:1380/edge/client/v1" {
 		t.Errorf("client identity file %+v (%v)", f, err)
 	}
 }
