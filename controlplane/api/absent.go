@@ -72,11 +72,6 @@ func absentOps() []absentOp {
 		m("PUT", "/transit-routers/{id}", reasonNotYet),
 		m("PATCH", "/transit-routers/{id}", reasonNotYet),
 		m("DELETE", "/transit-routers/{id}", reasonNotYet),
-		m("GET", "/edge-router-role-attributes", reasonNotYet),
-		m("GET", "/identity-role-attributes", reasonNotYet),
-		m("GET", "/posture-check-role-attributes", reasonNotYet),
-		m("GET", "/service-role-attributes", reasonNotYet),
-		m("GET", "/summary", reasonNotYet),
 	}
 }
 

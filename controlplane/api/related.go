@@ -69,7 +69,7 @@ func (s *Server) registerRelated() {
 		if err != nil {
 			return err
 		}
-		return listOf(c, list, terminatorFields(), func(t *model.Terminator) any { return s.renderTerminator(t) })
+		return listOf(c, list, s.terminatorFields(), func(t *model.Terminator) any { return s.renderTerminator(t) })
 	})
 }
 

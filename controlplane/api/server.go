@@ -316,6 +316,7 @@ func (s *Server) register() {
 	s.registerDatabase()
 	s.registerAPISessions()
 	s.registerRelated()
+	s.registerRoleAttributes()
 	for i := range s.routes {
 		s.routes[i].pending = slices.Contains(pendingMFARoutes, s.routes[i].method+" "+s.routes[i].path)
 		s.routes[i].authMethod = authMethodOf(s.routes[i])
