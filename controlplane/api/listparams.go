@@ -53,14 +53,12 @@ func (s *Server) identityByIDOrName(param, value string) (*model.Identity, error
 	if model.CodeOf(err) != model.CodeNotFound {
 		return nil, err
 	}
-	list, err := s.m.Identities()
-	if err != nil {
-		return nil, err
+	ident, err = s.m.IdentityByName(value)
+	if err == nil {
+		return ident, nil
 	}
-	for _, i := range list {
-		if i.Name == value {
-			return i, nil
-		}
+	if model.CodeOf(err) != model.CodeNotFound {
+		return nil, err
 	}
 	return nil, fieldErr(param, value, "no identity has this id or name")
 }
