@@ -81,7 +81,8 @@ func (s *Server) listRelated(c *call, related string, ids []string) error {
 		if err != nil {
 			return err
 		}
-		list = slices.DeleteFunc(list, func(v *model.IdentityView) bool { return !slices.Contains(ids, v.ID) })
+		set := idSet(ids)
+		list = slices.DeleteFunc(list, func(v *model.IdentityView) bool { return !set[v.ID] })
 		return listOf(c, list, identityFields(), func(v *model.IdentityView) any { return renderIdentity(v) })
 	case model.TypeServices:
 		return relatedByID(c, s.serviceResource(), ids)
@@ -101,11 +102,16 @@ func (s *Server) listRelated(c *call, related string, ids []string) error {
 
 // relatedByID lists the entities of r whose ids are given.
 func relatedByID[P any](c *call, r resource[P], ids []string) error {
+	set := idSet(ids)
+	return relatedWhere(c, r, func(p P) bool { return set[r.id(p)] })
+}
+
+func idSet(ids []string) map[string]bool {
 	set := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		set[id] = true
 	}
-	return relatedWhere(c, r, func(p P) bool { return set[r.id(p)] })
+	return set
 }
 
 // relatedWhere lists the entities of r that keep selects.
