@@ -20,7 +20,7 @@ type absentOp struct {
 
 // Reasons of absence, shared by the operations of one group.
 const (
-	reasonNotYet = "not served yet; planned in issue 19"
+	reasonNotYet = "planned in issue 19"
 )
 
 // absentOps are the operations of the reference zmesh does not serve.

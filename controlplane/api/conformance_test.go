@@ -1,6 +1,10 @@
 package api
 
 import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -116,5 +120,27 @@ func TestSwaggerWalk(t *testing.T) {
 		if !ok {
 			t.Errorf("absentOps lists %s (%s), which no reference document has", key, apiName(op.apis))
 		}
+	}
+}
+
+// TestMountWildcardNames checks that operations naming one path's wildcard differently (as
+// routes added by separate groups may) share one answer to other methods instead of
+// conflicting on the mux.
+func TestMountWildcardNames(t *testing.T) {
+	t.Parallel()
+	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil)), mux: http.NewServeMux()}
+	ok := func(c *call) error { return c.empty() }
+	s.handle(management, "GET", "/things/{id}", public, "", ok)
+	s.handle(management, "PUT", "/things/{thingId}", public, "", ok)
+	s.mount()
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("DELETE", ManagementBase+"/things/1", nil))
+	if rec.Code != 405 || rec.Header().Get("Allow") != "GET, PUT" {
+		t.Errorf("DELETE: %d %v", rec.Code, rec.Header())
+	}
+	rec = httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("PUT", ManagementBase+"/things/1", nil))
+	if rec.Code != 200 {
+		t.Errorf("PUT: %d %s", rec.Code, rec.Body)
 	}
 }

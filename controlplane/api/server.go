@@ -157,8 +157,25 @@ func (s *Server) handleCreate(apis apiSet, path string, acc access, summary stri
 
 // mount registers every route on the mux, plus JSON answers for unknown paths and methods.
 func (s *Server) mount() {
-	methods := map[string][]string{} // full path -> allowed methods
-	served := map[string]bool{}      // opKey of every served operation, by base
+	// The methods of each path, keyed by the path's shape (wildcards unnamed) so that two
+	// operations naming a wildcard differently share one answer to other methods.
+	type pathMethods struct {
+		full    string
+		allowed []string
+	}
+	var shapes []string
+	methods := map[string]*pathMethods{}
+	allow := func(method, full string) {
+		shape := opKey("", full)
+		pm, ok := methods[shape]
+		if !ok {
+			pm = &pathMethods{full: full}
+			methods[shape] = pm
+			shapes = append(shapes, shape)
+		}
+		pm.allowed = append(pm.allowed, method)
+	}
+	served := map[string]bool{} // opKey of every served operation, with its base
 	for _, rt := range s.routes {
 		for _, base := range bases(rt.apis) {
 			full := base + rt.path
@@ -166,7 +183,7 @@ func (s *Server) mount() {
 				full = base + "/{$}"
 			}
 			s.mux.Handle(rt.method+" "+full, s.serve(rt, base))
-			methods[full] = append(methods[full], rt.method)
+			allow(rt.method, full)
 			served[opKey(rt.method, full)] = true
 		}
 	}
@@ -177,14 +194,14 @@ func (s *Server) mount() {
 				continue // served after all; the conformance test asks to drop it from the list
 			}
 			s.mux.Handle(op.method+" "+full, s.absentHandler(op))
-			methods[full] = append(methods[full], op.method)
+			allow(op.method, full)
 		}
 	}
-	for full, allowed := range methods {
-		allowed := allowed
-		s.mux.HandleFunc(full, func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Allow", strings.Join(allowed, ", "))
-			writeError(w, s.log, newRequestID(), newErr(codeMethodNotAllowed, "%s is not allowed here; allowed: %s", r.Method, strings.Join(allowed, ", ")))
+	for _, shape := range shapes {
+		pm := methods[shape]
+		s.mux.HandleFunc(pm.full, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", strings.Join(pm.allowed, ", "))
+			writeError(w, s.log, newRequestID(), newErr(codeMethodNotAllowed, "%s is not allowed here; allowed: %s", r.Method, strings.Join(pm.allowed, ", ")))
 		})
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
