@@ -19,11 +19,15 @@ func (s *Server) registerAPISessions() {
 	s.handle(management, "DELETE", "/sessions/{id}", adminOnly, "Ends a session", s.deleteAnySession)
 }
 
-func apiSessionFields() []field[*model.APISession] {
+// apiSessionFields are the filterable fields of API sessions; identityName names an
+// identity by id (identity.name).
+func apiSessionFields(identityName func(string) string) []field[*model.APISession] {
 	type v = *model.APISession
 	return []field[v]{
 		str("id", func(x v) string { return x.ID }),
 		str("identityId", func(x v) string { return x.IdentityID }),
+		str("identity", func(x v) string { return x.IdentityID }),
+		str("identity.name", func(x v) string { return identityName(x.IdentityID) }),
 		str("authenticatorId", func(x v) string { return x.AuthenticatorID }),
 		str("ipAddress", func(x v) string { return x.IPAddress }),
 		timeField("createdAt", func(x v) time.Time { return x.CreatedAt }),
@@ -92,7 +96,7 @@ func (s *Server) listAPISessions(c *call) error {
 	}
 	idents := map[string]*model.Identity{}
 	var renderErr error
-	err = listOf(c, list, apiSessionFields(), func(a *model.APISession) any {
+	err = listOf(c, list, apiSessionFields(s.identityNames()), func(a *model.APISession) any {
 		ident, ok := idents[a.IdentityID]
 		if !ok {
 			ident, _ = s.m.Identity(a.IdentityID)
@@ -135,7 +139,7 @@ func (s *Server) listAllSessions(c *call) error {
 	if err != nil {
 		return err
 	}
-	return listOf(c, list, sessionFields(), func(se *model.Session) any { return s.renderSessionDetail(c, se, nil) })
+	return listOf(c, list, s.sessionFields(), func(se *model.Session) any { return s.renderSessionDetail(c, se, nil) })
 }
 
 func (s *Server) getAnySession(c *call) error {

@@ -235,7 +235,7 @@ func (s *Server) ownAuthenticators(c *call) error {
 	if err != nil {
 		return err
 	}
-	return listOf(c, list, authenticatorFields(), func(a *model.Authenticator) any { return renderAuthenticator(a, c.identity) })
+	return listOf(c, list, authenticatorFields(s.identityNames()), func(a *model.Authenticator) any { return renderAuthenticator(a, c.identity) })
 }
 
 func (s *Server) ownAuthenticator(c *call) error {

@@ -29,13 +29,27 @@ type resource[P any] struct {
 	all    func() ([]P, error)
 	update func(id string, change func(P) error) (P, error)
 	remove func(id string) error
+	// roles, when set, gives an entity's role attributes: the list takes roleFilter and
+	// roleSemantic.
+	roles func(P) []string
+	// list, when set, serves the list instead of the generic one.
+	list func(*call) error
 }
 
 // registerCRUD adds list, create, get, replace, patch and delete of a resource.
 func registerCRUD[P any](s *Server, apis apiSet, acc access, r resource[P]) {
 	s.handle(apis, "GET", r.path, acc, "Lists "+r.what+"s", func(c *call) error {
+		if r.list != nil {
+			return r.list(c)
+		}
+		if err := refuseAsIdentity(c); err != nil {
+			return err
+		}
 		list, err := r.all()
 		if err != nil {
+			return err
+		}
+		if list, err = byRoles(c, list, r.id, r.roles); err != nil {
 			return err
 		}
 		return listOf(c, list, r.fields, func(p P) any { return r.render(c, p) })

@@ -353,7 +353,7 @@ func (s *Server) fabricTerminators(c *call) error {
 	if err != nil {
 		return err
 	}
-	return listOf(c, all, terminatorFields(), func(t *model.Terminator) any { return s.renderFabricTerminator(t) })
+	return listOf(c, all, s.terminatorFields(), func(t *model.Terminator) any { return s.renderFabricTerminator(t) })
 }
 
 func (s *Server) fabricTerminator(c *call) error {
@@ -372,7 +372,7 @@ func (s *Server) fabricServiceTerminators(c *call) error {
 	if err != nil {
 		return err
 	}
-	return listOf(c, list, terminatorFields(), func(t *model.Terminator) any { return s.renderFabricTerminator(t) })
+	return listOf(c, list, s.terminatorFields(), func(t *model.Terminator) any { return s.renderFabricTerminator(t) })
 }
 
 func (s *Server) fabricRouterTerminators(c *call) error {
@@ -384,7 +384,7 @@ func (s *Server) fabricRouterTerminators(c *call) error {
 		return err
 	}
 	mine := slices.DeleteFunc(all, func(t *model.Terminator) bool { return t.RouterID != c.path("id") })
-	return listOf(c, mine, terminatorFields(), func(t *model.Terminator) any { return s.renderFabricTerminator(t) })
+	return listOf(c, mine, s.terminatorFields(), func(t *model.Terminator) any { return s.renderFabricTerminator(t) })
 }
 
 // --- references ---

@@ -140,7 +140,14 @@ func orDefault(s, def string) string {
 }
 
 func (s *Server) listIdentities(c *call) error {
+	if err := refuseAsIdentity(c); err != nil {
+		return err
+	}
 	list, err := s.m.IdentityViews()
+	if err != nil {
+		return err
+	}
+	list, err = byRoles(c, list, func(v *model.IdentityView) string { return v.ID }, func(v *model.IdentityView) []string { return v.RoleAttributes })
 	if err != nil {
 		return err
 	}
@@ -310,7 +317,7 @@ func (s *Server) identityEnrollments(c *call) error {
 	if err != nil {
 		return err
 	}
-	return listOf(c, v.Enrollments, enrollmentFields(), func(e *model.Enrollment) any { return renderEnrollment(e, v.Identity) })
+	return listOf(c, v.Enrollments, enrollmentFields(s.identityNames()), func(e *model.Enrollment) any { return renderEnrollment(e, v.Identity) })
 }
 
 func (s *Server) identityAuthenticators(c *call) error {
@@ -318,7 +325,7 @@ func (s *Server) identityAuthenticators(c *call) error {
 	if err != nil {
 		return err
 	}
-	return listOf(c, v.Authenticators, authenticatorFields(), func(a *model.Authenticator) any { return renderAuthenticator(a, v.Identity) })
+	return listOf(c, v.Authenticators, authenticatorFields(s.identityNames()), func(a *model.Authenticator) any { return renderAuthenticator(a, v.Identity) })
 }
 
 func renderIdentityType(t string) map[string]any {
@@ -343,12 +350,16 @@ func (s *Server) identityType(c *call) error {
 	return newErr(codeNotFound, "identity type %q not found", c.path("id"))
 }
 
-func enrollmentFields() []field[*model.Enrollment] {
+// enrollmentFields are the filterable fields of enrollments; identityName names an identity
+// by id (identity.name).
+func enrollmentFields(identityName func(string) string) []field[*model.Enrollment] {
 	type e = *model.Enrollment
 	return []field[e]{
 		str("id", func(x e) string { return x.ID }),
 		str("method", func(x e) string { return x.Method }),
 		str("identityId", func(x e) string { return x.IdentityID }),
+		str("identity", func(x e) string { return x.IdentityID }),
+		str("identity.name", func(x e) string { return identityName(x.IdentityID) }),
 		str("caId", func(x e) string { return x.CAID }),
 		str("edgeRouterId", func(x e) string { return x.EdgeRouterID }),
 		str("username", func(x e) string { return x.Username }),
@@ -384,7 +395,7 @@ func (s *Server) listEnrollments(c *call) error {
 		return err
 	}
 	names := map[string]*model.Identity{}
-	return listOf(c, list, enrollmentFields(), func(e *model.Enrollment) any {
+	return listOf(c, list, enrollmentFields(s.identityNames()), func(e *model.Enrollment) any {
 		ident, ok := names[e.IdentityID]
 		if !ok {
 			ident, _ = s.m.Identity(e.IdentityID)
@@ -465,12 +476,16 @@ func (s *Server) refreshEnrollment(c *call) error {
 	return c.data(http.StatusOK, map[string]any{"id": e.ID, "_links": links("enrollments", e.ID)})
 }
 
-func authenticatorFields() []field[*model.Authenticator] {
+// authenticatorFields are the filterable fields of authenticators; identityName names an
+// identity by id (identity.name).
+func authenticatorFields(identityName func(string) string) []field[*model.Authenticator] {
 	type a = *model.Authenticator
 	return []field[a]{
 		str("id", func(x a) string { return x.ID }),
 		str("method", func(x a) string { return x.Method }),
 		str("identityId", func(x a) string { return x.IdentityID }),
+		str("identity", func(x a) string { return x.IdentityID }),
+		str("identity.name", func(x a) string { return identityName(x.IdentityID) }),
 		str("username", func(x a) string { return x.Username }),
 		str("fingerprint", func(x a) string { return x.Fingerprint }),
 		boolean("isIssuedByNetwork", func(x a) bool { return x.IssuedByNetwork }),
@@ -505,7 +520,7 @@ func (s *Server) listAuthenticators(c *call) error {
 		return err
 	}
 	names := map[string]*model.Identity{}
-	return listOf(c, list, authenticatorFields(), func(a *model.Authenticator) any {
+	return listOf(c, list, authenticatorFields(s.identityNames()), func(a *model.Authenticator) any {
 		ident, ok := names[a.IdentityID]
 		if !ok {
 			ident, _ = s.m.Identity(a.IdentityID)

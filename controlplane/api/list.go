@@ -142,3 +142,48 @@ func pageParams(c *call, q *filter.Query) (listParams, error) {
 func number[T any](name string, get func(T) float64) field[T] {
 	return field[T]{name, filter.KindNumber, func(v T) filter.Value { return filter.Number(get(v)) }}
 }
+
+// nameLookup gives the name of an entity by id to the related fields of one request's
+// filter (service.name, identity.name), asking get once per id; an entity that is gone, or
+// that cannot be read, has the name "" and so matches no name.
+func nameLookup(get func(id string) (string, error)) func(string) string {
+	cache := map[string]string{}
+	return func(id string) string {
+		name, ok := cache[id]
+		if !ok {
+			name, _ = get(id)
+			cache[id] = name
+		}
+		return name
+	}
+}
+
+func (s *Server) identityNames() func(string) string {
+	return nameLookup(func(id string) (string, error) {
+		i, err := s.m.Identity(id)
+		if err != nil {
+			return "", err
+		}
+		return i.Name, nil
+	})
+}
+
+func (s *Server) serviceNames() func(string) string {
+	return nameLookup(func(id string) (string, error) {
+		sv, err := s.m.Service(id)
+		if err != nil {
+			return "", err
+		}
+		return sv.Name, nil
+	})
+}
+
+func (s *Server) routerNames() func(string) string {
+	return nameLookup(func(id string) (string, error) {
+		r, err := s.m.EdgeRouter(id)
+		if err != nil {
+			return "", err
+		}
+		return r.Name, nil
+	})
+}

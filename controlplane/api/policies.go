@@ -125,6 +125,7 @@ func (s *Server) edgeRouterResource() resource[*model.EdgeRouter] {
 	type v = *model.EdgeRouter
 	return resource[v]{
 		path: "/edge-routers", entity: "edge-routers", what: "edge router", fields: edgeRouterFields(),
+		roles:   func(r v) []string { return r.RoleAttributes },
 		render:  func(_ *call, r v) any { return s.renderEdgeRouterDetail(r) },
 		newBody: func() body[v] { return new(edgeRouterBody) },
 		newRec:  func() v { return new(model.EdgeRouter) },

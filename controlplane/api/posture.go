@@ -111,6 +111,7 @@ func (s *Server) postureCheckResource() resource[*model.PostureCheck] {
 	type v = *model.PostureCheck
 	return resource[v]{
 		path: "/posture-checks", entity: "posture-checks", what: "posture check",
+		roles: func(c v) []string { return c.RoleAttributes },
 		fields: []field[v]{
 			str("id", func(c v) string { return c.ID }),
 			str("name", func(c v) string { return c.Name }),

@@ -96,6 +96,8 @@ func statusOf(code string) int {
 		return http.StatusRequestEntityTooLarge
 	case codeUnhandled:
 		return http.StatusInternalServerError
+	case codeNotImplemented:
+		return http.StatusNotImplemented
 	}
 	return http.StatusBadRequest
 }

@@ -187,9 +187,14 @@ func (b *terminatorBody) apply(t *model.Terminator) error {
 	return nil
 }
 
-func terminatorFields() []field[*model.Terminator] {
+// terminatorFields are the filterable fields of terminators, with the names of their service
+// and router (service.name, router.name) looked up once per request.
+func (s *Server) terminatorFields() []field[*model.Terminator] {
 	type v = *model.Terminator
+	serviceName, routerName := s.serviceNames(), s.routerNames()
 	return []field[v]{
+		str("service.name", func(t v) string { return serviceName(t.ServiceID) }),
+		str("router.name", func(t v) string { return routerName(t.RouterID) }),
 		str("id", func(t v) string { return t.ID }),
 		str("serviceId", func(t v) string { return t.ServiceID }),
 		str("service", func(t v) string { return t.ServiceID }),
@@ -228,7 +233,21 @@ func (s *Server) renderTerminator(t *model.Terminator) map[string]any {
 func (s *Server) terminatorResource() resource[*model.Terminator] {
 	type v = *model.Terminator
 	return resource[v]{
-		path: "/terminators", entity: "terminators", what: "terminator", fields: terminatorFields(),
+		path: "/terminators", entity: "terminators", what: "terminator",
+		// Its own list: the fields look related names up, once per request.
+		list: func(c *call) error {
+			if err := refuseAsIdentity(c); err != nil {
+				return err
+			}
+			list, err := s.m.Terminators()
+			if err != nil {
+				return err
+			}
+			if _, err := byRoles(c, list, nil, nil); err != nil {
+				return err
+			}
+			return listOf(c, list, s.terminatorFields(), func(t *model.Terminator) any { return s.renderTerminator(t) })
+		},
 		render:  func(_ *call, t v) any { return s.renderTerminator(t) },
 		newBody: func() body[v] { return new(terminatorBody) },
 		newRec:  func() v { return new(model.Terminator) },
@@ -248,7 +267,7 @@ func (s *Server) serviceTerminators(c *call) error {
 	if err != nil {
 		return err
 	}
-	return listOf(c, list, terminatorFields(), func(t *model.Terminator) any {
+	return listOf(c, list, s.terminatorFields(), func(t *model.Terminator) any {
 		full := s.renderTerminator(t)
 		out := map[string]any{}
 		for _, k := range []string{"id", "_links", "createdAt", "updatedAt", "tags", "serviceId", "service", "routerId", "identity"} {

@@ -97,6 +97,7 @@ func renderService(sv *model.Service, perms []string) map[string]any {
 func (s *Server) serviceResource() resource[*model.Service] {
 	return resource[*model.Service]{
 		path: "/services", entity: "services", what: "service", fields: serviceFields(),
+		roles: func(sv *model.Service) []string { return sv.RoleAttributes }, list: s.listManagementServices,
 		render: func(_ *call, sv *model.Service) any {
 			return renderService(sv, []string{model.PolicyDial, model.PolicyBind})
 		},
@@ -263,11 +264,18 @@ func (s *Server) serviceUpdates(c *call) error {
 	return c.data(http.StatusOK, map[string]any{"lastChangeAt": time.Unix(0, s.m.LastChange()).UTC()})
 }
 
-func sessionFields() []field[*model.Session] {
+// sessionFields are the filterable fields of sessions, with the names of their service and
+// identity (service.name, identity.name) looked up once per request.
+func (s *Server) sessionFields() []field[*model.Session] {
 	type v = *model.Session
+	serviceName, identityName := s.serviceNames(), s.identityNames()
 	return []field[v]{
 		str("id", func(x v) string { return x.ID }),
 		str("serviceId", func(x v) string { return x.ServiceID }),
+		str("service", func(x v) string { return x.ServiceID }),
+		str("service.name", func(x v) string { return serviceName(x.ServiceID) }),
+		str("identity", func(x v) string { return x.IdentityID }),
+		str("identity.name", func(x v) string { return identityName(x.IdentityID) }),
 		str("type", func(x v) string { return x.Type }),
 		str("identityId", func(x v) string { return x.IdentityID }),
 		str("apiSessionId", func(x v) string { return x.APISessionID }),
@@ -304,7 +312,7 @@ func (s *Server) listSessions(c *call) error {
 	if err != nil {
 		return err
 	}
-	return listOf(c, list, sessionFields(), func(se *model.Session) any { return s.renderSessionDetail(c, se, nil) })
+	return listOf(c, list, s.sessionFields(), func(se *model.Session) any { return s.renderSessionDetail(c, se, nil) })
 }
 
 func (s *Server) createSession(c *call) error {

@@ -307,6 +307,16 @@ func (m *Model) Identity(id string) (*Identity, error) {
 	return out, err
 }
 
+// IdentityByName returns the identity named name.
+func (m *Model) IdentityByName(name string) (*Identity, error) {
+	var out *Identity
+	err := m.st.View(func(tx *store.Tx) (err error) {
+		out, err = m.c.identities.Lookup(tx, "name", name)
+		return missing(err, "identity", name)
+	})
+	return out, err
+}
+
 // Identities returns every identity in id order.
 func (m *Model) Identities() ([]*Identity, error) {
 	var out []*Identity

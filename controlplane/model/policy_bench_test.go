@@ -174,3 +174,33 @@ func BenchmarkCreateSession(b *testing.B) {
 	}
 	percentiles(b, d)
 }
+
+// BenchmarkRelated answers the related-entity lists of the management API from the policy
+// index in the same network: the identities that may use a service, the services an
+// identity may use, the policies that apply to an identity.
+func BenchmarkRelated(b *testing.B) {
+	n := newBenchNet(b)
+	for _, tc := range []struct {
+		name, typ, id, related string
+	}{
+		{"service-identities", TypeServices, n.memberSvc, TypeIdentities},
+		{"identity-services", TypeIdentities, n.member.IdentityID, TypeServices},
+		{"identity-service-policies", TypeIdentities, n.member.IdentityID, TypeServicePolicies},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			d := make([]time.Duration, 0, b.N)
+			found := 0
+			for b.Loop() {
+				start := time.Now()
+				ids, err := n.f.m.Related(tc.typ, tc.id, tc.related, "")
+				d = append(d, time.Since(start))
+				if err != nil || len(ids) == 0 {
+					b.Fatalf("%d ids, %v", len(ids), err)
+				}
+				found = len(ids)
+			}
+			b.ReportMetric(float64(found), "ids")
+			percentiles(b, d)
+		})
+	}
+}

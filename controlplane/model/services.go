@@ -326,27 +326,7 @@ func (m *Model) DeleteServiceEdgeRouterPolicy(id string) error {
 // FilterByRoles keeps the services that roles select under semantic, with the semantics of
 // policies (#all, @id, #attribute); the error names the roleFilter or roleSemantic at fault.
 func FilterByRoles(list []ServiceAccess, roles []string, semantic string) ([]ServiceAccess, error) {
-	if err := checkRoles("roleFilter", roles); err != nil {
-		return nil, err
-	}
-	if semantic == "" {
-		semantic = SemanticAll
-	}
-	if semantic != SemanticAll && semantic != SemanticAny {
-		return nil, invalid("roleSemantic", semantic, "allowed: AllOf, AnyOf")
-	}
-	pop := newPopulation(len(list))
-	for _, a := range list {
-		pop.add(a.ID, a.RoleAttributes, len(list))
-	}
-	selected := pop.match(roles, semantic)
-	out := make([]ServiceAccess, 0, len(list))
-	for i, a := range list {
-		if selected.has(i) {
-			out = append(out, a)
-		}
-	}
-	return out, nil
+	return SelectByRoles(list, func(a ServiceAccess) string { return a.ID }, func(a ServiceAccess) []string { return a.RoleAttributes }, roles, semantic)
 }
 
 // ServiceByName returns the service named name.
