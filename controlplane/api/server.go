@@ -303,6 +303,7 @@ func (s *Server) register() {
 	s.registerTokenEnroll()
 	s.registerDatabase()
 	s.registerAPISessions()
+	s.registerOps()
 	for i := range s.routes {
 		s.routes[i].pending = slices.Contains(pendingMFARoutes, s.routes[i].method+" "+s.routes[i].path)
 		s.routes[i].authMethod = authMethodOf(s.routes[i])
