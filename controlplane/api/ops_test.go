@@ -1,7 +1,9 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/zmesh/zmesh/controlplane/model"
@@ -112,5 +114,131 @@ func TestPolicyAdvice(t *testing.T) {
 	}
 	if rec := f.do("GET", ManagementBase+"/identities/"+user+"/policy-advice/"+web, f.normal, ""); rec.Code != http.StatusForbidden && rec.Code != http.StatusUnauthorized {
 		t.Errorf("non-admin: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// clientConfig returns the config of type typ the user's client API shows for the service.
+func (f *fixture) clientConfig(t *testing.T, serviceID, typ string) map[string]any {
+	t.Helper()
+	var list []struct {
+		ID     string                    `json:"id"`
+		Config map[string]map[string]any `json:"config"`
+	}
+	rec := f.do("GET", ClientBase+"/services?configTypes=all", f.normal, "")
+	if rec.Code != http.StatusOK {
+		t.Fatalf("client services: %d %s", rec.Code, rec.Body)
+	}
+	decodeData(t, rec.Body.Bytes(), &list)
+	var one struct {
+		Config map[string]map[string]any `json:"config"`
+	}
+	decodeData(t, f.do("GET", ClientBase+"/services/"+serviceID+"?configTypes=all", f.normal, "").Body.Bytes(), &one)
+	for _, s := range list {
+		if s.ID == serviceID {
+			if fmt.Sprint(s.Config[typ]) != fmt.Sprint(one.Config[typ]) {
+				t.Fatalf("list and detail disagree: %v, %v", s.Config[typ], one.Config[typ])
+			}
+			return s.Config[typ]
+		}
+	}
+	t.Fatalf("service %s not listed: %s", serviceID, rec.Body)
+	return nil
+}
+
+func TestIdentityServiceConfigs(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	user := f.identityID(t, "user")
+	intercept := f.create(t, "/configs", `{"name":"web-intercept","configTypeId":"intercept.v1","data":{"protocols":["tcp"],"addresses":["web.zmesh"],"portRanges":[{"low":80,"high":80}]}}`)
+	host := f.create(t, "/configs", `{"name":"web-host","configTypeId":"host.v1","data":{"protocol":"tcp","address":"127.0.0.1","port":8080}}`)
+	own := f.create(t, "/configs", `{"name":"user-intercept","configTypeId":"intercept.v1","data":{"protocols":["tcp"],"addresses":["mine.zmesh"],"portRanges":[{"low":81,"high":81}]}}`)
+	web := f.create(t, "/services", `{"name":"web","configs":["`+intercept+`","`+host+`"]}`)
+	f.create(t, "/service-policies", `{"name":"dial","type":"Dial","semantic":"AnyOf","identityRoles":["@`+user+`"],"serviceRoles":["@`+web+`"]}`)
+	path := ManagementBase + "/identities/" + user + "/service-configs"
+
+	type pair struct {
+		ServiceID string `json:"serviceId"`
+		ConfigID  string `json:"configId"`
+		Service   struct {
+			Name string `json:"name"`
+		} `json:"service"`
+		Config struct {
+			Name string `json:"name"`
+		} `json:"config"`
+	}
+	list := func() []pair {
+		t.Helper()
+		rec := f.do("GET", path, f.admin, "")
+		if rec.Code != http.StatusOK {
+			t.Fatalf("list service configs: %d %s", rec.Code, rec.Body)
+		}
+		var out []pair
+		decodeData(t, rec.Body.Bytes(), &out)
+		return out
+	}
+	addresses := func() string { return fmt.Sprint(f.clientConfig(t, web, "intercept.v1")["addresses"]) }
+
+	if l := list(); len(l) != 0 {
+		t.Fatalf("before: %+v", l)
+	}
+	if got := addresses(); got != "[web.zmesh]" {
+		t.Fatalf("service's own config: %s", got)
+	}
+	body := `[{"serviceId":"` + web + `","configId":"` + own + `"}]`
+	if rec := f.do("POST", path, f.admin, body); rec.Code != http.StatusOK {
+		t.Fatalf("assign: %d %s", rec.Code, rec.Body)
+	}
+	if l := list(); len(l) != 1 || l[0].ServiceID != web || l[0].ConfigID != own || l[0].Service.Name != "web" || l[0].Config.Name != "user-intercept" {
+		t.Fatalf("after assign: %+v", l)
+	}
+	if got := addresses(); got != "[mine.zmesh]" {
+		t.Fatalf("identity's config: %s", got)
+	}
+	if got := f.clientConfig(t, web, "host.v1")["port"]; fmt.Sprint(got) != "8080" {
+		t.Fatalf("the service's config of another type: %v", got)
+	}
+
+	for _, bad := range []struct{ body, field string }{
+		{`[{"serviceId":"nope","configId":"` + own + `"}]`, "[0].serviceId"},
+		{`[{"serviceId":"` + web + `","configId":"nope"}]`, "[0].configId"},
+		{`[{"serviceId":"` + web + `"}]`, "[0].configId"},
+		{`{"serviceId":"` + web + `"}`, ""},
+	} {
+		rec := f.do("POST", path, f.admin, bad.body)
+		if rec.Code != http.StatusBadRequest || (bad.field != "" && !strings.Contains(rec.Body.String(), bad.field)) {
+			t.Errorf("POST %s: %d %s", bad.body, rec.Code, rec.Body)
+		}
+	}
+	if rec := f.do("POST", ManagementBase+"/identities/nope/service-configs", f.admin, body); rec.Code != http.StatusNotFound {
+		t.Errorf("unknown identity: %d %s", rec.Code, rec.Body)
+	}
+	if rec := f.do("GET", path, f.normal, ""); rec.Code == http.StatusOK {
+		t.Errorf("non-admin read: %d", rec.Code)
+	}
+
+	if rec := f.do("DELETE", path, f.admin, body); rec.Code != http.StatusOK {
+		t.Fatalf("remove: %d %s", rec.Code, rec.Body)
+	}
+	if l := list(); len(l) != 0 {
+		t.Fatalf("after remove: %+v", l)
+	}
+	if got := addresses(); got != "[web.zmesh]" {
+		t.Fatalf("service's config again: %s", got)
+	}
+
+	// No body removes them all; a deleted config stops counting.
+	f.do("POST", path, f.admin, body)
+	if rec := f.do("DELETE", path, f.admin, ""); rec.Code != http.StatusOK || len(list()) != 0 {
+		t.Fatalf("remove all: %d %s", rec.Code, rec.Body)
+	}
+	f.do("POST", path, f.admin, body)
+	if rec := f.do("DELETE", ManagementBase+"/configs/"+own, f.admin, ""); rec.Code != http.StatusOK {
+		t.Fatalf("delete config: %d %s", rec.Code, rec.Body)
+	}
+	if l := list(); len(l) != 0 {
+		t.Fatalf("deleted config still listed: %+v", l)
+	}
+	if got := addresses(); got != "[web.zmesh]" {
+		t.Fatalf("after the config's deletion: %s", got)
 	}
 }

@@ -206,6 +206,7 @@ type collections struct {
 	configTypes               *store.Collection[ConfigType]
 	configs                   *store.Collection[Config]
 	terminators               *store.Collection[Terminator]
+	identityServiceConfigs    *store.Collection[IdentityServiceConfigs]
 }
 
 func one(s string) []string { return []string{s} }
@@ -272,6 +273,8 @@ func newCollections() collections {
 			store.Index[PostureCheck]{Name: "name", Unique: true, Keys: func(c *PostureCheck) []string { return one(c.Name) }},
 		),
 		posture: newPostureStore(),
+		identityServiceConfigs: store.NewCollection("identityServiceConfigs",
+			func(c *IdentityServiceConfigs) string { return c.IdentityID }),
 		sessions: store.NewCollection("sessions", func(s *Session) string { return s.ID },
 			store.Index[Session]{Name: "token", Unique: true, Keys: func(s *Session) []string { return one(s.Token) }},
 			store.Index[Session]{Name: "apiSessionId", Keys: func(s *Session) []string { return one(s.APISessionID) }},
