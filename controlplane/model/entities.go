@@ -155,6 +155,10 @@ type APISession struct {
 	AuthQueries     []AuthQuery `json:"authQueries,omitempty"`
 	// CertFingerprint is set when the session was made with a client certificate.
 	CertFingerprint string `json:"certFingerprint,omitempty"`
+	// ExternalIDCert: the certificate stood for the identity through its CA's external id
+	// claim, not through a cert authenticator; it stays usable whatever the identity's
+	// authenticators become.
+	ExternalIDCert bool `json:"externalIdCert,omitempty"`
 	// MFACompletedAt is when the session last passed MFA (set by RecordMFA); MFA posture
 	// checks count from it and never hold while it is nil.
 	MFACompletedAt *time.Time `json:"mfaCompletedAt,omitempty"`
@@ -184,6 +188,8 @@ type CA struct {
 	IsAuthEnabled             bool     `json:"isAuthEnabled"`
 	IdentityRoles             []string `json:"identityRoles"`
 	IdentityNameFormat        string   `json:"identityNameFormat"`
+	// ExternalIDClaim, when set, maps the CA's certificates to identities by external id.
+	ExternalIDClaim *ExternalIDClaim `json:"externalIdClaim,omitempty"`
 }
 
 // The collections and their indexes.

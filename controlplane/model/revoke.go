@@ -11,7 +11,8 @@ import (
 type RoutedAPISession struct {
 	*APISession
 	// CertFingerprints are the identity's current certificates (those of its cert
-	// authenticators) and the API session's ephemeral certificates, sorted; never nil.
+	// authenticators), the API session's ephemeral certificates and the certificate it was
+	// opened with when its CA's external id claim named the identity, sorted; never nil.
 	CertFingerprints []string
 }
 
@@ -37,6 +38,9 @@ func (m *Model) routedAPISession(tx *store.Tx, a *APISession, idents map[string]
 	}
 	for _, c := range certs {
 		fps = append(fps, c.Fingerprint)
+	}
+	if a.ExternalIDCert {
+		fps = append(fps, a.CertFingerprint)
 	}
 	slices.Sort(fps)
 	return &RoutedAPISession{APISession: a, CertFingerprints: slices.Compact(fps)}, nil
@@ -78,7 +82,7 @@ func (m *Model) certsChanged(tx *store.Tx, identityID string) error {
 		return err
 	}
 	for _, a := range apis {
-		if a.CertFingerprint != "" && !cur[a.CertFingerprint] {
+		if a.CertFingerprint != "" && !a.ExternalIDCert && !cur[a.CertFingerprint] {
 			m.log.Info("ending an API session: its certificate is no longer current", "apiSessionId", a.ID, "identity", identityID)
 			if err := m.deleteAPISessionTx(tx, a.ID); err != nil {
 				return err
@@ -94,7 +98,7 @@ func (m *Model) certsChanged(tx *store.Tx, identityID string) error {
 // the certificate is still one of its identity's current ones. Sessions opened otherwise
 // always may.
 func (m *Model) certCurrent(tx *store.Tx, s *APISession) (bool, error) {
-	if s.CertFingerprint == "" {
+	if s.CertFingerprint == "" || s.ExternalIDCert {
 		return true, nil
 	}
 	cur, err := m.currentCerts(tx, s.IdentityID)
