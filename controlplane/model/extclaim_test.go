@@ -6,6 +6,10 @@ import (
 	"net/url"
 	"slices"
 	"testing"
+
+	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/certid"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 func TestExternalIDClaims(t *testing.T) {
@@ -56,5 +60,47 @@ func TestExternalIDClaims(t *testing.T) {
 		if err := bad.check(); err == nil {
 			t.Errorf("accepted %+v", bad)
 		}
+	}
+}
+
+// An API session opened by a certificate through its CA's external id claim is admitted at
+// routers with that certificate, and outlives changes of the identity's authenticators.
+func TestExternalIDSession(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	corp := testutil.NewAuthority(t, "corp CA")
+	ca, err := f.m.CreateCA(CACreate{Name: "corp", CertPEM: certPEM(corp.Cert), IsAutoCaEnrollmentEnabled: true, IsAuthEnabled: true,
+		ExternalIDClaim: &ExternalIDClaim{Location: ClaimLocCommonName, Matcher: ClaimMatchPrefix, MatcherCriteria: "emp-", Parser: ClaimParseNone}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.VerifyCA(ca.ID, certPEM(corp.Issue(t, ca.VerificationToken, nil))); err != nil {
+		t.Fatal(err)
+	}
+	id, err := f.m.EnrollCA([]*x509.Certificate{corp.Issue(t, "emp-7", nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.ExternalID != "7" {
+		t.Fatalf("external id %q", id.ExternalID)
+	}
+	other := corp.Issue(t, "emp-7", nil)
+	s, who, err := f.m.AuthenticateCert([]*x509.Certificate{other}, Login{})
+	if err != nil || who.ID != id.ID {
+		t.Fatalf("authenticate: %v", err)
+	}
+	if got := routedCerts(t, f.m, s.ID); !slices.Contains(got, certid.Fingerprint(other)) {
+		t.Fatalf("routed certificates %v lack the session's", got)
+	}
+	// A certificate authenticator added and removed leaves the session alone.
+	err = f.m.st.Update(func(tx *store.Tx) error { return f.m.certsChanged(tx, id.ID) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.m.SessionByToken(s.Token); err != nil {
+		t.Fatalf("session after a certificate change: %v", err)
+	}
+	if _, _, err := f.m.AuthenticateCert([]*x509.Certificate{corp.Issue(t, "emp-8", nil)}, Login{}); CodeOf(err) != CodeInvalidAuth {
+		t.Fatalf("claim of no identity: %v", err)
 	}
 }
