@@ -3,8 +3,11 @@ package api
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
@@ -240,5 +243,74 @@ func TestIdentityServiceConfigs(t *testing.T) {
 	}
 	if got := addresses(); got != "[web.zmesh]" {
 		t.Fatalf("after the config's deletion: %s", got)
+	}
+}
+
+// refProperties returns the property names of a definition of a reference Swagger document,
+// following allOf.
+func refProperties(t *testing.T, file, name string) []string {
+	t.Helper()
+	data, err := os.ReadFile(findReference(t, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type def struct {
+		Ref        string         `yaml:"$ref"`
+		Properties map[string]any `yaml:"properties"`
+		AllOf      []def          `yaml:"allOf"`
+	}
+	var doc struct {
+		Definitions map[string]def `yaml:"definitions"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	var walk func(d def)
+	walk = func(d def) {
+		if d.Ref != "" {
+			walk(doc.Definitions[strings.TrimPrefix(d.Ref, "#/definitions/")])
+		}
+		for k := range d.Properties {
+			out = append(out, k)
+		}
+		for _, p := range d.AllOf {
+			walk(p)
+		}
+	}
+	d, ok := doc.Definitions[name]
+	if !ok {
+		t.Fatalf("%s has no definition %s", file, name)
+	}
+	walk(d)
+	return out
+}
+
+func TestSignerViewsHaveReferenceFields(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id := f.create(t, "/external-jwt-signers", `{"name":"idp","enabled":true,"issuer":"https://idp.example.com","audience":"zmesh","jwksEndpoint":"https://idp.example.com/jwks","clientId":"cli","scopes":["openid","email"],"externalAuthUrl":"https://idp.example.com/auth"}`)
+	var mgmt map[string]any
+	decodeData(t, f.do("GET", ManagementBase+"/external-jwt-signers/"+id, f.admin, "").Body.Bytes(), &mgmt)
+	var client []map[string]any
+	decodeData(t, f.do("GET", ClientBase+"/external-jwt-signers", "", "").Body.Bytes(), &client)
+	if len(client) != 1 {
+		t.Fatalf("client signers: %v", client)
+	}
+	for _, c := range []struct {
+		file, def string
+		view      map[string]any
+	}{
+		{"management.yml", "externalJwtSignerDetail", mgmt},
+		{"client.yml", "clientExternalJwtSignerDetail", client[0]},
+	} {
+		for _, p := range refProperties(t, c.file, c.def) {
+			if _, ok := c.view[p]; !ok {
+				t.Errorf("%s: no field %s in %v", c.def, p, c.view)
+			}
+		}
+		if scopes, ok := c.view["scopes"].([]any); !ok || len(scopes) != 2 || scopes[0] != "openid" {
+			t.Errorf("%s: scopes %#v, want an array", c.def, c.view["scopes"])
+		}
 	}
 }
