@@ -4,12 +4,19 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/zmesh/zmesh/controlplane/model"
 )
 
-// registerOps adds the operators' operations: policy advice, an identity's service configs.
+// registerOps adds the operators' operations: policy advice, an identity's service configs,
+// authenticators' administration.
 func (s *Server) registerOps() {
+	s.handleCreate(management, "/authenticators", adminOnly, "Creates a updb or cert authenticator for an identity", s.createAuthenticator)
+	s.handle(management, "PUT", "/authenticators/{id}", adminOnly, "Sets a updb authenticator's username and password", func(c *call) error { return s.setCredentials(c, true) })
+	s.handle(management, "PATCH", "/authenticators/{id}", adminOnly, "Changes a updb authenticator's username or password, or an authenticator's tags", func(c *call) error { return s.setCredentials(c, false) })
+	s.handle(management, "POST", "/authenticators/{id}/re-enroll", adminOnly, "Replaces an authenticator with an enrollment of its kind", s.reEnrollAuthenticator)
+	s.handle(management, "POST", "/authenticators/{id}/request-extend", adminOnly, "Asks the clients of a cert authenticator to extend the certificate early", s.requestExtend)
 	s.handle(management, "GET", "/identities/{id}/policy-advice/{serviceId}", adminOnly,
 		"Analyzes whether an identity may dial or bind a service and which edge routers they share", s.policyAdvice)
 	s.handle(management, "GET", "/identities/{id}/service-configs", adminOnly,
@@ -118,6 +125,125 @@ func (s *Server) removeServiceConfigs(c *call) error {
 		return err
 	}
 	if err := s.m.RemoveServiceConfigs(c.path("id"), pairs); err != nil {
+		return err
+	}
+	return c.empty()
+}
+
+func (s *Server) createAuthenticator(c *call) error {
+	var b struct {
+		Method     *string     `json:"method"`
+		IdentityID *string     `json:"identityId"`
+		Username   *string     `json:"username"`
+		Password   *string     `json:"password"`
+		CertPEM    *string     `json:"certPem"`
+		Tags       *model.Tags `json:"tags"`
+	}
+	if err := decodeJSON(c.w, c.r, &b); err != nil {
+		return err
+	}
+	if err := required(req("method", b.Method != nil), req("identityId", b.IdentityID != nil)); err != nil {
+		return err
+	}
+	switch *b.Method {
+	case model.MethodUpdb:
+		if err := required(req("username", b.Username != nil), req("password", b.Password != nil)); err != nil {
+			return err
+		}
+	case model.MethodCert:
+		if err := required(req("certPem", b.CertPEM != nil)); err != nil {
+			return err
+		}
+	}
+	in := model.AuthenticatorCreate{Method: *b.Method, IdentityID: *b.IdentityID}
+	set(&in.Username, b.Username)
+	set(&in.Password, b.Password)
+	set(&in.CertPEM, b.CertPEM)
+	if b.Tags != nil {
+		if err := checkTags("tags", *b.Tags); err != nil {
+			return err
+		}
+		in.Tags = *b.Tags
+	}
+	a, err := s.m.CreateAuthenticator(c.r.Context(), in)
+	if err != nil {
+		return err
+	}
+	return c.created("authenticators", a.ID)
+}
+
+// setCredentials is an administrator's change of an authenticator: replace needs the
+// username and password; a patch changes what it names (null leaves a field as it is).
+func (s *Server) setCredentials(c *call, replace bool) error {
+	var b struct {
+		Username nullField[string]     `json:"username"`
+		Password nullField[string]     `json:"password"`
+		Tags     nullField[model.Tags] `json:"tags"`
+	}
+	if err := decodeJSON(c.w, c.r, &b); err != nil {
+		return err
+	}
+	if replace {
+		if err := required(req("username", b.Username.present()), req("password", b.Password.present())); err != nil {
+			return err
+		}
+	}
+	var username, password *string
+	var tags *model.Tags
+	if b.Username.present() {
+		username = &b.Username.v
+	}
+	if b.Password.present() {
+		password = &b.Password.v
+	}
+	if b.Tags.set {
+		tags = new(model.Tags)
+		b.Tags.apply(tags)
+		if err := checkTags("tags", *tags); err != nil {
+			return err
+		}
+	} else if replace {
+		tags = new(model.Tags)
+	}
+	if err := s.m.SetCredentials(c.r.Context(), c.path("id"), username, password, tags); err != nil {
+		return err
+	}
+	return c.empty()
+}
+
+func (s *Server) reEnrollAuthenticator(c *call) error {
+	var b struct {
+		ExpiresAt *time.Time `json:"expiresAt"`
+	}
+	if err := decodeJSON(c.w, c.r, &b); err != nil {
+		return err
+	}
+	if err := required(req("expiresAt", b.ExpiresAt != nil)); err != nil {
+		return err
+	}
+	e, err := s.m.ReEnrollAuthenticator(c.path("id"), *b.ExpiresAt)
+	if err != nil {
+		return err
+	}
+	return c.created("enrollments", e.ID)
+}
+
+func (s *Server) requestExtend(c *call) error {
+	var b struct {
+		RollKeys *bool `json:"rollKeys"`
+	}
+	if err := decodeJSON(c.w, c.r, &b); err != nil {
+		return err
+	}
+	a, err := s.m.Authenticator(c.path("id"))
+	if err != nil {
+		return err
+	}
+	if a.Method != model.MethodCert {
+		return &apiErr{code: codeUnauthorized, status: http.StatusForbidden,
+			message: fmt.Sprintf("authenticator %s is a %s authenticator; only %s authenticators can be extended", a.ID, a.Method, model.MethodCert)}
+	}
+	if err := s.m.RequestExtend(a.ID, b.RollKeys != nil && *b.RollKeys); err != nil {
 		return err
 	}
 	return c.empty()

@@ -107,6 +107,12 @@ type Authenticator struct {
 	// An extension issues a new certificate that takes over once the client verifies it.
 	UnverifiedCertPEM     string `json:"unverifiedCertPem,omitempty"`
 	UnverifiedFingerprint string `json:"unverifiedFingerprint,omitempty"`
+	// An administrator may ask the client to extend its certificate early, and to use a new
+	// key for it; the next verified extension clears the request.
+	ExtendRequested      bool       `json:"extendRequested,omitempty"`
+	KeyRollRequested     bool       `json:"keyRollRequested,omitempty"`
+	ExtendRequestedAt    *time.Time `json:"extendRequestedAt,omitempty"`
+	LastExtendRolledKeys bool       `json:"lastExtendRolledKeys,omitempty"`
 }
 
 // Enrollment methods.
