@@ -19,6 +19,8 @@ func (s *Server) registerOps() {
 	s.handle(management, "POST", "/authenticators/{id}/request-extend", adminOnly, "Asks the clients of a cert authenticator to extend the certificate early", s.requestExtend)
 	s.handle(management, "GET", "/identities/{id}/policy-advice/{serviceId}", adminOnly,
 		"Analyzes whether an identity may dial or bind a service and which edge routers they share", s.policyAdvice)
+	s.handle(management, "GET", "/identities/{id}/posture-data", adminOnly,
+		"Returns the posture data an identity's API sessions reported (volatile)", s.identityPostureData)
 	s.handle(management, "GET", "/identities/{id}/service-configs", adminOnly,
 		"Lists the configs an identity uses for services in place of the services' own", s.identityServiceConfigs)
 	s.handle(management, "POST", "/identities/{id}/service-configs", adminOnly,
@@ -247,4 +249,45 @@ func (s *Server) requestExtend(c *call) error {
 		return err
 	}
 	return c.empty()
+}
+
+// postureBase is the reference's postureDataBase of a report made at at (zero: never).
+func postureBase(checkID string, at time.Time) map[string]any {
+	return map[string]any{"postureCheckId": checkID, "timedOut": false, "lastUpdatedAt": timeOrNil(at)}
+}
+
+func (s *Server) identityPostureData(c *call) error {
+	p, err := s.m.PostureDataOf(c.path("id"))
+	if err != nil {
+		return err
+	}
+	mac := postureBase("", p.MACsAt)
+	mac["addresses"] = nonNil(p.MACs)
+	domain := postureBase("", p.DomainAt)
+	domain["domain"] = p.Domain
+	osData := postureBase("", p.OSAt)
+	osData["type"], osData["version"], osData["build"] = p.OSType, p.OSVersion, p.OSBuild
+	processes := make([]any, 0, len(p.Processes))
+	for _, pr := range p.Processes {
+		v := postureBase(pr.CheckID, pr.At)
+		v["path"], v["binaryHash"], v["isRunning"], v["signerFingerprints"] = pr.Path, pr.Hash, pr.IsRunning, nonNil(pr.SignerFingerprints)
+		processes = append(processes, v)
+	}
+	sessions := map[string]any{}
+	for id, sp := range p.Sessions {
+		passed := sp.MFAPassedAt != nil
+		after := func(t time.Time) bool { return passed && !t.IsZero() && !sp.MFAPassedAt.Before(t) }
+		var passedAt any
+		if passed {
+			passedAt = *sp.MFAPassedAt
+		}
+		sessions[id] = map[string]any{
+			"mfa": map[string]any{"apiSessionId": id, "passedMfa": passed, "passedAt": passedAt,
+				"passedOnWake": after(sp.WokenAt), "passedOnUnlock": after(sp.UnlockedAt)},
+			"endpointState": map[string]any{"wokenAt": timeOrNil(sp.WokenAt), "unlockedAt": timeOrNil(sp.UnlockedAt)},
+		}
+	}
+	return c.data(http.StatusOK, map[string]any{
+		"mac": mac, "domain": domain, "os": osData, "processes": processes, "apiSessionPostureData": sessions,
+	})
 }

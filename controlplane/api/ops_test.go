@@ -314,3 +314,75 @@ func TestSignerViewsHaveReferenceFields(t *testing.T) {
 		}
 	}
 }
+
+func TestIdentityPostureData(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	user := f.identityID(t, "user")
+	type base struct {
+		PostureCheckID string  `json:"postureCheckId"`
+		TimedOut       bool    `json:"timedOut"`
+		LastUpdatedAt  *string `json:"lastUpdatedAt"`
+	}
+	var data struct {
+		Mac struct {
+			base
+			Addresses []string `json:"addresses"`
+		} `json:"mac"`
+		Domain struct {
+			base
+			Domain string `json:"domain"`
+		} `json:"domain"`
+		OS struct {
+			base
+			Type    string `json:"type"`
+			Version string `json:"version"`
+		} `json:"os"`
+		Processes []struct {
+			base
+			BinaryHash string `json:"binaryHash"`
+			IsRunning  bool   `json:"isRunning"`
+		} `json:"processes"`
+		Sessions map[string]struct {
+			MFA struct {
+				APISessionID string `json:"apiSessionId"`
+				PassedMFA    bool   `json:"passedMfa"`
+			} `json:"mfa"`
+			EndpointState struct {
+				WokenAt *string `json:"wokenAt"`
+			} `json:"endpointState"`
+		} `json:"apiSessionPostureData"`
+	}
+	read := func() {
+		t.Helper()
+		rec := f.do("GET", ManagementBase+"/identities/"+user+"/posture-data", f.admin, "")
+		if rec.Code != http.StatusOK {
+			t.Fatalf("posture data: %d %s", rec.Code, rec.Body)
+		}
+		data.Processes = nil
+		decodeData(t, rec.Body.Bytes(), &data)
+	}
+	read()
+	if data.Domain.LastUpdatedAt != nil || len(data.Processes) != 0 || len(data.Sessions) != 1 {
+		t.Fatalf("before any report: %+v", data)
+	}
+	body := `[{"id":"d1","typeId":"DOMAIN","domain":"corp.example"},{"id":"o1","typeId":"OS","type":"Linux","version":"6.1","build":"x"},` +
+		`{"id":"m1","typeId":"MAC","macAddresses":["AA:BB:CC:DD:EE:FF"]},{"id":"p1","typeId":"PROCESS","path":"/usr/bin/agent","isRunning":true,"hash":"ABCD"},` +
+		`{"id":"e1","typeId":"ENDPOINT_STATE","woken":true}]`
+	if rec := f.do("POST", ClientBase+"/posture-response-bulk", f.normal, body); rec.Code != http.StatusOK {
+		t.Fatalf("posture responses: %d %s", rec.Code, rec.Body)
+	}
+	read()
+	if data.Domain.Domain != "corp.example" || data.Domain.LastUpdatedAt == nil || data.OS.Type != "Linux" || data.OS.Version != "6.1" ||
+		len(data.Mac.Addresses) != 1 || len(data.Processes) != 1 || !data.Processes[0].IsRunning || data.Processes[0].PostureCheckID != "p1" {
+		t.Fatalf("after reports: %+v", data)
+	}
+	for id, s := range data.Sessions {
+		if s.MFA.APISessionID != id || s.MFA.PassedMFA || s.EndpointState.WokenAt == nil {
+			t.Fatalf("API session %s: %+v", id, s)
+		}
+	}
+	if rec := f.do("GET", ManagementBase+"/identities/nope/posture-data", f.admin, ""); rec.Code != http.StatusNotFound {
+		t.Fatalf("unknown identity: %d", rec.Code)
+	}
+}
