@@ -19,6 +19,8 @@ func (s *Server) registerOps() {
 	s.handle(management, "POST", "/authenticators/{id}/request-extend", adminOnly, "Asks the clients of a cert authenticator to extend the certificate early", s.requestExtend)
 	s.handle(management, "GET", "/identities/{id}/policy-advice/{serviceId}", adminOnly,
 		"Analyzes whether an identity may dial or bind a service and which edge routers they share", s.policyAdvice)
+	s.handle(management, "GET", "/identities/{id}/failed-service-requests", adminOnly,
+		"Lists an identity's latest session requests that posture checks refused (volatile)", s.failedServiceRequests)
 	s.handle(management, "GET", "/identities/{id}/posture-data", adminOnly,
 		"Returns the posture data an identity's API sessions reported (volatile)", s.identityPostureData)
 	s.handle(management, "GET", "/identities/{id}/service-configs", adminOnly,
@@ -290,4 +292,31 @@ func (s *Server) identityPostureData(c *call) error {
 	return c.data(http.StatusOK, map[string]any{
 		"mac": mac, "domain": domain, "os": osData, "processes": processes, "apiSessionPostureData": sessions,
 	})
+}
+
+func (s *Server) failedServiceRequests(c *call) error {
+	list, err := s.m.FailedServiceRequests(c.path("id"))
+	if err != nil {
+		return err
+	}
+	out := make([]any, 0, len(list))
+	for _, r := range list {
+		policies := make([]any, 0, len(r.PolicyFailures))
+		for _, p := range r.PolicyFailures {
+			checks := make([]any, 0, len(p.Checks))
+			for _, cf := range p.Checks {
+				v := map[string]any{"postureCheckId": cf.CheckID, "postureCheckName": cf.CheckName, "postureCheckType": cf.CheckType, "reason": cf.Reason}
+				if cf.Expected != nil {
+					v["actualValue"], v["expectedValue"] = cf.Actual, cf.Expected
+				}
+				checks = append(checks, v)
+			}
+			policies = append(policies, map[string]any{"policyId": p.PolicyID, "policyName": p.PolicyName, "checks": checks})
+		}
+		out = append(out, map[string]any{
+			"apiSessionId": r.APISessionID, "serviceId": r.ServiceID, "serviceName": r.ServiceName,
+			"sessionType": r.SessionType, "when": r.When, "policyFailures": policies,
+		})
+	}
+	return c.data(http.StatusOK, out)
 }

@@ -386,3 +386,68 @@ func TestIdentityPostureData(t *testing.T) {
 		t.Fatalf("unknown identity: %d", rec.Code)
 	}
 }
+
+func TestFailedServiceRequests(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	user := f.identityID(t, "user")
+	web := f.create(t, "/services", `{"name":"web"}`)
+	f.enrolledRouter(t, `{"name":"er1"}`)
+	f.create(t, "/edge-router-policies", `{"name":"all","semantic":"AnyOf","identityRoles":["#all"],"edgeRouterRoles":["#all"]}`)
+	f.create(t, "/service-edge-router-policies", `{"name":"all","semantic":"AnyOf","serviceRoles":["#all"],"edgeRouterRoles":["#all"]}`)
+	check := f.create(t, "/posture-checks", `{"name":"corp-domain","typeId":"DOMAIN","domains":["corp.example"],"roleAttributes":["corp"]}`)
+	policy := f.create(t, "/service-policies", `{"name":"web-corp","type":"Dial","semantic":"AnyOf","identityRoles":["@`+user+`"],"serviceRoles":["@`+web+`"],"postureCheckRoles":["#corp"]}`)
+
+	type failure struct {
+		APISessionID   string `json:"apiSessionId"`
+		ServiceID      string `json:"serviceId"`
+		ServiceName    string `json:"serviceName"`
+		SessionType    string `json:"sessionType"`
+		When           string `json:"when"`
+		PolicyFailures []struct {
+			PolicyID   string `json:"policyId"`
+			PolicyName string `json:"policyName"`
+			Checks     []struct {
+				PostureCheckID   string   `json:"postureCheckId"`
+				PostureCheckName string   `json:"postureCheckName"`
+				PostureCheckType string   `json:"postureCheckType"`
+				ActualValue      string   `json:"actualValue"`
+				ExpectedValue    []string `json:"expectedValue"`
+			} `json:"checks"`
+		} `json:"policyFailures"`
+	}
+	list := func() []failure {
+		t.Helper()
+		rec := f.do("GET", ManagementBase+"/identities/"+user+"/failed-service-requests", f.admin, "")
+		if rec.Code != http.StatusOK {
+			t.Fatalf("failed service requests: %d %s", rec.Code, rec.Body)
+		}
+		var out []failure
+		decodeData(t, rec.Body.Bytes(), &out)
+		return out
+	}
+	if l := list(); len(l) != 0 {
+		t.Fatalf("before: %+v", l)
+	}
+	f.do("POST", ClientBase+"/posture-response", f.normal, `{"id":"`+check+`","typeId":"DOMAIN","domain":"home.example"}`)
+	if rec := f.do("POST", ClientBase+"/sessions", f.normal, `{"serviceId":"`+web+`","type":"Dial"}`); rec.Code != http.StatusConflict {
+		t.Fatalf("dial with a failing posture: %d %s", rec.Code, rec.Body)
+	}
+	l := list()
+	if len(l) != 1 || l[0].ServiceID != web || l[0].ServiceName != "web" || l[0].SessionType != "Dial" || l[0].APISessionID == "" || l[0].When == "" ||
+		len(l[0].PolicyFailures) != 1 || l[0].PolicyFailures[0].PolicyID != policy || l[0].PolicyFailures[0].PolicyName != "web-corp" {
+		t.Fatalf("failure: %+v", l)
+	}
+	c := l[0].PolicyFailures[0].Checks
+	if len(c) != 1 || c[0].PostureCheckID != check || c[0].PostureCheckType != "DOMAIN" || c[0].ActualValue != "home.example" || len(c[0].ExpectedValue) != 1 {
+		t.Fatalf("check failure: %+v", c)
+	}
+	// A request that passes is not a failure.
+	f.do("POST", ClientBase+"/posture-response", f.normal, `{"id":"`+check+`","typeId":"DOMAIN","domain":"corp.example"}`)
+	if rec := f.do("POST", ClientBase+"/sessions", f.normal, `{"serviceId":"`+web+`","type":"Dial"}`); rec.Code != http.StatusCreated {
+		t.Fatalf("dial with a passing posture: %d %s", rec.Code, rec.Body)
+	}
+	if l := list(); len(l) != 1 {
+		t.Fatalf("after a success: %+v", l)
+	}
+}

@@ -215,6 +215,7 @@ type collections struct {
 	sessions                  *store.Collection[Session]
 	postureChecks             *store.Collection[PostureCheck]
 	posture                   *postureStore // reported posture per API session, in memory only
+	failed                    *failedStore  // session requests posture refused, per identity, in memory only
 	configTypes               *store.Collection[ConfigType]
 	configs                   *store.Collection[Config]
 	terminators               *store.Collection[Terminator]
@@ -285,6 +286,7 @@ func newCollections() collections {
 			store.Index[PostureCheck]{Name: "name", Unique: true, Keys: func(c *PostureCheck) []string { return one(c.Name) }},
 		),
 		posture: newPostureStore(),
+		failed:  newFailedStore(),
 		identityServiceConfigs: store.NewCollection("identityServiceConfigs",
 			func(c *IdentityServiceConfigs) string { return c.IdentityID }),
 		sessions: store.NewCollection("sessions", func(s *Session) string { return s.ID },

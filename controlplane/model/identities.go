@@ -415,6 +415,7 @@ func (m *Model) deleteIdentityTx(tx *store.Tx, id string) error {
 			return err
 		}
 	}
+	tx.OnCommit(func() { m.c.failed.forget(id) })
 	m.changed(tx)
 	return m.c.identities.Delete(tx, id)
 }
