@@ -451,3 +451,57 @@ func TestFailedServiceRequests(t *testing.T) {
 		t.Fatalf("after a success: %+v", l)
 	}
 }
+
+func TestRoutersAndTransitRouters(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id := f.enrolledRouter(t, `{"name":"er1","roleAttributes":["edge"],"cost":3}`)
+	f.s.info.Routers = onlineRouters{id: true}
+	want := refProperties(t, "management.yml", "routerDetail")
+	for _, base := range []string{"/routers", "/transit-routers"} {
+		var list []map[string]any
+		decodeData(t, f.do("GET", ManagementBase+base, f.admin, "").Body.Bytes(), &list)
+		if len(list) != 1 || list[0]["id"] != id || list[0]["isOnline"] != true || list[0]["isVerified"] != true {
+			t.Fatalf("%s: %v", base, list)
+		}
+		var one map[string]any
+		decodeData(t, f.do("GET", ManagementBase+base+"/"+id, f.admin, "").Body.Bytes(), &one)
+		for _, p := range want {
+			if _, ok := one[p]; !ok {
+				t.Errorf("%s/{id}: no field %s", base, p)
+			}
+		}
+	}
+	if rec := f.do("PATCH", ManagementBase+"/routers/"+id, f.admin, `{"cost":7,"noTraversal":true}`); rec.Code != http.StatusOK {
+		t.Fatalf("patch: %d %s", rec.Code, rec.Body)
+	}
+	var er struct {
+		Cost           int      `json:"cost"`
+		NoTraversal    bool     `json:"noTraversal"`
+		Name           string   `json:"name"`
+		RoleAttributes []string `json:"roleAttributes"`
+	}
+	decodeData(t, f.do("GET", ManagementBase+"/edge-routers/"+id, f.admin, "").Body.Bytes(), &er)
+	if er.Cost != 7 || !er.NoTraversal || len(er.RoleAttributes) != 1 {
+		t.Fatalf("edge router after patch: %+v", er)
+	}
+	if rec := f.do("PUT", ManagementBase+"/transit-routers/"+id, f.admin, `{"name":"r2"}`); rec.Code != http.StatusOK {
+		t.Fatalf("put: %d %s", rec.Code, rec.Body)
+	}
+	decodeData(t, f.do("GET", ManagementBase+"/edge-routers/"+id, f.admin, "").Body.Bytes(), &er)
+	if er.Name != "r2" || er.Cost != 0 || er.NoTraversal || len(er.RoleAttributes) != 1 {
+		t.Fatalf("edge router after put: %+v", er)
+	}
+	if rec := f.do("PATCH", ManagementBase+"/routers/"+id, f.admin, `{"configs":["x"]}`); rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "configs") {
+		t.Fatalf("router configs: %d %s", rec.Code, rec.Body)
+	}
+	if rec := f.do("POST", ManagementBase+"/routers", f.admin, `{"name":"r3"}`); rec.Code != http.StatusMethodNotAllowed {
+		t.Fatalf("create a router: %d %s", rec.Code, rec.Body)
+	}
+	if rec := f.do("DELETE", ManagementBase+"/transit-routers/"+id, f.admin, ""); rec.Code != http.StatusOK {
+		t.Fatalf("delete: %d %s", rec.Code, rec.Body)
+	}
+	if rec := f.do("GET", ManagementBase+"/edge-routers/"+id, f.admin, ""); rec.Code != http.StatusNotFound {
+		t.Fatalf("edge router after delete: %d", rec.Code)
+	}
+}

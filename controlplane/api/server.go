@@ -310,6 +310,7 @@ func (s *Server) register() {
 	s.registerAPISessions()
 	s.registerOps()
 	s.registerIntegrity()
+	s.registerFabricRouters()
 	for i := range s.routes {
 		s.routes[i].pending = slices.Contains(pendingMFARoutes, s.routes[i].method+" "+s.routes[i].path)
 		s.routes[i].authMethod = authMethodOf(s.routes[i])
