@@ -149,7 +149,7 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 		Version: build.Version, Revision: build.Revision, BuildDate: build.BuildDate,
 		Advertise: cfg.API.Advertise, CtrlAddress: cfg.Ctrl.Listen.String(),
 		ServerCert: c.cert.Leaf, Started: time.Now(), Routers: c.routers, Observer: c.metrics,
-		Backup: c.store.Backup, Fabric: fabricView{c},
+		Backup: c.store.Backup, Verify: c.store.Verify, Snapshot: c.snapshot, Fabric: fabricView{c},
 	})
 	return c, nil
 }

@@ -20,7 +20,11 @@ type absentOp struct {
 
 // Reasons of absence, shared by the operations of one group.
 const (
-	reasonNotYet = "planned in issue 19"
+	reasonSettings     = "zmesh's controller settings come from controller.yml; there are none to read or change at run time"
+	reasonTrace        = "zmesh does not trace an identity's data flow"
+	reasonRevocations  = "these revoke the reference's own OIDC tokens, which zmesh does not issue; an API session ends when it is deleted"
+	reasonCreateRouter = "routers are created at /edge-routers, which gives each its enrollment"
+	reasonRoutePath    = "circuits do not record the session they serve yet"
 )
 
 // absentOps are the operations of the reference zmesh does not serve.
@@ -29,47 +33,20 @@ func absentOps() []absentOp {
 		return absentOp{apis: management, method: method, path: path, reason: reason}
 	}
 	return []absentOp{
-		m("POST", "/authenticators", reasonNotYet),
-		m("PUT", "/authenticators/{id}", reasonNotYet),
-		m("PATCH", "/authenticators/{id}", reasonNotYet),
-		m("POST", "/authenticators/{id}/re-enroll", reasonNotYet),
-		m("POST", "/authenticators/{id}/request-extend", reasonNotYet),
-		m("GET", "/cas/{id}/jwt", reasonNotYet),
-		m("GET", "/controller-settings", reasonNotYet),
-		m("POST", "/controller-settings", reasonNotYet),
-		m("GET", "/controller-settings/{id}", reasonNotYet),
-		m("GET", "/controller-settings/{id}/effective", reasonNotYet),
-		m("PUT", "/controller-settings/{id}/effective", reasonNotYet),
-		m("PATCH", "/controller-settings/{id}/effective", reasonNotYet),
-		m("DELETE", "/controller-settings/{id}/effective", reasonNotYet),
-		m("POST", "/current-api-session/totp-token", reasonNotYet),
-		m("POST", "/database/check-data-integrity", reasonNotYet),
-		m("GET", "/database/data-integrity-results", reasonNotYet),
-		m("POST", "/database/fix-data-integrity", reasonNotYet),
-		m("POST", "/database/snapshot", reasonNotYet),
-		m("GET", "/identities/{id}/failed-service-requests", reasonNotYet),
-		m("GET", "/identities/{id}/policy-advice/{serviceId}", reasonNotYet),
-		m("GET", "/identities/{id}/posture-data", reasonNotYet),
-		m("GET", "/identities/{id}/service-configs", reasonNotYet),
-		m("POST", "/identities/{id}/service-configs", reasonNotYet),
-		m("DELETE", "/identities/{id}/service-configs", reasonNotYet),
-		m("PUT", "/identities/{id}/trace", reasonNotYet),
-		m("GET", "/revocations", reasonNotYet),
-		m("POST", "/revocations", reasonNotYet),
-		m("GET", "/revocations/{id}", reasonNotYet),
-		m("GET", "/routers", reasonNotYet),
-		m("POST", "/routers", reasonNotYet),
-		m("GET", "/routers/{id}", reasonNotYet),
-		m("PUT", "/routers/{id}", reasonNotYet),
-		m("PATCH", "/routers/{id}", reasonNotYet),
-		m("DELETE", "/routers/{id}", reasonNotYet),
-		m("GET", "/sessions/{id}/route-path", reasonNotYet),
-		m("GET", "/transit-routers", reasonNotYet),
-		m("POST", "/transit-routers", reasonNotYet),
-		m("GET", "/transit-routers/{id}", reasonNotYet),
-		m("PUT", "/transit-routers/{id}", reasonNotYet),
-		m("PATCH", "/transit-routers/{id}", reasonNotYet),
-		m("DELETE", "/transit-routers/{id}", reasonNotYet),
+		m("GET", "/controller-settings", reasonSettings),
+		m("POST", "/controller-settings", reasonSettings),
+		m("GET", "/controller-settings/{id}", reasonSettings),
+		m("GET", "/controller-settings/{id}/effective", reasonSettings),
+		m("PUT", "/controller-settings/{id}/effective", reasonSettings),
+		m("PATCH", "/controller-settings/{id}/effective", reasonSettings),
+		m("DELETE", "/controller-settings/{id}/effective", reasonSettings),
+		m("PUT", "/identities/{id}/trace", reasonTrace),
+		m("GET", "/revocations", reasonRevocations),
+		m("POST", "/revocations", reasonRevocations),
+		m("GET", "/revocations/{id}", reasonRevocations),
+		m("POST", "/routers", reasonCreateRouter),
+		m("GET", "/sessions/{id}/route-path", reasonRoutePath),
+		m("POST", "/transit-routers", reasonCreateRouter),
 	}
 }
 

@@ -52,10 +52,11 @@ func (s *Server) renderAPISession(c *call, a *model.APISession, ident *model.Ide
 			"httpUrl": q.HTTPURL, "minLength": q.MinLength, "maxLength": q.MaxLength, "isTotpEnrolled": mfa.TOTPEnabled,
 		})
 	}
-	var extendable bool
+	var extendable, extendRequested, keyRoll bool
 	if a.CertFingerprint != "" {
 		if auth, err := s.m.Authenticator(a.AuthenticatorID); err == nil {
 			extendable = auth.IssuedByNetwork && auth.Fingerprint == a.CertFingerprint
+			extendRequested, keyRoll = auth.ExtendRequested, auth.KeyRollRequested
 		}
 	}
 	identName := ""
@@ -78,9 +79,9 @@ func (s *Server) renderAPISession(c *call, a *model.APISession, ident *model.Ide
 		"identity":               ref("identities", a.IdentityID, identName),
 		"identityId":             a.IdentityID,
 		"ipAddress":              a.IPAddress,
-		"isCertExtendRequested":  false,
+		"isCertExtendRequested":  extendable && extendRequested,
 		"isCertExtendable":       extendable,
-		"isCertKeyRollRequested": false,
+		"isCertKeyRollRequested": extendable && keyRoll,
 		"isMfaComplete":          mfa.Complete,
 		"isMfaRequired":          mfa.Required,
 		"token":                  token,

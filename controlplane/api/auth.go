@@ -160,10 +160,11 @@ func (s *Server) authQueries(c *call, sess *model.APISession, ident *model.Ident
 
 func (s *Server) renderSession(c *call, sess *model.APISession, ident *model.Identity) (map[string]any, error) {
 	expires := s.m.ExpiresAt(sess)
-	var extendable bool
+	var extendable, extendRequested, keyRoll bool
 	if sess.CertFingerprint != "" {
 		if a, err := s.m.Authenticator(sess.AuthenticatorID); err == nil {
 			extendable = a.IssuedByNetwork && a.Fingerprint == sess.CertFingerprint
+			extendRequested, keyRoll = a.ExtendRequested, a.KeyRollRequested
 		}
 	}
 	mfa, err := s.m.SessionMFAOf(sess)
@@ -189,9 +190,9 @@ func (s *Server) renderSession(c *call, sess *model.APISession, ident *model.Ide
 		"identity":               ref("identities", ident.ID, ident.Name),
 		"identityId":             ident.ID,
 		"ipAddress":              sess.IPAddress,
-		"isCertExtendRequested":  false,
+		"isCertExtendRequested":  extendable && extendRequested,
 		"isCertExtendable":       extendable,
-		"isCertKeyRollRequested": false,
+		"isCertKeyRollRequested": extendable && keyRoll,
 		"isMfaComplete":          mfa.Complete,
 		"isMfaRequired":          mfa.Required,
 		"token":                  sess.Token,

@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"io"
 	"net/http"
 	"time"
 
@@ -16,6 +17,7 @@ func (s *Server) registerCAs() {
 	s.handle(management, "PUT", "/cas/{id}", adminOnly, "Replaces a certificate authority's settings", s.updateCA)
 	s.handle(management, "PATCH", "/cas/{id}", adminOnly, "Changes some of a certificate authority's settings", s.patchCA)
 	s.handle(management, "DELETE", "/cas/{id}", adminOnly, "Deletes a certificate authority", s.deleteCA)
+	s.handle(management, "GET", "/cas/{id}/jwt", adminOnly, "Returns the enrollment JWT of a certificate authority's auto-enrollment", s.caJWT)
 	s.handle(management, "POST", "/cas/{id}/verify", adminOnly, "Verifies a certificate authority with a certificate signed by its key whose common name is the verification token", s.verifyCA)
 }
 
@@ -52,6 +54,13 @@ func renderCA(ca *model.CA) map[string]any {
 		"isAuthEnabled":             ca.IsAuthEnabled,
 		"identityRoles":             nonNil(ca.IdentityRoles),
 		"identityNameFormat":        ca.IdentityNameFormat,
+		"externalIdClaim":           nil,
+	}
+	if x := ca.ExternalIDClaim; x != nil {
+		out["externalIdClaim"] = map[string]any{
+			"location": x.Location, "matcher": x.Matcher, "matcherCriteria": x.MatcherCriteria,
+			"parser": x.Parser, "parserCriteria": x.ParserCriteria, "index": x.Index,
+		}
 	}
 	if !ca.IsVerified {
 		out["verificationToken"] = ca.VerificationToken
@@ -85,12 +94,42 @@ type caBody struct {
 	IdentityRoles             *[]string   `json:"identityRoles"`
 	IdentityNameFormat        *string     `json:"identityNameFormat"`
 	Tags                      *model.Tags `json:"tags"`
-	ExternalIDClaim           any         `json:"externalIdClaim"`
+	// ExternalIDClaim: null removes the claim.
+	ExternalIDClaim nullField[claimBody] `json:"externalIdClaim"`
 }
 
-func (b *caBody) check() error {
-	if b.ExternalIDClaim != nil {
-		return fieldErr("externalIdClaim", nil, "is not supported by this controller; leave it out or null")
+// claimBody is an externalIdClaim: every field is required on create and replace; a patch
+// changes the fields it names.
+type claimBody struct {
+	Location        *string `json:"location"`
+	Matcher         *string `json:"matcher"`
+	MatcherCriteria *string `json:"matcherCriteria"`
+	Parser          *string `json:"parser"`
+	ParserCriteria  *string `json:"parserCriteria"`
+	Index           *int64  `json:"index"`
+}
+
+func (c *claimBody) required() error {
+	return required(req("externalIdClaim.location", c.Location != nil), req("externalIdClaim.matcher", c.Matcher != nil),
+		req("externalIdClaim.matcherCriteria", c.MatcherCriteria != nil), req("externalIdClaim.parser", c.Parser != nil),
+		req("externalIdClaim.parserCriteria", c.ParserCriteria != nil), req("externalIdClaim.index", c.Index != nil))
+}
+
+func (c *claimBody) apply(x *model.ExternalIDClaim) {
+	set(&x.Location, c.Location)
+	set(&x.Matcher, c.Matcher)
+	set(&x.MatcherCriteria, c.MatcherCriteria)
+	set(&x.Parser, c.Parser)
+	set(&x.ParserCriteria, c.ParserCriteria)
+	set(&x.Index, c.Index)
+}
+
+// check validates the body; whole: the claim, when given, must name every field.
+func (b *caBody) check(whole bool) error {
+	if whole && b.ExternalIDClaim.present() {
+		if err := b.ExternalIDClaim.v.required(); err != nil {
+			return err
+		}
 	}
 	if b.Tags != nil {
 		return checkTags("tags", *b.Tags)
@@ -99,6 +138,15 @@ func (b *caBody) check() error {
 }
 
 func (b *caBody) apply(ca *model.CA) {
+	switch {
+	case b.ExternalIDClaim.present():
+		if ca.ExternalIDClaim == nil {
+			ca.ExternalIDClaim = &model.ExternalIDClaim{}
+		}
+		b.ExternalIDClaim.v.apply(ca.ExternalIDClaim)
+	case b.ExternalIDClaim.set:
+		ca.ExternalIDClaim = nil
+	}
 	set(&ca.Name, b.Name)
 	set(&ca.IsAutoCaEnrollmentEnabled, b.IsAutoCaEnrollmentEnabled)
 	set(&ca.IsOttCaEnrollmentEnabled, b.IsOttCaEnrollmentEnabled)
@@ -118,7 +166,7 @@ func (s *Server) createCA(c *call) error {
 		req("isOttCaEnrollmentEnabled", b.IsOttCaEnrollmentEnabled != nil), req("identityRoles", b.IdentityRoles != nil)); err != nil {
 		return err
 	}
-	if err := b.check(); err != nil {
+	if err := b.check(true); err != nil {
 		return err
 	}
 	var proto model.CA
@@ -126,7 +174,8 @@ func (s *Server) createCA(c *call) error {
 	ca, err := s.m.CreateCA(model.CACreate{
 		Name: proto.Name, CertPEM: *b.CertPEM, IsAutoCaEnrollmentEnabled: proto.IsAutoCaEnrollmentEnabled,
 		IsOttCaEnrollmentEnabled: proto.IsOttCaEnrollmentEnabled, IsAuthEnabled: proto.IsAuthEnabled,
-		IdentityRoles: proto.IdentityRoles, IdentityNameFormat: proto.IdentityNameFormat, Tags: proto.Tags,
+		IdentityRoles: proto.IdentityRoles, IdentityNameFormat: proto.IdentityNameFormat,
+		ExternalIDClaim: proto.ExternalIDClaim, Tags: proto.Tags,
 	})
 	if err != nil {
 		return err
@@ -149,12 +198,12 @@ func (s *Server) changeCA(c *call, replace bool) error {
 			return err
 		}
 	}
-	if err := b.check(); err != nil {
+	if err := b.check(replace); err != nil {
 		return err
 	}
 	_, err := s.m.UpdateCA(c.path("id"), func(ca *model.CA) error {
 		if replace {
-			ca.Tags = nil
+			ca.Tags, ca.ExternalIDClaim, ca.IdentityNameFormat = nil, nil, ""
 		}
 		b.apply(ca)
 		return nil
@@ -184,4 +233,15 @@ func (s *Server) verifyCA(c *call) error {
 		return err
 	}
 	return c.empty()
+}
+
+func (s *Server) caJWT(c *call) error {
+	token, err := s.m.CAJWT(c.path("id"))
+	if err != nil {
+		return err
+	}
+	c.w.Header().Set("Content-Type", "application/jwt")
+	c.w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(c.w, token) // the client is gone when this fails
+	return nil
 }

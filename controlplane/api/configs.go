@@ -140,8 +140,10 @@ func (s *Server) wantedConfigTypes(c *call) (map[string]string, error) {
 	return want, nil
 }
 
-// embedConfigs fills a rendered service's config map with the wanted configs.
-func (s *Server) embedConfigs(out map[string]any, sv *model.Service, want map[string]string) {
+// embedConfigs fills a rendered service's config map with the wanted configs: of each type,
+// the identity's own config for the service (overrides: config type id → config id) in place
+// of the service's.
+func (s *Server) embedConfigs(out map[string]any, sv *model.Service, want, overrides map[string]string) {
 	if len(want) == 0 {
 		return
 	}
@@ -151,7 +153,19 @@ func (s *Server) embedConfigs(out map[string]any, sv *model.Service, want map[st
 		if err != nil {
 			continue
 		}
+		if _, own := overrides[c.ConfigTypeID]; own {
+			continue
+		}
 		if name, ok := want[c.ConfigTypeID]; ok {
+			cfg[name] = c.Data
+		}
+	}
+	for typ, id := range overrides {
+		name, ok := want[typ]
+		if !ok {
+			continue
+		}
+		if c, err := s.m.Config(id); err == nil {
 			cfg[name] = c.Data
 		}
 	}

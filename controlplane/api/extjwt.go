@@ -1,7 +1,6 @@
 package api
 
 import (
-	"strings"
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/model"
@@ -150,16 +149,18 @@ func (s *Server) extJWTSignerResource(path string) resource[*model.ExtJWTSigner]
 	}
 }
 
-// renderClientSigner is the view of a signer unauthenticated clients get (spec 2.4): what
-// they need to start a flow with the provider, nothing of how tokens are checked.
+// renderClientSigner is the view of a signer unauthenticated clients get (spec 2.4, with
+// the reference's clientExternalJwtSignerDetail types: the base entity fields, scopes as an
+// array): what they need to start a flow with the provider, nothing of how tokens are
+// checked.
 func renderClientSigner(x *model.ExtJWTSigner) map[string]any {
 	return map[string]any{
-		"id":                     x.ID,
+		"id": x.ID, "_links": links("external-jwt-signers", x.ID), "createdAt": x.CreatedAt, "updatedAt": x.UpdatedAt, "tags": tagsOf(x.Tags),
 		"name":                   x.Name,
 		"externalAuthUrl":        nullable(x.ExternalAuthURL),
 		"openIdConfigurationUrl": nullable(x.OpenIDConfigurationURL),
 		"clientId":               nullable(x.ClientID),
-		"scopes":                 strings.Join(x.Scopes, " "),
+		"scopes":                 nonNil(x.Scopes),
 		"audience":               x.Audience,
 		"targetToken":            orDefault(x.TargetToken, model.TargetTokenAccess),
 		"enrollToCertEnabled":    x.EnrollToCertEnabled,

@@ -251,13 +251,14 @@ func TestExtJWTSigners(t *testing.T) {
 		}
 	})
 
-	t.Run("the client view lists enabled signers with the fields of spec 2.4", func(t *testing.T) {
+	t.Run("the client view lists enabled signers with the fields of spec 2.4 and the reference", func(t *testing.T) {
 		var view []map[string]any
 		l.expect(hreq{method: "GET", path: "/external-jwt-signers"}, "GET /external-jwt-signers", 200, "").data(t, &view)
 		if len(view) != 2 {
 			t.Fatalf("client view: %v", view)
 		}
-		want := []string{"audience", "clientId", "enrollToCertEnabled", "enrollToTokenEnabled", "externalAuthUrl", "id", "name", "openIdConfigurationUrl", "scopes", "targetToken"}
+		want := []string{"_links", "audience", "clientId", "createdAt", "enrollToCertEnabled", "enrollToTokenEnabled", "externalAuthUrl", "id", "name",
+			"openIdConfigurationUrl", "scopes", "tags", "targetToken", "updatedAt"}
 		for _, v := range view {
 			var keys []string
 			for k := range v {
@@ -267,7 +268,7 @@ func TestExtJWTSigners(t *testing.T) {
 			if !slices.Equal(keys, want) {
 				t.Errorf("client view fields %v, want %v", keys, want)
 			}
-			if v["id"] == jwksSigner && (v["scopes"] != "openid email" || v["clientId"] != "zmesh-cli" || v["targetToken"] != "ID") {
+			if v["id"] == jwksSigner && (fmt.Sprint(v["scopes"]) != "[openid email]" || v["clientId"] != "zmesh-cli" || v["targetToken"] != "ID") {
 				t.Errorf("client view of the key-set signer: %v", v)
 			}
 		}

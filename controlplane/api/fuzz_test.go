@@ -101,7 +101,9 @@ func checkDecoded(t *testing.T, v any) {
 		b.check(true)
 		b.check(false)
 	case *caBody:
-		b.check()
+		b.check(true)
+		b.check(false)
+		b.apply(&model.CA{})
 	case *extendBody:
 		required(req("clientCertCsr", b.ClientCertCsr != nil))
 	case *extendVerifyBody:

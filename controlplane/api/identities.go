@@ -498,9 +498,11 @@ func renderAuthenticator(a *model.Authenticator, ident *model.Identity) map[stri
 		"id": a.ID, "_links": links("authenticators", a.ID),
 		"createdAt": a.CreatedAt, "updatedAt": a.UpdatedAt, "tags": tagsOf(a.Tags),
 		"method": a.Method, "identityId": a.IdentityID,
-		"isIssuedByNetwork":  a.IssuedByNetwork,
-		"isExtendRequested":  false,
-		"isKeyRollRequested": false,
+		"isIssuedByNetwork":    a.IssuedByNetwork,
+		"isExtendRequested":    a.ExtendRequested,
+		"isKeyRollRequested":   a.KeyRollRequested,
+		"extendRequestedAt":    a.ExtendRequestedAt,
+		"lastExtendRolledKeys": a.LastExtendRolledKeys,
 	}
 	if ident != nil {
 		out["identity"] = ref("identities", ident.ID, ident.Name)

@@ -70,6 +70,7 @@ func (s *Server) listManagementServices(c *call) error {
 	q := c.r.URL.Query()
 	var list []*model.Service
 	perms := map[string][]string{}
+	var overrides map[string]map[string]string // as the identity sees them: its own configs
 	if q.Has("asIdentity") {
 		ident, err := s.identityByIDOrName("asIdentity", q.Get("asIdentity"))
 		if err != nil {
@@ -77,6 +78,9 @@ func (s *Server) listManagementServices(c *call) error {
 		}
 		access, err := s.m.ServicesFor(ident.ID)
 		if err != nil {
+			return err
+		}
+		if overrides, err = s.m.ServiceConfigOverrides(ident.ID); err != nil {
 			return err
 		}
 		for _, a := range access {
@@ -103,7 +107,7 @@ func (s *Server) listManagementServices(c *call) error {
 	}
 	return listOf(c, list, serviceFields(), func(sv *model.Service) any {
 		out := renderService(sv, perms[sv.ID])
-		s.embedConfigs(out, sv, want)
+		s.embedConfigs(out, sv, want, overrides[sv.ID])
 		return out
 	})
 }

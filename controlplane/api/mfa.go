@@ -19,7 +19,7 @@ func (s *Server) registerMFA() {
 	s.handle(both, "POST", "/current-identity/mfa/verify", session, "Completes MFA enrollment with a first TOTP code", s.verifyMFA)
 	s.handle(both, "GET", "/current-identity/mfa/recovery-codes", session, "Checks a current TOTP code and tells how many recovery codes are unused (they are shown only when made)", s.mfaRecoveryCodes)
 	s.handle(both, "POST", "/current-identity/mfa/recovery-codes", session, "Replaces every recovery code after checking a current TOTP code, and returns the new ones", s.newMFARecoveryCodes)
-	s.handle(client, "POST", "/current-api-session/totp-token", session, "Checks a TOTP code and returns a token proving it passed at that time", s.totpToken)
+	s.handle(both, "POST", "/current-api-session/totp-token", session, "Checks a TOTP code and returns a token proving it passed at that time", s.totpToken)
 	s.handle(management, "DELETE", "/identities/{id}/mfa", adminOnly, "Removes MFA from an identity", s.removeIdentityMFA)
 }
 

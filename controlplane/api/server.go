@@ -44,6 +44,11 @@ type Info struct {
 	Observer Observer
 	// Backup, when not nil, writes a consistent backup of the store (store.Store.Backup).
 	Backup func(io.Writer) error
+	// Verify, when not nil, checks the checksums of the store's files (store.Store.Verify).
+	Verify func() error
+	// Snapshot, when not nil, writes a backup of the store into the data directory and
+	// returns its path.
+	Snapshot func() (string, error)
 	// Fabric, when not nil, is the live mesh the fabric API shows; nil: no router, link or
 	// circuit is known.
 	Fabric Fabric
@@ -347,6 +352,9 @@ func (s *Server) register() {
 	s.registerFabric()
 	s.registerRelated()
 	s.registerRoleAttributes()
+	s.registerOps()
+	s.registerIntegrity()
+	s.registerFabricRouters()
 	for i := range s.routes {
 		s.routes[i].pending = slices.Contains(pendingMFARoutes, s.routes[i].method+" "+s.routes[i].path)
 		s.routes[i].authMethod = authMethodOf(s.routes[i])

@@ -169,10 +169,14 @@ func (s *Server) clientServices(c *call) error {
 	if err != nil {
 		return err
 	}
+	overrides, err := s.m.ServiceConfigOverrides(c.identity.ID)
+	if err != nil {
+		return err
+	}
 	return listOf(c, list, fields, func(a model.ServiceAccess) any {
 		out := renderService(a.Service, permissions(a))
 		out["postureQueries"] = renderPostureQueries(posture(a.ID))
-		s.embedConfigs(out, a.Service, want)
+		s.embedConfigs(out, a.Service, want, overrides[a.ID])
 		return out
 	})
 }
@@ -202,9 +206,13 @@ func (s *Server) clientService(c *call) error {
 	if err != nil {
 		return err
 	}
+	overrides, err := s.m.ServiceConfigOverrides(c.identity.ID)
+	if err != nil {
+		return err
+	}
 	out := renderService(a.Service, permissions(a))
 	out["postureQueries"] = renderPostureQueries(posture(a.ID))
-	s.embedConfigs(out, a.Service, want)
+	s.embedConfigs(out, a.Service, want, overrides[a.ID])
 	return c.data(http.StatusOK, out)
 }
 

@@ -104,41 +104,82 @@ func (m *Model) AuthenticateCert(chain []*x509.Certificate, login Login) (*APISe
 	if ok, wait := m.limiter.allow("cert:"+fp, login.Source); !ok {
 		return nil, nil, rateLimited(wait)
 	}
-	auth, err := m.certAuthenticator(chain)
+	who, err := m.certIdentity(chain)
 	if err != nil {
 		m.limiter.failed("cert:"+fp, login.Source)
 		return nil, nil, err
 	}
 	m.limiter.succeeded("cert:"+fp, login.Source)
-	return m.openSession(auth, MethodCertAuth, fp, login)
+	if who.byExternalID {
+		return m.openSessionWith(who.identityID, "", MethodCertAuth, fp, login, "", true)
+	}
+	return m.openSession(who.auth, MethodCertAuth, fp, login)
 }
 
-// certAuthenticator finds the authenticator of a certificate chain and checks the chain.
-func (m *Model) certAuthenticator(chain []*x509.Certificate) (*Authenticator, error) {
+// certHolder is whom a certificate chain stands for: the identity of its cert
+// authenticator, or the identity whose external id its CA's claim names.
+type certHolder struct {
+	identityID   string
+	auth         *Authenticator // nil when byExternalID
+	byExternalID bool
+}
+
+// claimedExternalID returns the external id a chain's leaf claims through the verified,
+// authentication-enabled third-party CA that issued it, or "" when that CA has no claim or
+// the leaf carries none.
+func (m *Model) claimedExternalID(chain []*x509.Certificate, cas []*CA) string {
+	for _, ca := range cas {
+		if ca.ExternalIDClaim == nil || !ca.IsVerified || !ca.IsAuthEnabled || verifyWithCA(ca, chain, m.opts.Now()) != nil {
+			continue
+		}
+		id, err := ca.ExternalIDClaim.ExternalID(chain[0])
+		if err != nil {
+			m.log.Info("client certificate without its CA's external id claim", "ca", ca.ID, "err", err)
+			return ""
+		}
+		return id
+	}
+	return ""
+}
+
+// certIdentity finds whom a certificate chain stands for and checks the chain. A chain of a
+// third-party CA with an external id claim stands for the identity with the external id it
+// claims; any other for the identity of the cert authenticator holding its leaf.
+func (m *Model) certIdentity(chain []*x509.Certificate) (certHolder, error) {
 	fp := certid.Fingerprint(chain[0])
-	var auth *Authenticator
+	var who certHolder
 	var ident *Identity
 	var cas []*CA
 	var policy *AuthPolicy
 	err := m.st.View(func(tx *store.Tx) (err error) {
-		if auth, err = m.c.authenticators.Lookup(tx, "fingerprint", fp); err != nil {
+		if cas, err = m.c.cas.All(tx); err != nil {
 			return err
 		}
-		if ident, policy, err = m.identityPolicy(tx, auth.IdentityID); err != nil {
-			return err
+		if ext := m.claimedExternalID(chain, cas); ext != "" {
+			byExt, err := m.c.identities.Lookup(tx, "externalId", ext)
+			if err != nil {
+				return err
+			}
+			who = certHolder{identityID: byExt.ID, byExternalID: true}
+		} else {
+			auth, err := m.c.authenticators.Lookup(tx, "fingerprint", fp)
+			if err != nil {
+				return err
+			}
+			who = certHolder{identityID: auth.IdentityID, auth: auth}
 		}
-		cas, err = m.c.cas.All(tx)
+		ident, policy, err = m.identityPolicy(tx, who.identityID)
 		return err
 	})
 	if errors.Is(err, store.ErrNotFound) || CodeOf(err) == CodeNotFound {
-		return nil, errInvalidAuth
+		return certHolder{}, errInvalidAuth
 	}
 	if err != nil {
-		return nil, err
+		return certHolder{}, err
 	}
 	if ident.IsDisabled(m.now()) {
 		m.log.Info("certificate refused: its identity is disabled", "identity", ident.ID)
-		return nil, errInvalidAuth
+		return certHolder{}, errInvalidAuth
 	}
 	err = m.verifyChain(chain, cas)
 	if err != nil && policy.Primary.Cert.AllowExpiredCerts && m.opts.Now().After(chain[0].NotAfter) {
@@ -146,9 +187,9 @@ func (m *Model) certAuthenticator(chain []*x509.Certificate) (*Authenticator, er
 		err = m.verifyChainAt(chain, cas, chain[0].NotAfter.Add(-time.Second))
 	}
 	if err != nil {
-		return nil, &Error{Code: CodeInvalidAuth, Message: "the client certificate is not valid", Cause: err}
+		return certHolder{}, &Error{Code: CodeInvalidAuth, Message: "the client certificate is not valid", Cause: err}
 	}
-	return auth, nil
+	return who, nil
 }
 
 // verifyChain accepts a chain issued by the controller's CA or by a verified third-party CA
@@ -195,6 +236,12 @@ func (m *Model) openSession(auth *Authenticator, method, fingerprint string, log
 // allows the method (and, for ext-jwt, the signer). The session must still pass MFA when
 // the identity has a verified MFA enrollment or its policy requires TOTP.
 func (m *Model) openSessionFor(identityID, authenticatorID, method, fingerprint string, login Login, signerID string) (*APISession, *Identity, error) {
+	return m.openSessionWith(identityID, authenticatorID, method, fingerprint, login, signerID, false)
+}
+
+// openSessionWith is openSessionFor; byExternalID: the certificate stood for the identity
+// through its CA's external id claim.
+func (m *Model) openSessionWith(identityID, authenticatorID, method, fingerprint string, login Login, signerID string, byExternalID bool) (*APISession, *Identity, error) {
 	s := &APISession{
 		Base:            m.newBase(nil),
 		Token:           newToken(),
@@ -204,6 +251,7 @@ func (m *Model) openSessionFor(identityID, authenticatorID, method, fingerprint 
 		IPAddress:       login.Source,
 		ConfigTypes:     login.ConfigTypes,
 		CertFingerprint: fingerprint,
+		ExternalIDCert:  byExternalID,
 	}
 	s.LastActivityAt = s.CreatedAt
 	var id *Identity
@@ -400,9 +448,9 @@ func (m *Model) IdentityByCert(chain []*x509.Certificate) (*Identity, error) {
 	if len(chain) == 0 {
 		return nil, errInvalidAuth
 	}
-	auth, err := m.certAuthenticator(chain)
+	who, err := m.certIdentity(chain)
 	if err != nil {
 		return nil, err
 	}
-	return m.Identity(auth.IdentityID)
+	return m.Identity(who.identityID)
 }

@@ -191,6 +191,8 @@ func (m *Model) ExtendVerify(s *APISession, id, clientCertPEM string) error {
 		if err != nil {
 			return missing(err, "authenticator", id)
 		}
+		cur.LastExtendRolledKeys = rolledKeys(cur.CertPEM, cur.UnverifiedCertPEM)
+		cur.ExtendRequested, cur.KeyRollRequested, cur.ExtendRequestedAt = false, false, nil
 		cur.CertPEM, cur.Fingerprint = cur.UnverifiedCertPEM, cur.UnverifiedFingerprint
 		cur.UnverifiedCertPEM, cur.UnverifiedFingerprint, cur.UpdatedAt = "", "", m.now()
 		if err := m.c.authenticators.Put(tx, cur); err != nil {

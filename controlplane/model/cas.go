@@ -3,7 +3,10 @@ package model
 import (
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"slices"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
@@ -19,6 +22,7 @@ type CACreate struct {
 	IsAuthEnabled             bool
 	IdentityRoles             []string
 	IdentityNameFormat        string
+	ExternalIDClaim           *ExternalIDClaim
 	Tags                      Tags
 }
 
@@ -49,6 +53,11 @@ func (m *Model) CreateCA(in CACreate) (*CA, error) {
 	if in.IdentityNameFormat == "" {
 		in.IdentityNameFormat = DefaultIdentityNameFormat
 	}
+	if in.ExternalIDClaim != nil {
+		if err := in.ExternalIDClaim.check(); err != nil {
+			return nil, err
+		}
+	}
 	ca := &CA{
 		Base:                      m.newBase(in.Tags),
 		Name:                      in.Name,
@@ -60,6 +69,7 @@ func (m *Model) CreateCA(in CACreate) (*CA, error) {
 		IsAuthEnabled:             in.IsAuthEnabled,
 		IdentityRoles:             nonNil(in.IdentityRoles),
 		IdentityNameFormat:        in.IdentityNameFormat,
+		ExternalIDClaim:           in.ExternalIDClaim,
 	}
 	if certid.Fingerprint(m.ca.Certificate()) == ca.Fingerprint {
 		return nil, invalid("certPem", nil, "is the network's own CA, which is always trusted")
@@ -145,8 +155,20 @@ func (m *Model) UpdateCA(id string, change func(*CA) error) (*CA, error) {
 		}
 		next := *cur
 		next.IdentityRoles = slices.Clone(cur.IdentityRoles)
+		if cur.ExternalIDClaim != nil {
+			claim := *cur.ExternalIDClaim
+			next.ExternalIDClaim = &claim
+		}
 		if err := change(&next); err != nil {
 			return err
+		}
+		if next.ExternalIDClaim != nil {
+			if err := next.ExternalIDClaim.check(); err != nil {
+				return err
+			}
+		}
+		if next.IdentityNameFormat == "" {
+			next.IdentityNameFormat = DefaultIdentityNameFormat
 		}
 		if next.Name != cur.Name { // a name stored under an older rule may stay
 			if err := checkName("name", next.Name); err != nil {
@@ -208,3 +230,32 @@ func (m *Model) caSweep(ca *CA) error {
 		return m.caTrustChanged(tx, ca)
 	})
 }
+
+// CAJWT returns the enrollment token of a certificate authority's auto-enrollment: it names
+// the CA and the controller, and carries no secret (the CA's certificates are the credential).
+func (m *Model) CAJWT(id string) (string, error) {
+	ca, err := m.GetCA(id)
+	if err != nil {
+		return "", err
+	}
+	claims := EnrollmentClaims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer:   m.opts.Issuer,
+			Subject:  ca.ID,
+			ID:       ca.ID,
+			Audience: jwt.ClaimStrings{EnrollmentAudience},
+			IssuedAt: jwt.NewNumericDate(m.now()),
+		},
+		Method: EnrollCA,
+	}
+	t := jwt.NewWithClaims(jwt.SigningMethodES256, claims)
+	t.Header["kid"] = m.opts.SigningKID
+	s, err := t.SignedString(m.opts.SigningKey)
+	if err != nil {
+		return "", fmt.Errorf("sign the enrollment token of certificate authority %s: %w", ca.ID, err)
+	}
+	return s, nil
+}
+
+// EnrollmentAudience is the audience of a CA's enrollment token, as the reference names it.
+const EnrollmentAudience = "openziti-enroller"

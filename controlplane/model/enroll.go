@@ -156,7 +156,9 @@ func verifyWithCA(ca *CA, chain []*x509.Certificate, now time.Time) error {
 }
 
 // EnrollCA creates an identity from a client certificate signed by a verified certificate
-// authority with auto-enrollment on (CA auto-enrollment). It returns the new identity.
+// authority with auto-enrollment on (CA auto-enrollment). It returns the new identity. When
+// the CA has an external id claim, the identity gets the external id the certificate claims
+// and no authenticator: any certificate of the CA with that claim authenticates it.
 func (m *Model) EnrollCA(chain []*x509.Certificate) (*Identity, error) {
 	if len(chain) == 0 {
 		return nil, &Error{Code: CodeCertFailedValidation, Message: "CA auto-enrollment needs a client certificate"}
@@ -177,22 +179,36 @@ func (m *Model) EnrollCA(chain []*x509.Certificate) (*Identity, error) {
 		if ca == nil {
 			return &Error{Code: CodeCertFailedValidation, Message: "the client certificate is not signed by a verified certificate authority with auto-enrollment enabled"}
 		}
-		if used, err := m.c.authenticators.IDsWith(tx, "fingerprint", certid.Fingerprint(chain[0])); err != nil {
-			return err
-		} else if len(used) > 0 {
-			return &Error{Code: CodeCertInUse, Message: "the certificate is already enrolled"}
+		externalID := ""
+		if ca.ExternalIDClaim != nil {
+			if externalID, err = ca.ExternalIDClaim.ExternalID(chain[0]); err != nil {
+				return &Error{Code: CodeMissingCertClaim, Message: fmt.Sprintf("the client certificate lacks the external id claim of certificate authority %q: %v", ca.Name, err), Cause: err}
+			}
+		}
+		if externalID == "" {
+			if used, err := m.c.authenticators.IDsWith(tx, "fingerprint", certid.Fingerprint(chain[0])); err != nil {
+				return err
+			} else if len(used) > 0 {
+				return &Error{Code: CodeCertInUse, Message: "the certificate is already enrolled"}
+			}
 		}
 		id = &Identity{
 			Base:           m.newBase(nil),
-			Name:           identityName(ca, chain[0]),
 			Type:           IdentityTypeDefault,
+			ExternalID:     externalID,
 			RoleAttributes: ca.IdentityRoles,
 			AuthPolicyID:   DefaultAuthPolicyID,
+		}
+		if id.Name, err = m.freeIdentityName(tx, identityName(ca, chain[0], id.ID)); err != nil {
+			return err
 		}
 		if err := m.c.identities.Create(tx, id); err != nil {
 			return conflict(err)
 		}
 		m.added(tx)
+		if externalID != "" {
+			return nil
+		}
 		a := &Authenticator{Base: m.newBase(nil), IdentityID: id.ID, Method: MethodCert,
 			CertPEM: certPEM(chain[0]), Fingerprint: certid.Fingerprint(chain[0]), CAFingerprint: ca.Fingerprint}
 		if err := m.c.authenticators.Create(tx, a); err != nil {
@@ -210,8 +226,10 @@ func (m *Model) EnrollCA(chain []*x509.Certificate) (*Identity, error) {
 // DefaultIdentityNameFormat names identities created by CA auto-enrollment.
 const DefaultIdentityNameFormat = "[caName]-[commonName]"
 
-// identityName fills a CA's identityNameFormat for a certificate.
-func identityName(ca *CA, cert *x509.Certificate) string {
+// identityName fills a CA's identityNameFormat for a certificate enrolling as the identity
+// with id. CA enrollment requests no name, so [requestedName] is the identity's id, as in
+// the reference.
+func identityName(ca *CA, cert *x509.Certificate, id string) string {
 	format := ca.IdentityNameFormat
 	if format == "" {
 		format = DefaultIdentityNameFormat
@@ -220,9 +238,25 @@ func identityName(ca *CA, cert *x509.Certificate) string {
 		"[caName]", ca.Name,
 		"[caId]", ca.ID,
 		"[commonName]", cert.Subject.CommonName,
-		"[requestedName]", cert.Subject.CommonName,
-		"[identityId]", certid.Fingerprint(cert)[:10],
+		"[requestedName]", id,
+		"[identityId]", id,
 	).Replace(format)
+}
+
+// freeIdentityName returns name when no identity has it, else name with the first
+// six-digit counter (000001, 000002, ...) that makes it unique.
+func (m *Model) freeIdentityName(tx *store.Tx, name string) (string, error) {
+	candidate := name
+	for i := 1; ; i++ {
+		ids, err := m.c.identities.IDsWith(tx, "name", candidate)
+		if err != nil {
+			return "", err
+		}
+		if len(ids) == 0 {
+			return candidate, nil
+		}
+		candidate = fmt.Sprintf("%s%06d", name, i)
+	}
 }
 
 // Enrollments returns every pending enrollment in id order.

@@ -121,6 +121,12 @@ type Authenticator struct {
 	// An extension issues a new certificate that takes over once the client verifies it.
 	UnverifiedCertPEM     string `json:"unverifiedCertPem,omitempty"`
 	UnverifiedFingerprint string `json:"unverifiedFingerprint,omitempty"`
+	// An administrator may ask the client to extend its certificate early, and to use a new
+	// key for it; the next verified extension clears the request.
+	ExtendRequested      bool       `json:"extendRequested,omitempty"`
+	KeyRollRequested     bool       `json:"keyRollRequested,omitempty"`
+	ExtendRequestedAt    *time.Time `json:"extendRequestedAt,omitempty"`
+	LastExtendRolledKeys bool       `json:"lastExtendRolledKeys,omitempty"`
 }
 
 // Enrollment methods.
@@ -169,6 +175,10 @@ type APISession struct {
 	AuthQueries     []AuthQuery `json:"authQueries,omitempty"`
 	// CertFingerprint is set when the session was made with a client certificate.
 	CertFingerprint string `json:"certFingerprint,omitempty"`
+	// ExternalIDCert: the certificate stood for the identity through its CA's external id
+	// claim, not through a cert authenticator; it stays usable whatever the identity's
+	// authenticators become.
+	ExternalIDCert bool `json:"externalIdCert,omitempty"`
 	// MFACompletedAt is when the session last passed MFA (set by RecordMFA); MFA posture
 	// checks count from it and never hold while it is nil.
 	MFACompletedAt *time.Time `json:"mfaCompletedAt,omitempty"`
@@ -198,6 +208,8 @@ type CA struct {
 	IsAuthEnabled             bool     `json:"isAuthEnabled"`
 	IdentityRoles             []string `json:"identityRoles"`
 	IdentityNameFormat        string   `json:"identityNameFormat"`
+	// ExternalIDClaim, when set, maps the CA's certificates to identities by external id.
+	ExternalIDClaim *ExternalIDClaim `json:"externalIdClaim,omitempty"`
 }
 
 // The collections and their indexes.
@@ -217,9 +229,11 @@ type collections struct {
 	sessions                  *store.Collection[Session]
 	postureChecks             *store.Collection[PostureCheck]
 	posture                   *postureStore // reported posture per API session, in memory only
+	failed                    *failedStore  // session requests posture refused, per identity, in memory only
 	configTypes               *store.Collection[ConfigType]
 	configs                   *store.Collection[Config]
 	terminators               *store.Collection[Terminator]
+	identityServiceConfigs    *store.Collection[IdentityServiceConfigs]
 }
 
 func one(s string) []string { return []string{s} }
@@ -286,6 +300,9 @@ func newCollections() collections {
 			store.Index[PostureCheck]{Name: "name", Unique: true, Keys: func(c *PostureCheck) []string { return one(c.Name) }},
 		),
 		posture: newPostureStore(),
+		failed:  newFailedStore(),
+		identityServiceConfigs: store.NewCollection("identityServiceConfigs",
+			func(c *IdentityServiceConfigs) string { return c.IdentityID }),
 		sessions: store.NewCollection("sessions", func(s *Session) string { return s.ID },
 			store.Index[Session]{Name: "token", Unique: true, Keys: func(s *Session) []string { return one(s.Token) }},
 			store.Index[Session]{Name: "apiSessionId", Keys: func(s *Session) []string { return one(s.APISessionID) }},

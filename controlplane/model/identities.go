@@ -411,6 +411,14 @@ func (m *Model) deleteIdentityTx(tx *store.Tx, id string) error {
 	if err := m.deleteMFAOf(tx, id); err != nil {
 		return err
 	}
+	if ok, err := m.c.identityServiceConfigs.Has(tx, id); err != nil {
+		return err
+	} else if ok {
+		if err := m.c.identityServiceConfigs.Delete(tx, id); err != nil {
+			return err
+		}
+	}
+	tx.OnCommit(func() { m.c.failed.forget(id) })
 	m.changed(tx)
 	return m.c.identities.Delete(tx, id)
 }

@@ -14,7 +14,8 @@ import (
 type RoutedAPISession struct {
 	*APISession
 	// CertFingerprints are the identity's current certificates (those of its cert
-	// authenticators) and the API session's ephemeral certificates, sorted; never nil.
+	// authenticators), the API session's ephemeral certificates and the certificate it was
+	// opened with when its CA's external id claim named the identity, sorted; never nil.
 	CertFingerprints []string
 }
 
@@ -40,6 +41,9 @@ func (m *Model) routedAPISession(tx *store.Tx, a *APISession, idents map[string]
 	}
 	for _, c := range certs {
 		fps = append(fps, c.Fingerprint)
+	}
+	if a.ExternalIDCert {
+		fps = append(fps, a.CertFingerprint)
 	}
 	slices.Sort(fps)
 	return &RoutedAPISession{APISession: a, CertFingerprints: slices.Compact(fps)}, nil
@@ -150,7 +154,7 @@ func (m *Model) staleRule(tx *store.Tx, identityID string) (stale func(*APISessi
 	if err != nil {
 		return nil, false, err
 	}
-	return func(a *APISession) bool { return a.CertFingerprint != "" && !cur[a.CertFingerprint] }, false, nil
+	return func(a *APISession) bool { return a.CertFingerprint != "" && !a.ExternalIDCert && !cur[a.CertFingerprint] }, false, nil
 }
 
 // endStaleSessionsLogged is endStaleSessions for an after-commit hook, which cannot fail: an
@@ -169,7 +173,7 @@ func (m *Model) endStaleSessionsLogged(identityID string) {
 // the certificate is still one of its identity's current ones. Sessions opened otherwise
 // always may.
 func (m *Model) certCurrent(tx *store.Tx, s *APISession) (bool, error) {
-	if s.CertFingerprint == "" {
+	if s.CertFingerprint == "" || s.ExternalIDCert {
 		return true, nil
 	}
 	cur, err := m.currentCerts(tx, s.IdentityID)

@@ -28,7 +28,8 @@ func (m *Model) CreateSession(api *APISession, serviceID, typ string, tags Tags)
 	if typ != PolicyDial && typ != PolicyBind {
 		return nil, nil, invalid("type", typ, "allowed: Dial, Bind")
 	}
-	if _, err := m.Service(serviceID); err != nil {
+	svc, err := m.Service(serviceID)
+	if err != nil {
 		if CodeOf(err) == CodeNotFound {
 			return nil, nil, invalid("serviceId", serviceID, "no service with this id")
 		}
@@ -45,7 +46,9 @@ func (m *Model) CreateSession(api *APISession, serviceID, typ string, tags Tags)
 	}
 	// One granting policy whose posture checks all hold is enough.
 	posture := m.c.posture.get(api.ID)
-	if err := idx.postureAllows(grants, api, posture, m.now()); err != nil {
+	now := m.now()
+	if err := idx.postureAllows(grants, api, posture, now); err != nil {
+		m.recordPostureFailure(idx, grants, api, posture, svc, typ, now)
 		return nil, nil, err
 	}
 	routers, err := m.EdgeRoutersFor(api.IdentityID, serviceID)
