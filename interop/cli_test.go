@@ -335,13 +335,27 @@ func runCLISession(t *testing.T, l *ledger, n *network, bin string) {
 	z.cmd("edge list auth-policies", including("io-ap"), "edge", "list", "auth-policies", "-j")
 	z.cmd("edge list cas", including("io-ca"), "edge", "list", "cas", "-j")
 	z.cmd("edge list ext-jwt-signers", including("io-signer"), "edge", "list", "ext-jwt-signers", "-j")
-	z.cmd("edge list identity-role-attributes", func(out string) error {
+	z.cmd("edge list identity-role-attributes", roleAttributes("io-dialers"), "edge", "list", "identity-role-attributes", "-j")
+
+	z.cmd("edge list service-role-attributes", roleAttributes("io-services"), "edge", "list", "service-role-attributes", "-j")
+	z.cmd("edge list edge-router-role-attributes", roleAttributes(), "edge", "list", "edge-router-role-attributes", "-j")
+	z.cmd("edge list posture-check-role-attributes", roleAttributes(), "edge", "list", "posture-check-role-attributes", "-j")
+	z.cmd("edge list enrollments", atLeast(2), "edge", "list", "enrollments", "-j")
+	z.cmd("edge list terminators", atLeast(1), "edge", "list", "terminators", "-j")
+	z.cmd("edge list transit-routers", func(out string) error { _, err := jsonList(out); return err }, "edge", "list", "transit-routers", "-j")
+	z.cmd("edge list summary", func(out string) error {
 		data, err := jsonData(out)
 		if err != nil {
 			return err
 		}
-		return sameJSON("the identity role attributes include io-dialers", slices.Contains(anyStrings(data), "io-dialers"), true)
-	}, "edge", "list", "identity-role-attributes", "-j")
+		m, _ := data.(map[string]any)
+		for _, k := range []string{"identities", "services", "servicePolicies"} {
+			if _, ok := m[k]; !ok {
+				return fmt.Errorf("the summary %v has no %q", m, k)
+			}
+		}
+		return nil
+	}, "edge", "list", "summary", "-j")
 
 	// Updating them.
 	z.cmd("edge update identity io-outsider -a io-nobody", then(nil, field(r, "identities", ioOutsider, "roleAttributes", []string{"io-nobody"})),
@@ -389,6 +403,10 @@ func runCLISession(t *testing.T, l *ledger, n *network, bin string) {
 	z.cmd("edge list service identities io-svc", names(ioDialer), "edge", "list", "service", "identities", ioSvc, "-j")
 	z.cmd("edge list service-policy identities io-dial", names(ioDialer), "edge", "list", "service-policy", "identities", "io-dial", "-j")
 	z.cmd("edge list config-type configs io-type-2", names("io-config", "io-override"), "edge", "list", "config-type", "configs", "io-type-2", "-j")
+	z.cmd("edge list identity service-policies io-dialer", names("io-dial"), "edge", "list", "identity", "service-policies", ioDialer, "-j")
+	z.cmd("edge list service configs io-svc", names("io-config"), "edge", "list", "service", "configs", ioSvc, "-j")
+	z.cmd("edge list edge-router identities router-1", including(ioDialer, clientName), "edge", "list", "edge-router", "identities", "router-1", "-j")
+	z.cmd("edge list service terminators echo", atLeast(1), "edge", "list", "service", "terminators", echoService, "-j")
 	z.cmd("edge update identity-configs io-dialer io-svc io-override", func(string) error {
 		var out struct {
 			Data []map[string]any `json:"data"`
@@ -455,6 +473,31 @@ func runCLISession(t *testing.T, l *ledger, n *network, bin string) {
 		}
 		return nil
 	}, "edge", "list", "sessions", "-j")
+	z.cmd("edge delete session", func(string) error {
+		err := r.do("GET", managementAPI+"/sessions/"+sessionID, nil, nil)
+		var ae *apiError
+		if errors.As(err, &ae) && ae.status == 404 {
+			return nil
+		}
+		return fmt.Errorf("GET the deleted session: %v, want 404", err)
+	}, "edge", "delete", "session", sessionID)
+	spare := adminREST(t, n)
+	var current struct {
+		Data struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := spare.do("GET", managementAPI+"/current-api-session", nil, &current); err != nil {
+		t.Errorf("the spare administrator session: %v", err)
+	}
+	z.cmd("edge delete api-session", func(string) error {
+		err := spare.do("GET", managementAPI+"/current-api-session", nil, nil)
+		var ae *apiError
+		if errors.As(err, &ae) && ae.status == 401 {
+			return nil
+		}
+		return fmt.Errorf("the deleted API session's token: %v, want 401", err)
+	}, "edge", "delete", "api-session", current.Data.ID)
 	z.cmd("fabric list routers", including("router-1", "router-2"), "fabric", "list", "routers", "-j")
 	z.cmd("fabric list links", atLeast(1), "fabric", "list", "links", "-j")
 	z.cmd("fabric list services", including(echoService, ioSvc), "fabric", "list", "services", "-j")
@@ -508,6 +551,26 @@ func runCLISession(t *testing.T, l *ledger, n *network, bin string) {
 		{"edge-routers", "edge-router", "io-er"},
 	} {
 		z.cmd("edge delete "+d.cliType+" "+d.name, deleted(r, d.typ, d.name), "edge", "delete", d.cliType, d.name)
+	}
+}
+
+// roleAttributes checks that the -j list of role attributes includes want.
+func roleAttributes(want ...string) func(string) error {
+	return func(out string) error {
+		data, err := jsonData(out)
+		if err != nil {
+			return err
+		}
+		got := anyStrings(data)
+		if _, ok := data.([]any); !ok {
+			return fmt.Errorf("the role attributes are %T, not a list", data)
+		}
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				return fmt.Errorf("the role attributes %q lack %q", got, w)
+			}
+		}
+		return nil
 	}
 }
 

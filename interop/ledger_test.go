@@ -2,6 +2,7 @@ package interop
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -63,30 +64,39 @@ func loadLedger(path string) (*ledger, error) {
 // known gaps. It reports whether f succeeded, so that a caller can skip what depends on it.
 func (l *ledger) step(t *testing.T, suite, name string, f func() error) bool {
 	t.Helper()
-	key := suite + ": " + name
 	err := f()
+	verdict, bad := l.record(suite, name, err)
+	if bad {
+		t.Error(verdict)
+	} else {
+		t.Log(verdict)
+	}
+	return err == nil
+}
+
+// record adds the outcome of a step and judges it: bad is true for a failure not listed in
+// the known gaps, a listed step that passes, and a step recorded twice.
+func (l *ledger) record(suite, name string, err error) (verdict string, bad bool) {
+	key := suite + ": " + name
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	for _, o := range l.steps {
 		if o.suite+": "+o.name == key {
-			l.mu.Unlock()
-			t.Errorf("step %q runs twice: steps need unique names", key)
-			return err == nil
+			return fmt.Sprintf("step %q runs twice: steps need unique names", key), true
 		}
 	}
 	l.steps = append(l.steps, outcome{suite, name, err})
-	l.mu.Unlock()
 	reason, known := l.gaps[key]
 	switch {
 	case err != nil && known:
-		t.Logf("KNOWN GAP %s: %v", key, err)
+		return fmt.Sprintf("KNOWN GAP %s: %v", key, err), false
 	case err != nil:
-		t.Errorf("FAIL %s: %v", key, err)
+		return fmt.Sprintf("FAIL %s: %v", key, err), true
 	case known:
-		t.Errorf("PASSES %s: remove it from %s (listed as %q)", key, gapsFile, reason)
+		return fmt.Sprintf("PASSES %s: remove it from %s (listed as %q)", key, gapsFile, reason), true
 	default:
-		t.Logf("ok   %s", key)
+		return "ok   " + key, false
 	}
-	return err == nil
 }
 
 // stale returns the known gaps no step of a complete run carried out.
@@ -135,4 +145,53 @@ func (l *ledger) summary(w io.Writer) {
 // oneLine folds an error's lines into one, for the summary.
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// TestLedger checks the judging of steps against a gaps file: only a failure that is listed,
+// or a success that is not, is fine; a gap no step names is stale.
+func TestLedger(t *testing.T) {
+	path := t.TempDir() + "/gaps.txt"
+	if err := os.WriteFile(path, []byte("# comment\n\ncli: a | 404 on /a\ncli: b | 404 on /b\nsdk: never run | gone\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := loadLedger(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := errors.New("404")
+	for _, c := range []struct {
+		suite, name string
+		err         error
+		bad         bool
+	}{
+		{"cli", "a", fail, false}, // a known gap
+		{"cli", "b", nil, true},   // a known gap that passes
+		{"cli", "c", fail, true},  // a new failure
+		{"cli", "d", nil, false},  // a pass
+		{"sdk", "a", fail, true},  // another suite's step of the same name
+		{"cli", "d", nil, true},   // twice
+	} {
+		if verdict, bad := l.record(c.suite, c.name, c.err); bad != c.bad {
+			t.Errorf("%s: %s with %v judged bad=%v (%s), want %v", c.suite, c.name, c.err, bad, verdict, c.bad)
+		}
+	}
+	if got := l.stale(); !slices.Equal(got, []string{"sdk: never run"}) {
+		t.Errorf("stale gaps %q, want [sdk: never run]", got)
+	}
+	var sum strings.Builder
+	l.summary(&sum)
+	for _, want := range []string{"interop: 2 of 4 scripted ziti CLI commands pass", "known gap: a: 404", "NEW FAILURE: c: 404", "interop: 0 of 1 sdk-golang checks pass"} {
+		if !strings.Contains(sum.String(), want) {
+			t.Errorf("the summary lacks %q:\n%s", want, sum.String())
+		}
+	}
+
+	for _, bad := range []string{"cli: no reason\n", "cli: x | a\ncli: x | b\n", " | no step\n"} {
+		if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := loadLedger(path); err == nil {
+			t.Errorf("the gaps file %q loaded", bad)
+		}
+	}
 }
