@@ -281,9 +281,9 @@ func runCLISession(t *testing.T, l *ledger, n *network, bin string) {
 
 	// Logging in: without --ca the CLI fetches the CA bundle from the server root and asks
 	// (-y answers) whether to trust it; with --ca it trusts the file.
-	z.cmd("edge login without --ca", matches(`(?i)token`),
+	z.cmd("edge login without --ca", matches(`(?m)^Token: \S+`),
 		"edge", "login", n.api, "-u", "admin", "-p", n.password, "-y")
-	z.cmd("edge login --ca", matches(`(?i)token`),
+	z.cmd("edge login --ca", matches(`(?m)^Token: \S+`),
 		"edge", "login", n.api, "-u", "admin", "-p", n.password, "--ca", n.caFile, "-y")
 	z.cmd("edge list identities", including("Default Admin", clientName), "edge", "list", "identities", "-j")
 	z.cmd("edge list edge-routers", including("router-1", "router-2"), "edge", "list", "edge-routers", "-j")
@@ -397,6 +397,26 @@ func runCLISession(t *testing.T, l *ledger, n *network, bin string) {
 	z.cmd("edge enroll updb", func(string) error {
 		return newREST(n).do("POST", clientAPI+"/authenticate?method=password", map[string]string{"username": ioUser, "password": ioPassword}, nil)
 	}, "edge", "enroll", z.path("user.jwt"), "-u", ioUser, "-p", ioPassword)
+
+	// Logging in by certificate (the quickstart client's, from the file zmesh wrote) and by
+	// an external JWT (of io-signer, whose identities are matched by external id), without
+	// replacing the administrator's login.
+	if err := writeClientPEM(n, z.path("client.cert"), z.path("client.key")); err != nil {
+		t.Fatal(err)
+	}
+	z.cmd("edge login --client-cert", matches(`(?m)^Token: \S+`),
+		"edge", "login", n.api, "-c", z.path("client.cert"), "-k", z.path("client.key"), "--ca", n.caFile, "--ignore-config")
+	z.cmd("edge update identity io-dialer --external-id", then(nil, field(r, "identities", ioDialer, "externalId", "io-dialer-ext")),
+		"edge", "update", "identity", ioDialer, "--external-id", "io-dialer-ext")
+	tok, err := idp.token("https://issuer.interop.example", "io-aud-2", "io-dialer-ext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(z.path("ext.jwt"), []byte(tok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	z.cmd("edge login --ext-jwt", matches(`(?m)^Token: \S+`),
+		"edge", "login", n.api, "--ext-jwt", z.path("ext.jwt"), "--ca", n.caFile, "--ignore-config")
 
 	// Related entities.
 	z.cmd("edge list identity services io-dialer", names(ioSvc), "edge", "list", "identity", "services", ioDialer, "-j")
@@ -659,4 +679,24 @@ edge:
       ip: [127.0.0.1]
 `, dir, 6262+n.offset, n.freePort(1))
 	return os.WriteFile(path, []byte(cfg), 0o600)
+}
+
+// writeClientPEM writes the certificate and key of the quickstart client's identity file
+// (zmesh's format: PEM fields with a "pem:" prefix) to certFile and keyFile.
+func writeClientPEM(n *network, certFile, keyFile string) error {
+	data, err := os.ReadFile(n.client)
+	if err != nil {
+		return err
+	}
+	var file struct {
+		ID struct {
+			Cert string `json:"cert"`
+			Key  string `json:"key"`
+		} `json:"id"`
+	}
+	if err := json.Unmarshal(data, &file); err != nil {
+		return fmt.Errorf("%s: %w", n.client, err)
+	}
+	return errors.Join(os.WriteFile(certFile, []byte(strings.TrimPrefix(file.ID.Cert, "pem:")), 0o600),
+		os.WriteFile(keyFile, []byte(strings.TrimPrefix(file.ID.Key, "pem:")), 0o600))
 }
