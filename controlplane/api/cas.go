@@ -115,6 +115,12 @@ func (c *claimBody) required() error {
 		req("externalIdClaim.parserCriteria", c.ParserCriteria != nil), req("externalIdClaim.index", c.Index != nil))
 }
 
+// empty reports whether the body names no field: the ziti CLI's CA update sends one always.
+func (c *claimBody) empty() bool {
+	return c.Location == nil && c.Matcher == nil && c.MatcherCriteria == nil && c.Parser == nil &&
+		c.ParserCriteria == nil && c.Index == nil
+}
+
 func (c *claimBody) apply(x *model.ExternalIDClaim) {
 	set(&x.Location, c.Location)
 	set(&x.Matcher, c.Matcher)
@@ -139,6 +145,8 @@ func (b *caBody) check(whole bool) error {
 
 func (b *caBody) apply(ca *model.CA) {
 	switch {
+	case b.ExternalIDClaim.present() && ca.ExternalIDClaim == nil && b.ExternalIDClaim.v.empty():
+		// A patch of no field leaves a CA without a claim without one.
 	case b.ExternalIDClaim.present():
 		if ca.ExternalIDClaim == nil {
 			ca.ExternalIDClaim = &model.ExternalIDClaim{}

@@ -210,3 +210,19 @@ func TestCAJWT(t *testing.T) {
 		t.Fatalf("non-admin: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// TestCAPatchEmptyClaim checks that a patch with an empty externalIdClaim, as the ziti CLI's
+// CA update sends with every change, changes the other fields and leaves a CA without a
+// claim without one.
+func TestCAPatchEmptyClaim(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	corp := testutil.NewAuthority(t, "corp CA")
+	id := f.create(t, "/cas", `{"name":"corp","certPem":`+jsonString(string(corp.PEM()))+`,"isAutoCaEnrollmentEnabled":true,"isOttCaEnrollmentEnabled":false,"isAuthEnabled":true,"identityRoles":[]}`)
+	if rec := f.do("PATCH", ManagementBase+"/cas/"+id, f.admin, `{"identityNameFormat":"[caName]-[commonName]-x","externalIdClaim":{}}`); rec.Code != http.StatusOK {
+		t.Fatalf("PATCH with an empty claim: %d %s", rec.Code, rec.Body)
+	}
+	if ca := f.ca(t, id); ca.ExternalIDClaim != nil || ca.IdentityNameFormat != "[caName]-[commonName]-x" {
+		t.Fatalf("CA after the patch: claim %+v, name format %q", ca.ExternalIDClaim, ca.IdentityNameFormat)
+	}
+}
