@@ -154,7 +154,9 @@ func (m *Model) staleRule(tx *store.Tx, identityID string) (stale func(*APISessi
 	if err != nil {
 		return nil, false, err
 	}
-	return func(a *APISession) bool { return a.CertFingerprint != "" && !a.ExternalIDCert && !cur[a.CertFingerprint] }, false, nil
+	return func(a *APISession) bool {
+		return a.CertFingerprint != "" && !a.ExternalIDCert && !cur[a.CertFingerprint]
+	}, false, nil
 }
 
 // endStaleSessionsLogged is endStaleSessions for an after-commit hook, which cannot fail: an
