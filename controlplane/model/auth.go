@@ -110,8 +110,8 @@ func (m *Model) AuthenticateCert(chain []*x509.Certificate, login Login) (*APISe
 		return nil, nil, err
 	}
 	m.limiter.succeeded("cert:"+fp, login.Source)
-	if who.byExternalID {
-		return m.openSessionWith(who.identityID, "", MethodCertAuth, fp, login, "", true)
+	if who.claim != nil {
+		return m.openSessionWith(who.identityID, "", MethodCertAuth, fp, login, "", who.claim)
 	}
 	return m.openSession(who.auth, MethodCertAuth, fp, login)
 }
@@ -119,15 +119,20 @@ func (m *Model) AuthenticateCert(chain []*x509.Certificate, login Login) (*APISe
 // certHolder is whom a certificate chain stands for: the identity of its cert
 // authenticator, or the identity whose external id its CA's claim names.
 type certHolder struct {
-	identityID   string
-	auth         *Authenticator // nil when byExternalID
-	byExternalID bool
+	identityID string
+	auth       *Authenticator // nil when claim is not
+	claim      *certClaim
+}
+
+// certClaim is the external id a certificate claims through its CA's external id claim.
+type certClaim struct {
+	caFingerprint, externalID string
 }
 
 // claimedExternalID returns the external id a chain's leaf claims through the verified,
-// authentication-enabled third-party CA that issued it, or "" when that CA has no claim or
+// authentication-enabled third-party CA that issued it, or nil when that CA has no claim or
 // the leaf carries none.
-func (m *Model) claimedExternalID(chain []*x509.Certificate, cas []*CA) string {
+func (m *Model) claimedExternalID(chain []*x509.Certificate, cas []*CA) *certClaim {
 	for _, ca := range cas {
 		if ca.ExternalIDClaim == nil || !ca.IsVerified || !ca.IsAuthEnabled || verifyWithCA(ca, chain, m.opts.Now()) != nil {
 			continue
@@ -135,11 +140,11 @@ func (m *Model) claimedExternalID(chain []*x509.Certificate, cas []*CA) string {
 		id, err := ca.ExternalIDClaim.ExternalID(chain[0])
 		if err != nil {
 			m.log.Info("client certificate without its CA's external id claim", "ca", ca.ID, "err", err)
-			return ""
+			return nil
 		}
-		return id
+		return &certClaim{caFingerprint: ca.Fingerprint, externalID: id}
 	}
-	return ""
+	return nil
 }
 
 // certIdentity finds whom a certificate chain stands for and checks the chain. A chain of a
@@ -155,12 +160,17 @@ func (m *Model) certIdentity(chain []*x509.Certificate) (certHolder, error) {
 		if cas, err = m.c.cas.All(tx); err != nil {
 			return err
 		}
-		if ext := m.claimedExternalID(chain, cas); ext != "" {
-			byExt, err := m.c.identities.Lookup(tx, "externalId", ext)
+		if claim := m.claimedExternalID(chain, cas); claim != nil {
+			byExt, err := m.c.identities.Lookup(tx, "externalId", claim.externalID)
 			if err != nil {
 				return err
 			}
-			who = certHolder{identityID: byExt.ID, byExternalID: true}
+			if byExt.IsAdmin || byExt.Type == IdentityTypeRouter {
+				// A third party's claim does not reach administrators or routers' identities.
+				m.log.Info("certificate refused: its CA's external id claim names an administrator or a router's identity", "identity", byExt.ID)
+				return errInvalidAuth
+			}
+			who = certHolder{identityID: byExt.ID, claim: claim}
 		} else {
 			auth, err := m.c.authenticators.Lookup(tx, "fingerprint", fp)
 			if err != nil {
@@ -236,12 +246,12 @@ func (m *Model) openSession(auth *Authenticator, method, fingerprint string, log
 // allows the method (and, for ext-jwt, the signer). The session must still pass MFA when
 // the identity has a verified MFA enrollment or its policy requires TOTP.
 func (m *Model) openSessionFor(identityID, authenticatorID, method, fingerprint string, login Login, signerID string) (*APISession, *Identity, error) {
-	return m.openSessionWith(identityID, authenticatorID, method, fingerprint, login, signerID, false)
+	return m.openSessionWith(identityID, authenticatorID, method, fingerprint, login, signerID, nil)
 }
 
-// openSessionWith is openSessionFor; byExternalID: the certificate stood for the identity
-// through its CA's external id claim.
-func (m *Model) openSessionWith(identityID, authenticatorID, method, fingerprint string, login Login, signerID string, byExternalID bool) (*APISession, *Identity, error) {
+// openSessionWith is openSessionFor; claim, when not nil: the certificate stood for the
+// identity through its CA's external id claim.
+func (m *Model) openSessionWith(identityID, authenticatorID, method, fingerprint string, login Login, signerID string, claim *certClaim) (*APISession, *Identity, error) {
 	s := &APISession{
 		Base:            m.newBase(nil),
 		Token:           newToken(),
@@ -251,7 +261,9 @@ func (m *Model) openSessionWith(identityID, authenticatorID, method, fingerprint
 		IPAddress:       login.Source,
 		ConfigTypes:     login.ConfigTypes,
 		CertFingerprint: fingerprint,
-		ExternalIDCert:  byExternalID,
+	}
+	if claim != nil {
+		s.ExternalIDCert, s.ClaimCA, s.ClaimedExternalID = true, claim.caFingerprint, claim.externalID
 	}
 	s.LastActivityAt = s.CreatedAt
 	var id *Identity

@@ -144,7 +144,7 @@ func (m *Model) CAs() ([]*CA, error) {
 
 // UpdateCA applies change to a certificate authority; its certificate cannot change. When
 // isAuthEnabled turns false, the API sessions of its certificates end right after the
-// commit (certsChanged).
+// commit (certsChanged); when its external id claim is removed, those opened through it.
 func (m *Model) UpdateCA(id string, change func(*CA) error) (*CA, error) {
 	var out *CA
 	var revoked bool
@@ -183,8 +183,9 @@ func (m *Model) UpdateCA(id string, change func(*CA) error) (*CA, error) {
 		if err := m.c.cas.Put(tx, &next); err != nil {
 			return conflict(err)
 		}
-		if next.IsAuthEnabled != cur.IsAuthEnabled {
-			revoked = !next.IsAuthEnabled
+		claimRemoved := cur.ExternalIDClaim != nil && next.ExternalIDClaim == nil
+		if next.IsAuthEnabled != cur.IsAuthEnabled || claimRemoved {
+			revoked = !next.IsAuthEnabled || claimRemoved
 			return m.caTrustChanged(tx, &next)
 		}
 		return nil
@@ -224,8 +225,12 @@ func (m *Model) DeleteCA(id string) error {
 // an API session the change's scan could not see; every later login sees the change.
 func (m *Model) caSweep(ca *CA) error {
 	return m.st.Update(func(tx *store.Tx) error {
-		if ok, err := m.caTrusted(tx, ca.Fingerprint); err != nil || ok {
+		cur, err := m.c.cas.Lookup(tx, "fingerprint", ca.Fingerprint)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
+		}
+		if err == nil && cur.IsVerified && cur.IsAuthEnabled && cur.ExternalIDClaim != nil {
+			return nil // trusted again, claim and all
 		}
 		return m.caTrustChanged(tx, ca)
 	})

@@ -176,9 +176,12 @@ type APISession struct {
 	// CertFingerprint is set when the session was made with a client certificate.
 	CertFingerprint string `json:"certFingerprint,omitempty"`
 	// ExternalIDCert: the certificate stood for the identity through its CA's external id
-	// claim, not through a cert authenticator; it stays usable whatever the identity's
-	// authenticators become.
-	ExternalIDCert bool `json:"externalIdCert,omitempty"`
+	// claim, not through a cert authenticator, whatever the identity's authenticators are.
+	// It stays usable while that CA (ClaimCA, its fingerprint) is verified, allows
+	// authentication and keeps its claim, and the identity keeps ClaimedExternalID.
+	ExternalIDCert    bool   `json:"externalIdCert,omitempty"`
+	ClaimCA           string `json:"claimCa,omitempty"`
+	ClaimedExternalID string `json:"claimedExternalId,omitempty"`
 	// MFACompletedAt is when the session last passed MFA (set by RecordMFA); MFA posture
 	// checks count from it and never hold while it is nil.
 	MFACompletedAt *time.Time `json:"mfaCompletedAt,omitempty"`

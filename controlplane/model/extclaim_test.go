@@ -104,3 +104,82 @@ func TestExternalIDSession(t *testing.T) {
 		t.Fatalf("claim of no identity: %v", err)
 	}
 }
+
+// An API session opened through a CA's external id claim ends when the claim no longer
+// stands: the CA deleted, its authentication turned off, its claim removed, or the
+// identity's external id changed. Routers are told, and the token answers 401.
+func TestExternalIDSessionRevoked(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		revoke func(f *fixture, ca *CA, identityID string) error
+	}{
+		{"CA deleted", func(f *fixture, ca *CA, _ string) error { return f.m.DeleteCA(ca.ID) }},
+		{"CA auth off", func(f *fixture, ca *CA, _ string) error {
+			_, err := f.m.UpdateCA(ca.ID, func(c *CA) error { c.IsAuthEnabled = false; return nil })
+			return err
+		}},
+		{"claim removed", func(f *fixture, ca *CA, _ string) error {
+			_, err := f.m.UpdateCA(ca.ID, func(c *CA) error { c.ExternalIDClaim = nil; return nil })
+			return err
+		}},
+		{"external id changed", func(f *fixture, _ *CA, identityID string) error {
+			_, err := f.m.UpdateIdentity(identityID, func(i *Identity) error { i.ExternalID = "8"; return nil })
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			corp := testutil.NewAuthority(t, "corp CA")
+			ca, err := f.m.CreateCA(CACreate{Name: "corp", CertPEM: certPEM(corp.Cert), IsAutoCaEnrollmentEnabled: true, IsAuthEnabled: true,
+				ExternalIDClaim: &ExternalIDClaim{Location: ClaimLocCommonName, Matcher: ClaimMatchPrefix, MatcherCriteria: "emp-", Parser: ClaimParseNone}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.m.VerifyCA(ca.ID, certPEM(corp.Issue(t, ca.VerificationToken, nil))); err != nil {
+				t.Fatal(err)
+			}
+			id, err := f.m.EnrollCA([]*x509.Certificate{corp.Issue(t, "emp-7", nil)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _, err := f.m.AuthenticateCert([]*x509.Certificate{corp.Issue(t, "emp-7", nil)}, Login{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.revoke(f, ca, id.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := f.m.SessionByToken(s.Token); CodeOf(err) != CodeUnauthorized {
+				t.Fatalf("the claim's API session after the change: %v", err)
+			}
+			if got := routedCerts(t, f.m, s.ID); got != nil {
+				t.Fatalf("routers still know the claim's API session, admitting %v", got)
+			}
+		})
+	}
+}
+
+// A CA's external id claim does not reach an administrator: a certificate claiming an
+// administrator's external id is refused.
+func TestExternalIDClaimSparesAdmins(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	corp := testutil.NewAuthority(t, "corp CA")
+	ca, err := f.m.CreateCA(CACreate{Name: "corp", CertPEM: certPEM(corp.Cert), IsAuthEnabled: true,
+		ExternalIDClaim: &ExternalIDClaim{Location: ClaimLocCommonName, Matcher: ClaimMatchAll, Parser: ClaimParseNone}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.VerifyCA(ca.ID, certPEM(corp.Issue(t, ca.VerificationToken, nil))); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := f.m.CreateIdentity(IdentityCreate{Name: "ops", IsAdmin: true, ExternalID: "ops@corp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.m.AuthenticateCert([]*x509.Certificate{corp.Issue(t, "ops@corp", nil)}, Login{}); CodeOf(err) != CodeInvalidAuth {
+		t.Fatalf("a claim of administrator %s's external id: %v, want INVALID_AUTH", admin.ID, err)
+	}
+}

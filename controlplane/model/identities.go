@@ -368,6 +368,10 @@ func (m *Model) UpdateIdentity(id string, change func(*Identity) error) (*Identi
 		if err := m.c.identities.Put(tx, &next); err != nil {
 			return conflict(err)
 		}
+		if next.ExternalID != cur.ExternalID {
+			// Sessions opened through a CA's claim of the old external id end.
+			m.certsChanged(tx, id)
+		}
 		m.changed(tx)
 		out = &next
 		return nil

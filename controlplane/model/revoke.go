@@ -154,8 +154,21 @@ func (m *Model) staleRule(tx *store.Tx, identityID string) (stale func(*APISessi
 	if err != nil {
 		return nil, false, err
 	}
+	claims := map[string]bool{} // CA fingerprint -> its claim still stands for ident
 	return func(a *APISession) bool {
-		return a.CertFingerprint != "" && !a.ExternalIDCert && !cur[a.CertFingerprint]
+		switch {
+		case a.CertFingerprint == "":
+			return false
+		case !a.ExternalIDCert:
+			return !cur[a.CertFingerprint]
+		}
+		ok, seen := claims[a.ClaimCA]
+		if !seen {
+			// A store error counts as stale: the session ends and its client logs in again.
+			ok, _ = m.claimCurrent(tx, ident, a)
+			claims[a.ClaimCA] = ok
+		}
+		return !ok
 	}, false, nil
 }
 
@@ -172,17 +185,45 @@ func (m *Model) endStaleSessionsLogged(identityID string) {
 }
 
 // certCurrent tells whether an API session opened with a certificate may still be used:
-// the certificate is still one of its identity's current ones. Sessions opened otherwise
+// the certificate is still one of its identity's current ones, or, for one opened through a
+// CA's external id claim, the claim still stands (claimCurrent). Sessions opened otherwise
 // always may.
 func (m *Model) certCurrent(tx *store.Tx, s *APISession) (bool, error) {
-	if s.CertFingerprint == "" || s.ExternalIDCert {
+	if s.CertFingerprint == "" {
 		return true, nil
+	}
+	if s.ExternalIDCert {
+		ident, err := m.c.identities.Get(tx, s.IdentityID)
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return m.claimCurrent(tx, ident, s)
 	}
 	cur, err := m.currentCerts(tx, s.IdentityID)
 	if err != nil {
 		return false, err
 	}
 	return cur[s.CertFingerprint], nil
+}
+
+// claimCurrent tells whether an API session opened through a CA's external id claim may
+// still be used: the CA still exists, is verified, allows authentication and has a claim, and
+// the identity still has the external id the certificate claimed.
+func (m *Model) claimCurrent(tx *store.Tx, ident *Identity, s *APISession) (bool, error) {
+	if s.ClaimCA == "" || ident.ExternalID != s.ClaimedExternalID {
+		return false, nil
+	}
+	ca, err := m.c.cas.Lookup(tx, "fingerprint", s.ClaimCA)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return ca.IsVerified && ca.IsAuthEnabled && ca.ExternalIDClaim != nil, nil
 }
 
 // caTrusted tells whether certificates enrolled with the third-party CA of fingerprint fp
@@ -202,8 +243,9 @@ func (m *Model) caTrusted(tx *store.Tx, fp string) (bool, error) {
 	return ca.IsVerified && ca.IsAuthEnabled, nil
 }
 
-// caTrustChanged follows, within tx, a third-party CA's deletion or a change of whether it
-// allows authentication: the identities with certificates enrolled with it go through
+// caTrustChanged follows, within tx, a third-party CA's deletion, a change of whether it
+// allows authentication, or the removal of its external id claim: the identities with
+// certificates enrolled with it, or with API sessions opened through its claim, go through
 // certsChanged, so API sessions opened with those certificates end and routers learn which
 // certificates the others admit. A certificate stored without its CA (enrolled before the
 // CA was recorded) that the CA signed directly is given the CA's fingerprint first.
@@ -236,6 +278,17 @@ func (m *Model) caTrustChanged(tx *store.Tx, ca *CA) error {
 		if err := m.c.authenticators.Put(tx, a); err != nil {
 			return err
 		}
+	}
+	// Identities whose API sessions stand on the CA's external id claim hold no authenticator
+	// of it.
+	err = m.c.apiSessions.Each(tx, func(a *APISession) error {
+		if a.ExternalIDCert && a.ClaimCA == ca.Fingerprint {
+			idents = append(idents, a.IdentityID)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	slices.Sort(idents)
 	for _, id := range slices.Compact(idents) {
