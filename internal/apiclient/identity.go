@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"strings"
@@ -109,21 +110,43 @@ func (id *IdentityFile) Save(path string) error {
 }
 
 // material returns the PEM of a "pem:" value (or of a bare PEM), or the contents of the
-// file a "file://" URL or a plain path names, as OpenZiti's identity loader reads them.
+// file a "file:" URL or a plain path names, as OpenZiti's identity loader reads them. A
+// relative path is relative to the working directory. Errors never quote a value that may
+// hold a key.
 func material(v string) ([]byte, error) {
+	const want = `want "pem:<PEM>", "file:<path>" or a path`
+	v = strings.TrimSpace(v)
 	switch {
+	case v == "":
+		return nil, errors.New("value is empty; " + want)
 	case strings.HasPrefix(v, "pem:"):
 		return []byte(strings.TrimPrefix(v, "pem:")), nil
-	case strings.HasPrefix(v, "-----BEGIN"):
+	case strings.Contains(v, "-----BEGIN"):
 		return []byte(v), nil
-	case strings.HasPrefix(v, "file://"):
-		return os.ReadFile(strings.TrimPrefix(v, "file://"))
-	case v == "":
-		return nil, errors.New(`value is empty; want "pem:<PEM>", "file://<path>" or a path`)
+	case strings.HasPrefix(v, "file:"):
+		u, err := url.Parse(v)
+		if err != nil {
+			return nil, fmt.Errorf(`a "file:" value that is not a URL: %w`, err)
+		}
+		path := u.Path
+		if path == "" {
+			path = u.Opaque // file:relative/path
+		}
+		return readMaterial(path)
 	case strings.Contains(v, "://"):
-		return nil, fmt.Errorf(`value %.20q...: want "pem:<PEM>", "file://<path>" or a path`, v)
+		return nil, fmt.Errorf("value %.20q...: %s", v, want)
 	}
-	return os.ReadFile(v)
+	return readMaterial(v)
+}
+
+// readMaterial reads the file at path, naming at most the start of the path when it fails.
+func readMaterial(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return nil, fmt.Errorf("read %.60q: %w", pe.Path, pe.Err)
+	}
+	return data, err
 }
 
 // Roots returns the CAs the identity trusts.

@@ -102,16 +102,28 @@ func TestIdentityFileMaterialPaths(t *testing.T) {
 		}
 		return p
 	}
-	f := apiclient.NewIdentityFile(c.URL)
-	f.ID.Key = write("key.pem", testutil.KeyPEM(t, id.Key))
-	f.ID.Cert = "file://" + write("cert.pem", id.CertPEM)
-	f.ID.CA = write("ca.pem", c.Ctrl.CA().PEM())
-	client, err := f.Client()
-	if err != nil {
-		t.Fatal(err)
+	keyPath, certPath, caPath := write("key.pem", testutil.KeyPEM(t, id.Key)), write("cert.pem", id.CertPEM), write("ca.pem", c.Ctrl.CA().PEM())
+	for _, tc := range []struct{ name, key, cert, ca string }{
+		{"path, file:// URL", keyPath, "file://" + certPath, caPath},
+		{"file: URLs", "file:" + keyPath, "file:" + certPath, "file:" + caPath},
+		{"PEM after a newline", "\n" + string(testutil.KeyPEM(t, id.Key)), "pem:" + string(id.CertPEM), caPath},
+	} {
+		f := apiclient.NewIdentityFile(c.URL)
+		f.ID.Key, f.ID.Cert, f.ID.CA = tc.key, tc.cert, tc.ca
+		client, err := f.Client()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if _, err := client.AuthenticateCert(t.Context()); err != nil {
+			t.Fatalf("%s: authenticate: %v", tc.name, err)
+		}
 	}
-	if _, err := client.AuthenticateCert(t.Context()); err != nil {
-		t.Fatalf("authenticate: %v", err)
+	// A key that is neither PEM nor a readable path is not quoted whole in the error.
+	f := apiclient.NewIdentityFile(c.URL)
+	secret := strings.Repeat("MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg", 3)
+	f.ID.Key, f.ID.Cert, f.ID.CA = secret, certPath, caPath
+	if _, err := f.Client(); err == nil || strings.Contains(err.Error(), secret) {
+		t.Fatalf("a key that is no file: %v, want an error that does not quote it whole", err)
 	}
 }
 
