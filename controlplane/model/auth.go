@@ -33,17 +33,17 @@ var errInvalidAuth = &Error{Code: CodeInvalidAuth, Message: "the authentication 
 
 // AuthenticatePassword checks a username and password and opens an API session. Failures
 // say nothing about which part was wrong. Failures are limited per (username, source), per
-// username and for all usernames together; the argon2id work waits for a slot while ctx lasts.
+// username and for all usernames together, counting the attempts in progress; the argon2id
+// work waits for a slot while ctx lasts.
 func (m *Model) AuthenticatePassword(ctx context.Context, username, password string, login Login) (*APISession, *Identity, error) {
-	if ok, wait := m.limiter.allow("updb:"+username, login.Source); !ok {
-		return nil, nil, rateLimited(wait)
+	try, err := startAttempt(m.limiter, "updb:"+username, m.updbLimits, username, login.Source)
+	if err != nil {
+		return nil, nil, err
 	}
-	if ok, wait := m.updbLimits.allow(username, login.Source); !ok {
-		return nil, nil, rateLimited(wait)
-	}
+	defer try.release()
 	var auth *Authenticator
 	var policy *AuthPolicy
-	err := m.st.View(func(tx *store.Tx) (err error) {
+	err = m.st.View(func(tx *store.Tx) (err error) {
 		if auth, err = m.c.authenticators.Lookup(tx, "username", username); err != nil {
 			return err
 		}
@@ -55,8 +55,7 @@ func (m *Model) AuthenticatePassword(ctx context.Context, username, password str
 		if _, err := m.hashes.check(ctx, dummyHash, password); err != nil {
 			return nil, nil, err
 		}
-		m.limiter.failed("updb:"+username, login.Source)
-		m.updbLimits.failed(username)
+		try.failed()
 		return nil, nil, errInvalidAuth
 	}
 	if err != nil {
@@ -69,15 +68,13 @@ func (m *Model) AuthenticatePassword(ctx context.Context, username, password str
 		return nil, nil, err
 	}
 	if !ok || locked {
-		m.limiter.failed("updb:"+username, login.Source)
-		m.updbLimits.failed(username)
+		try.failed()
 		if !locked {
 			m.auth.lockouts.failed(auth.IdentityID, policy.Primary.Updb, m.now())
 		}
 		return nil, nil, errInvalidAuth
 	}
-	m.limiter.succeeded("updb:"+username, login.Source)
-	m.updbLimits.succeeded(username, login.Source)
+	try.succeeded()
 	m.auth.lockouts.succeeded(auth.IdentityID)
 	return m.openSession(auth, MethodPassword, "", login)
 }
@@ -99,15 +96,19 @@ func (m *Model) AuthenticateCert(chain []*x509.Certificate, login Login) (*APISe
 		return nil, nil, errInvalidAuth
 	}
 	fp := certid.Fingerprint(chain[0])
-	if ok, wait := m.limiter.allow("cert:"+fp, login.Source); !ok {
-		return nil, nil, rateLimited(wait)
-	}
-	auth, err := m.certAuthenticator(chain)
+	try, err := startAttempt(m.limiter, "cert:"+fp, nil, "", login.Source)
 	if err != nil {
-		m.limiter.failed("cert:"+fp, login.Source)
 		return nil, nil, err
 	}
-	m.limiter.succeeded("cert:"+fp, login.Source)
+	defer try.release()
+	auth, err := m.certAuthenticator(chain)
+	if CodeOf(err) == CodeInvalidAuth {
+		try.failed()
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	try.succeeded()
 	return m.openSession(auth, MethodCertAuth, fp, login)
 }
 
