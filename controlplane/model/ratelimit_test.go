@@ -495,3 +495,75 @@ func TestHashGateQueue(t *testing.T) {
 		t.Errorf("a free slot: ran %v, %v", ran, err)
 	}
 }
+
+// TestEnrollUpdbChecksTokenFirst refuses all argon2id work: updb enrollments with an
+// unknown, other-method or expired token get their own error, not RATE_LIMITED, as they are
+// refused before the password is hashed; a valid token's enrollment waits for the gate.
+func TestEnrollUpdbChecksTokenFirst(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := t.Context()
+	token := func(name string, req EnrollmentRequest) string {
+		t.Helper()
+		id, err := f.m.CreateIdentity(IdentityCreate{Name: name, Enrollment: &req})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ens, err := f.m.EnrollmentsOf(id.ID)
+		if err != nil || len(ens) != 1 {
+			t.Fatalf("enrollments: %v, %v", ens, err)
+		}
+		return ens[0].Token
+	}
+	updb, ott := token("alice", EnrollmentRequest{Updb: "alice"}), token("bob", EnrollmentRequest{OTT: true})
+	f.m.hashes = newHashGate(1)
+	release := holdGate(t, f.m, 1)
+	defer release()
+	f.m.hashes.queue = 0
+	wantCode(t, f.m.EnrollUpdb(ctx, newToken(), "secret-pass"), CodeInvalidEnrollmentToken)
+	wantCode(t, f.m.EnrollUpdb(ctx, ott, "secret-pass"), CodeInvalidEnrollMethod)
+	limitedFor(t, f.m.EnrollUpdb(ctx, updb, "secret-pass"))
+	f.clock.Add(DefaultEnrollmentDuration + time.Second)
+	wantCode(t, f.m.EnrollUpdb(ctx, updb, "secret-pass"), CodeEnrollmentExpired)
+}
+
+// TestCredentialChangeLimited changes a password with wrong current passwords: the failures
+// count like failed logins of the username, from that source and from any untrusted one.
+func TestCredentialChangeLimited(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := t.Context()
+	id, err := f.m.CreateIdentity(IdentityCreate{Name: "bobby", Enrollment: &EnrollmentRequest{Updb: "bobby"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ens, err := f.m.EnrollmentsOf(id.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.EnrollUpdb(ctx, ens[0].Token, "bob-pass"); err != nil {
+		t.Fatal(err)
+	}
+	auths, err := f.m.AuthenticatorsOf(id.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newPass := "new-bob-pass"
+	change := func(current, source string) error {
+		return f.m.ChangeCredentials(ctx, id.ID, auths[0].ID, CredentialsChange{Password: &newPass, CurrentPassword: current, Source: source})
+	}
+	for i := range failedFree {
+		wantCode(t, change(fmt.Sprintf("guess-%d", i), "203.0.113.9"), CodeUnauthorized)
+	}
+	limitedFor(t, change("guess", "203.0.113.9"))
+	limitedFor(t, change("guess", "203.0.113.10"))
+	_, _, err = f.m.AuthenticatePassword(ctx, "bobby", "bob-pass", Login{Source: "192.0.2.7"})
+	limitedFor(t, err)
+	f.clock.Add(maxWait)
+	if err := change("bob-pass", "192.0.2.7"); err != nil {
+		t.Fatalf("the right current password after the wait: %v", err)
+	}
+	if _, _, err := f.m.AuthenticatePassword(ctx, "bobby", newPass, Login{Source: "192.0.2.7"}); err != nil {
+		t.Errorf("a login with the new password: %v", err)
+	}
+}
