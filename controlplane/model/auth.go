@@ -96,19 +96,19 @@ func (m *Model) AuthenticateCert(chain []*x509.Certificate, login Login) (*APISe
 		return nil, nil, errInvalidAuth
 	}
 	fp := certid.Fingerprint(chain[0])
-	try, err := startAttempt(m.limiter, "cert:"+fp, nil, "", login.Source)
-	if err != nil {
-		return nil, nil, err
+	// A certificate check is quick and proves possession rather than guessing, so it does
+	// not reserve: many logins at once with one certificate stay possible.
+	if wait := m.limiter.check("cert:"+fp, login.Source); wait > 0 {
+		return nil, nil, rateLimited(wait)
 	}
-	defer try.release()
 	auth, err := m.certAuthenticator(chain)
 	if CodeOf(err) == CodeInvalidAuth {
-		try.failed()
+		m.limiter.end("cert:"+fp, login.Source, nil, failed)
 	}
 	if err != nil {
 		return nil, nil, err
 	}
-	try.succeeded()
+	m.limiter.end("cert:"+fp, login.Source, nil, succeeded)
 	return m.openSession(auth, MethodCertAuth, fp, login)
 }
 

@@ -44,7 +44,8 @@ type failures struct {
 	started time.Time // of the last attempt started
 }
 
-// counts holds the failures of keys, free of them free; its owner's mutex guards it.
+// counts holds the failures of keys, the first free of which set no wait; its owner's
+// mutex guards it.
 type counts[K comparable] struct {
 	free int
 	cap  int
@@ -119,6 +120,22 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// check returns how long an attempt on account from source must wait, without reserving
+// one; end it with a nil reservation.
+func (l *limiter) check(account, source string) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f := l.pairs.m[limitKey{account, source}]
+	if f == nil {
+		return 0
+	}
+	now := l.now()
+	if now.Sub(later(f.last, f.started)) > maxWait || !now.Before(f.until) {
+		return 0
+	}
+	return f.until.Sub(now)
 }
 
 // start reserves an attempt on account from source, or returns how long to wait.

@@ -2,6 +2,7 @@ package model
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"sync"
@@ -266,9 +267,8 @@ func TestConcurrentGuessesReserve(t *testing.T) {
 }
 
 // TestAttemptReservations checks the reservations on the MFA limiters (per pair and per
-// identity, no global bucket) and the pair limiter alone (certificates): attempts in
-// progress count against the free failures, after a wait one proceeds at a time, and an
-// attempt released or ended frees its place once.
+// identity, no global bucket): attempts in progress count against the free failures, after
+// a wait one proceeds at a time, and an attempt released or ended frees its place once.
 func TestAttemptReservations(t *testing.T) {
 	t.Parallel()
 	clk := &clock{t: time.Now().UTC()}
@@ -309,15 +309,6 @@ func TestAttemptReservations(t *testing.T) {
 	if wait := limitedFor(t, err); wait != 2*firstWait {
 		t.Errorf("the wait after %d failures: %v, want %v", accountFailedFree+1, wait, 2*firstWait)
 	}
-
-	certs := func() (*attempt, error) { return startAttempt(pair, "cert:fp", nil, "", "192.0.2.1") }
-	for range failedFree {
-		if _, err := certs(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, err = certs()
-	limitedFor(t, err)
 }
 
 // TestEndedChecksRelease checks that logins the gate refuses or whose context ends, and MFA
@@ -566,4 +557,42 @@ func TestCredentialChangeLimited(t *testing.T) {
 	if _, _, err := f.m.AuthenticatePassword(ctx, "bobby", newPass, Login{Source: "192.0.2.7"}); err != nil {
 		t.Errorf("a login with the new password: %v", err)
 	}
+}
+
+// TestCertLoginsLimited logs in with a certificate of an unknown authority from one source:
+// refused after failedFree failures; while 20 logins at once with a valid certificate from
+// one source all succeed, as certificate checks reserve nothing.
+func TestCertLoginsLimited(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	stranger := []*x509.Certificate{testutil.NewAuthority(t, "elsewhere").Issue(t, "mallory", testutil.NewKey(t))}
+	for range failedFree {
+		_, _, err := f.m.AuthenticateCert(stranger, Login{Source: "203.0.113.9"})
+		wantCode(t, err, CodeInvalidAuth)
+	}
+	_, _, err := f.m.AuthenticateCert(stranger, Login{Source: "203.0.113.9"})
+	limitedFor(t, err)
+
+	id, err := f.m.CreateIdentity(IdentityCreate{Name: "device", Enrollment: &EnrollmentRequest{OTT: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ens, err := f.m.EnrollmentsOf(id.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, err := f.m.EnrollOTT(ens[0].Token, testutil.CSR(t, testutil.NewKey(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain := []*x509.Certificate{parseCert(t, certPEM)}
+	var logins sync.WaitGroup
+	for range 20 {
+		logins.Go(func() {
+			if _, _, err := f.m.AuthenticateCert(chain, Login{Source: "192.0.2.1"}); err != nil {
+				t.Errorf("one of 20 logins at once with a certificate: %v", err)
+			}
+		})
+	}
+	logins.Wait()
 }
