@@ -281,6 +281,7 @@ func (s *Server) changeOwnAuthenticator(c *call, replace bool) error {
 	}
 	err := s.m.ChangeCredentials(c.r.Context(), c.identity.ID, c.path("id"), model.CredentialsChange{
 		Username: body.Username, Password: body.Password, Tags: body.Tags, CurrentPassword: *body.CurrentPassword,
+		Source: c.source(),
 	})
 	if err != nil {
 		return err

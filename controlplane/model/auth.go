@@ -33,18 +33,18 @@ var errInvalidAuth = &Error{Code: CodeInvalidAuth, Message: "the authentication 
 
 // AuthenticatePassword checks a username and password and opens an API session. Failures
 // say nothing about which part was wrong. Failures are limited per (username, source), per
-// username and for all usernames together; the argon2id work waits for a slot while ctx lasts.
+// username and for all usernames together, counting the attempts in progress; the argon2id
+// work waits for a slot while ctx lasts.
 func (m *Model) AuthenticatePassword(ctx context.Context, username, password string, login Login) (*APISession, *Identity, error) {
-	if ok, wait := m.limiter.allow("updb:"+username, login.Source); !ok {
-		return nil, nil, rateLimited(wait)
+	try, err := startAttempt(m.limiter, "updb:"+username, m.updbLimits, username, login.Source)
+	if err != nil {
+		return nil, nil, err
 	}
-	if ok, wait := m.updbLimits.allow(username, login.Source); !ok {
-		return nil, nil, rateLimited(wait)
-	}
+	defer try.release()
 	var auth *Authenticator
 	var ident *Identity
 	var policy *AuthPolicy
-	err := m.st.View(func(tx *store.Tx) (err error) {
+	err = m.st.View(func(tx *store.Tx) (err error) {
 		if auth, err = m.c.authenticators.Lookup(tx, "username", username); err != nil {
 			return err
 		}
@@ -56,8 +56,7 @@ func (m *Model) AuthenticatePassword(ctx context.Context, username, password str
 		if _, err := m.hashes.check(ctx, dummyHash, password); err != nil {
 			return nil, nil, err
 		}
-		m.limiter.failed("updb:"+username, login.Source)
-		m.updbLimits.failed(username)
+		try.failed()
 		return nil, nil, errInvalidAuth
 	}
 	if err != nil {
@@ -71,15 +70,13 @@ func (m *Model) AuthenticatePassword(ctx context.Context, username, password str
 		return nil, nil, err
 	}
 	if !ok || locked {
-		m.limiter.failed("updb:"+username, login.Source)
-		m.updbLimits.failed(username)
+		try.failed()
 		if !locked {
 			m.auth.lockouts.failed(auth.IdentityID, policy.Primary.Updb, m.now())
 		}
 		return nil, nil, errInvalidAuth
 	}
-	m.limiter.succeeded("updb:"+username, login.Source)
-	m.updbLimits.succeeded(username, login.Source)
+	try.succeeded()
 	m.auth.lockouts.succeeded(auth.IdentityID)
 	return m.openSession(auth, MethodPassword, "", login)
 }
@@ -101,15 +98,19 @@ func (m *Model) AuthenticateCert(chain []*x509.Certificate, login Login) (*APISe
 		return nil, nil, errInvalidAuth
 	}
 	fp := certid.Fingerprint(chain[0])
-	if ok, wait := m.limiter.allow("cert:"+fp, login.Source); !ok {
+	// A certificate check is quick and proves possession rather than guessing, so it does
+	// not reserve: many logins at once with one certificate stay possible.
+	if wait := m.limiter.check("cert:"+fp, login.Source); wait > 0 {
 		return nil, nil, rateLimited(wait)
 	}
 	who, err := m.certIdentity(chain)
+	if CodeOf(err) == CodeInvalidAuth {
+		m.limiter.end("cert:"+fp, login.Source, nil, failed)
+	}
 	if err != nil {
-		m.limiter.failed("cert:"+fp, login.Source)
 		return nil, nil, err
 	}
-	m.limiter.succeeded("cert:"+fp, login.Source)
+	m.limiter.end("cert:"+fp, login.Source, nil, succeeded)
 	if who.claim != nil {
 		return m.openSessionWith(who.identityID, "", MethodCertAuth, fp, login, "", who.claim)
 	}

@@ -74,10 +74,12 @@ type CredentialsChange struct {
 	Password        *string
 	Tags            *Tags
 	CurrentPassword string
+	Source          string // the client's IP address, for rate limiting
 }
 
 // ChangeCredentials applies a change to the identity's own updb authenticator after checking
-// the current password.
+// the current password. Wrong current passwords are limited like failed logins of the
+// username; the new password is hashed only once the current one is right.
 func (m *Model) ChangeCredentials(ctx context.Context, identityID, id string, ch CredentialsChange) error {
 	a, err := m.OwnAuthenticator(identityID, id)
 	if err != nil {
@@ -94,21 +96,30 @@ func (m *Model) ChangeCredentials(ctx context.Context, identityID, id string, ch
 			return err
 		}
 	}
-	var hash string
 	if ch.Password != nil {
 		if err := checkLength("password", *ch.Password, MinPasswordLen, MaxPasswordLen); err != nil {
 			return err
 		}
-		if hash, err = m.hashes.hash(ctx, *ch.Password); err != nil {
-			return err
-		}
 	}
+	try, err := startAttempt(m.limiter, "updb:"+a.Username, m.updbLimits, a.Username, ch.Source)
+	if err != nil {
+		return err
+	}
+	defer try.release()
 	ok, err := m.hashes.check(ctx, a.PasswordHash, ch.CurrentPassword)
 	if err != nil {
 		return err
 	}
 	if !ok {
+		try.failed()
 		return &Error{Code: CodeUnauthorized, Field: "currentPassword", Message: "the current password is wrong"}
+	}
+	try.succeeded()
+	var hash string
+	if ch.Password != nil {
+		if hash, err = m.hashes.hash(ctx, *ch.Password); err != nil {
+			return err
+		}
 	}
 	return m.st.Update(func(tx *store.Tx) error {
 		cur, err := m.c.authenticators.Get(tx, id)

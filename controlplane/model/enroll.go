@@ -91,9 +91,20 @@ func (m *Model) finishEnrollment(tx *store.Tx, e *Enrollment, a *Authenticator) 
 }
 
 // EnrollUpdb completes a username and password enrollment with the password the client
-// chose.
+// chose. The token and the password's rules are checked before the password is hashed, so
+// that requests without a valid token take no argon2id work.
 func (m *Model) EnrollUpdb(ctx context.Context, token, password string) error {
 	if err := checkLength("password", password, MinPasswordLen, MaxPasswordLen); err != nil {
+		return err
+	}
+	err := m.st.View(func(tx *store.Tx) error {
+		e, err := m.enrollment(tx, token, EnrollUpdb)
+		if err != nil {
+			return err
+		}
+		return m.checkPasswordPolicy(tx, e.IdentityID, "password", password)
+	})
+	if err != nil {
 		return err
 	}
 	hash, err := m.hashes.hash(ctx, password)

@@ -275,14 +275,13 @@ const (
 // use, and runs then, when not nil, in the same transaction. Failed checks are rate-limited
 // per identity and source, and per identity from any source, like logins.
 func (m *Model) withCode(identityID, source, code string, kinds codeKinds, want mfaState, then func(*store.Tx, *MFA) error) error {
-	if ok, wait := m.limiter.allow(mfaLimiterAccount+identityID, source); !ok {
-		return rateLimited(wait)
+	try, err := startAttempt(m.limiter, mfaLimiterAccount+identityID, m.mfaLimits, identityID, source)
+	if err != nil {
+		return err
 	}
-	if ok, wait := m.mfaLimits.allow(identityID, source); !ok {
-		return rateLimited(wait)
-	}
+	defer try.release()
 	bad := false
-	err := m.st.Update(func(tx *store.Tx) error {
+	err = m.st.Update(func(tx *store.Tx) error {
 		bad = false
 		x, err := m.mfaTx(tx, identityID)
 		if err != nil {
@@ -313,11 +312,9 @@ func (m *Model) withCode(identityID, source, code string, kinds codeKinds, want 
 	})
 	switch {
 	case bad:
-		m.limiter.failed(mfaLimiterAccount+identityID, source)
-		m.mfaLimits.failed(identityID)
+		try.failed()
 	case err == nil:
-		m.limiter.succeeded(mfaLimiterAccount+identityID, source)
-		m.mfaLimits.succeeded(identityID, source)
+		try.succeeded()
 	}
 	return err
 }

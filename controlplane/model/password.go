@@ -61,7 +61,7 @@ func checkPassword(hash, password string) bool {
 
 // Bounds of the argon2id work: each check or hash holds argonMemoryKiB while it runs, so the
 // number running at once bounds the memory and CPU that authentication takes. Beyond the
-// slots, up to hashQueuePerSlot requests per slot wait at most hashQueueWait; the others are
+// slots, up to hashQueuePerSlot requests per slot wait at most hashQueueWait (the gate's wait); the others are
 // refused at once with RATE_LIMITED.
 const (
 	hashQueuePerSlot = 4
@@ -74,6 +74,7 @@ type hashGate struct {
 	slots   chan struct{}
 	waiting atomic.Int64
 	queue   int64
+	wait    time.Duration // the longest a request waits in the queue
 
 	// running and peak count the work in progress, for tests of the bound.
 	running, peak atomic.Int64
@@ -84,7 +85,7 @@ func newHashGate(n int) *hashGate {
 	if n <= 0 {
 		n = runtime.GOMAXPROCS(0)
 	}
-	return &hashGate{slots: make(chan struct{}, n), queue: int64(n * hashQueuePerSlot)}
+	return &hashGate{slots: make(chan struct{}, n), queue: int64(n * hashQueuePerSlot), wait: hashQueueWait}
 }
 
 var errHashBusy = &Error{Code: CodeRateLimited, Message: "the controller is checking too many passwords at once; retry later",
@@ -100,7 +101,7 @@ func (g *hashGate) do(ctx context.Context, f func()) error {
 			g.waiting.Add(-1)
 			return errHashBusy
 		}
-		timer := time.NewTimer(hashQueueWait)
+		timer := time.NewTimer(g.wait)
 		var err error
 		select {
 		case g.slots <- struct{}{}:
