@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // echoServer echoes every connection until EOF.
@@ -111,4 +112,57 @@ func TestTransportListener(t *testing.T) {
 	if got, _ := try(&gated, "private"); got != "" {
 		t.Fatalf("a posture-gated policy let a client with no posture through: %q", got)
 	}
+}
+
+// A circuit dialed at a transport listener ends when its client certificate stops
+// authenticating the identity: here, its authenticator is deleted while the circuit is open.
+func TestTransportCircuitEndsWithItsCertificate(t *testing.T) {
+	t.Parallel()
+	n, _, _ := buildLine(t, lineConfig{transport: "tls", split: true, a: `  - binding: transport
+    bind: tls:127.0.0.1:{{port}}
+    advertise: tls:127.0.0.1:{{same}}
+`})
+	n.service("echo", "C", echoServer(t))
+	cert, ident := n.enrolled("app", "apps")
+	if err := n.m.CreateEdgeRouterPolicy(&model.EdgeRouterPolicy{Name: "apps", Semantic: model.SemanticAny, IdentityRoles: []string{"#apps"}, EdgeRouterRoles: []string{"#all"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.m.CreateServiceEdgeRouterPolicy(&model.ServiceEdgeRouterPolicy{Name: "all", ServiceRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}); err != nil {
+		t.Fatal(err)
+	}
+	caPEM, _ := os.ReadFile(filepath.Join(n.dir, "A", "ca.cert"))
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	c, err := tls.Dial("tcp", n.routers["A"].r.TransportAddresses()[0],
+		&tls.Config{RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write(append([]byte{byte(len("echo"))}, "echo"...))
+	c.Write([]byte("ping"))
+	got := make([]byte, 4)
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "ping" {
+		t.Fatalf("echo over the transport listener: %q %v", got, err)
+	}
+	c.SetReadDeadline(time.Time{})
+	ended := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, c); ended <- err }()
+
+	auths, err := n.m.AuthenticatorsOf(ident.ID)
+	if err != nil || len(auths) != 1 {
+		t.Fatalf("authenticators: %v %v", auths, err)
+	}
+	if err := n.m.DeleteAuthenticator(auths[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the revoked certificate's circuit to end", func() bool {
+		select {
+		case <-ended:
+			return true
+		default:
+			return false
+		}
+	})
 }

@@ -42,6 +42,9 @@ type Circuit struct {
 	Path       []string // router ids, ingress first
 	Terminator string
 	Initiator  string // the identity that dialed
+	// clientCert is the certificate a transport listener's client presented (DER), for
+	// circuits dialed with one: they end when it stops authenticating Initiator.
+	clientCert []byte
 	appData    []byte // for the egress; not kept after the route
 	encrypted  bool   // the service requires end-to-end encryption
 	Created    time.Time
@@ -73,7 +76,9 @@ type Service struct {
 
 // New returns the circuit service.
 func New(m *model.Model, graph *paths.Graph, routers Routers, log *slog.Logger) *Service {
-	return &Service{m: m, graph: graph, routers: routers, log: log, circuits: map[uint64]*Circuit{}, ended: map[uint64]struct{}{}, epoch: time.Now()}
+	s := &Service{m: m, graph: graph, routers: routers, log: log, circuits: map[uint64]*Circuit{}, ended: map[uint64]struct{}{}, epoch: time.Now()}
+	m.OnCredentialsChange(func(identityID string) { go s.endRevoked(identityID) })
+	return s
 }
 
 // Create answers a router's CircuitRequest.
@@ -144,7 +149,7 @@ func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.Cir
 		return nil, nil, fail(ctrlproto.ErrCodeNoPath, "service %q: %v", svc.Name, err)
 	}
 	term := byID[choice.Terminator.ID]
-	c := &Circuit{ID: newCircuitID(), ServiceID: svc.ID, Terminator: term.ID, Initiator: initiator, Created: time.Now()}
+	c := &Circuit{ID: newCircuitID(), ServiceID: svc.ID, Terminator: term.ID, Initiator: initiator, Created: time.Now(), clientCert: req.ClientCert}
 	c.appData, c.encrypted = req.AppData, svc.EncryptionRequired
 	for _, h := range choice.Path {
 		c.Path = append(c.Path, h.Router)
@@ -157,7 +162,53 @@ func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.Cir
 	s.circuits[c.ID] = c
 	s.created++
 	s.mu.Unlock()
+	// A revocation that committed after authorize and before the line above found no
+	// circuit to end; this check, after it, does.
+	if len(c.clientCert) > 0 && !s.certStillAuthenticates(c) {
+		s.Remove(c.ID, "the client certificate was revoked")
+		return nil, nil, fail(ctrlproto.ErrCodeInvalidSession, "the client certificate no longer authenticates identity %s", c.Initiator)
+	}
 	return c, term, nil
+}
+
+// endRevoked ends the circuits dialed with a certificate that no longer authenticates the
+// identity: its authenticator deleted or replaced, its CA no longer trusted, the identity
+// disabled or deleted.
+func (s *Service) endRevoked(identityID string) {
+	var held []*Circuit
+	s.mu.Lock()
+	for _, c := range s.circuits {
+		if c.Initiator == identityID && len(c.clientCert) > 0 {
+			held = append(held, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range held {
+		if !s.certStillAuthenticates(c) {
+			s.Remove(c.ID, "the client certificate was revoked")
+			s.log.Info("circuit ended: its client certificate no longer authenticates its identity", "circuit", c.ID, "identity", identityID)
+		}
+	}
+}
+
+// certStillAuthenticates tells whether c's client certificate still authenticates its
+// initiator. A store failure keeps the circuit: the next change of the identity's
+// credentials checks again.
+func (s *Service) certStillAuthenticates(c *Circuit) bool {
+	cert, err := x509.ParseCertificate(c.clientCert)
+	if err != nil {
+		return false
+	}
+	id, err := s.m.IdentityByCert([]*x509.Certificate{cert})
+	switch code := model.CodeOf(err); {
+	case err == nil:
+		return id.ID == c.Initiator
+	case code == model.CodeInvalidAuth || code == model.CodeNotFound:
+		return false
+	default:
+		s.log.Error("cannot check a circuit's client certificate; the circuit stays", "circuit", c.ID, "err", err)
+		return true
+	}
 }
 
 func (s *Service) service(req *ctrlproto.CircuitRequest) (*model.Service, error) {

@@ -36,6 +36,7 @@ func (m *Model) DisableIdentity(id string, d time.Duration) error {
 			cur.DisabledUntil = &until
 		}
 		cur.UpdatedAt = now
+		m.credentialHooks.watch(tx, id)
 		return m.c.identities.Put(tx, cur)
 	})
 	if err != nil {

@@ -411,7 +411,7 @@ func (m *Model) deleteIdentityTx(tx *store.Tx, id string) error {
 	}
 	// Its API sessions and sessions end right after the commit, in batches; from the commit
 	// on, no request can use them.
-	tx.OnCommit(func() { m.endStaleSessionsLogged(id) })
+	m.certsChanged(tx, id)
 	if err := m.deleteMFAOf(tx, id); err != nil {
 		return err
 	}

@@ -73,6 +73,9 @@ type Model struct {
 	routerHooks routerHooks
 	// apiSessionHooks and sessionHooks are told of committed changes of those collections.
 	apiSessionHooks, sessionHooks changeHooks
+	// credentialHooks are told of committed changes of what an identity may authenticate
+	// with (identityID): its certificates, its CAs' trust, disabling, deletion.
+	credentialHooks changeHooks
 }
 
 // New returns the model over an open store and the controller's CA.

@@ -84,6 +84,7 @@ func (m *Model) currentCerts(tx *store.Tx, identityID string) (map[string]bool, 
 // (certCurrent).
 func (m *Model) certsChanged(tx *store.Tx, identityID string) {
 	tx.OnCommit(func() { m.endStaleSessionsLogged(identityID) })
+	m.credentialHooks.watch(tx, identityID)
 }
 
 // revokeBatch bounds the API sessions one transaction ends, so that revocation never meets

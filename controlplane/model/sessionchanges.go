@@ -41,6 +41,14 @@ func (h *changeHooks) watch(tx *store.Tx, id string) {
 // commit, and must not block; changes made before it was registered are not reported.
 func (m *Model) OnAPISessionChange(f func(apiSessionID string)) { m.apiSessionHooks.add(f) }
 
+// OnCredentialsChange registers f to be called with an identity's id after a committed
+// change of what it may authenticate with: a certificate authenticator added, replaced or
+// deleted, a CA's trust or claim withdrawn, the identity disabled, its external id changed,
+// or the identity deleted. Its API sessions are taken care of; f is for what holds a
+// certificate outside them (the circuits of transport listeners). f runs on the goroutine
+// that made the change, after the commit, and must not block.
+func (m *Model) OnCredentialsChange(f func(identityID string)) { m.credentialHooks.add(f) }
+
 // OnSessionChange is OnAPISessionChange for sessions: creation, and deletion by the client,
 // by logout or expiry of their API session, by identity or service deletion, or by
 // revocation after a policy or posture change.
