@@ -60,6 +60,18 @@ func (m *Model) CreateAuthenticator(ctx context.Context, in AuthenticatorCreate)
 			}
 			return err
 		}
+		if in.Method == MethodCert && !a.IssuedByNetwork {
+			// Recorded as enrollments record it, so that the certificate stops being current
+			// when that CA is deleted or stops allowing authentication.
+			ca, err := m.issuingCA(tx, a.CertPEM)
+			if err != nil {
+				return err
+			}
+			if ca == nil {
+				return invalid("certPem", nil, "is issued neither by the network's CA nor by a verified certificate authority, so it could not authenticate")
+			}
+			a.CAFingerprint = ca.Fingerprint
+		}
 		if in.Method == MethodUpdb {
 			others, err := m.c.authenticators.With(tx, "identityId", in.IdentityID)
 			if err != nil {
@@ -159,9 +171,14 @@ func (m *Model) ReEnrollAuthenticator(id string, expiresAt time.Time) (*Enrollme
 		case a.IssuedByNetwork:
 			req.OTT = true
 		default:
-			if req.OTTCA, err = m.issuingCA(tx, a.CertPEM); err != nil {
+			ca, err := m.issuingCA(tx, a.CertPEM)
+			if err != nil {
 				return err
 			}
+			if ca == nil {
+				return invalid("id", nil, "the authenticator's certificate was issued neither by the network nor by a verified certificate authority, so it has no enrollment to return to")
+			}
+			req.OTTCA = ca.ID
 		}
 		if err := m.c.authenticators.Delete(tx, id); err != nil {
 			return err
@@ -184,22 +201,23 @@ func (m *Model) ReEnrollAuthenticator(id string, expiresAt time.Time) (*Enrollme
 	return out, err
 }
 
-// issuingCA returns the id of the verified third-party CA that issued a certificate.
-func (m *Model) issuingCA(tx *store.Tx, pemCert string) (string, error) {
+// issuingCA returns the verified third-party CA that issued a certificate, or nil when none
+// did (nor can the certificate authenticate, unless the network's CA issued it).
+func (m *Model) issuingCA(tx *store.Tx, pemCert string) (*CA, error) {
 	cert, err := pki.ParsePEMCert([]byte(pemCert))
 	if err != nil {
-		return "", err
+		return nil, invalid("certPem", nil, "%v", err)
 	}
 	cas, err := m.c.cas.All(tx)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	for _, ca := range cas {
 		if ca.IsVerified && verifyWithCA(ca, []*x509.Certificate{cert}, m.now()) == nil {
-			return ca.ID, nil
+			return ca, nil
 		}
 	}
-	return "", invalid("id", nil, "the authenticator's certificate was issued neither by the network nor by a verified certificate authority, so it has no enrollment to return to")
+	return nil, nil
 }
 
 // RequestExtend flags a cert authenticator so that its clients are asked, in their API

@@ -146,3 +146,41 @@ func TestCATrustLegacyAuthenticator(t *testing.T) {
 	_, _, err = m.SessionByToken(s.Token)
 	wantCode(t, err, CodeUnauthorized)
 }
+
+// A certificate authenticator an administrator adds records the third-party CA that issued
+// it, so that the CA's deletion ends the sessions it opened; a certificate of no CA the
+// network knows is refused.
+func TestAddedCertAuthenticatorFollowsItsCA(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	corp := testutil.NewAuthority(t, "corp CA")
+	ca, err := f.m.CreateCA(CACreate{Name: "corp", CertPEM: certPEM(corp.Cert), IsAuthEnabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.VerifyCA(ca.ID, certPEM(corp.Issue(t, ca.VerificationToken, nil))); err != nil {
+		t.Fatal(err)
+	}
+	id, err := f.m.CreateIdentity(IdentityCreate{Name: "laptop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := corp.Issue(t, "laptop", nil)
+	if _, err := f.m.CreateAuthenticator(context.Background(), AuthenticatorCreate{IdentityID: id.ID, Method: MethodCert, CertPEM: certPEM(leaf)}); err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := f.m.AuthenticateCert([]*x509.Certificate{leaf}, Login{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.DeleteCA(ca.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.m.SessionByToken(s.Token); CodeOf(err) != CodeUnauthorized {
+		t.Fatalf("the session of a certificate whose CA was deleted: %v", err)
+	}
+	stranger := testutil.NewAuthority(t, "unknown CA").Issue(t, "x", nil)
+	if _, err := f.m.CreateAuthenticator(context.Background(), AuthenticatorCreate{IdentityID: id.ID, Method: MethodCert, CertPEM: certPEM(stranger)}); CodeOf(err) != CodeCouldNotValidate {
+		t.Fatalf("a certificate of an unknown CA: %v", err)
+	}
+}
