@@ -159,12 +159,7 @@ func (m *Model) added(tx *store.Tx) { m.changedTx(tx, false) }
 func (m *Model) changedTx(tx *store.Tx, revoke bool) {
 	tx.OnCommit(func() {
 		m.cache.gen.Add(1)
-		for {
-			last := m.lastChange.Load()
-			if m.lastChange.CompareAndSwap(last, max(m.now().UnixNano(), last+1)) {
-				break
-			}
-		}
+		m.bumpLastChange()
 		if !revoke {
 			return
 		}
@@ -174,6 +169,21 @@ func (m *Model) changedTx(tx *store.Tx, revoke bool) {
 			m.log.Info("ended sessions no policy allows any more", "count", n)
 		}
 	})
+}
+
+// clientDataChanged records, on commit, a change of what clients see of their services that
+// no policy depends on (an identity's service configs): clients refetch, the policy index
+// stays.
+func (m *Model) clientDataChanged(tx *store.Tx) { tx.OnCommit(m.bumpLastChange) }
+
+// bumpLastChange moves the time of the last change clients refetch their services after.
+func (m *Model) bumpLastChange() {
+	for {
+		last := m.lastChange.Load()
+		if m.lastChange.CompareAndSwap(last, max(m.now().UnixNano(), last+1)) {
+			return
+		}
+	}
 }
 
 // policies returns the current policy index, rebuilding it if something changed.

@@ -114,7 +114,7 @@ func (m *Model) RemoveServiceConfigs(identityID string, pairs []ServiceConfig) e
 			if ok, err := m.c.identityServiceConfigs.Has(tx, identityID); err != nil || !ok {
 				return err
 			}
-			m.added(tx)
+			m.clientDataChanged(tx)
 			return m.c.identityServiceConfigs.Delete(tx, identityID)
 		})
 	}
@@ -161,7 +161,7 @@ func (m *Model) changeServiceConfigs(identityID string, pairs []ServiceConfig, c
 			}
 			change(rec, p, cfg.ConfigTypeID)
 		}
-		m.added(tx)
+		m.clientDataChanged(tx)
 		if len(rec.Configs) == 0 {
 			if ok, err := m.c.identityServiceConfigs.Has(tx, identityID); err != nil || !ok {
 				return err
