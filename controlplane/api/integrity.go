@@ -19,6 +19,7 @@ type integrityRuns struct {
 	start, end time.Time
 	errText    string
 	results    []model.IntegrityIssue
+	tooMany    bool // the scan found more issues than results holds
 }
 
 // registerIntegrity adds the store's snapshot and data integrity scans.
@@ -54,7 +55,7 @@ func (s *Server) scanIntegrity(c *call, runs *integrityRuns, fix bool) error {
 	}
 	defer runs.run.Unlock()
 	runs.mu.Lock()
-	runs.inProgress, runs.fixing, runs.start, runs.end, runs.errText, runs.results = true, fix, time.Now().UTC(), time.Time{}, "", nil
+	runs.inProgress, runs.fixing, runs.start, runs.end, runs.errText, runs.results, runs.tooMany = true, fix, time.Now().UTC(), time.Time{}, "", nil, false
 	runs.mu.Unlock()
 
 	var results []model.IntegrityIssue
@@ -64,7 +65,7 @@ func (s *Server) scanIntegrity(c *call, runs *integrityRuns, fix bool) error {
 			results = append(results, model.IntegrityIssue{Description: "store files: " + err.Error()})
 		}
 	}
-	found, err := s.m.CheckIntegrity(fix)
+	found, more, err := s.m.CheckIntegrity(fix)
 	if err != nil {
 		errText = err.Error()
 	}
@@ -72,7 +73,7 @@ func (s *Server) scanIntegrity(c *call, runs *integrityRuns, fix bool) error {
 	s.log.Info("data integrity scan", "requestId", c.requestID, "identity", c.identity.Name, "fix", fix, "issues", len(results), "err", errText)
 
 	runs.mu.Lock()
-	runs.inProgress, runs.end, runs.errText, runs.results = false, time.Now().UTC(), errText, results
+	runs.inProgress, runs.end, runs.errText, runs.results, runs.tooMany = false, time.Now().UTC(), errText, results, more
 	runs.mu.Unlock()
 	return c.data(http.StatusAccepted, struct{}{})
 }
@@ -90,7 +91,7 @@ func (r *integrityRuns) view() map[string]any {
 		errText = r.errText
 	}
 	return map[string]any{
-		"inProgress": r.inProgress, "fixingErrors": r.fixing, "tooManyErrors": false,
+		"inProgress": r.inProgress, "fixingErrors": r.fixing, "tooManyErrors": r.tooMany,
 		"startTime": timeOrNil(r.start), "endTime": timeOrNil(r.end), "error": errText, "results": results,
 	}
 }

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/zmesh/zmesh/controlplane/store"
@@ -43,7 +44,7 @@ func TestCheckIntegrity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	issues, err := f.m.CheckIntegrity(false)
+	issues, _, err := f.m.CheckIntegrity(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func TestCheckIntegrity(t *testing.T) {
 			t.Errorf("a check fixed %q", is.Description)
 		}
 	}
-	issues, err = f.m.CheckIntegrity(true)
+	issues, _, err = f.m.CheckIntegrity(true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestCheckIntegrity(t *testing.T) {
 	if len(issues) != 5 || fixed != 4 {
 		t.Fatalf("fix: %+v", issues)
 	}
-	issues, err = f.m.CheckIntegrity(false)
+	issues, _, err = f.m.CheckIntegrity(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,5 +81,51 @@ func TestCheckIntegrity(t *testing.T) {
 	}
 	if ghosts, err := f.m.AuthenticatorsOf("ghost"); err != nil || len(ghosts) != 0 {
 		t.Fatalf("authenticators of a missing identity after the fix: %v %v", ghosts, err)
+	}
+}
+
+// A fix repairs more broken records than one transaction holds, in batches, reports each once,
+// and leaves the records that are whole alone.
+func TestCheckIntegrityInBatches(t *testing.T) {
+	t.Parallel()
+	f := newFixtureWith(t, store.Options{InMemory: true})
+	keep, err := f.m.CreateIdentity(IdentityCreate{Name: "kept", Enrollment: &EnrollmentRequest{OTT: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const broken = 2*integrityBatch + 7
+	for i := 0; i < broken; i += 500 {
+		err := f.m.st.Update(func(tx *store.Tx) error {
+			for j := i; j < min(i+500, broken); j++ {
+				e := &Enrollment{Base: f.m.newBase(nil), IdentityID: "ghost", Method: EnrollOTT, Token: fmt.Sprintf("t%d", j)}
+				if err := f.m.c.enrollments.Put(tx, e); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	issues, more, err := f.m.CheckIntegrity(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, is := range issues {
+		if !is.Fixed || seen[is.Description] {
+			t.Fatalf("issue %+v reported twice or not fixed", is)
+		}
+		seen[is.Description] = true
+	}
+	if len(issues) != broken || more {
+		t.Fatalf("%d issues (more: %v), want %d", len(issues), more, broken)
+	}
+	if issues, _, err := f.m.CheckIntegrity(false); err != nil || len(issues) != 0 {
+		t.Fatalf("after the fix: %d issues, %v", len(issues), err)
+	}
+	if ens, err := f.m.EnrollmentsOf(keep.ID); err != nil || len(ens) != 1 {
+		t.Fatalf("the whole identity's enrollment after the fix: %v %v", ens, err)
 	}
 }
