@@ -68,6 +68,8 @@ type Controller struct {
 	webAddrs map[string][]net.Addr
 	cert     tls.Certificate
 	closed   bool
+	// snapshotMu makes snapshots one at a time, so that their files stay bounded.
+	snapshotMu sync.Mutex
 }
 
 // Open locks and loads the data directory, creating the store, the CA, the API's server

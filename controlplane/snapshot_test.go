@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/zmesh/zmesh/controlplane/store"
@@ -58,5 +59,32 @@ func TestDatabaseSnapshotAndIntegrity(t *testing.T) {
 		if after.InProgress || after.EndTime == nil || after.Error != nil || len(after.Results) != 0 || after.FixingErrors != (op == "fix-data-integrity") {
 			t.Fatalf("%s: %+v", op, after)
 		}
+	}
+}
+
+// Snapshots beyond keepSnapshots delete the oldest ones.
+func TestSnapshotsKeepTheNewest(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := start(t, dir, "")
+	var made []string
+	for range keepSnapshots + 2 {
+		if _, err := r.admin.Do(context.Background(), "POST", apiclient.ManagementAPI+"/database/snapshot", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		files, err := filepath.Glob(filepath.Join(dir, snapshotDir, "store-*.backup"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(files)
+		made = append(made, files[len(files)-1])
+		if len(files) > keepSnapshots {
+			t.Fatalf("%d snapshots kept, want at most %d", len(files), keepSnapshots)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, snapshotDir, "store-*.backup"))
+	slices.Sort(files)
+	if !slices.Equal(files, made[len(made)-keepSnapshots:]) {
+		t.Fatalf("kept %v, want the newest %v", files, made[len(made)-keepSnapshots:])
 	}
 }
