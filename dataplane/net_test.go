@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,6 +74,9 @@ func (n *testNet) stop() {
 	}
 	wg.Wait()
 	for _, r := range n.routers {
+		if r.r == nil {
+			continue // it never started
+		}
 		if d := r.r.pool.DoubleReleases(); d > 0 {
 			n.t.Errorf("router %s released %d frames twice", r.name, d)
 		}
@@ -170,14 +175,20 @@ func (n *testNet) addRouter(name string, tunneler bool, yaml string) *testRouter
 	write("client.cert", certs.Cert)
 	write("server.cert", certs.ServerCert)
 	write("ca.cert", certs.CA)
-	for strings.Contains(yaml, "{{port}}") {
-		ln, _ := net.Listen("tcp", "127.0.0.1:0")
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		yaml = strings.Replace(yaml, "{{port}}", fmt.Sprint(port), 1)
-		yaml = strings.Replace(yaml, "{{same}}", fmt.Sprint(port), 1) // the port just chosen, again
-	}
-	cfgText := fmt.Sprintf(`v: 3
+	tr := &testRouter{name: name, id: er.ID, file: filepath.Join(dir, "router.yml")}
+	n.routers[name] = tr
+	// The ports are chosen free and released; another test may take one first, so a start
+	// that meets a taken port tries other ports.
+	for attempt := 1; ; attempt++ {
+		text := yaml
+		for strings.Contains(text, "{{port}}") {
+			ln, _ := net.Listen("tcp", "127.0.0.1:0")
+			port := ln.Addr().(*net.TCPAddr).Port
+			ln.Close()
+			text = strings.Replace(text, "{{port}}", fmt.Sprint(port), 1)
+			text = strings.Replace(text, "{{same}}", fmt.Sprint(port), 1) // the port just chosen, again
+		}
+		write("router.yml", []byte(fmt.Sprintf(`v: 3
 identity:
   cert: client.cert
   server_cert: server.cert
@@ -189,31 +200,48 @@ edge:
   csr:
     sans:
       dns: [localhost]
-%s`, n.ctrlAdr, yaml)
-	write("router.yml", []byte(cfgText))
-	tr := &testRouter{name: name, id: er.ID, file: filepath.Join(dir, "router.yml")}
-	n.routers[name] = tr
-	tr.start(t)
-	return tr
+%s`, n.ctrlAdr, text)))
+		err := tr.tryStart(t)
+		if err == nil {
+			return tr
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 5 {
+			t.Fatalf("router %s: %v", name, err)
+		}
+	}
 }
 
+// start starts the router, failing the test if it does not get ready.
 func (tr *testRouter) start(t testing.TB) {
+	t.Helper()
+	if err := tr.tryStart(t); err != nil {
+		t.Fatalf("router %s: %v", tr.name, err)
+	}
+}
+
+// tryStart starts the router and waits until it is ready, or returns why it stopped. Only a
+// router that got ready is left for stop to stop.
+func (tr *testRouter) tryStart(t testing.TB) error {
 	t.Helper()
 	cfg, _, err := config.LoadRouter(tr.file, func(string) (string, bool) { return "", false })
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	r, err := New(cfg, "test", testLogger(t).With("name", tr.name))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
+	tr.r = r
 	ctx, cancel := context.WithCancel(context.Background())
-	tr.r, tr.cancel, tr.done = r, cancel, make(chan error, 1)
-	go func() { tr.done <- r.Run(ctx) }()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
 	select {
 	case <-r.Ready():
-	case err := <-tr.done:
-		t.Fatalf("router %s: %v", tr.name, err)
+		tr.cancel, tr.done = cancel, done
+		return nil
+	case err := <-done:
+		cancel()
+		return err
 	}
 }
 
