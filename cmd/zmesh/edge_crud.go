@@ -547,12 +547,9 @@ func newEdgeListCommand(f *edgeFlags) *cobra.Command {
 			Short:   "List " + t.plural + `; FILTER e.g. 'name contains "web" sort by name limit 50'`,
 			Args:    argCount(0, 1),
 			RunE: func(cmd *cobra.Command, pos []string) error {
-				filter := filterFlag
-				if len(pos) == 1 {
-					if filter != "" {
-						return fmt.Errorf("the filter is given twice, as argument and with --filter; give one")
-					}
-					filter = pos[0]
+				filter, err := filterOf(filterFlag, pos)
+				if err != nil {
+					return err
 				}
 				e, err := f.call(cmd)
 				if err != nil {
@@ -808,4 +805,15 @@ func display(v any) string {
 		return fmt.Sprint(v)
 	}
 	return string(data)
+}
+
+// filterOf is a list command's filter: the argument, or --filter, not both.
+func filterOf(flag string, args []string) (string, error) {
+	if len(args) == 0 {
+		return flag, nil
+	}
+	if flag != "" {
+		return "", fmt.Errorf("the filter is given twice, as argument and with --filter; give one")
+	}
+	return args[0], nil
 }

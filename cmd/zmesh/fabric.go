@@ -74,12 +74,9 @@ func newFabricListCommand(f *edgeFlags) *cobra.Command {
 			Short:   "List " + t.short + `; FILTER e.g. 'name contains "web" limit 50'`,
 			Args:    argCount(0, 1),
 			RunE: func(cmd *cobra.Command, pos []string) error {
-				filter := filterFlag
-				if len(pos) == 1 {
-					if filter != "" {
-						return fmt.Errorf("the filter is given twice, as argument and with --filter; give one")
-					}
-					filter = pos[0]
+				filter, err := filterOf(filterFlag, pos)
+				if err != nil {
+					return err
 				}
 				c, err := f.client()
 				if err != nil {

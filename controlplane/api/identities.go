@@ -459,17 +459,26 @@ func (s *Server) deleteEnrollment(c *call) error {
 	return c.empty()
 }
 
-func (s *Server) refreshEnrollment(c *call) error {
+// decodeExpiresAt reads a body of one required field, expiresAt (re-enroll, refresh).
+func decodeExpiresAt(c *call) (time.Time, error) {
 	var b struct {
 		ExpiresAt *time.Time `json:"expiresAt"`
 	}
 	if err := decodeJSON(c.w, c.r, &b); err != nil {
-		return err
+		return time.Time{}, err
 	}
 	if err := required(req("expiresAt", b.ExpiresAt != nil)); err != nil {
+		return time.Time{}, err
+	}
+	return *b.ExpiresAt, nil
+}
+
+func (s *Server) refreshEnrollment(c *call) error {
+	expiresAt, err := decodeExpiresAt(c)
+	if err != nil {
 		return err
 	}
-	e, err := s.m.RefreshEnrollment(c.path("id"), *b.ExpiresAt)
+	e, err := s.m.RefreshEnrollment(c.path("id"), expiresAt)
 	if err != nil {
 		return err
 	}

@@ -217,16 +217,11 @@ func (s *Server) setCredentials(c *call, replace bool) error {
 }
 
 func (s *Server) reEnrollAuthenticator(c *call) error {
-	var b struct {
-		ExpiresAt *time.Time `json:"expiresAt"`
-	}
-	if err := decodeJSON(c.w, c.r, &b); err != nil {
+	expiresAt, err := decodeExpiresAt(c)
+	if err != nil {
 		return err
 	}
-	if err := required(req("expiresAt", b.ExpiresAt != nil)); err != nil {
-		return err
-	}
-	e, err := s.m.ReEnrollAuthenticator(c.path("id"), *b.ExpiresAt)
+	e, err := s.m.ReEnrollAuthenticator(c.path("id"), expiresAt)
 	if err != nil {
 		return err
 	}

@@ -30,13 +30,9 @@ func (m *Model) PolicyAdvice(identityID, serviceID string) (*PolicyAdvice, error
 	if err != nil {
 		return nil, err
 	}
-	i, ok := idx.identities.pos[identityID]
-	if !ok {
-		return nil, notFound("identity", identityID)
-	}
-	s, ok := idx.services.pos[serviceID]
-	if !ok {
-		return nil, notFound("service", serviceID)
+	i, s, err := idx.pair(identityID, serviceID)
+	if err != nil {
+		return nil, err
 	}
 	out := &PolicyAdvice{Identity: ident, Service: svc,
 		Dial: len(idx.grantsFor(identityID, serviceID, PolicyDial)) > 0,

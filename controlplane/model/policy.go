@@ -381,13 +381,9 @@ func (m *Model) EdgeRouterAllows(identityID, routerID, serviceID string) (bool, 
 	if err != nil {
 		return false, err
 	}
-	i, ok := idx.identities.pos[identityID]
-	if !ok {
-		return false, notFound("identity", identityID)
-	}
-	s, ok := idx.services.pos[serviceID]
-	if !ok {
-		return false, notFound("service", serviceID)
+	i, s, err := idx.pair(identityID, serviceID)
+	if err != nil {
+		return false, err
 	}
 	r, ok := idx.routers.pos[routerID]
 	if !ok {
@@ -397,6 +393,20 @@ func (m *Model) EdgeRouterAllows(identityID, routerID, serviceID string) (bool, 
 		return false, nil
 	}
 	return grants(idx.erp, i, r) && grants(idx.serp, s, r), nil
+}
+
+// pair returns the positions of an identity and a service in the index; either one missing is
+// NOT_FOUND.
+func (idx *policyIndex) pair(identityID, serviceID string) (identity, service int, err error) {
+	i, ok := idx.identities.pos[identityID]
+	if !ok {
+		return 0, 0, notFound("identity", identityID)
+	}
+	s, ok := idx.services.pos[serviceID]
+	if !ok {
+		return 0, 0, notFound("service", serviceID)
+	}
+	return i, s, nil
 }
 
 // grants reports whether one of the grants gives target t to entity position i.
