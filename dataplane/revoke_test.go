@@ -307,48 +307,30 @@ func TestDisabledIdentityEndsConnections(t *testing.T) {
 // certificate outlives the deletion of its authenticator: the commit, the push of the
 // change to the router and the router closing the connection.
 func BenchmarkRevokedCertDisconnects(b *testing.B) {
-	n := newTestNet(b)
-	n.addRouter("E", false, `listeners:
-  - binding: edge
-    bind: tls:127.0.0.1:{{port}}
-    advertise: tls:127.0.0.1:{{same}}
-`)
-	caPEM, err := os.ReadFile(filepath.Join(n.dir, "E", "ca.cert"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(n.dir, "ca.pem"), caPEM, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	addr := n.routers["E"].r.SDKAddresses()[0]
-	cert, id := n.enrolled("client")
-	b.ResetTimer()
-	for range b.N {
-		b.StopTimer()
-		cl, err := n.connectSDK(addr, cert)
-		if err != nil {
-			b.Fatal(err)
-		}
-		done := ended(cl.control)
-		auth := n.certAuthenticator(id.ID)
-		b.StartTimer()
-		if err := n.m.DeleteAuthenticator(auth.ID); err != nil {
-			b.Fatal(err)
-		}
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			b.Fatal("the revoked certificate's connection is still open after 30s")
-		}
-		b.StopTimer()
-		cert = n.reEnroll(id.ID)
-	}
+	benchDisconnect(b, "the revoked certificate",
+		func(n *testNet, id string) error { return n.m.DeleteAuthenticator(n.certAuthenticator(id).ID) },
+		func(n *testNet, id string, _ tls.Certificate) tls.Certificate { return n.reEnroll(id) })
 }
 
 // BenchmarkDisableDisconnects measures how long an identity's edge connection outlives its
 // disabling: the commit, the push of the ended API session to the router and the router
 // closing the connection.
 func BenchmarkDisableDisconnects(b *testing.B) {
+	benchDisconnect(b, "the disabled identity",
+		func(n *testNet, id string) error { return n.m.DisableIdentity(id, 0) },
+		func(n *testNet, id string, cert tls.Certificate) tls.Certificate {
+			if err := n.m.EnableIdentity(id); err != nil {
+				b.Fatal(err)
+			}
+			return cert
+		})
+}
+
+// benchDisconnect times, per iteration, cut of an identity's credentials until the router
+// closes the identity's edge connection; restore, untimed, gives the certificate to connect
+// with next.
+func benchDisconnect(b *testing.B, what string, cut func(n *testNet, identityID string) error,
+	restore func(n *testNet, identityID string, cert tls.Certificate) tls.Certificate) {
 	n := newTestNet(b)
 	n.addRouter("E", false, `listeners:
   - binding: edge
@@ -359,7 +341,7 @@ func BenchmarkDisableDisconnects(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(n.dir, "ca.pem"), caPEM, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(n.dir, "ca.pem"), caPEM, 0o600); err != nil { // connectSDK's roots
 		b.Fatal(err)
 	}
 	addr := n.routers["E"].r.SDKAddresses()[0]
@@ -373,17 +355,15 @@ func BenchmarkDisableDisconnects(b *testing.B) {
 		}
 		done := ended(cl.control)
 		b.StartTimer()
-		if err := n.m.DisableIdentity(id.ID, 0); err != nil {
+		if err := cut(n, id.ID); err != nil {
 			b.Fatal(err)
 		}
 		select {
 		case <-done:
 		case <-time.After(30 * time.Second):
-			b.Fatal("the disabled identity's connection is still open after 30s")
+			b.Fatalf("%s's connection is still open after 30s", what)
 		}
 		b.StopTimer()
-		if err := n.m.EnableIdentity(id.ID); err != nil {
-			b.Fatal(err)
-		}
+		cert = restore(n, id.ID, cert)
 	}
 }
