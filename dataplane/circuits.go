@@ -164,6 +164,9 @@ func (r *Router) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64
 	if x.Binding == BindingEdge {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
+		if isZitiAddress(x.Address) {
+			return r.ziti.dial(ctx, x, circuitID)
+		}
 		return r.sdk.connect(ctx, x, circuitID)
 	}
 	if x.Binding == BindingTunnel {

@@ -44,6 +44,7 @@ type Router struct {
 	// ctrlOps is the rate-limited queue of requests to the controller (terminators.go).
 	ctrlOps      chan *ctrlOp
 	sdk          *sdkServer
+	ziti         *zitiServer // OpenZiti's clients, on the SDK listeners
 	sessionCache *sessionCache
 	overlay      *routerOverlay // the tunnel's way into the overlay
 	tproxy       *tunnel.TProxy // the tunnel in mode tproxy, if any; set before Run starts it
@@ -87,8 +88,15 @@ func New(cfg *config.Router, version string, log *slog.Logger) (*Router, error) 
 	r.trust = map[string][]string{}
 	r.ident.Authorize = r.authorizePeer
 	r.sdk = newSDKServer(r)
+	r.ziti = newZitiServer(r)
 	r.overlay = newRouterOverlay(r)
-	r.sessionCache = newSessionCache(r.sdk.removed, r.sdk.certsChanged)
+	r.sessionCache = newSessionCache(func(apiSessions, sessions []string) {
+		r.sdk.removed(apiSessions, sessions)
+		r.ziti.removed(apiSessions, sessions)
+	}, func(apis []ctrlproto.APISession) {
+		r.sdk.certsChanged(apis)
+		r.ziti.certsChanged(apis)
+	})
 	r.checks = newHealthChecks(r)
 	r.metrics = newRouterMetrics(r)
 	if cfg.Edge != nil && cfg.Edge.DB != "" {
@@ -296,7 +304,7 @@ func (r *Router) startProfile() (*profile.Profiler, error) {
 func (r *Router) hello() *ctrlproto.Hello {
 	h := &ctrlproto.Hello{RouterID: r.id, Version: r.version, Protocol: ctrlproto.ProtocolVersion}
 	r.fw.Each(func(id uint64, _, _ xgress.Hop) { h.Circuits = append(h.Circuits, id) })
-	h.Terminators = append(r.sdk.terminators(), r.overlay.terminators()...)
+	h.Terminators = append(append(r.sdk.terminators(), r.ziti.terminators()...), r.overlay.terminators()...)
 	h.Hostname, _ = os.Hostname()
 	for _, ln := range r.linkLns {
 		adv := ln.Advertise()

@@ -19,6 +19,7 @@ import (
 	"github.com/zmesh/zmesh/internal/ctrlproto"
 	"github.com/zmesh/zmesh/internal/edgeproto"
 	"github.com/zmesh/zmesh/internal/tlscork"
+	"github.com/zmesh/zmesh/internal/zitiproto"
 )
 
 // The SDK listener (listener binding edge) is where SDK clients connect (protocol in
@@ -103,11 +104,23 @@ func (s *sdkServer) serve(ctx context.Context, c *tlscork.Batched) {
 		c.Close()
 		return
 	}
-	c.SetDeadline(time.Time{})
 	c.ReadAhead(edgeproto.ReadAhead)
 	leaf := c.ConnectionState().PeerCertificates[0]
 	identityID, certFP := leaf.Subject.CommonName, certid.Fingerprint(leaf)
-	sess, err := smux.Server(c, edgeproto.Smux())
+	// The first bytes tell the protocol: OpenZiti's channel, or zmesh's smux session, which
+	// gets them replayed.
+	var first [4]byte
+	if _, err := io.ReadFull(c, first[:]); err != nil {
+		log.Debug("SDK listener: nothing read after the TLS handshake", "err", err)
+		c.Close()
+		return
+	}
+	c.SetDeadline(time.Time{})
+	if zitiproto.IsMagic(first[:]) {
+		s.r.ziti.serve(ctx, c, first[:], identityID, certFP)
+		return
+	}
+	sess, err := smux.Server(&replayConn{Batched: c, pre: first}, edgeproto.Smux())
 	if err != nil {
 		log.Warn("SDK listener: smux", "err", err)
 		c.Close()
@@ -245,8 +258,14 @@ func refuseStream(ec *sdkConn, st *smux.Stream, code, msg string) {
 
 // session checks that token is a session of type typ made in the client's API session.
 func (s *sdkServer) session(ec *sdkConn, token, typ, serviceID string) (ctrlproto.Session, error) {
-	se, ok := s.r.sessionCache.awaitSession(token, s.r.ctrl.isConnected)
-	api, apiOK := s.r.sessionCache.apiSession(ec.apiToken)
+	return s.r.checkSession(ec.apiToken, token, typ, serviceID)
+}
+
+// checkSession checks that token is a session of type typ (of service serviceID, if set)
+// made in the API session apiToken.
+func (r *Router) checkSession(apiToken, token, typ, serviceID string) (ctrlproto.Session, error) {
+	se, ok := r.sessionCache.awaitSession(token, r.ctrl.isConnected)
+	api, apiOK := r.sessionCache.apiSession(apiToken)
 	switch {
 	case !ok || !apiOK:
 		return se, errors.New("unknown or ended session")
@@ -352,6 +371,18 @@ func (s *sdkServer) terminators() []string {
 		}
 	}
 	return out
+}
+
+// counts returns the admitted clients and the binds with a terminator, for metrics.
+func (s *sdkServer) counts() (clients, binds int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range s.binds {
+		if b.terminatorID != "" {
+			binds++
+		}
+	}
+	return len(s.conns), binds
 }
 
 // connect opens a stream to the client hosting the terminator at address, for a circuit.
@@ -477,4 +508,21 @@ type sdkStreamConn struct {
 func (c *sdkStreamConn) Close() error {
 	c.once.Do(func() { c.ec.drop(c.Stream) })
 	return c.Stream.Close()
+}
+
+// replayConn is a client's connection whose first bytes, read to tell the protocol, are read
+// again; everything else (Write's batching included) is the connection's own.
+type replayConn struct {
+	*tlscork.Batched
+	pre  [4]byte
+	done int // bytes of pre read again
+}
+
+func (c *replayConn) Read(p []byte) (int, error) {
+	if c.done < len(c.pre) {
+		n := copy(p, c.pre[c.done:])
+		c.done += n
+		return n, nil
+	}
+	return c.Batched.Read(p)
 }

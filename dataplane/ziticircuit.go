@@ -1,0 +1,262 @@
+package dataplane
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/zmesh/zmesh/internal/zitiproto"
+)
+
+// zitiCircuit is a circuit's end on one connection of an OpenZiti client's channel: a
+// net.Conn whose Read yields the client's Data bodies and whose Write sends Data messages.
+// On a circuit using OpenZiti's end-to-end encryption (framed), the circuit's bytes are
+// frames (a big-endian uint32 length, then that many bytes): each Data body the client sends
+// becomes one frame, and each frame the circuit carries becomes one Data body.
+type zitiCircuit struct {
+	zc           *zitiConn
+	id           uint32 // the connection id
+	framed       bool
+	sessionToken string // the session it uses, for revocation
+
+	q         chan *zitiproto.Message // Data from the client, at most zitiQueueLen
+	closed    chan struct{}           // closed by Close or closeRemote
+	closeOnce sync.Once
+	endErr    error // why the client's side ended (closeRemote), set before closed is closed
+
+	// Read side, used by one reader at a time.
+	cur    *zitiproto.Message
+	off    int
+	prefix [4]byte
+	poff   int // bytes of prefix still to yield are prefix[poff:]
+	eof    bool
+
+	// Write side.
+	wmu     sync.Mutex
+	out     zitiproto.Message
+	dataSeq uint32
+	sentFIN bool
+	fhdr    [4]byte // the frame length being read, framed only
+	fhn     int
+	frame   []byte // the frame being gathered
+	need    int    // bytes of the frame still to come
+}
+
+func newZitiCircuit(zc *zitiConn, id uint32, framed bool) *zitiCircuit {
+	return &zitiCircuit{zc: zc, id: id, framed: framed, q: make(chan *zitiproto.Message, zitiQueueLen),
+		closed: make(chan struct{}), poff: 4}
+}
+
+// push queues a Data message from the client, waiting while the queue is full; it owns m.
+func (c *zitiCircuit) push(m *zitiproto.Message) {
+	select {
+	case c.q <- m:
+	case <-c.closed:
+		c.zc.s.pool.Put(m)
+	}
+}
+
+// Read yields the client's bytes: Data bodies, each as a frame when framed; io.EOF after the
+// client's FIN.
+func (c *zitiCircuit) Read(p []byte) (int, error) {
+	for {
+		if c.cur != nil {
+			n := 0
+			if c.poff < 4 {
+				n = copy(p, c.prefix[c.poff:])
+				c.poff += n
+			}
+			k := copy(p[n:], c.cur.Body[c.off:])
+			c.off += k
+			n += k
+			if c.off == len(c.cur.Body) && c.poff == 4 {
+				fin := c.finOf(c.cur)
+				c.zc.s.pool.Put(c.cur)
+				c.cur = nil
+				c.eof = fin
+			}
+			if n > 0 {
+				return n, nil
+			}
+		}
+		if c.eof {
+			return 0, io.EOF
+		}
+		select {
+		case m := <-c.q:
+			c.take(m)
+		case <-c.closed:
+			// What the client sent before it closed is read first.
+			select {
+			case m := <-c.q:
+				c.take(m)
+				continue
+			default:
+			}
+			if c.endErr != nil {
+				return 0, c.endErr
+			}
+			return 0, net.ErrClosed
+		}
+	}
+}
+
+// take makes m the message being read.
+func (c *zitiCircuit) take(m *zitiproto.Message) {
+	c.cur, c.off = m, 0
+	if c.framed && len(m.Body) > 0 {
+		binary.BigEndian.PutUint32(c.prefix[:], uint32(len(m.Body)))
+		c.poff = 0
+	}
+}
+
+// finOf tells whether m carries the FIN flag.
+func (c *zitiCircuit) finOf(m *zitiproto.Message) bool {
+	f, _ := m.Uint32(zitiproto.HeaderFlags)
+	return f&zitiproto.FlagFIN != 0
+}
+
+// Write sends the circuit's bytes to the client as Data messages.
+func (c *zitiCircuit) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.writable(); err != nil {
+		return 0, err
+	}
+	if !c.framed {
+		for off := 0; off < len(p); {
+			n := min(len(p)-off, zitiMaxData)
+			if err := c.sendData(p[off:off+n], 0); err != nil {
+				return off, err
+			}
+			off += n
+		}
+		return len(p), nil
+	}
+	for off := 0; off < len(p); {
+		if c.need == 0 {
+			k := copy(c.fhdr[c.fhn:], p[off:])
+			c.fhn += k
+			off += k
+			if c.fhn < 4 {
+				break
+			}
+			c.fhn = 0
+			size := int(binary.BigEndian.Uint32(c.fhdr[:]))
+			if size > zitiMaxFrame {
+				return off, fmt.Errorf("a frame of %d bytes on an end-to-end encrypted circuit; at most %d", size, zitiMaxFrame)
+			}
+			if size == 0 {
+				continue
+			}
+			if len(c.frame) == 0 && len(p)-off >= size { // the whole frame is here: no copy
+				if err := c.sendData(p[off:off+size], 0); err != nil {
+					return off, err
+				}
+				off += size
+				continue
+			}
+			c.need = size
+		}
+		k := min(c.need, len(p)-off)
+		c.frame = append(c.frame, p[off:off+k]...)
+		c.need -= k
+		off += k
+		if c.need == 0 {
+			err := c.sendData(c.frame, 0)
+			c.frame = c.frame[:0]
+			if cap(c.frame) > zitiMaxData {
+				c.frame = nil
+			}
+			if err != nil {
+				return off, err
+			}
+		}
+	}
+	return len(p), nil
+}
+
+// writable tells why the circuit can no longer send to the client, if so; with wmu.
+func (c *zitiCircuit) writable() error {
+	select {
+	case <-c.closed:
+		if c.endErr != nil {
+			return c.endErr
+		}
+		return net.ErrClosed
+	default:
+	}
+	if c.sentFIN {
+		return errors.New("write after CloseWrite")
+	}
+	return nil
+}
+
+// sendData sends one Data message; with wmu.
+func (c *zitiCircuit) sendData(body []byte, flags uint32) error {
+	c.dataSeq++
+	m := &c.out
+	m.Reset(zitiproto.ContentData)
+	m.PutUint32(zitiproto.HeaderConnID, c.id)
+	m.PutUint32(zitiproto.HeaderSeq, c.dataSeq)
+	if flags != 0 {
+		m.PutUint32(zitiproto.HeaderFlags, flags)
+	}
+	m.Body = body
+	err := c.zc.send(m)
+	m.Body = nil
+	return err
+}
+
+// CloseWrite sends the client the FIN flag: the circuit sends no more.
+func (c *zitiCircuit) CloseWrite() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.writable(); err != nil {
+		return err
+	}
+	c.sentFIN = true
+	return c.sendData(nil, zitiproto.FlagFIN)
+}
+
+// Close ends the circuit's end: the client gets StateClosed unless it closed first.
+func (c *zitiCircuit) Close() error {
+	c.end(nil, true)
+	return nil
+}
+
+// closeQuiet forgets the connection without telling the client (it refused the dial).
+func (c *zitiCircuit) closeQuiet() { c.end(nil, false) }
+
+// closeRemote ends the client's side for err (the client closed, its channel or session
+// ended): reads return err once what was queued is read, and the client is not told.
+func (c *zitiCircuit) closeRemote(err error) { c.end(err, false) }
+
+func (c *zitiCircuit) end(err error, tell bool) {
+	c.closeOnce.Do(func() {
+		c.endErr = err
+		c.zc.dropCircuit(c)
+		if tell {
+			c.wmu.Lock()
+			m := &c.out
+			m.SetState(zitiproto.ContentStateClosed, c.id, "")
+			c.zc.send(m)
+			c.wmu.Unlock()
+		}
+		close(c.closed)
+	})
+}
+
+func (c *zitiCircuit) LocalAddr() net.Addr  { return c.zc.c.LocalAddr() }
+func (c *zitiCircuit) RemoteAddr() net.Addr { return c.zc.c.RemoteAddr() }
+
+// errZitiDeadline: a circuit's end on an OpenZiti channel has no deadlines of its own.
+var errZitiDeadline = fmt.Errorf("deadlines on a connection of an OpenZiti channel: %w", errors.ErrUnsupported)
+
+func (c *zitiCircuit) SetDeadline(time.Time) error      { return errZitiDeadline }
+func (c *zitiCircuit) SetReadDeadline(time.Time) error  { return errZitiDeadline }
+func (c *zitiCircuit) SetWriteDeadline(time.Time) error { return errZitiDeadline }

@@ -1,0 +1,798 @@
+package dataplane
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/edgeproto"
+	"github.com/zmesh/zmesh/internal/tlscork"
+	"github.com/zmesh/zmesh/internal/zitiproto"
+)
+
+// OpenZiti's clients (sdk-golang, the ziti tunneler) reach the same edge listener as zmesh's
+// SDK: a connection whose first four bytes are channel v2's magic is theirs (package
+// zitiproto). After the channel's hello, which carries an API session of the identity whose
+// certificate the client presented, the client multiplexes its connections over the channel,
+// each named by a connection id: Connect dials a service (the connection becomes a circuit's
+// initiator end), Bind hosts one (the router creates a terminator of binding edge at address
+// ziti/<channel id>/<bind connection id>, and sends the client a Dial, with a connection id
+// of its own, for every circuit that reaches it). Data messages carry the bytes of a
+// connection; a Data with the FIN flag half-closes it, StateClosed closes it. A channel, and
+// each of its circuits and binds, ends as a zmesh SDK client's does (sdkServer.removed,
+// certsChanged): when its API session or session goes away, or its API session stops
+// admitting its certificate.
+
+// zitiAddressPrefix starts the terminator addresses of OpenZiti clients' binds.
+const zitiAddressPrefix = "ziti/"
+
+// zitiQueueLen bounds the Data messages queued toward a circuit from one client connection;
+// when full, the channel's reader waits, as OpenZiti's router does.
+const zitiQueueLen = 32
+
+// zitiMaxData bounds the body of a Data message the router sends on an unframed circuit.
+const zitiMaxData = 64 << 10
+
+// zitiMaxFrame is the largest frame of a circuit using OpenZiti's end-to-end encryption: a
+// secretstream message of at most 16 MiB plus its overhead.
+const zitiMaxFrame = 16<<20 + 17
+
+// firstRouterConnID is the first connection id the router assigns: clients number theirs
+// below it, as sdk-golang does.
+const firstRouterConnID = math.MaxUint32/2 + 1
+
+// zitiServer holds the OpenZiti clients connected to the router's edge listeners.
+type zitiServer struct {
+	r    *Router
+	pool zitiproto.Pool
+
+	mu    sync.Mutex
+	conns map[*zitiConn]struct{}
+	binds map[string]*zitiBind // by terminator address
+}
+
+func newZitiServer(r *Router) *zitiServer {
+	return &zitiServer{r: r, conns: map[*zitiConn]struct{}{}, binds: map[string]*zitiBind{}}
+}
+
+// zitiConn is one OpenZiti client's channel.
+type zitiConn struct {
+	s          *zitiServer
+	id         string // random; part of its binds' terminator addresses
+	identityID string
+	certFP     string
+	c          *tlscork.Batched
+	log        *slog.Logger
+	done       chan struct{} // closed when the channel ends
+	cancel     context.CancelFunc
+	closeOnce  sync.Once
+
+	wmu sync.Mutex // one message written at a time
+	w   *zitiproto.Writer
+	seq atomic.Int32 // sequence of the messages the router sends
+
+	mu       sync.Mutex
+	apiToken string
+	circuits map[uint32]*zitiCircuit // by connection id
+	binds    map[uint32]*zitiBind    // by the bind's connection id
+	pending  map[int32]chan *zitiproto.Message
+	nextID   uint32 // the last connection id the router assigned
+}
+
+// zitiBind is a service an OpenZiti client hosts through this router.
+type zitiBind struct {
+	zc           *zitiConn
+	connID       uint32
+	address      string
+	token        string // the Bind session's
+	serviceID    string
+	hostKey      []byte // the host's crypto_kx public key, nil without end-to-end encryption
+	terminatorID string // set once created; with zitiServer.mu
+	gone         bool   // unbound or its channel ended; with zitiServer.mu
+}
+
+// serve runs an OpenZiti client's channel until it ends or ctx does; pre are the bytes the
+// listener read to tell the protocol.
+func (s *zitiServer) serve(ctx context.Context, c *tlscork.Batched, pre []byte, identityID, certFP string) {
+	log := s.r.log.With("zitiClient", c.RemoteAddr().String())
+	var idb [8]byte
+	rand.Read(idb[:])
+	ctx, cancel := context.WithCancel(ctx)
+	zc := &zitiConn{s: s, cancel: cancel, id: hex.EncodeToString(idb[:]), identityID: identityID, certFP: certFP, c: c,
+		done: make(chan struct{}), w: zitiproto.NewWriter(c), circuits: map[uint32]*zitiCircuit{},
+		binds: map[uint32]*zitiBind{}, pending: map[int32]chan *zitiproto.Message{}, nextID: firstRouterConnID - 1}
+	defer zc.close()
+	stop := context.AfterFunc(ctx, zc.close)
+	defer stop()
+	rd := zitiproto.NewReader(c, pre)
+	if err := zc.hello(rd); err != nil {
+		log.Info("OpenZiti client refused", "identity", identityID, "err", err)
+		return
+	}
+	zc.log = log.With("identity", identityID, "conn", zc.id)
+	zc.log.Debug("OpenZiti client connected")
+	s.mu.Lock()
+	s.conns[zc] = struct{}{}
+	s.mu.Unlock()
+	// The certificate may have stopped being current between hello and now.
+	if api, ok := s.r.sessionCache.apiSession(zc.token()); !ok || !api.AdmitsCert(certFP) {
+		zc.log.Info("OpenZiti client disconnected: its API session ended or no longer admits its certificate")
+		return
+	}
+	var work sync.WaitGroup
+	defer work.Wait()
+	defer zc.close()
+	for {
+		m := s.pool.Get()
+		if err := rd.Read(m); err != nil {
+			s.pool.Put(m)
+			zc.readEnded(err)
+			return
+		}
+		if hb, ok := m.Uint64(zitiproto.HeaderHeartbeat); ok {
+			zc.heartbeatResponse(hb)
+		}
+		zc.handle(ctx, m, &work)
+	}
+}
+
+// readEnded logs why the channel's reader stopped.
+func (zc *zitiConn) readEnded(err error) {
+	switch {
+	case errors.Is(err, zitiproto.ErrTooLarge), errors.Is(err, zitiproto.ErrMalformed), errors.Is(err, zitiproto.ErrBadMagic):
+		zc.log.Warn("OpenZiti client disconnected: protocol error", "err", err)
+	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+		zc.log.Debug("OpenZiti client gone")
+	default:
+		zc.log.Debug("OpenZiti client gone", "err", err)
+	}
+}
+
+// hello admits the client: its first message must be a hello with an API session of the
+// identity whose certificate it presented, that admits that certificate.
+func (zc *zitiConn) hello(rd *zitiproto.Reader) error {
+	r := zc.s.r
+	zc.c.SetDeadline(time.Now().Add(edgeproto.HandshakeTimeout))
+	defer zc.c.SetDeadline(time.Time{})
+	req := zc.s.pool.Get()
+	defer zc.s.pool.Put(req)
+	if err := rd.Read(req); err != nil {
+		return fmt.Errorf("read hello: %w", err)
+	}
+	refuse := func(format string, args ...any) error {
+		msg := fmt.Sprintf(format, args...)
+		m := zc.s.pool.Get()
+		m.SetResult(req, false, msg)
+		zc.send(m)
+		zc.s.pool.Put(m)
+		return errors.New(msg)
+	}
+	if req.ContentType != zitiproto.ContentHello {
+		return refuse("the first message must be a hello (content type %d), not content type %d", zitiproto.ContentHello, req.ContentType)
+	}
+	token, ok := req.String(zitiproto.HeaderSessionToken)
+	if !ok || token == "" {
+		return refuse("the hello has no API session token (header %d)", zitiproto.HeaderSessionToken)
+	}
+	api, ok := r.sessionCache.awaitAPISession(token, r.ctrl.isConnected)
+	switch {
+	case !ok:
+		return refuse("unknown or ended API session")
+	case api.IdentityID != zc.identityID:
+		return refuse("the API session is not of the identity %s of the client certificate", zc.identityID)
+	case !api.AdmitsCert(zc.certFP):
+		return refuse("the client certificate is not a current certificate of identity %s", zc.identityID)
+	}
+	zc.apiToken = token
+	m := zc.s.pool.Get()
+	defer zc.s.pool.Put(m)
+	m.SetResult(req, true, "")
+	m.PutString(zitiproto.HeaderConnectionID, zc.id)
+	m.PutString(zitiproto.HeaderID, r.id)
+	m.PutBool(zitiproto.HeaderSupportsBindSuccess, true)
+	if err := zc.send(m); err != nil {
+		return fmt.Errorf("answer hello: %w", err)
+	}
+	return nil
+}
+
+// handle dispatches a message the client sent; it owns m. Work that waits for the controller
+// runs on its own goroutine, counted in work.
+func (zc *zitiConn) handle(ctx context.Context, m *zitiproto.Message, work *sync.WaitGroup) {
+	s := zc.s
+	switch m.ContentType {
+	case zitiproto.ContentData:
+		zc.data(m)
+		return
+	case zitiproto.ContentLatency:
+		reply := s.pool.Get()
+		reply.SetResult(m, true, "")
+		zc.send(reply)
+		s.pool.Put(reply)
+	case zitiproto.ContentConnect:
+		work.Go(func() { zc.connect(ctx, m) })
+		return
+	case zitiproto.ContentBind:
+		work.Go(func() { zc.bind(ctx, m) })
+		return
+	case zitiproto.ContentUnbind:
+		if id, ok := m.Uint32(zitiproto.HeaderConnID); ok {
+			zc.unbind(ctx, id, "unbound by the client")
+		}
+	case zitiproto.ContentStateClosed:
+		if id, ok := m.Uint32(zitiproto.HeaderConnID); ok {
+			zc.closedByClient(ctx, id)
+		}
+	case zitiproto.ContentDialSuccess, zitiproto.ContentDialFailed:
+		if rf, ok := m.ReplyFor(); ok {
+			zc.mu.Lock()
+			ch := zc.pending[rf]
+			delete(zc.pending, rf)
+			zc.mu.Unlock()
+			if ch != nil {
+				ch <- m // buffered
+				return
+			}
+		}
+	case zitiproto.ContentUpdateToken:
+		zc.updateToken(m)
+	case zitiproto.ContentHeartbeat, zitiproto.ContentResult:
+	default:
+		zc.log.Debug("OpenZiti client message ignored", "contentType", m.ContentType)
+	}
+	s.pool.Put(m)
+}
+
+// send writes m to the client with the channel's next sequence number.
+func (zc *zitiConn) send(m *zitiproto.Message) error {
+	zc.wmu.Lock()
+	defer zc.wmu.Unlock()
+	m.Sequence = zc.seq.Add(1)
+	return zc.w.Write(m)
+}
+
+// heartbeatResponse answers a heartbeat the client's channel put on one of its messages.
+func (zc *zitiConn) heartbeatResponse(v uint64) {
+	m := zc.s.pool.Get()
+	m.Reset(zitiproto.ContentHeartbeat)
+	m.PutUint64(zitiproto.HeaderHeartbeatResponse, v)
+	zc.send(m)
+	zc.s.pool.Put(m)
+}
+
+// sendState sends a connection state message (StateConnected, StateClosed, BindSuccess) for
+// connection id, as a reply to req when set; errCode, when not zero, names the refusal.
+func (zc *zitiConn) sendState(ct int32, id uint32, req *zitiproto.Message, text string, errCode uint32) error {
+	m := zc.s.pool.Get()
+	defer zc.s.pool.Put(m)
+	m.SetState(ct, id, text)
+	if req != nil {
+		m.ReplyTo(req)
+	}
+	if errCode != 0 {
+		m.PutUint32(zitiproto.HeaderErrorCode, errCode)
+	}
+	return zc.send(m)
+}
+
+func (zc *zitiConn) token() string {
+	zc.mu.Lock()
+	defer zc.mu.Unlock()
+	return zc.apiToken
+}
+
+// close ends the channel: its circuits and binds end with it.
+func (zc *zitiConn) close() {
+	zc.closeOnce.Do(func() {
+		zc.cancel()
+		close(zc.done)
+		zc.c.Close()
+		zc.s.mu.Lock()
+		delete(zc.s.conns, zc)
+		zc.s.mu.Unlock()
+		zc.mu.Lock()
+		circuits := make([]*zitiCircuit, 0, len(zc.circuits))
+		for _, c := range zc.circuits {
+			circuits = append(circuits, c)
+		}
+		binds := make([]uint32, 0, len(zc.binds))
+		for id := range zc.binds {
+			binds = append(binds, id)
+		}
+		zc.mu.Unlock()
+		for _, c := range circuits {
+			c.closeRemote(errZitiChannelEnded)
+		}
+		for _, id := range binds {
+			zc.unbind(context.Background(), id, "its channel ended")
+		}
+	})
+}
+
+// errZitiChannelEnded ends the circuits of a channel that ended.
+var errZitiChannelEnded = errors.New("the OpenZiti client's channel ended")
+
+// data queues a Data message for the circuit of its connection id; the reader waits while
+// the circuit's queue is full.
+func (zc *zitiConn) data(m *zitiproto.Message) {
+	id, _ := m.Uint32(zitiproto.HeaderConnID)
+	zc.mu.Lock()
+	c := zc.circuits[id]
+	zc.mu.Unlock()
+	if c == nil {
+		zc.s.pool.Put(m)
+		return
+	}
+	c.push(m)
+}
+
+// closedByClient ends what the client's connection id names: a circuit or a bind.
+func (zc *zitiConn) closedByClient(ctx context.Context, id uint32) {
+	zc.mu.Lock()
+	c, b := zc.circuits[id], zc.binds[id]
+	zc.mu.Unlock()
+	if c != nil {
+		c.closeRemote(errZitiClientClosed)
+	}
+	if b != nil {
+		zc.unbind(ctx, id, "closed by the client")
+	}
+}
+
+// errZitiClientClosed: the client sent StateClosed for a circuit's connection.
+var errZitiClientClosed = errors.New("the OpenZiti client closed the connection")
+
+// session checks that token is a session of type typ made in the client's API session.
+func (zc *zitiConn) session(token, typ string) (ctrlproto.Session, uint32, error) {
+	se, err := zc.s.r.checkSession(zc.token(), token, typ, "")
+	if err != nil {
+		code := zitiproto.ErrorInvalidSession
+		if se.Token != "" && se.Type != typ {
+			code = zitiproto.ErrorWrongSessionType
+		}
+		return se, code, err
+	}
+	return se, 0, nil
+}
+
+// updateToken takes the client's new API session token, when it is of the same identity and
+// admits the client's certificate.
+func (zc *zitiConn) updateToken(m *zitiproto.Message) {
+	r := zc.s.r
+	token := string(m.Body)
+	api, ok := r.sessionCache.awaitAPISession(token, r.ctrl.isConnected)
+	reply := zc.s.pool.Get()
+	defer zc.s.pool.Put(reply)
+	switch {
+	case !ok:
+		reply.SetState(zitiproto.ContentUpdateTokenFailure, 0, "unknown or ended API session")
+	case api.IdentityID != zc.identityID || !api.AdmitsCert(zc.certFP):
+		reply.SetState(zitiproto.ContentUpdateTokenFailure, 0, "the API session is not of this client's identity and certificate")
+	default:
+		zc.mu.Lock()
+		zc.apiToken = token
+		zc.mu.Unlock()
+		reply.Reset(zitiproto.ContentUpdateTokenSuccess)
+	}
+	reply.ReplyTo(m)
+	zc.send(reply)
+}
+
+// connect dials the service of the Connect's session; the client's connection becomes the
+// circuit's initiator end. It owns req.
+func (zc *zitiConn) connect(ctx context.Context, req *zitiproto.Message) {
+	r := zc.s.r
+	defer zc.s.pool.Put(req)
+	id, ok := req.Uint32(zitiproto.HeaderConnID)
+	if !ok {
+		zc.sendState(zitiproto.ContentStateClosed, 0, req, fmt.Sprintf("the connect has no connection id (header %d)", zitiproto.HeaderConnID), zitiproto.ErrorInternal)
+		return
+	}
+	refuse := func(code uint32, msg string) {
+		zc.log.Info("OpenZiti dial refused", "connId", id, "err", msg)
+		zc.sendState(zitiproto.ContentStateClosed, id, req, msg, code)
+	}
+	se, code, err := zc.session(string(req.Body), "Dial")
+	if err != nil {
+		refuse(code, err.Error())
+		return
+	}
+	appData, _ := req.Header(zitiproto.HeaderAppData)
+	if len(appData) > 0 && (len(appData) > ctrlproto.MaxAppData || !json.Valid(appData)) {
+		refuse(zitiproto.ErrorInternal, fmt.Sprintf("the app data (header %d) must be JSON of at most %d bytes", zitiproto.HeaderAppData, ctrlproto.MaxAppData))
+		return
+	}
+	identity, _ := req.String(zitiproto.HeaderTerminatorIdentity)
+	creq := &ctrlproto.CircuitRequest{SessionToken: se.Token, ServiceID: se.ServiceID, TerminatorIdentity: identity}
+	if len(appData) > 0 {
+		creq.AppData = json.RawMessage(append([]byte(nil), appData...))
+	}
+	reply, err := r.requestCircuit(ctx, creq)
+	if err != nil {
+		code := zitiproto.ErrorInternal
+		var ce *ctrlproto.Error
+		if errors.As(err, &ce) && ce.Code == ctrlproto.ErrCodeInvalidSession {
+			code = zitiproto.ErrorInvalidSession
+		}
+		refuse(code, err.Error())
+		return
+	}
+	c := newZitiCircuit(zc, id, false)
+	c.sessionToken = se.Token
+	if !zc.addCircuit(c) {
+		r.fault(reply.CircuitID, "the OpenZiti client's connection id is in use or its channel ended")
+		refuse(zitiproto.ErrorInternal, fmt.Sprintf("connection id %d is in use", id))
+		return
+	}
+	m := zc.s.pool.Get()
+	m.SetState(zitiproto.ContentStateConnected, id, "")
+	m.ReplyTo(req)
+	m.PutString(zitiproto.HeaderCircuitID, strconv.FormatUint(reply.CircuitID, 10))
+	err = zc.send(m)
+	zc.s.pool.Put(m)
+	if err != nil {
+		c.Close()
+		r.fault(reply.CircuitID, "the OpenZiti client left before its circuit started")
+		return
+	}
+	if err := r.attachIngress(reply, c); err != nil {
+		zc.log.Warn("circuit failed at the ingress", "circuit", reply.CircuitID, "err", err)
+		c.Close()
+		r.fault(reply.CircuitID, err.Error())
+	}
+}
+
+// addCircuit registers c under its connection id, unless the id is taken or the channel
+// ended.
+func (zc *zitiConn) addCircuit(c *zitiCircuit) bool {
+	zc.mu.Lock()
+	defer zc.mu.Unlock()
+	select {
+	case <-zc.done:
+		return false
+	default:
+	}
+	if zc.circuits[c.id] != nil || zc.binds[c.id] != nil {
+		return false
+	}
+	zc.circuits[c.id] = c
+	return true
+}
+
+func (zc *zitiConn) dropCircuit(c *zitiCircuit) {
+	zc.mu.Lock()
+	if zc.circuits[c.id] == c {
+		delete(zc.circuits, c.id)
+	}
+	zc.mu.Unlock()
+}
+
+// zitiPrecedences maps a bind's precedence header to the terminator's precedence.
+var zitiPrecedences = [...]string{zitiproto.PrecedenceDefault: "default", zitiproto.PrecedenceRequired: "required", zitiproto.PrecedenceFailed: "failed"}
+
+// bind hosts the service of the Bind's session for the client; it owns req. The client gets
+// its answer at once, and BindSuccess once the terminator exists (if it says it understands
+// it), or StateClosed when it cannot be made.
+func (zc *zitiConn) bind(ctx context.Context, req *zitiproto.Message) {
+	r, s := zc.s.r, zc.s
+	defer s.pool.Put(req)
+	id, ok := req.Uint32(zitiproto.HeaderConnID)
+	if !ok {
+		zc.sendState(zitiproto.ContentStateClosed, 0, req, fmt.Sprintf("the bind has no connection id (header %d)", zitiproto.HeaderConnID), zitiproto.ErrorInternal)
+		return
+	}
+	refuse := func(code uint32, msg string) {
+		zc.log.Info("OpenZiti bind refused", "connId", id, "err", msg)
+		zc.sendState(zitiproto.ContentStateClosed, id, req, msg, code)
+	}
+	se, code, err := zc.session(string(req.Body), "Bind")
+	if err != nil {
+		refuse(code, err.Error())
+		return
+	}
+	t := &ctrlproto.TerminatorCreate{Service: se.ServiceID, Binding: BindingEdge, SessionToken: se.Token}
+	t.Identity, _ = req.String(zitiproto.HeaderTerminatorIdentity)
+	if v, ok := req.Uint16(zitiproto.HeaderCost); ok {
+		t.Cost = int(v)
+	}
+	if p, ok := req.Byte(zitiproto.HeaderPrecedence); ok {
+		if int(p) >= len(zitiPrecedences) {
+			refuse(zitiproto.ErrorInternal, fmt.Sprintf("precedence %d (header %d): allowed are 0 (default), 1 (required), 2 (failed)", p, zitiproto.HeaderPrecedence))
+			return
+		}
+		t.Precedence = zitiPrecedences[p]
+	}
+	b := &zitiBind{zc: zc, connID: id, token: se.Token, serviceID: se.ServiceID,
+		address: zitiAddressPrefix + zc.id + "/" + strconv.FormatUint(uint64(id), 10)}
+	if key, ok := req.Header(zitiproto.HeaderPublicKey); ok && len(key) > 0 {
+		b.hostKey = append([]byte(nil), key...)
+	}
+	t.Address = b.address
+	zc.mu.Lock()
+	taken := zc.circuits[id] != nil || zc.binds[id] != nil
+	if !taken {
+		zc.binds[id] = b
+	}
+	zc.mu.Unlock()
+	if taken {
+		refuse(zitiproto.ErrorInternal, fmt.Sprintf("connection id %d is in use", id))
+		return
+	}
+	s.mu.Lock()
+	s.binds[b.address] = b
+	s.mu.Unlock()
+	m := s.pool.Get()
+	m.SetState(zitiproto.ContentStateConnected, id, "")
+	m.ReplyTo(req)
+	if req.Bool(zitiproto.HeaderRouterProvidedConnID) {
+		m.PutBool(zitiproto.HeaderRouterProvidedConnID, true)
+	}
+	zc.send(m)
+	s.pool.Put(m)
+
+	tctx, cancel := context.WithTimeout(ctx, edgeproto.HandshakeTimeout)
+	tid, err := r.CreateTerminator(tctx, t)
+	cancel()
+	if err != nil {
+		code := zitiproto.ErrorInternal
+		var ce *ctrlproto.Error
+		if errors.As(err, &ce) && ce.Code == ctrlproto.ErrCodeInvalidSession {
+			code = zitiproto.ErrorInvalidSession
+		}
+		zc.log.Info("OpenZiti bind failed", "connId", id, "service", se.ServiceID, "err", err)
+		zc.forgetBind(b)
+		zc.sendState(zitiproto.ContentStateClosed, id, nil, err.Error(), code)
+		return
+	}
+	s.mu.Lock()
+	gone := b.gone
+	b.terminatorID = tid
+	s.mu.Unlock()
+	if gone { // unbound while the terminator was being made
+		zc.removeTerminator(ctx, tid)
+		return
+	}
+	zc.log.Debug("OpenZiti bind hosted", "connId", id, "service", se.ServiceID, "terminator", tid)
+	if req.Bool(zitiproto.HeaderSupportsBindSuccess) {
+		zc.sendState(zitiproto.ContentBindSuccess, id, nil, "", 0)
+	}
+}
+
+// forgetBind removes b from the tables and marks it gone; it returns b's terminator id.
+func (zc *zitiConn) forgetBind(b *zitiBind) string {
+	zc.mu.Lock()
+	if zc.binds[b.connID] == b {
+		delete(zc.binds, b.connID)
+	}
+	zc.mu.Unlock()
+	s := zc.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.binds[b.address] == b {
+		delete(s.binds, b.address)
+	}
+	b.gone = true
+	return b.terminatorID
+}
+
+// unbind ends the bind of connection id, removing its terminator.
+func (zc *zitiConn) unbind(ctx context.Context, id uint32, why string) {
+	zc.mu.Lock()
+	b := zc.binds[id]
+	zc.mu.Unlock()
+	if b == nil {
+		return
+	}
+	if tid := zc.forgetBind(b); tid != "" {
+		zc.log.Debug("OpenZiti bind ended", "connId", id, "terminator", tid, "reason", why)
+		zc.removeTerminator(ctx, tid)
+	}
+}
+
+// removeTerminator removes a bind's terminator, even when the router is stopping: a later
+// start creates its own.
+func (zc *zitiConn) removeTerminator(ctx context.Context, tid string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), edgeproto.HandshakeTimeout)
+	defer cancel()
+	if err := zc.s.r.RemoveTerminator(rctx, tid); err != nil {
+		zc.log.Warn("OpenZiti bind ended; its terminator stays until the controller removes it", "terminator", tid, "err", err)
+	}
+}
+
+// terminators returns the ids of the terminators of the clients' binds.
+func (s *zitiServer) terminators() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, b := range s.binds {
+		if b.terminatorID != "" {
+			out = append(out, b.terminatorID)
+		}
+	}
+	return out
+}
+
+// dial connects a circuit to the client hosting the terminator at x.Address: the client gets
+// a Dial with a connection id the router assigns and answers DialSuccess or DialFailed.
+func (s *zitiServer) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64) (net.Conn, error) {
+	s.mu.Lock()
+	b := s.binds[x.Address]
+	var tid string
+	if b != nil {
+		tid = b.terminatorID
+	}
+	s.mu.Unlock()
+	if b == nil || tid == "" {
+		return nil, fmt.Errorf("no OpenZiti client hosts %s here any more", x.Address)
+	}
+	zc := b.zc
+	c := newZitiCircuit(zc, 0, false)
+	c.sessionToken = b.token
+	zc.mu.Lock()
+	for {
+		zc.nextID++
+		if zc.nextID < firstRouterConnID {
+			zc.nextID = firstRouterConnID
+		}
+		if zc.circuits[zc.nextID] == nil && zc.binds[zc.nextID] == nil {
+			break
+		}
+	}
+	c.id = zc.nextID
+	zc.mu.Unlock()
+	if !zc.addCircuit(c) {
+		return nil, errors.New("the hosting OpenZiti client's channel ended")
+	}
+	m := s.pool.Get()
+	m.SetState(zitiproto.ContentDial, b.connID, b.token)
+	m.PutUint32(zitiproto.HeaderRouterProvidedConnID, c.id)
+	m.PutString(zitiproto.HeaderCircuitID, strconv.FormatUint(circuitID, 10))
+	if x.InitiatorID != "" {
+		m.PutString(zitiproto.HeaderCallerID, x.InitiatorID)
+	}
+	if len(x.AppData) > 0 {
+		m.Put(zitiproto.HeaderAppData, x.AppData)
+	}
+	reply, err := zc.request(ctx, m)
+	s.pool.Put(m)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("dial the hosting OpenZiti client: %w", err)
+	}
+	defer s.pool.Put(reply)
+	if reply.ContentType != zitiproto.ContentDialSuccess {
+		c.closeQuiet()
+		return nil, fmt.Errorf("the hosting OpenZiti client refused: %s", reply.Body)
+	}
+	return c, nil
+}
+
+// request sends m and waits for its reply (DialSuccess or DialFailed), within ctx.
+func (zc *zitiConn) request(ctx context.Context, m *zitiproto.Message) (*zitiproto.Message, error) {
+	ch := make(chan *zitiproto.Message, 1)
+	zc.wmu.Lock()
+	m.Sequence = zc.seq.Add(1)
+	zc.mu.Lock()
+	zc.pending[m.Sequence] = ch
+	zc.mu.Unlock()
+	err := zc.w.Write(m)
+	zc.wmu.Unlock()
+	forget := func() {
+		zc.mu.Lock()
+		delete(zc.pending, m.Sequence)
+		zc.mu.Unlock()
+	}
+	if err != nil {
+		forget()
+		return nil, err
+	}
+	select {
+	case reply := <-ch:
+		return reply, nil
+	case <-ctx.Done():
+		forget()
+		return nil, fmt.Errorf("no answer: %w", ctx.Err())
+	case <-zc.done:
+		forget()
+		return nil, errZitiChannelEnded
+	}
+}
+
+// removed closes what used API sessions and sessions that went away.
+func (s *zitiServer) removed(apiTokens, sessionTokens []string) {
+	gone := map[string]bool{}
+	for _, t := range sessionTokens {
+		gone[t] = true
+	}
+	goneAPI := map[string]bool{}
+	for _, t := range apiTokens {
+		goneAPI[t] = true
+	}
+	for _, zc := range s.clients() {
+		if goneAPI[zc.token()] {
+			zc.log.Info("OpenZiti client disconnected: its API session ended")
+			zc.close()
+			continue
+		}
+		if len(gone) == 0 {
+			continue
+		}
+		zc.mu.Lock()
+		var circuits []*zitiCircuit
+		for _, c := range zc.circuits {
+			if gone[c.sessionToken] {
+				circuits = append(circuits, c)
+			}
+		}
+		var binds []uint32
+		for id, b := range zc.binds {
+			if gone[b.token] {
+				binds = append(binds, id)
+			}
+		}
+		zc.mu.Unlock()
+		for _, c := range circuits {
+			c.closeRemote(errZitiSessionEnded)
+		}
+		for _, id := range binds {
+			zc.unbind(context.Background(), id, "its session ended")
+			zc.sendState(zitiproto.ContentStateClosed, id, nil, "the session ended", zitiproto.ErrorInvalidSession)
+		}
+	}
+}
+
+// errZitiSessionEnded ends the circuits of a session that went away.
+var errZitiSessionEnded = errors.New("the session of the OpenZiti client's connection ended")
+
+// certsChanged closes the channels whose API session no longer admits their certificate.
+func (s *zitiServer) certsChanged(apis []ctrlproto.APISession) {
+	byToken := make(map[string]*ctrlproto.APISession, len(apis))
+	for i := range apis {
+		byToken[apis[i].Token] = &apis[i]
+	}
+	for _, zc := range s.clients() {
+		if a, ok := byToken[zc.token()]; ok && !a.AdmitsCert(zc.certFP) {
+			zc.log.Info("OpenZiti client disconnected: its certificate is no longer current")
+			zc.close()
+		}
+	}
+}
+
+// clients returns the admitted channels.
+func (s *zitiServer) clients() []*zitiConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*zitiConn, 0, len(s.conns))
+	for zc := range s.conns {
+		out = append(out, zc)
+	}
+	return out
+}
+
+// counts returns the admitted channels and the binds with a terminator, for metrics.
+func (s *zitiServer) counts() (clients, binds int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range s.binds {
+		if b.terminatorID != "" {
+			binds++
+		}
+	}
+	return len(s.conns), binds
+}
+
+// isZitiAddress tells whether a terminator address of binding edge is an OpenZiti client's.
+func isZitiAddress(address string) bool { return strings.HasPrefix(address, zitiAddressPrefix) }

@@ -1,0 +1,633 @@
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/internal/edgeproto"
+	"github.com/zmesh/zmesh/internal/testutil"
+	"github.com/zmesh/zmesh/internal/zitiproto"
+	"github.com/zmesh/zmesh/tunnel"
+)
+
+// zitiClient is the client side of OpenZiti's edge protocol, written out plainly on
+// zitiproto, as sdk-golang speaks it: the router's side is tested against the protocol.
+type zitiClient struct {
+	t   testing.TB
+	c   *tls.Conn
+	api *model.APISession
+
+	wmu sync.Mutex
+	w   *zitiproto.Writer
+	seq int32
+
+	mu      sync.Mutex
+	replies map[int32]chan *zitiproto.Message
+	conns   map[uint32]chan *zitiproto.Message // Data and StateClosed by connection id
+	dials   chan *zitiproto.Message            // Dial from the router
+	binds   chan *zitiproto.Message            // BindSuccess and StateClosed of binds
+	hello   *zitiproto.Message
+	done    chan struct{}
+	nextID  uint32
+}
+
+// connectZiti authenticates cert's identity and says hello at an edge listener with the API
+// session.
+func (n *testNet) connectZiti(addr string, cert tls.Certificate) (*zitiClient, error) {
+	t := n.t
+	t.Helper()
+	leaf, _ := x509.ParseCertificate(cert.Certificate[0])
+	api, _, err := n.m.AuthenticateCert([]*x509.Certificate{leaf}, model.Login{Source: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cl *zitiClient
+	testutil.Eventually(t, "the router knows the API session", func() bool {
+		cl, err = n.connectZitiWith(addr, cert, api)
+		return err == nil || !strings.Contains(err.Error(), "unknown or ended API session")
+	})
+	return cl, err
+}
+
+func (n *testNet) connectZitiWith(addr string, cert tls.Certificate, api *model.APISession) (*zitiClient, error) {
+	caPEM, _ := os.ReadFile(filepath.Join(n.dir, "ca.pem"))
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	c, err := tls.Dial("tcp", addr, &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS13})
+	if err != nil {
+		return nil, err
+	}
+	cl := &zitiClient{t: n.t, c: c, api: api, w: zitiproto.NewWriter(c), replies: map[int32]chan *zitiproto.Message{},
+		conns: map[uint32]chan *zitiproto.Message{}, dials: make(chan *zitiproto.Message, 16), binds: make(chan *zitiproto.Message, 16),
+		done: make(chan struct{})}
+	n.t.Cleanup(func() { c.Close() })
+	var h zitiproto.Message
+	h.Reset(zitiproto.ContentHello)
+	h.Sequence = -1
+	h.Body = []byte(api.IdentityID)
+	h.PutString(zitiproto.HeaderSessionToken, api.Token)
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	if err := cl.w.Write(&h); err != nil {
+		c.Close()
+		return nil, err
+	}
+	rd := zitiproto.NewReader(c, nil)
+	res := &zitiproto.Message{}
+	if err := rd.Read(res); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("read the hello's result: %w", err)
+	}
+	c.SetDeadline(time.Time{})
+	if rf, _ := res.ReplyFor(); res.ContentType != zitiproto.ContentResult || rf != -1 {
+		c.Close()
+		return nil, fmt.Errorf("hello answered by content type %d for %d", res.ContentType, rf)
+	}
+	if !res.Bool(zitiproto.HeaderResultSuccess) {
+		c.Close()
+		return nil, fmt.Errorf("hello refused: %s", res.Body)
+	}
+	cl.hello = res
+	go cl.readLoop(rd)
+	return cl, nil
+}
+
+func (cl *zitiClient) readLoop(rd *zitiproto.Reader) {
+	defer close(cl.done)
+	for {
+		m := &zitiproto.Message{}
+		if err := rd.Read(m); err != nil {
+			return
+		}
+		if rf, ok := m.ReplyFor(); ok {
+			cl.mu.Lock()
+			ch := cl.replies[rf]
+			delete(cl.replies, rf)
+			cl.mu.Unlock()
+			if ch != nil {
+				ch <- m
+				continue
+			}
+		}
+		id, _ := m.Uint32(zitiproto.HeaderConnID)
+		switch m.ContentType {
+		case zitiproto.ContentDial:
+			cl.dials <- m
+		case zitiproto.ContentBindSuccess:
+			cl.binds <- m
+		case zitiproto.ContentData, zitiproto.ContentStateClosed:
+			cl.mu.Lock()
+			ch := cl.conns[id]
+			cl.mu.Unlock()
+			if ch != nil {
+				ch <- m
+			} else if m.ContentType == zitiproto.ContentStateClosed {
+				cl.binds <- m
+			}
+		}
+	}
+}
+
+func (cl *zitiClient) send(m *zitiproto.Message) error {
+	cl.wmu.Lock()
+	defer cl.wmu.Unlock()
+	cl.seq++
+	m.Sequence = cl.seq
+	return cl.w.Write(m)
+}
+
+// request sends m and waits for its reply.
+func (cl *zitiClient) request(m *zitiproto.Message) (*zitiproto.Message, error) {
+	ch := make(chan *zitiproto.Message, 1)
+	cl.wmu.Lock()
+	cl.seq++
+	m.Sequence = cl.seq
+	cl.mu.Lock()
+	cl.replies[m.Sequence] = ch
+	cl.mu.Unlock()
+	err := cl.w.Write(m)
+	cl.wmu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-cl.done:
+		return nil, errors.New("the channel ended")
+	case <-time.After(testutil.Patience):
+		return nil, errors.New("no reply")
+	}
+}
+
+// zconn is one connection of the channel, as a client sees it.
+type zconn struct {
+	cl   *zitiClient
+	id   uint32
+	in   chan *zitiproto.Message
+	fin  bool
+	dseq uint32
+}
+
+func (cl *zitiClient) newConn(id uint32) *zconn {
+	if id == 0 {
+		cl.mu.Lock()
+		cl.nextID++
+		id = cl.nextID
+		cl.mu.Unlock()
+	}
+	zc := &zconn{cl: cl, id: id, in: make(chan *zitiproto.Message, 1024)}
+	cl.mu.Lock()
+	cl.conns[id] = zc.in
+	cl.mu.Unlock()
+	return zc
+}
+
+// connect dials a service with a Dial session; key, when set, is the PublicKey offered.
+func (cl *zitiClient) connect(token string, key []byte, headers map[int32][]byte) (*zconn, *zitiproto.Message, error) {
+	zc := cl.newConn(0)
+	var m zitiproto.Message
+	m.SetState(zitiproto.ContentConnect, zc.id, token)
+	if key != nil {
+		m.Put(zitiproto.HeaderPublicKey, key)
+		m.PutByte(zitiproto.HeaderCryptoMethod, zitiproto.CryptoLibsodium)
+	}
+	for k, v := range headers {
+		m.Put(k, v)
+	}
+	reply, err := cl.request(&m)
+	if err != nil {
+		return nil, nil, err
+	}
+	if reply.ContentType != zitiproto.ContentStateConnected {
+		return nil, reply, fmt.Errorf("connect refused (content type %d): %s", reply.ContentType, reply.Body)
+	}
+	return zc, reply, nil
+}
+
+// write sends one Data message.
+func (zc *zconn) write(b []byte, flags uint32) error {
+	var m zitiproto.Message
+	m.SetState(zitiproto.ContentData, zc.id, "")
+	zc.dseq++
+	m.PutUint32(zitiproto.HeaderSeq, zc.dseq)
+	if flags != 0 {
+		m.PutUint32(zitiproto.HeaderFlags, flags)
+	}
+	m.Body = b
+	return zc.cl.send(&m)
+}
+
+// next returns the body of the next Data message; io.EOF after FIN, an error after
+// StateClosed.
+func (zc *zconn) next() ([]byte, error) {
+	for {
+		if zc.fin {
+			return nil, io.EOF
+		}
+		select {
+		case m := <-zc.in:
+			if m.ContentType == zitiproto.ContentStateClosed {
+				return nil, fmt.Errorf("state closed: %q", m.Body)
+			}
+			if f, _ := m.Uint32(zitiproto.HeaderFlags); f&zitiproto.FlagFIN != 0 {
+				zc.fin = true
+			}
+			if len(m.Body) > 0 {
+				return m.Body, nil
+			}
+		case <-zc.cl.done:
+			return nil, errors.New("the channel ended")
+		case <-time.After(testutil.Patience):
+			return nil, errors.New("nothing came")
+		}
+	}
+}
+
+// readAll reads Data bodies until FIN.
+func (zc *zconn) readAll() ([]byte, error) {
+	var out []byte
+	for {
+		b, err := zc.next()
+		out = append(out, b...)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+}
+
+// closed waits for the router's StateClosed of the connection.
+func (zc *zconn) closed() error {
+	for {
+		select {
+		case m := <-zc.in:
+			if m.ContentType == zitiproto.ContentStateClosed {
+				return nil
+			}
+		case <-zc.cl.done:
+			return nil
+		case <-time.After(testutil.Patience):
+			return errors.New("the connection was not closed")
+		}
+	}
+}
+
+// bind hosts a service with a Bind session; key, when set, is the host's PublicKey.
+func (cl *zitiClient) bind(token string, key []byte) (uint32, error) {
+	cl.mu.Lock()
+	cl.nextID++
+	id := cl.nextID
+	cl.mu.Unlock()
+	var m zitiproto.Message
+	m.SetState(zitiproto.ContentBind, id, token)
+	m.PutBool(zitiproto.HeaderSupportsBindSuccess, true)
+	m.PutBool(zitiproto.HeaderRouterProvidedConnID, true)
+	m.PutUint16(zitiproto.HeaderCost, 7)
+	if key != nil {
+		m.Put(zitiproto.HeaderPublicKey, key)
+		m.PutByte(zitiproto.HeaderCryptoMethod, zitiproto.CryptoLibsodium)
+	}
+	reply, err := cl.request(&m)
+	if err != nil {
+		return 0, err
+	}
+	if reply.ContentType != zitiproto.ContentStateConnected {
+		return 0, fmt.Errorf("bind refused: %s", reply.Body)
+	}
+	select {
+	case ev := <-cl.binds:
+		if ev.ContentType != zitiproto.ContentBindSuccess {
+			return 0, fmt.Errorf("bind failed: %s", ev.Body)
+		}
+	case <-time.After(testutil.Patience):
+		return 0, errors.New("no BindSuccess")
+	}
+	return id, nil
+}
+
+// accept takes the router's next Dial and answers DialSuccess.
+func (cl *zitiClient) accept() (*zconn, *zitiproto.Message, error) {
+	var d *zitiproto.Message
+	select {
+	case d = <-cl.dials:
+	case <-time.After(testutil.Patience):
+		return nil, nil, errors.New("no dial came")
+	}
+	id, ok := d.Uint32(zitiproto.HeaderRouterProvidedConnID)
+	if !ok {
+		return nil, d, errors.New("the dial has no router-provided connection id")
+	}
+	zc := cl.newConn(id)
+	bindID, _ := d.Uint32(zitiproto.HeaderConnID)
+	var m zitiproto.Message
+	m.SetState(zitiproto.ContentDialSuccess, bindID, "")
+	m.Body = binary.LittleEndian.AppendUint32(nil, id)
+	m.ReplyTo(d)
+	return zc, d, cl.send(&m)
+}
+
+// zitiNet is routers E and H linked, each with an edge listener; H is a tunneler. Service
+// "plain" (no end-to-end encryption required) may be dialed by identity "dialer" and
+// hosted by identity "host" and by router H's identity.
+func zitiNet(t *testing.T) (n *testNet, svc *model.Service, dialer, host tls.Certificate) {
+	n = newTestNet(t)
+	edgeListener := `listeners:
+  - binding: edge
+    bind: tls:127.0.0.1:{{port}}
+    advertise: tls:127.0.0.1:{{same}}
+`
+	n.addRouter("H", true, `link:
+  listeners:
+    - binding: transport
+      bind: tls:127.0.0.1:{{port}}
+      advertise: tls:127.0.0.1:{{same}}
+`+edgeListener)
+	n.addRouter("E", false, `link:
+  dialers:
+    - binding: transport
+`+edgeListener)
+	testutil.Eventually(t, "link E–H", func() bool { return n.linked("E", "H") })
+	svc = &model.Service{Name: "plain"}
+	if err := n.m.CreateService(svc); err != nil {
+		t.Fatal(err)
+	}
+	dialer, _ = n.enrolled("dialer", "dialers")
+	host, _ = n.enrolled("host", "hosts")
+	for _, p := range []*model.ServicePolicy{
+		{Name: "dial", Type: model.PolicyDial, Semantic: model.SemanticAny, IdentityRoles: []string{"#dialers"}, ServiceRoles: []string{"@" + svc.ID}},
+		{Name: "bind", Type: model.PolicyBind, Semantic: model.SemanticAny, IdentityRoles: []string{"#hosts", "@" + n.routers["H"].id}, ServiceRoles: []string{"@" + svc.ID}},
+	} {
+		if err := n.m.CreateServicePolicy(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.m.CreateEdgeRouterPolicy(&model.EdgeRouterPolicy{Name: "all", Semantic: model.SemanticAny, IdentityRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.m.CreateServiceEdgeRouterPolicy(&model.ServiceEdgeRouterPolicy{Name: "all", ServiceRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}); err != nil {
+		t.Fatal(err)
+	}
+	caPEM, _ := os.ReadFile(filepath.Join(n.dir, "E", "ca.cert"))
+	os.WriteFile(filepath.Join(n.dir, "ca.pem"), caPEM, 0o600)
+	return n, svc, dialer, host
+}
+
+// zitiSession makes a Dial or Bind session and waits until router r knows it.
+func (n *testNet) zitiSession(cl *zitiClient, r *Router, serviceID, typ string) string {
+	n.t.Helper()
+	se, _, err := n.m.CreateSession(cl.api, serviceID, typ, nil)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	testutil.Eventually(n.t, "the router to know the session", func() bool {
+		_, ok := r.sessionCache.session(se.Token)
+		return ok
+	})
+	return se.Token
+}
+
+// An OpenZiti client's hello is answered with what sdk-golang reads (the router's id, the
+// channel's id, BindSuccess support) and its latency probes are answered; hellos with
+// another identity's API session, or an ended one, are refused.
+func TestZitiHello(t *testing.T) {
+	t.Parallel()
+	n, _, dialerCert, hostCert := zitiNet(t)
+	e := n.routers["E"]
+	addr := e.r.SDKAddresses()[0]
+	cl, err := n.connectZiti(addr, dialerCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := cl.hello.String(zitiproto.HeaderID)
+	connID, _ := cl.hello.String(zitiproto.HeaderConnectionID)
+	if id != e.id || connID == "" || !cl.hello.Bool(zitiproto.HeaderSupportsBindSuccess) {
+		t.Fatalf("hello result: router %q, channel %q, bind success %v", id, connID, cl.hello.Bool(zitiproto.HeaderSupportsBindSuccess))
+	}
+	var probe zitiproto.Message
+	probe.Reset(zitiproto.ContentLatency)
+	probe.PutUint64(zitiproto.HeaderProbeTime, 987654321)
+	reply, err := cl.request(&probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pt, _ := reply.Uint64(zitiproto.HeaderProbeTime); reply.ContentType != zitiproto.ContentResult || pt != 987654321 {
+		t.Fatalf("latency reply: content type %d, probe time %d", reply.ContentType, pt)
+	}
+	if _, err := n.connectZitiWith(addr, hostCert, cl.api); err == nil || !strings.Contains(err.Error(), "not of the identity") {
+		t.Fatalf("hello with another identity's API session: %v", err)
+	}
+	if err := n.m.DeleteAPISession(cl.api.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-cl.done:
+	case <-time.After(testutil.Patience):
+		t.Fatal("the channel of a deleted API session stays open")
+	}
+	testutil.Eventually(t, "the router to forget the API session", func() bool {
+		_, ok := e.r.sessionCache.apiSession(cl.api.Token)
+		return !ok
+	})
+	if _, err := n.connectZitiWith(addr, dialerCert, cl.api); err == nil || !strings.Contains(err.Error(), "unknown or ended API session") {
+		t.Fatalf("hello with a deleted API session: %v", err)
+	}
+}
+
+// An OpenZiti client at router E dials a service router H's tunnel hosts: the app data
+// reaches the host, a megabyte crosses each way with half-close, and the client learns the
+// circuit's id. Deleting the client's API session then ends its next circuit at both ends.
+func TestZitiConnect(t *testing.T) {
+	t.Parallel()
+	n, svc, dialerCert, _ := zitiNet(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*testutil.Patience)
+	defer cancel()
+	ln, err := n.routers["H"].r.overlay.Bind(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, Bind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	down := bytes.Repeat([]byte("from the tunnel host "), 50_000)
+	type accepted struct {
+		c    net.Conn
+		data []byte
+		app  tunnel.AppData
+		err  error
+	}
+	got := make(chan accepted, 2)
+	go func() {
+		for {
+			c, app, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				b, err := io.ReadAll(c)
+				if err == nil {
+					_, err = c.Write(down)
+					c.(interface{ CloseWrite() error }).CloseWrite()
+				}
+				got <- accepted{c, b, app, err}
+			}()
+		}
+	}()
+	e := n.routers["E"]
+	cl, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := n.zitiSession(cl, e.r, svc.ID, "Dial")
+	app, _ := json.Marshal(tunnel.AppData{Protocol: "tcp", DstIP: "10.1.2.3", DstPort: "443"})
+	zc, reply, err := cl.connect(tok, nil, map[int32][]byte{zitiproto.HeaderAppData: app})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cid, _ := reply.String(zitiproto.HeaderCircuitID); cid == "" || cid == "0" {
+		t.Fatalf("StateConnected without the circuit id: %q", cid)
+	}
+	up := bytes.Repeat([]byte("from the OpenZiti client "), 40_000)
+	for off := 0; off < len(up); off += 32 << 10 {
+		if err := zc.write(up[off:min(off+32<<10, len(up))], 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := zc.write(nil, zitiproto.FlagFIN); err != nil {
+		t.Fatal(err)
+	}
+	back, err := zc.readAll()
+	if err != nil || !bytes.Equal(back, down) {
+		t.Fatalf("the client got %d bytes, want %d (%v)", len(back), len(down), err)
+	}
+	a := <-got
+	if a.err != nil || !bytes.Equal(a.data, up) || a.app.DstIP != "10.1.2.3" || a.app.DstPort != "443" {
+		t.Fatalf("the host got %d bytes of %d with %+v (%v)", len(a.data), len(up), a.app, a.err)
+	}
+	a.c.Close()
+	if err := zc.closed(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A circuit carrying data, then the API session goes: both ends close.
+	zc2, _, err := cl.connect(tok, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zc2.write([]byte("before the revocation"), 0)
+	if err := n.m.DeleteAPISession(cl.api.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-cl.done:
+	case <-time.After(testutil.Patience):
+		t.Fatal("the channel of a deleted API session stays open")
+	}
+	a = <-got // the host's read ends once the circuit does
+	if string(a.data) != "before the revocation" {
+		t.Fatalf("the host got %q", a.data)
+	}
+	a.c.Close()
+}
+
+// An OpenZiti client hosts the service at router H (terminator of binding edge at a ziti/
+// address, with its cost) and a zmesh SDK client dials it at router E: the Dial names the
+// caller, bytes cross both ways with half-close. Unbinding removes the terminator.
+func TestZitiBind(t *testing.T) {
+	t.Parallel()
+	n, svc, dialerCert, hostCert := zitiNet(t)
+	h, e := n.routers["H"], n.routers["E"]
+	host, err := n.connectZiti(h.r.SDKAddresses()[0], hostCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bindTok := n.zitiSession(host, h.r, svc.ID, "Bind")
+	bindID, err := host.bind(bindTok, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms, err := n.m.TerminatorsOf(svc.ID)
+	if err != nil || len(terms) != 1 {
+		t.Fatalf("terminators %+v (%v)", terms, err)
+	}
+	term := terms[0]
+	if term.Binding != "edge" || !strings.HasPrefix(term.Address, "ziti/") || term.Cost != 7 || term.HostID != host.api.IdentityID || term.RouterID != h.id {
+		t.Fatalf("the bind's terminator: %+v", term)
+	}
+
+	dialer, err := n.connectSDK(e.r.SDKAddresses()[0], dialerCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialTok := n.sdkSession(dialer, svc.ID, "Dial")
+	type acceptResult struct {
+		zc  *zconn
+		d   *zitiproto.Message
+		err error
+	}
+	accepts := make(chan acceptResult, 1)
+	go func() {
+		zc, d, err := host.accept()
+		accepts <- acceptResult{zc, d, err}
+	}()
+	var st io.ReadWriteCloser
+	testutil.Eventually(t, "the router to know the dial session", func() bool {
+		st, _, err = dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID})
+		return err == nil
+	})
+	a := <-accepts
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	caller, _ := a.d.String(zitiproto.HeaderCallerID)
+	if caller != dialer.api.IdentityID || string(a.d.Body) != bindTok {
+		t.Fatalf("dial from %q with token %q", caller, a.d.Body)
+	}
+	if id, _ := a.d.Uint32(zitiproto.HeaderConnID); id != bindID {
+		t.Fatalf("dial on connection %d, want the bind's %d", id, bindID)
+	}
+	up := bytes.Repeat([]byte("zmesh to OpenZiti "), 30_000)
+	go func() {
+		st.Write(up)
+		st.(interface{ CloseWrite() error }).CloseWrite()
+	}()
+	hosted := a.zc
+	b, err := hosted.readAll()
+	if err != nil || !bytes.Equal(b, up) {
+		t.Fatalf("the host got %d bytes of %d (%v)", len(b), len(up), err)
+	}
+	if err := hosted.write([]byte("OpenZiti to zmesh"), 0); err != nil {
+		t.Fatal(err)
+	}
+	hosted.write(nil, zitiproto.FlagFIN)
+	if b, err := io.ReadAll(st); err != nil || string(b) != "OpenZiti to zmesh" {
+		t.Fatalf("the dialer got %q (%v)", b, err)
+	}
+	if err := hosted.closed(); err != nil {
+		t.Fatal(err)
+	}
+
+	var unbind zitiproto.Message
+	unbind.SetState(zitiproto.ContentUnbind, bindID, bindTok)
+	if err := host.send(&unbind); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the terminator to go with its bind", func() bool {
+		_, err := n.m.Terminator(term.ID)
+		return model.CodeOf(err) == model.CodeNotFound
+	})
+}
