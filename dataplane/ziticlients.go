@@ -74,7 +74,7 @@ type zitiConn struct {
 	id         string // random; part of its binds' terminator addresses
 	identityID string
 	certFP     string
-	c          *tlscork.Batched
+	c          net.Conn // the client's TLS connection (a tlscork.Batched)
 	log        *slog.Logger
 	done       chan struct{} // closed when the channel ends
 	cancel     context.CancelFunc
@@ -108,12 +108,7 @@ type zitiBind struct {
 // listener read to tell the protocol.
 func (s *zitiServer) serve(ctx context.Context, c *tlscork.Batched, pre []byte, identityID, certFP string) {
 	log := s.r.log.With("zitiClient", c.RemoteAddr().String())
-	var idb [8]byte
-	rand.Read(idb[:])
-	ctx, cancel := context.WithCancel(ctx)
-	zc := &zitiConn{s: s, cancel: cancel, id: hex.EncodeToString(idb[:]), identityID: identityID, certFP: certFP, c: c,
-		done: make(chan struct{}), w: zitiproto.NewWriter(c), circuits: map[uint32]*zitiCircuit{},
-		binds: map[uint32]*zitiBind{}, pending: map[int32]chan *zitiproto.Message{}, nextID: firstRouterConnID - 1}
+	ctx, zc := s.newConn(ctx, c, identityID, certFP)
 	defer zc.close()
 	stop := context.AfterFunc(ctx, zc.close)
 	defer stop()
@@ -132,6 +127,21 @@ func (s *zitiServer) serve(ctx context.Context, c *tlscork.Batched, pre []byte, 
 		zc.log.Info("OpenZiti client disconnected: its API session ended or no longer admits its certificate")
 		return
 	}
+	zc.run(ctx, rd)
+}
+
+func (s *zitiServer) newConn(ctx context.Context, c net.Conn, identityID, certFP string) (context.Context, *zitiConn) {
+	var idb [8]byte
+	rand.Read(idb[:])
+	ctx, cancel := context.WithCancel(ctx)
+	return ctx, &zitiConn{s: s, cancel: cancel, id: hex.EncodeToString(idb[:]), identityID: identityID, certFP: certFP, c: c,
+		done: make(chan struct{}), w: zitiproto.NewWriter(c), circuits: map[uint32]*zitiCircuit{},
+		binds: map[uint32]*zitiBind{}, pending: map[int32]chan *zitiproto.Message{}, nextID: firstRouterConnID - 1}
+}
+
+// run reads the client's messages until the channel ends; the channel is closed then.
+func (zc *zitiConn) run(ctx context.Context, rd *zitiproto.Reader) {
+	s := zc.s
 	var work sync.WaitGroup
 	defer work.Wait()
 	defer zc.close()
