@@ -268,7 +268,8 @@ func (s *sdkServer) dial(ctx context.Context, ec *sdkConn, st *smux.Stream, req 
 		return
 	}
 	ec.keep(st, se.Token)
-	reply, err := s.r.requestCircuit(ctx, &ctrlproto.CircuitRequest{SessionToken: se.Token, ServiceID: se.ServiceID, TerminatorIdentity: req.Identity, AppData: req.AppData})
+	reply, err := s.r.requestCircuit(ctx, &ctrlproto.CircuitRequest{SessionToken: se.Token, ServiceID: se.ServiceID, TerminatorIdentity: req.Identity,
+		AppData: req.AppData, E2EE: ctrlOffer(req.E2EE)})
 	if err != nil {
 		code := edgeproto.CodeFailed
 		var ce *ctrlproto.Error
@@ -477,4 +478,12 @@ type sdkStreamConn struct {
 func (c *sdkStreamConn) Close() error {
 	c.once.Do(func() { c.ec.drop(c.Stream) })
 	return c.Stream.Close()
+}
+
+// ctrlOffer is a client's end-to-end offer as the controller takes it.
+func ctrlOffer(o *edgeproto.E2EEOffer) *ctrlproto.E2EEOffer {
+	if o == nil {
+		return nil
+	}
+	return &ctrlproto.E2EEOffer{Zmesh: o.Zmesh, ZitiKey: o.ZitiKey}
 }
