@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -76,16 +75,16 @@ type idleOpened struct {
 	Seconds   float64 `json:"seconds"`
 }
 
-// openCircuit connects to addr in echo mode and waits for one byte to come back, so that the
+// openCircuit connects through c in echo mode and waits for one byte to come back, so that the
 // circuit behind the connection is established end to end. It returns the connection and the
 // time from connect to the echoed byte.
-func openCircuit(ctx context.Context, d *net.Dialer, addr string) (*net.TCPConn, time.Duration, error) {
+func openCircuit(ctx context.Context, c *connector) (loadConn, time.Duration, error) {
 	start := time.Now()
-	c, err := d.DialContext(ctx, "tcp", addr)
+	addr := c.target
+	conn, err := c.dial(ctx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	conn := c.(*net.TCPConn)
 	if err := conn.SetDeadline(start.Add(circuitTimeout)); err != nil {
 		conn.Close()
 		return nil, 0, fmt.Errorf("set deadline: %w", err)
@@ -111,10 +110,9 @@ func openCircuit(ctx context.Context, d *net.Dialer, addr string) (*net.TCPConn,
 	return conn, elapsed, nil
 }
 
-// runSetup runs workers loops that open a circuit to addr, wait for its echoed byte and close
+// runSetup runs workers loops that open a circuit through c, wait for its echoed byte and close
 // it, for d.
-func runSetup(ctx context.Context, addr string, workers int, d time.Duration) (CircuitSetup, error) {
-	dialer := &net.Dialer{Timeout: circuitTimeout}
+func runSetup(ctx context.Context, c *connector, workers int, d time.Duration) (CircuitSetup, error) {
 	start := time.Now()
 	deadline := start.Add(d)
 	type outcome struct {
@@ -130,7 +128,7 @@ func runSetup(ctx context.Context, addr string, workers int, d time.Duration) (C
 			o := &out[i]
 			consecutive := 0
 			for time.Now().Before(deadline) {
-				conn, lat, err := openCircuit(ctx, dialer, addr)
+				conn, lat, err := openCircuit(ctx, c)
 				if ctx.Err() != nil {
 					o.err = ctx.Err()
 					return
@@ -170,7 +168,7 @@ func runSetup(ctx context.Context, addr string, workers int, d time.Duration) (C
 		return res, err
 	}
 	if len(all) == 0 {
-		return res, fmt.Errorf("circuit setup through %s: no circuit was set up in %s (%d failed; first: %s)", addr, d, res.Failed, res.FirstFailure)
+		return res, fmt.Errorf("circuit setup through %s: no circuit was set up in %s (%d failed; first: %s)", c.target, d, res.Failed, res.FirstFailure)
 	}
 	res.Circuits = len(all)
 	res.PerSecond = float64(res.Circuits) / res.Seconds
@@ -178,10 +176,9 @@ func runSetup(ctx context.Context, addr string, workers int, d time.Duration) (C
 	return res, nil
 }
 
-// runPacedSetup starts a circuit to addr every 1/rate seconds for d (open loop), each
+// runPacedSetup starts a circuit through c every 1/rate seconds for d (open loop), each
 // waiting for its echoed byte and closing, with at most inFlight open at once.
-func runPacedSetup(ctx context.Context, addr string, rate float64, inFlight int, d time.Duration) (CircuitSetup, error) {
-	dialer := &net.Dialer{Timeout: circuitTimeout}
+func runPacedSetup(ctx context.Context, c *connector, rate float64, inFlight int, d time.Duration) (CircuitSetup, error) {
 	interval := time.Duration(float64(time.Second) / rate)
 	slots := make(chan struct{}, inFlight)
 	var (
@@ -213,7 +210,7 @@ func runPacedSetup(ctx context.Context, addr string, rate float64, inFlight int,
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			conn, _, err := openCircuit(ctx, dialer, addr)
+			conn, _, err := openCircuit(ctx, c)
 			took := time.Since(due)
 			if err == nil {
 				conn.Close()
@@ -239,7 +236,7 @@ func runPacedSetup(ctx context.Context, addr string, rate float64, inFlight int,
 		res.FirstFailure = firstFailure.Error()
 	}
 	if len(lat) == 0 {
-		return res, fmt.Errorf("circuit setup at %.0f/s through %s: no circuit was set up in %s (%d failed; first: %s)", rate, addr, d, failed, res.FirstFailure)
+		return res, fmt.Errorf("circuit setup at %.0f/s through %s: no circuit was set up in %s (%d failed; first: %s)", rate, c.target, d, failed, res.FirstFailure)
 	}
 	res.Circuits = len(lat)
 	res.PerSecond = float64(res.Circuits) / res.Seconds
@@ -250,9 +247,9 @@ func runPacedSetup(ctx context.Context, addr string, rate float64, inFlight int,
 // fdReserve is the number of file descriptors the idle load generator keeps for itself.
 const fdReserve = 64
 
-// openIdle opens n circuits to addr (fewer when the file descriptor limit is lower), with
+// openIdle opens n circuits through c (fewer when the file descriptor limit is lower), with
 // parallel connections being opened at a time, and returns them once each carried its byte.
-func openIdle(ctx context.Context, addr string, n, parallel int) ([]*net.TCPConn, idleOpened, error) {
+func openIdle(ctx context.Context, c *connector, n, parallel int) ([]loadConn, idleOpened, error) {
 	res := idleOpened{Requested: n, Circuits: n}
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < uint64(n)+fdReserve {
@@ -261,15 +258,14 @@ func openIdle(ctx context.Context, addr string, n, parallel int) ([]*net.TCPConn
 	if res.Circuits == 0 {
 		return nil, res, fmt.Errorf("idle circuits: the file descriptor limit %d leaves no room for a circuit", lim.Cur)
 	}
-	dialer := &net.Dialer{Timeout: circuitTimeout}
-	conns := make([]*net.TCPConn, res.Circuits)
+	conns := make([]loadConn, res.Circuits)
 	errs := make([]error, parallel)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range parallel {
 		wg.Go(func() {
 			for i := w; i < len(conns); i += parallel {
-				conn, _, err := openCircuit(ctx, dialer, addr)
+				conn, _, err := openCircuit(ctx, c)
 				if err != nil {
 					errs[w] = fmt.Errorf("idle circuit %d of %d: %w", i+1, len(conns), orCtx(ctx, err))
 					return
@@ -282,10 +278,10 @@ func openIdle(ctx context.Context, addr string, n, parallel int) ([]*net.TCPConn
 	res.Seconds = time.Since(start).Seconds()
 	if err := errors.Join(errs...); err != nil {
 		opened := 0
-		for _, c := range conns {
-			if c != nil {
+		for _, conn := range conns {
+			if conn != nil {
 				opened++
-				c.Close()
+				conn.Close()
 			}
 		}
 		return nil, res, fmt.Errorf("%w (%d circuits were open)", err, opened)

@@ -41,6 +41,11 @@
 //
 // # The zmesh scenarios
 //
+// The load generator connects to a path over TCP, or as Target.Via says: ViaTLSE2E (TLS to
+// the target, and a second TLS session inside it to the far relay, for the tls-e2e-relay
+// baseline: the layers of encryption of zmesh's SDK path) or ViaSDK (a zmesh SDK client in
+// the load generator's process dialing the service, as applications embed it).
+//
 // Zmesh returns zmesh-1router (one router with the controller co-located: its tunnel proxy
 // on-ramp carries each connection as a circuit to its own proxy terminator, which dials the
 // sink; against io-copy), zmesh-2routers-tls (router A with the controller, the on-ramp and a
@@ -49,7 +54,8 @@
 // controller, an SDK listener and a link dialer; router B with a tls: link listener and its
 // tunnel in host mode; the on-ramp is an SDK client, `zmesh tunnel proxy --identity F`, its
 // own process, and the service requires end-to-end encryption, so routers carry ciphertext
-// between the client and B's tunnel; against tls-2hop). Their setup prepares the network
+// between the client and B's tunnel) and zmesh-sdk-e2ee-inproc (the same with the SDK
+// embedded in the load generator), both against tls-e2e-relay. Their setup prepares the network
 // in this process before any router starts: it opens the controller (controlplane.Open) on a
 // data directory in Env.Dir, creates and enrolls the edge routers (the ingress
 // tunneler-enabled, so that it has an identity), creates the service, its terminator on the
@@ -65,6 +71,15 @@
 // two routers without an SDK client only: one router holding both ends of 10,000 circuits, or
 // a host-mode router holding three descriptors per circuit, would need more file descriptors
 // than a process may have here.
+//
+// # Rounds and targets
+//
+// Options.Repeat runs every selected scenario that many times, each round measuring the
+// baselines again, so that each ratio is taken against a baseline of its own round; the
+// report keeps each round, and for each scenario the round with the median throughput and
+// the median and range of every ratio. Goals are zmesh's performance targets; the report
+// checks those the run measured (medians over the rounds), and Report.Missed lists the ones
+// it missed (`zmesh bench --check` fails on them).
 //
 // # Profiles
 //

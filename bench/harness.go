@@ -52,6 +52,10 @@ type Options struct {
 	// IdleRouters are measured with (default 10000); SkipIdle leaves it out.
 	IdleCircuits int
 	SkipIdle     bool
+	// Repeat is the number of rounds (default 1): each round measures every selected
+	// scenario, baselines included, so that each ratio is taken against a baseline of the
+	// same round; the report gives every ratio's median and range over the rounds.
+	Repeat int
 	// Log receives the harness's diagnostics; nil discards them.
 	Log *slog.Logger
 	// Progress, if set, receives a one-line status whenever the run moves on.
@@ -77,7 +81,7 @@ func (o Options) withDefaults() (Options, error) {
 		val  *int
 		def  int
 	}{{"streams", &o.Streams, 1}, {"write size", &o.WriteSize, 256 << 10}, {"rtt samples", &o.RTTSamples, 10000}, {"rtt connections", &o.RTTConns, 1},
-		{"setup workers", &o.SetupWorkers, 16}, {"idle circuits", &o.IdleCircuits, 10000}} {
+		{"setup workers", &o.SetupWorkers, 16}, {"idle circuits", &o.IdleCircuits, 10000}, {"repeat", &o.Repeat, 1}} {
 		if *v.val < 0 {
 			return o, fmt.Errorf("bench: %s %d must not be negative", v.name, *v.val)
 		}
@@ -146,30 +150,45 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if !o.SkipIdle {
 		rep.IdleCircuits = o.IdleCircuits
 	}
+	rep.Repeat = o.Repeat
 	var errs []error
-	for i, sc := range selected {
-		if err := ctx.Err(); err != nil {
-			errs = append(errs, fmt.Errorf("bench interrupted: %w", err))
-			break
+	rounds := make([][]Result, 0, o.Repeat)
+run:
+	for round := 1; round <= o.Repeat; round++ {
+		results := make([]Result, 0, len(selected))
+		for i, sc := range selected {
+			if err := ctx.Err(); err != nil {
+				errs = append(errs, fmt.Errorf("bench interrupted: %w", err))
+				if len(results) > 0 {
+					rounds = append(rounds, results)
+				}
+				break run
+			}
+			res := Result{Scenario: sc.Name(), Baseline: sc.Baseline()}
+			label := fmt.Sprintf("[%d/%d] %s", i+1, len(selected), sc.Name())
+			if o.Repeat > 1 {
+				label = fmt.Sprintf("[round %d/%d, %d/%d] %s", round, o.Repeat, i+1, len(selected), sc.Name())
+			}
+			if err := o.measure(ctx, dir, round, sc, label, &res); err != nil {
+				res.Error = err.Error()
+				errs = append(errs, fmt.Errorf("scenario %s (round %d): %w", sc.Name(), round, err))
+				o.Log.Error("scenario failed", "scenario", sc.Name(), "round", round, "err", err)
+			}
+			results = append(results, res)
 		}
-		res := Result{Scenario: sc.Name(), Baseline: sc.Baseline()}
-		label := fmt.Sprintf("[%d/%d] %s", i+1, len(selected), sc.Name())
-		if err := o.measure(ctx, dir, sc, label, &res); err != nil {
-			res.Error = err.Error()
-			errs = append(errs, fmt.Errorf("scenario %s: %w", sc.Name(), err))
-			o.Log.Error("scenario failed", "scenario", sc.Name(), "err", err)
-		}
-		rep.Results = append(rep.Results, res)
+		compare(results)
+		rounds = append(rounds, results)
 	}
-	rep.compare()
+	rep.summarize(rounds)
+	rep.Goals = check(Goals(), rounds)
 	return rep, errors.Join(errs...)
 }
 
 // measure runs one scenario: sink, setup, idle circuits and circuit setup (paths with
 // circuits), throughput, echo, teardown.
-func (o Options) measure(ctx context.Context, root string, sc Scenario, label string, res *Result) (err error) {
+func (o Options) measure(ctx context.Context, root string, round int, sc Scenario, label string, res *Result) (err error) {
 	env := &Env{
-		Dir:     filepath.Join(root, sc.Name()),
+		Dir:     filepath.Join(root, fmt.Sprintf("%s.%d", sc.Name(), round)),
 		Log:     o.Log.With("scenario", sc.Name()),
 		exec:    o.Exec,
 		started: o.Started,
@@ -203,8 +222,10 @@ func (o Options) measure(ctx context.Context, root string, sc Scenario, label st
 			}
 		}()
 	}
-	if err := checkLoopback(target.Addr); err != nil {
-		return err
+	if target.Addr != "" || len(target.Via) == 0 {
+		if err := checkLoopback(target.Addr); err != nil {
+			return err
+		}
 	}
 	// The idle circuits come first, so that the routers' memory grows from what a fresh
 	// router holds rather than into what earlier measurements left free in their heaps.
@@ -217,33 +238,33 @@ func (o Options) measure(ctx context.Context, root string, sc Scenario, label st
 	}
 	if target.Circuits && !o.SkipSetup {
 		o.Progress(fmt.Sprintf("%s: circuit setup, %d at a time for %s", label, o.SetupWorkers, o.SetupDuration))
-		if res.CircuitSetup, err = o.circuitSetup(ctx, env, target.Addr, 0); err != nil {
+		if res.CircuitSetup, err = o.circuitSetup(ctx, env, target, 0); err != nil {
 			return err
 		}
 		env.waitQuiet(ctx)
 		if !o.SkipSetupRate {
 			o.Progress(fmt.Sprintf("%s: circuit setup, %.0f per second for %s", label, o.SetupRate, o.SetupDuration))
-			if res.PacedSetup, err = o.circuitSetup(ctx, env, target.Addr, o.SetupRate); err != nil {
+			if res.PacedSetup, err = o.circuitSetup(ctx, env, target, o.SetupRate); err != nil {
 				return err
 			}
 			env.waitQuiet(ctx)
 		}
 	}
 	o.Progress(fmt.Sprintf("%s: throughput, %d stream(s) for %s", label, o.Streams, o.Duration))
-	if res.Throughput, res.CPUSecondsPerGiB, err = o.throughput(ctx, env, target.Addr); err != nil {
+	if res.Throughput, res.CPUSecondsPerGiB, err = o.throughput(ctx, env, target); err != nil {
 		return err
 	}
 	o.Progress(fmt.Sprintf("%s: %d B echo, %d round trips", label, echoSize, o.RTTSamples))
-	res.RTT, err = o.echo(ctx, env, target.Addr)
+	res.RTT, err = o.echo(ctx, env, target)
 	return err
 }
 
 // throughput runs the load generator in throughput mode and returns its figures with the
 // CPU time the relay processes used meanwhile (nil when there are none or it is unknown).
-func (o Options) throughput(ctx context.Context, env *Env, addr string) (*Throughput, *float64, error) {
+func (o Options) throughput(ctx context.Context, env *Env, target Target) (*Throughput, *float64, error) {
 	cpuBefore, hasRelays, cpuErr := env.relayCPU()
 	var m message
-	err := o.loadgen(ctx, env, &m, "--mode", "throughput", "--addr", addr,
+	err := o.loadgen(ctx, env, &m, target, "--mode", "throughput",
 		"--streams", strconv.Itoa(o.Streams), "--duration", o.Duration.String(),
 		"--write-size", strconv.Itoa(o.WriteSize))
 	if err != nil {
@@ -270,9 +291,9 @@ func (o Options) throughput(ctx context.Context, env *Env, addr string) (*Throug
 }
 
 // echo runs the load generator in echo mode.
-func (o Options) echo(ctx context.Context, env *Env, addr string) (*Latency, error) {
+func (o Options) echo(ctx context.Context, env *Env, target Target) (*Latency, error) {
 	var m message
-	err := o.loadgen(ctx, env, &m, "--mode", "echo", "--addr", addr,
+	err := o.loadgen(ctx, env, &m, target, "--mode", "echo",
 		"--conns", strconv.Itoa(o.RTTConns), "--samples", strconv.Itoa(o.RTTSamples),
 		"--duration", o.Duration.String(), "--size", strconv.Itoa(echoSize))
 	if err != nil {
@@ -293,13 +314,13 @@ const pacedInFlight = 256
 
 // circuitSetup runs the load generator in setup mode: closed loop with o.SetupWorkers
 // workers when rate is 0, open loop at rate otherwise.
-func (o Options) circuitSetup(ctx context.Context, env *Env, addr string, rate float64) (*CircuitSetup, error) {
+func (o Options) circuitSetup(ctx context.Context, env *Env, target Target, rate float64) (*CircuitSetup, error) {
 	var m message
 	conns := o.SetupWorkers
 	if rate > 0 {
 		conns = pacedInFlight
 	}
-	err := o.loadgen(ctx, env, &m, "--mode", "setup", "--addr", addr, "--rate", strconv.FormatFloat(rate, 'f', -1, 64),
+	err := o.loadgen(ctx, env, &m, target, "--mode", "setup", "--rate", strconv.FormatFloat(rate, 'f', -1, 64),
 		"--conns", strconv.Itoa(conns), "--duration", o.SetupDuration.String())
 	if err != nil {
 		return nil, fmt.Errorf("circuit setup: %w", err)
@@ -327,8 +348,8 @@ func (o Options) idleMemory(ctx context.Context, env *Env, target Target) (*Idle
 		}
 		res.Routers = append(res.Routers, RouterMemory{Router: r.Process.Name(), Role: r.Role, RSSBefore: before})
 	}
-	p, err := env.start(ctx, Command{Name: "loadgen-idle", Worker: true, Args: []string{"loadgen", "--mode", "idle", "--addr", target.Addr,
-		"--circuits", strconv.Itoa(o.IdleCircuits), "--conns", "32"}}, false)
+	p, err := env.start(ctx, Command{Name: "loadgen-idle", Worker: true, Args: append(append([]string{"loadgen", "--mode", "idle"}, target.loadgenArgs()...),
+		"--circuits", strconv.Itoa(o.IdleCircuits), "--conns", "32")}, false)
 	if err != nil {
 		return nil, err
 	}
@@ -397,9 +418,10 @@ func (e *Env) waitQuiet(ctx context.Context) {
 	e.Log.Warn("the relay processes did not become quiet", "within", quietTimeout, "err", err)
 }
 
-// loadgen runs one load generator process with args and decodes its result into m.
-func (o Options) loadgen(ctx context.Context, env *Env, m *message, args ...string) error {
-	p, err := env.start(ctx, Command{Name: "loadgen", Worker: true, Args: append([]string{"loadgen"}, args...)}, false)
+// loadgen runs one load generator process on target with args and decodes its result into m.
+func (o Options) loadgen(ctx context.Context, env *Env, m *message, target Target, args ...string) error {
+	args = append(append([]string{"loadgen"}, target.loadgenArgs()...), args...)
+	p, err := env.start(ctx, Command{Name: "loadgen", Worker: true, Args: args}, false)
 	if err != nil {
 		return err
 	}

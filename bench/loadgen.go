@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"os"
 	"sync"
 	"time"
 )
@@ -28,8 +26,8 @@ type Stream struct {
 // writes on all of them for d. Each stream then half-closes and waits for the sink's count of
 // the bytes it received, which must equal the bytes sent: a stream's throughput is what
 // arrived over the time until it had all arrived.
-func runThroughput(ctx context.Context, addr string, streams int, d time.Duration, writeSize int) ([]Stream, error) {
-	conns, err := dialAll(ctx, addr, streams, modeDiscard)
+func runThroughput(ctx context.Context, c *connector, streams int, d time.Duration, writeSize int) ([]Stream, error) {
+	conns, err := dialAll(ctx, c, streams, modeDiscard)
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +44,7 @@ func runThroughput(ctx context.Context, addr string, streams int, d time.Duratio
 		wg.Go(func() {
 			out[i], errs[i] = push(ctx, conn, buf, start, start.Add(d))
 			if errs[i] != nil {
-				errs[i] = fmt.Errorf("stream %d of %d to %s: %w", i+1, streams, addr, errs[i])
+				errs[i] = fmt.Errorf("stream %d of %d to %s: %w", i+1, streams, c.target, errs[i])
 			}
 		})
 	}
@@ -55,25 +53,18 @@ func runThroughput(ctx context.Context, addr string, streams int, d time.Duratio
 }
 
 // push writes buf on conn until deadline, half-closes and reads the sink's byte count.
-func push(ctx context.Context, conn *net.TCPConn, buf []byte, start, deadline time.Time) (Stream, error) {
+func push(ctx context.Context, conn loadConn, buf []byte, start, deadline time.Time) (Stream, error) {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	if err := conn.SetWriteDeadline(deadline); err != nil {
-		return Stream{}, fmt.Errorf("set deadline: %w", err)
-	}
+	// The loop ends on the clock, not on a write deadline: a deadline that expires mid-write
+	// breaks a TLS or end-to-end encrypted connection for good.
 	var sent int64
-	for {
+	for time.Now().Before(deadline) {
 		n, err := conn.Write(buf)
 		sent += int64(n)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			break
-		}
 		if err != nil {
 			return Stream{}, fmt.Errorf("write after %d bytes: %w", sent, orCtx(ctx, err))
 		}
-	}
-	if err := conn.SetWriteDeadline(time.Time{}); err != nil {
-		return Stream{}, fmt.Errorf("clear deadline: %w", err)
 	}
 	if err := conn.CloseWrite(); err != nil {
 		return Stream{}, fmt.Errorf("half-close: %w", orCtx(ctx, err))
@@ -96,8 +87,8 @@ func push(ctx context.Context, conn *net.TCPConn, buf []byte, start, deadline ti
 // taking at most d once each connection is warm: its first round trips warm it up (the
 // path may set itself up on the first byte, e.g. a relay's TLS handshake to the next hop),
 // are not counted, and are bounded by circuitTimeout rather than d.
-func runEcho(ctx context.Context, addr string, conns, samples int, d time.Duration, size int) (Latency, error) {
-	cs, err := dialAll(ctx, addr, conns, modeEcho)
+func runEcho(ctx context.Context, c *connector, conns, samples int, d time.Duration, size int) (Latency, error) {
+	cs, err := dialAll(ctx, c, conns, modeEcho)
 	if err != nil {
 		return Latency{}, err
 	}
@@ -113,7 +104,7 @@ func runEcho(ctx context.Context, addr string, conns, samples int, d time.Durati
 		wg.Go(func() {
 			per[i], errs[i] = roundTrips(ctx, conn, n, size, d)
 			if errs[i] != nil {
-				errs[i] = fmt.Errorf("echo connection %d of %d to %s: %w", i+1, conns, addr, errs[i])
+				errs[i] = fmt.Errorf("echo connection %d of %d to %s: %w", i+1, conns, c.target, errs[i])
 			}
 		})
 	}
@@ -126,14 +117,14 @@ func runEcho(ctx context.Context, addr string, conns, samples int, d time.Durati
 		all = append(all, p...)
 	}
 	if len(all) == 0 {
-		return Latency{}, fmt.Errorf("echo to %s: no round trip completed within %s after the warm-up", addr, d)
+		return Latency{}, fmt.Errorf("echo to %s: no round trip completed within %s after the warm-up", c.target, d)
 	}
 	return summarize(all), nil
 }
 
 // roundTrips sends n timed requests on conn, each awaiting its complete echo, for at most
 // d; before them, min(n, 100) untimed ones within circuitTimeout.
-func roundTrips(ctx context.Context, conn *net.TCPConn, n, size int, d time.Duration) ([]time.Duration, error) {
+func roundTrips(ctx context.Context, conn loadConn, n, size int, d time.Duration) ([]time.Duration, error) {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	warmup := min(n, 100)
@@ -169,29 +160,29 @@ func roundTrips(ctx context.Context, conn *net.TCPConn, n, size int, d time.Dura
 	return samples, nil
 }
 
-// dialAll opens n TCP connections to addr and sends mode on each.
-func dialAll(ctx context.Context, addr string, n int, mode byte) ([]*net.TCPConn, error) {
-	d := net.Dialer{Timeout: 10 * time.Second}
-	conns := make([]*net.TCPConn, 0, n)
+// dialAll opens n connections through c and sends mode on each.
+func dialAll(ctx context.Context, c *connector, n int, mode byte) ([]loadConn, error) {
+	conns := make([]loadConn, 0, n)
 	for range n {
-		c, err := d.DialContext(ctx, "tcp", addr)
+		conn, err := c.dial(ctx)
 		if err != nil {
 			closeAll(conns)
-			return nil, fmt.Errorf("dial %s: %w", addr, err)
+			return nil, fmt.Errorf("dial %s: %w", c.target, err)
 		}
-		conn := c.(*net.TCPConn)
 		conns = append(conns, conn)
 		if _, err := conn.Write([]byte{mode}); err != nil {
 			closeAll(conns)
-			return nil, fmt.Errorf("send mode to %s: %w", addr, err)
+			return nil, fmt.Errorf("send mode to %s: %w", c.target, err)
 		}
 	}
 	return conns, nil
 }
 
-func closeAll(conns []*net.TCPConn) {
+func closeAll(conns []loadConn) {
 	for _, c := range conns {
-		c.Close()
+		if c != nil {
+			c.Close()
+		}
 	}
 }
 

@@ -15,27 +15,33 @@ import (
 // handshakeTimeout bounds a relay's TLS handshakes.
 const handshakeTimeout = 10 * time.Second
 
-// relayConfig is a relay worker's flags: every connection accepted on listen (plain TCP or
-// TLS 1.3) is forwarded over a new connection to `to` (plain TCP or TLS 1.3). Both TLS sides
-// authenticate with the one certificate, which is also the only trusted root.
+// relayConfig is a relay worker's flags: every connection accepted on listen (plain TCP, TLS
+// 1.3, or relayInE2E) is forwarded over a new connection to `to` (plain TCP or TLS 1.3). All
+// TLS sides authenticate with the one certificate, which is also the only trusted root.
 type relayConfig struct {
 	listen, to string
 	in, out    string
 	cert, key  string
 }
 
+// relayInE2E is the incoming side of BaselineE2ERelay's far relay: TLS 1.3 (the link), and
+// inside it a second TLS 1.3 session (end to end from the load generator) whose plaintext
+// is forwarded.
+const relayInE2E = "tls-e2e"
+
 // runRelay forwards connections as cfg says until ctx ends.
 func runRelay(ctx context.Context, cfg relayConfig, ready func(net.Addr) error, log *slog.Logger) error {
 	if cfg.to == "" {
 		return errors.New("relay: --to is required")
 	}
-	for _, side := range []string{cfg.in, cfg.out} {
-		if side != "tcp" && side != "tls" {
-			return fmt.Errorf("relay: side %q is not allowed; allowed: tcp, tls", side)
-		}
+	if cfg.in != "tcp" && cfg.in != "tls" && cfg.in != relayInE2E {
+		return fmt.Errorf("relay: --in %q is not allowed; allowed: tcp, tls, %s", cfg.in, relayInE2E)
+	}
+	if cfg.out != "tcp" && cfg.out != "tls" {
+		return fmt.Errorf("relay: --out %q is not allowed; allowed: tcp, tls", cfg.out)
 	}
 	var server, client *tls.Config
-	if cfg.in == "tls" || cfg.out == "tls" {
+	if cfg.in != "tcp" || cfg.out == "tls" {
 		var err error
 		if server, client, err = loadTLS(cfg.cert, cfg.key); err != nil {
 			return fmt.Errorf("relay: %w", err)
@@ -50,13 +56,21 @@ func runRelay(ctx context.Context, cfg relayConfig, ready func(net.Addr) error, 
 		dial = func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", cfg.to) }
 	}
 	return serve(ctx, cfg.listen, ready, func(ctx context.Context, in net.Conn) {
-		if cfg.in == "tls" {
+		layers := 0
+		switch cfg.in {
+		case "tls":
+			layers = 1
+		case relayInE2E:
+			layers = 2
+		}
+		for range layers {
 			conn := tls.Server(in, server)
 			hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 			err := conn.HandshakeContext(hctx)
 			cancel()
 			if err != nil {
 				log.Warn("relay: TLS handshake failed", "from", in.RemoteAddr(), "err", err)
+				in.Close()
 				return
 			}
 			in = conn

@@ -17,11 +17,18 @@ type Report struct {
 	CPUs            int     `json:"cpus"`
 	// SetupSeconds, SetupWorkers and SetupRate describe the circuit setup measurements,
 	// IdleCircuits the idle-circuit one; zero when they were skipped.
-	SetupSeconds float64  `json:"setupSeconds,omitempty"`
-	SetupWorkers int      `json:"setupWorkers,omitempty"`
-	SetupRate    float64  `json:"setupRate,omitempty"`
-	IdleCircuits int      `json:"idleCircuits,omitempty"`
-	Results      []Result `json:"results"`
+	SetupSeconds float64 `json:"setupSeconds,omitempty"`
+	SetupWorkers int     `json:"setupWorkers,omitempty"`
+	SetupRate    float64 `json:"setupRate,omitempty"`
+	IdleCircuits int     `json:"idleCircuits,omitempty"`
+	// Repeat is the number of rounds (Options.Repeat). Results holds, for each scenario, the
+	// round whose throughput was the median one, with Spreads over every round; Rounds holds
+	// each round's results when there were several.
+	Repeat  int        `json:"repeat"`
+	Results []Result   `json:"results"`
+	Rounds  [][]Result `json:"rounds,omitempty"`
+	// Goals are the performance targets (Goals) checked against the run.
+	Goals []GoalResult `json:"goals,omitempty"`
 }
 
 // Result is one scenario's figures; a failed scenario has Error and whatever it measured.
@@ -34,8 +41,10 @@ type Result struct {
 	// the throughput measurement per GiB delivered; absent when it has none (direct) or the
 	// platform has no /proc.
 	CPUSecondsPerGiB *float64 `json:"cpuSecondsPerGiB,omitempty"`
-	// Ratio compares this scenario with its baseline.
-	Ratio *Ratio `json:"ratio,omitempty"`
+	// Ratio compares this scenario with its baseline; Spreads gives each ratio over the
+	// rounds of a repeated run.
+	Ratio   *Ratio   `json:"ratio,omitempty"`
+	Spreads *Spreads `json:"spreads,omitempty"`
 	// CircuitSetup (closed loop), PacedSetup (open loop at Report.SetupRate) and IdleMemory
 	// are the circuit measurements of paths with circuits.
 	CircuitSetup *CircuitSetup `json:"circuitSetup,omitempty"`
@@ -80,14 +89,14 @@ type Ratio struct {
 	PacedSetupP99 *float64 `json:"pacedSetupP99,omitempty"`
 }
 
-// compare fills the Ratio of every result whose baseline was measured.
-func (r *Report) compare() {
-	byName := make(map[string]*Result, len(r.Results))
-	for i := range r.Results {
-		byName[r.Results[i].Scenario] = &r.Results[i]
+// compare fills the Ratio of every result of one round whose baseline was measured in it.
+func compare(round []Result) {
+	byName := make(map[string]*Result, len(round))
+	for i := range round {
+		byName[round[i].Scenario] = &round[i]
 	}
-	for i := range r.Results {
-		res := &r.Results[i]
+	for i := range round {
+		res := &round[i]
 		base := byName[res.Baseline]
 		if res.Baseline == "" || base == nil || res.Throughput == nil || base.Throughput == nil || res.RTT == nil || base.RTT == nil {
 			continue
@@ -137,6 +146,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if err := r.writeCircuits(w); err != nil {
 		return err
+	}
+	if err := r.writeSpreads(w); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	if err := r.writeGoals(w); err != nil {
+		return fmt.Errorf("write table: %w", err)
 	}
 	for _, f := range failures {
 		if _, err := fmt.Fprintln(w, "\nFAILED "+f); err != nil {

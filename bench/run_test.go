@@ -64,9 +64,9 @@ func TestRunBaselines(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	// sink + 2 loadgens per scenario, 2 more (the setup measurements) for each of the three
-	// with relays, plus 1 + 2 + 1 relays
-	pids.checkGone(t, 4*3+3*2+4)
+	// sink + 2 loadgens per scenario, 2 more (the setup measurements) for each of the four
+	// with relays, plus 1 + 2 + 2 + 1 relays
+	pids.checkGone(t, 5*3+4*2+6)
 	if len(rep.Results) != len(scenarios) {
 		t.Fatalf("%d results, want %d", len(rep.Results), len(scenarios))
 	}
@@ -94,7 +94,7 @@ func TestRunBaselines(t *testing.T) {
 			t.Errorf("%s: setup %+v, paced %+v", res.Scenario, s, p)
 		}
 	}
-	if r := rep.Results[3].Ratio; r == nil || r.Throughput <= 0 || r.RTTP50 <= 0 || r.Setup == nil || *r.Setup <= 0 || r.PacedSetupP99 == nil || *r.PacedSetupP99 <= 0 {
+	if r := rep.Results[len(rep.Results)-1].Ratio; r == nil || r.Throughput <= 0 || r.RTTP50 <= 0 || r.Setup == nil || *r.Setup <= 0 || r.PacedSetupP99 == nil || *r.PacedSetupP99 <= 0 {
 		t.Errorf("fake-router ratio to io-copy: %+v", r)
 	}
 
@@ -110,12 +110,12 @@ func TestRunBaselines(t *testing.T) {
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"JAIN", "direct", "io-copy", "tls-2hop", "fake-router", "×)"} {
+	for _, want := range []string{"JAIN", "direct", "io-copy", "tls-2hop", "tls-e2e-relay", "fake-router", "×)"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
 	}
-	if len(progress) == 0 || !strings.HasPrefix(progress[0], "[1/4] direct") {
+	if len(progress) == 0 || !strings.HasPrefix(progress[0], "[1/5] direct") {
 		t.Errorf("progress %q", progress)
 	}
 }
@@ -151,6 +151,41 @@ func TestRunReportsFailedScenario(t *testing.T) {
 	var table bytes.Buffer
 	if err := rep.WriteTable(&table); err != nil || !strings.Contains(table.String(), "FAILED broken") {
 		t.Errorf("table (%v):\n%s", err, table.String())
+	}
+}
+
+// With Repeat, every round measures the scenario and its baseline again, and the report
+// holds each round and the spread of the ratios.
+func TestRunRepeats(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	pids := &pidLog{pids: map[int]string{}}
+	rep, err := Run(ctx, Options{
+		Exec:       testExec(t),
+		Scenarios:  append(Baselines(), Define("fake-router", BaselineProxy, setupProxy)),
+		Only:       []string{"fake-router"},
+		Duration:   100 * time.Millisecond,
+		RTTSamples: 20,
+		SkipSetup:  true,
+		Repeat:     2,
+		Started:    pids.started,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	// Per round and scenario: a sink, a relay, 2 loadgens.
+	pids.checkGone(t, 2*2*4)
+	if rep.Repeat != 2 || len(rep.Rounds) != 2 || len(rep.Results) != 2 {
+		t.Fatalf("repeat %d, %d rounds, %d results", rep.Repeat, len(rep.Rounds), len(rep.Results))
+	}
+	for i, round := range rep.Rounds {
+		if len(round) != 2 || round[1].Ratio == nil || round[1].Ratio.Throughput <= 0 {
+			t.Errorf("round %d: %+v", i+1, round)
+		}
+	}
+	if s := rep.Results[1].Spreads; s == nil || s.Throughput == nil || s.Throughput.Rounds != 2 || s.RTTP50 == nil {
+		t.Errorf("spreads %+v", s)
 	}
 }
 

@@ -32,6 +32,10 @@ type Scenario interface {
 type Target struct {
 	// Addr is the 127.0.0.1 host:port the load generator connects to.
 	Addr string
+	// Via, when set, are the load generator's flags for another way onto the path than TCP
+	// to Addr: --via and what it needs (see connectorConfig). Addr may then be empty
+	// (ViaSDK).
+	Via []string
 	// Teardown, if set, runs after the measurements and before the harness stops the
 	// scenario's processes.
 	Teardown func(context.Context) error
@@ -45,6 +49,15 @@ type Target struct {
 	// the idle circuits in one process when that needs more file descriptors than a process
 	// may open.
 	IdleRouters []Router
+}
+
+// loadgenArgs are the load generator's flags that say how it connects to t.
+func (t Target) loadgenArgs() []string {
+	var args []string
+	if t.Addr != "" {
+		args = append(args, "--addr", t.Addr)
+	}
+	return append(args, t.Via...)
 }
 
 // Router is a router process of a scenario, with its role on the path.

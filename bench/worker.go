@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -83,7 +82,7 @@ func RunWorker(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 		fs := newFlagSet(role)
 		fs.StringVar(&cfg.listen, "listen", "127.0.0.1:0", "address to listen on")
 		fs.StringVar(&cfg.to, "to", "", "address to forward every connection to")
-		fs.StringVar(&cfg.in, "in", "tcp", "incoming side: tcp or tls")
+		fs.StringVar(&cfg.in, "in", "tcp", "incoming side: tcp, tls, or "+relayInE2E+" (TLS with a second TLS session inside, whose plaintext is forwarded)")
 		fs.StringVar(&cfg.out, "out", "tcp", "outgoing side: tcp or tls")
 		fs.StringVar(&cfg.cert, "cert", "", "PEM certificate for the tls sides (also their only trusted root)")
 		fs.StringVar(&cfg.key, "key", "", "PEM private key of --cert")
@@ -101,7 +100,13 @@ func RunWorker(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 func runLoadgen(ctx context.Context, args []string, enc *json.Encoder) error {
 	fs := newFlagSet("loadgen")
 	mode := fs.String("mode", "throughput", "throughput, echo, setup or idle")
-	addr := fs.String("addr", "", "address to load")
+	var cc connectorConfig
+	fs.StringVar(&cc.via, "via", ViaTCP, "how to connect: "+ViaTCP+" (to --addr), "+ViaTLSE2E+" (TLS to --addr and TLS inside it to the far relay, with --cert and --key) or "+ViaSDK+" (a zmesh SDK client of --identity dialing --service)")
+	fs.StringVar(&cc.addr, "addr", "", "address to load ("+ViaTCP+", "+ViaTLSE2E+")")
+	fs.StringVar(&cc.cert, "cert", "", ViaTLSE2E+": PEM certificate of the relays, also the only trusted root")
+	fs.StringVar(&cc.key, "key", "", ViaTLSE2E+": PEM private key of --cert")
+	fs.StringVar(&cc.identity, "identity", "", ViaSDK+": the client's identity file")
+	fs.StringVar(&cc.service, "service", "", ViaSDK+": the service to dial")
 	duration := fs.Duration("duration", 5*time.Second, "throughput: how long to send; echo: the most time to take; setup: how long to open circuits")
 	streams := fs.Int("streams", 1, "throughput: parallel TCP connections")
 	writeSize := fs.Int("write-size", 256<<10, "throughput: bytes per write")
@@ -113,23 +118,24 @@ func runLoadgen(ctx context.Context, args []string, enc *json.Encoder) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *addr == "" {
-		return errors.New("loadgen: --addr is required")
+	c, err := newConnector(cc)
+	if err != nil {
+		return fmt.Errorf("loadgen: %w", err)
 	}
+	defer c.close()
 	var m message
-	var err error
 	switch *mode {
 	case "throughput":
 		if *streams < 1 || *writeSize < 1 || *duration <= 0 {
 			return fmt.Errorf("loadgen: --streams %d, --write-size %d and --duration %s must be positive", *streams, *writeSize, *duration)
 		}
-		m.Throughput, err = runThroughput(ctx, *addr, *streams, *duration, *writeSize)
+		m.Throughput, err = runThroughput(ctx, c, *streams, *duration, *writeSize)
 	case "echo":
 		if *conns < 1 || *samples < 1 || *size < 1 || *duration <= 0 {
 			return fmt.Errorf("loadgen: --conns %d, --samples %d, --size %d and --duration %s must be positive", *conns, *samples, *size, *duration)
 		}
 		var lat Latency
-		lat, err = runEcho(ctx, *addr, *conns, *samples, *duration, *size)
+		lat, err = runEcho(ctx, c, *conns, *samples, *duration, *size)
 		m.Echo = &lat
 	case "setup":
 		if *conns < 1 || *duration <= 0 {
@@ -140,16 +146,16 @@ func runLoadgen(ctx context.Context, args []string, enc *json.Encoder) error {
 		}
 		var setup CircuitSetup
 		if *rate > 0 {
-			setup, err = runPacedSetup(ctx, *addr, *rate, *conns, *duration)
+			setup, err = runPacedSetup(ctx, c, *rate, *conns, *duration)
 		} else {
-			setup, err = runSetup(ctx, *addr, *conns, *duration)
+			setup, err = runSetup(ctx, c, *conns, *duration)
 		}
 		m.Setup = &setup
 	case "idle":
 		if *conns < 1 || *circuits < 1 {
 			return fmt.Errorf("loadgen: --conns %d and --circuits %d must be positive", *conns, *circuits)
 		}
-		return holdIdle(ctx, *addr, *circuits, *conns, enc)
+		return holdIdle(ctx, c, *circuits, *conns, enc)
 	default:
 		return fmt.Errorf("loadgen: --mode %q is not allowed; allowed: throughput, echo, setup, idle", *mode)
 	}
@@ -179,16 +185,12 @@ func parse(fs *flag.FlagSet, args []string) error {
 }
 
 // holdIdle opens the idle circuits, reports them and holds them until ctx ends.
-func holdIdle(ctx context.Context, addr string, circuits, parallel int, enc *json.Encoder) error {
-	conns, opened, err := openIdle(ctx, addr, circuits, parallel)
+func holdIdle(ctx context.Context, c *connector, circuits, parallel int, enc *json.Encoder) error {
+	conns, opened, err := openIdle(ctx, c, circuits, parallel)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
+	defer closeAll(conns)
 	if err := enc.Encode(message{Idle: &opened}); err != nil {
 		return fmt.Errorf("loadgen: report: %w", err)
 	}

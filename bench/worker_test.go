@@ -26,7 +26,7 @@ func TestRunWorkerRefusesBadArguments(t *testing.T) {
 		{[]string{"sink", "--nope"}, "flag provided but not defined"},
 		{[]string{"sink", "extra"}, "unexpected arguments"},
 		{[]string{"relay"}, "--to is required"},
-		{[]string{"relay", "--to", "127.0.0.1:1", "--in", "udp"}, `side "udp"`},
+		{[]string{"relay", "--to", "127.0.0.1:1", "--in", "udp"}, `--in "udp"`},
 		{[]string{"relay", "--to", "127.0.0.1:1", "--out", "tls"}, "load TLS key pair"},
 		{[]string{"loadgen"}, "--addr is required"},
 		{[]string{"loadgen", "--addr", "127.0.0.1:1", "--mode", "ping"}, `--mode "ping"`},
@@ -79,11 +79,15 @@ func TestTLSRelayCarriesHalfClose(t *testing.T) {
 	b := startWorker(t, "relay", "--in", "tls", "--cert", cert, "--key", key, "--to", sink)
 	a := startWorker(t, "relay", "--out", "tls", "--cert", cert, "--key", key, "--to", b)
 
-	streams, err := runThroughput(t.Context(), a, 2, 50*time.Millisecond, 64<<10)
+	c, err := newConnector(connectorConfig{addr: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams, err := runThroughput(t.Context(), c, 2, 50*time.Millisecond, 64<<10)
 	if err != nil || len(streams) != 2 || streams[0].Bytes == 0 {
 		t.Fatalf("throughput through the relay: %+v, %v", streams, err)
 	}
-	lat, err := runEcho(t.Context(), a, 2, 20, time.Second, 64)
+	lat, err := runEcho(t.Context(), c, 2, 20, time.Second, 64)
 	if err != nil || lat.Samples != 20 {
 		t.Fatalf("echo through the relay: %+v, %v", lat, err)
 	}
@@ -103,6 +107,37 @@ func TestTLSRelayCarriesHalfClose(t *testing.T) {
 	if err != nil || len(answer) != 8 || binary.BigEndian.Uint64(answer) != 1000 {
 		t.Errorf("answer after half-close: %x, %v; want the count 1000 and EOF", answer, err)
 	}
+}
+
+// The end-to-end TLS relay carries throughput, echo and circuits for a load generator that
+// speaks TLS inside TLS.
+func TestE2ERelay(t *testing.T) {
+	t.Parallel()
+	cert, key, err := writeSelfSigned(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := startWorker(t, "sink")
+	b := startWorker(t, "relay", "--in", relayInE2E, "--cert", cert, "--key", key, "--to", sink)
+	a := startWorker(t, "relay", "--in", "tls", "--out", "tls", "--cert", cert, "--key", key, "--to", b)
+
+	c, err := newConnector(connectorConfig{via: ViaTLSE2E, addr: a, cert: cert, key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams, err := runThroughput(t.Context(), c, 2, 50*time.Millisecond, 64<<10)
+	if err != nil || len(streams) != 2 || streams[0].Bytes == 0 {
+		t.Fatalf("throughput through the relay: %+v, %v", streams, err)
+	}
+	lat, err := runEcho(t.Context(), c, 1, 20, time.Second, 64)
+	if err != nil || lat.Samples != 20 {
+		t.Fatalf("echo through the relay: %+v, %v", lat, err)
+	}
+	setup, err := runSetup(t.Context(), c, 2, 100*time.Millisecond)
+	if err != nil || setup.Circuits == 0 || setup.Failed != 0 {
+		t.Fatalf("circuits through the relay: %+v, %v", setup, err)
+	}
+
 }
 
 func TestLoopbackAndWaitListening(t *testing.T) {

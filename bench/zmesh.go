@@ -41,8 +41,12 @@ const (
 	// ZmeshSDKEncrypted is an SDK client, `zmesh tunnel proxy --identity F`, dialing through
 	// router A (co-located controller, SDK listener, link dialer) and router B (tls: link
 	// listener, tunnel host mode dialing the sink from the service's host.v1 config), with
-	// end-to-end encryption between the SDK and B's tunnel: compared with BaselineTLSRelay.
+	// end-to-end encryption between the SDK and B's tunnel: compared with BaselineE2ERelay.
 	ZmeshSDKEncrypted = "zmesh-sdk-e2ee"
+	// ZmeshSDKEncryptedInProcess is ZmeshSDKEncrypted with the SDK embedded in the load
+	// generator, as applications embed it, instead of a tunneler process between them:
+	// compared with BaselineE2ERelay, whose load generator also does both layers of TLS.
+	ZmeshSDKEncryptedInProcess = "zmesh-sdk-e2ee-inproc"
 )
 
 // Zmesh returns the zmesh scenarios, in the order they run. Every router is its own process,
@@ -50,16 +54,19 @@ const (
 func Zmesh() []Scenario {
 	return []Scenario{
 		Define(ZmeshOneRouter, BaselineProxy, func(ctx context.Context, env *Env) (Target, error) {
-			return setupMesh(ctx, env, oneRouter())
+			return setupMesh(ctx, env, oneRouter(), false)
 		}),
 		Define(ZmeshTwoRoutersTLS, BaselineTLSRelay, func(ctx context.Context, env *Env) (Target, error) {
-			return setupMesh(ctx, env, twoRouters(config.TransportTLS))
+			return setupMesh(ctx, env, twoRouters(config.TransportTLS), false)
 		}),
 		Define(ZmeshTwoRoutersQUIC, BaselineTLSRelay, func(ctx context.Context, env *Env) (Target, error) {
-			return setupMesh(ctx, env, twoRouters(config.TransportQUIC))
+			return setupMesh(ctx, env, twoRouters(config.TransportQUIC), false)
 		}),
-		Define(ZmeshSDKEncrypted, BaselineTLSRelay, func(ctx context.Context, env *Env) (Target, error) {
-			return setupMesh(ctx, env, sdkEncrypted())
+		Define(ZmeshSDKEncrypted, BaselineE2ERelay, func(ctx context.Context, env *Env) (Target, error) {
+			return setupMesh(ctx, env, sdkEncrypted(), false)
+		}),
+		Define(ZmeshSDKEncryptedInProcess, BaselineE2ERelay, func(ctx context.Context, env *Env) (Target, error) {
+			return setupMesh(ctx, env, sdkEncrypted(), true)
 		}),
 	}
 }
@@ -165,9 +172,10 @@ func (r preparedRouter) args(ctrlFile string) []string {
 func (r preparedRouter) readyLine() string { return "router " + r.id + " running" }
 
 // setupMesh prepares the network of specs, starts its routers in order (the one with the
-// controller first), then the SDK client's tunneler if the mesh has one, and waits until a
-// circuit carries a byte to the sink and back.
-func setupMesh(ctx context.Context, env *Env, specs []routerSpec) (Target, error) {
+// controller first), then the SDK client's tunneler if the mesh has one and the SDK is not
+// embedded in the load generator, and waits until a circuit carries a byte to the sink and
+// back.
+func setupMesh(ctx context.Context, env *Env, specs []routerSpec, embedded bool) (Target, error) {
 	mesh, err := prepareMesh(env.Dir, env.Sink, specs, env.Log)
 	if err != nil {
 		return Target{}, err
@@ -193,6 +201,16 @@ func setupMesh(ctx context.Context, env *Env, specs []routerSpec) (Target, error
 	if len(procs) < 2 || mesh.clientFile != "" {
 		target.IdleRouters = nil
 	}
+	if mesh.clientFile != "" && embedded {
+		target.Addr = ""
+		target.Via = []string{"--via", ViaSDK, "--identity", mesh.clientFile, "--service", benchService}
+		c, err := newConnector(connectorConfig{via: ViaSDK, identity: mesh.clientFile, service: benchService})
+		if err != nil {
+			return Target{}, err
+		}
+		defer c.close()
+		return target, probeCircuit(ctx, c, readyTimeout, procs...)
+	}
 	if mesh.clientFile != "" {
 		_, port, _ := net.SplitHostPort(mesh.proxyAddr)
 		p, err := env.Start(ctx, Command{Name: "sdk-client", Relay: true, Args: []string{"tunnel", "proxy",
@@ -208,21 +226,24 @@ func setupMesh(ctx context.Context, env *Env, specs []routerSpec) (Target, error
 	if err := WaitListening(ctx, mesh.proxyAddr, readyTimeout); err != nil {
 		return Target{}, err
 	}
-	if err := probeCircuit(ctx, mesh.proxyAddr, readyTimeout, procs...); err != nil {
+	c, err := newConnector(connectorConfig{addr: mesh.proxyAddr})
+	if err != nil {
+		return Target{}, err
+	}
+	if err := probeCircuit(ctx, c, readyTimeout, procs...); err != nil {
 		return Target{}, err
 	}
 	return target, nil
 }
 
-// probeCircuit opens circuits to addr until one carries a byte to the sink and back: links
+// probeCircuit opens circuits through c until one carries a byte to the sink and back: links
 // form, and are reported to the controller, only after the routers connected, so the first
 // circuits may find no path. It fails early when one of procs exits.
-func probeCircuit(ctx context.Context, addr string, timeout time.Duration, procs ...*Process) error {
+func probeCircuit(ctx context.Context, c *connector, timeout time.Duration, procs ...*Process) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	d := &net.Dialer{Timeout: circuitTimeout}
 	for tries := 1; ; tries++ {
-		conn, _, err := openCircuit(ctx, d, addr)
+		conn, _, err := openCircuit(ctx, c)
 		if err == nil {
 			return conn.Close()
 		}
@@ -233,7 +254,7 @@ func probeCircuit(ctx context.Context, addr string, timeout time.Duration, procs
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no circuit through %s carried a byte to the sink and back within %s (%d tries): %w (last: %w)", addr, timeout, tries, ctx.Err(), err)
+			return fmt.Errorf("no circuit through %s carried a byte to the sink and back within %s (%d tries): %w (last: %w)", c.target, timeout, tries, ctx.Err(), err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

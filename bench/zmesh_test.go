@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -145,7 +144,7 @@ func TestCircuitsTable(t *testing.T) {
 // startZmesh prepares the one-router network in a temporary directory and runs its router,
 // with the controller, in this process (so that a profile of the benchmark sees it); it returns
 // the tunnel proxy's address once a circuit works.
-func startZmesh(b *testing.B) string {
+func startZmesh(b *testing.B) *connector {
 	b.Helper()
 	sink := startWorker(b, "sink")
 	mesh, err := prepareMesh(b.TempDir(), sink, oneRouter(), slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -161,10 +160,14 @@ func startZmesh(b *testing.B) string {
 			b.Errorf("router: %v", err)
 		}
 	})
-	if err := probeCircuit(ctx, mesh.proxyAddr, readyTimeout); err != nil {
+	c, err := newConnector(connectorConfig{addr: mesh.proxyAddr})
+	if err != nil {
 		b.Fatal(err)
 	}
-	return mesh.proxyAddr
+	if err := probeCircuit(ctx, c, readyTimeout); err != nil {
+		b.Fatal(err)
+	}
+	return c
 }
 
 // BenchmarkZmeshOneRouter measures one router with the controller co-located, in this
@@ -172,13 +175,12 @@ func startZmesh(b *testing.B) string {
 // trips. `go test -bench ZmeshOneRouter -cpuprofile cpu.out ./bench` shows where the router
 // spends its time (the sink and the load generator run in the same process).
 func BenchmarkZmeshOneRouter(b *testing.B) {
-	addr := startZmesh(b)
+	c := startZmesh(b)
 	b.Run("setup", func(b *testing.B) {
-		d := &net.Dialer{Timeout: circuitTimeout}
 		b.SetParallelism(8) // 8 circuits at a time per GOMAXPROCS
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				conn, _, err := openCircuit(b.Context(), d, addr)
+				conn, _, err := openCircuit(b.Context(), c)
 				if err != nil {
 					b.Error(err)
 					return
@@ -188,7 +190,7 @@ func BenchmarkZmeshOneRouter(b *testing.B) {
 		})
 	})
 	b.Run("throughput", func(b *testing.B) {
-		conns, err := dialAll(b.Context(), addr, 1, modeDiscard)
+		conns, err := dialAll(b.Context(), c, 1, modeDiscard)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -212,7 +214,7 @@ func BenchmarkZmeshOneRouter(b *testing.B) {
 		}
 	})
 	b.Run("echo64", func(b *testing.B) {
-		conns, err := dialAll(b.Context(), addr, 1, modeEcho)
+		conns, err := dialAll(b.Context(), c, 1, modeEcho)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -241,7 +243,7 @@ func TestRunZmeshSDKEncrypted(t *testing.T) {
 	rep, err := Run(ctx, Options{
 		Exec:          testExec(t),
 		Scenarios:     append(Baselines(), Zmesh()...),
-		Only:          []string{ZmeshSDKEncrypted},
+		Only:          []string{ZmeshSDKEncrypted, ZmeshSDKEncryptedInProcess},
 		Duration:      300 * time.Millisecond,
 		Streams:       2,
 		RTTSamples:    200,
@@ -253,20 +255,22 @@ func TestRunZmeshSDKEncrypted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	// tls-2hop: sink, 2 relays, 2 loadgens; zmesh-sdk-e2ee: sink, 2 routers, the SDK client,
-	// 3 loadgens.
-	pids.checkGone(t, 5+7)
-	if len(rep.Results) != 2 || rep.Results[1].Scenario != ZmeshSDKEncrypted {
+	// tls-e2e-relay: sink, 2 relays, 3 loadgens; zmesh-sdk-e2ee: sink, 2 routers, the SDK
+	// client, 3 loadgens; zmesh-sdk-e2ee-inproc: sink, 2 routers, 3 loadgens.
+	pids.checkGone(t, 6+7+6)
+	if len(rep.Results) != 3 || rep.Results[0].Scenario != BaselineE2ERelay || rep.Results[1].Scenario != ZmeshSDKEncrypted ||
+		rep.Results[2].Scenario != ZmeshSDKEncryptedInProcess {
 		t.Fatalf("results %+v", rep.Results)
 	}
-	res := rep.Results[1]
-	if res.Throughput == nil || res.Throughput.Bytes <= 0 || len(res.Throughput.Streams) != 2 {
-		t.Errorf("throughput %+v", res.Throughput)
-	}
-	if res.RTT == nil || res.RTT.Samples <= 0 || res.Ratio == nil || res.Ratio.Throughput <= 0 {
-		t.Errorf("rtt %+v, ratio %+v", res.RTT, res.Ratio)
-	}
-	if s := res.CircuitSetup; s == nil || s.Circuits <= 0 || s.Failed != 0 {
-		t.Errorf("circuit setup %+v", s)
+	for _, res := range rep.Results[1:] {
+		if res.Throughput == nil || res.Throughput.Bytes <= 0 || len(res.Throughput.Streams) != 2 {
+			t.Errorf("%s: throughput %+v", res.Scenario, res.Throughput)
+		}
+		if res.RTT == nil || res.RTT.Samples <= 0 || res.Ratio == nil || res.Ratio.Throughput <= 0 {
+			t.Errorf("%s: rtt %+v, ratio %+v", res.Scenario, res.RTT, res.Ratio)
+		}
+		if s := res.CircuitSetup; s == nil || s.Circuits <= 0 || s.Failed != 0 {
+			t.Errorf("%s: circuit setup %+v", res.Scenario, s)
+		}
 	}
 }

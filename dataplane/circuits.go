@@ -112,7 +112,7 @@ func (r *Router) route(ctx context.Context, m *ctrlproto.Route) *ctrlproto.Route
 		r.fw.Route(m.CircuitID, toInitiator, toTerminator)
 		return reply
 	}
-	conn, err := r.dial(ctx, m.Forward.Xgress, m.CircuitID, m.Timeout)
+	conn, hostKey, err := r.dial(ctx, m.Forward.Xgress, m.CircuitID, m.Timeout)
 	if err != nil {
 		code := ctrlproto.ErrCodeDialFailed
 		if errors.Is(err, xgress.ErrDialQueueFull) {
@@ -122,6 +122,7 @@ func (r *Router) route(ctx context.Context, m *ctrlproto.Route) *ctrlproto.Route
 		reply.Outcome = ctrlproto.Failed(code, err.Error())
 		return reply
 	}
+	reply.HostZitiKey = hostKey
 	id := m.CircuitID
 	e := xgress.NewEndpoint(id, xgress.Terminator, conn, r.fw, r.pool, func(err error) { r.endDone(id, xgress.Terminator, err) })
 	r.mu.Lock()
@@ -156,8 +157,9 @@ func (r *Router) hop(h ctrlproto.Hop) (xgress.Hop, error) {
 }
 
 // dial connects to a terminator's address through the dial pool, or to the SDK client that
-// hosts it (binding edge).
-func (r *Router) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64, timeout time.Duration) (net.Conn, error) {
+// hosts it (binding edge). It returns, besides, the hosting end's crypto_kx public key when
+// that end took OpenZiti's end-to-end scheme (nil otherwise).
+func (r *Router) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64, timeout time.Duration) (net.Conn, []byte, error) {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
@@ -167,15 +169,18 @@ func (r *Router) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64
 		if isZitiAddress(x.Address) {
 			return r.ziti.dial(ctx, x, circuitID)
 		}
-		return r.sdk.connect(ctx, x, circuitID)
+		c, err := r.sdk.connect(ctx, x, circuitID)
+		return c, nil, err
 	}
 	if x.Binding == BindingTunnel {
-		return r.overlay.connect(x, circuitID)
+		c, err := r.overlay.connect(x, circuitID)
+		return c, nil, err
 	}
 	// The route's timeout bounds the whole: the wait for a turn, the dwell and the dial.
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return r.dials.Dial(ctx, xgress.DialRequest{Binding: x.Binding, Address: x.Address})
+	c, err := r.dials.Dial(ctx, xgress.DialRequest{Binding: x.Binding, Address: x.Address})
+	return c, nil, err
 }
 
 // HandleFrame takes a frame from a link: the forwarder moves it on. A payload of a circuit

@@ -38,11 +38,17 @@ type routerOverlay struct {
 
 	mu    sync.Mutex
 	binds map[string]*tunnelBind // by terminator address (the service id)
+	// proxyEncrypted tells, by the names of the services the proxy mode serves, whether
+	// the controller last said they require end-to-end encryption.
+	proxyEncrypted map[string]bool
 }
 
 func newRouterOverlay(r *Router) *routerOverlay {
-	return &routerOverlay{r: r, binds: map[string]*tunnelBind{}}
+	return &routerOverlay{r: r, binds: map[string]*tunnelBind{}, proxyEncrypted: map[string]bool{}}
 }
+
+// offer is what the router's tunnel offers for end-to-end encryption.
+func (o *routerOverlay) offer() *ctrlproto.E2EEOffer { return &ctrlproto.E2EEOffer{Zmesh: true} }
 
 // WatchServices polls the controller for the services of the router's identity. Until the
 // controller first answers, the list saved in edge.db by an earlier run stands, so that a
@@ -113,7 +119,11 @@ func (o *routerOverlay) Dial(ctx context.Context, svc tunnel.Service, app tunnel
 	if err != nil {
 		return nil, err
 	}
-	reply, err := o.r.requestCircuit(ctx, &ctrlproto.CircuitRequest{ServiceID: svc.ID, IngressIdentityID: o.r.id, AppData: appJSON})
+	req := &ctrlproto.CircuitRequest{ServiceID: svc.ID, IngressIdentityID: o.r.id, AppData: appJSON}
+	if svc.EncryptionRequired {
+		req.E2EE = o.offer()
+	}
+	reply, err := o.r.requestCircuit(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("dial service %q: %w", svc.Name, err)
 	}
@@ -158,7 +168,7 @@ func (o *routerOverlay) attach(reply *ctrlproto.CircuitReply) (net.Conn, error) 
 // the router's identity: straight onto the circuit, or through the end-to-end encryption
 // when the service requires it.
 func (r *Router) dialProxy(ctx context.Context, conn net.Conn, service string) {
-	reply, err := r.requestCircuit(ctx, &ctrlproto.CircuitRequest{ServiceName: service, IngressIdentityID: r.id})
+	reply, err := r.overlay.proxyCircuit(ctx, service)
 	if err != nil {
 		r.log.Info("circuit refused", "service", service, "err", err)
 		conn.Close()
@@ -179,6 +189,31 @@ func (r *Router) dialProxy(ctx context.Context, conn net.Conn, service string) {
 		return
 	}
 	tunnel.Join(ctx, conn, c)
+}
+
+// proxyCircuit asks for a circuit to a service of the proxy mode, known by name only. Whether
+// it requires end-to-end encryption, and so an offer, is learned from the controller's
+// answers: a request without an offer refused for want of one is made again with one.
+func (o *routerOverlay) proxyCircuit(ctx context.Context, service string) (*ctrlproto.CircuitReply, error) {
+	o.mu.Lock()
+	encrypted := o.proxyEncrypted[service]
+	o.mu.Unlock()
+	req := &ctrlproto.CircuitRequest{ServiceName: service, IngressIdentityID: o.r.id}
+	if encrypted {
+		req.E2EE = o.offer()
+	}
+	reply, err := o.r.requestCircuit(ctx, req)
+	if ce := (*ctrlproto.Error)(nil); !encrypted && errors.As(err, &ce) && ce.Code == ctrlproto.ErrCodeEncryptionRequired {
+		req.E2EE = o.offer()
+		reply, err = o.r.requestCircuit(ctx, req)
+	}
+	if err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	o.proxyEncrypted[service] = reply.EncryptionRequired
+	o.mu.Unlock()
+	return reply, nil
 }
 
 // e2ee returns the router identity's end-to-end configuration, expecting identity peer.

@@ -115,7 +115,7 @@ func TestRevokedCertEndsAPISessionAndEdgeConnection(t *testing.T) {
 	}()
 	var circuit *smux.Stream
 	testutil.Eventually(t, "the router to know the dial session", func() bool {
-		circuit, _, err = dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID})
+		circuit, _, err = dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID, E2EE: zmeshOffer})
 		return err == nil
 	})
 	hosted := <-accepted
@@ -228,7 +228,7 @@ func (n *testNet) openCircuit(svc *model.Service, dialerCert, hostCert tls.Certi
 	}()
 	var circuit *smux.Stream
 	testutil.Eventually(t, "the router to know the dial session", func() bool {
-		circuit, _, err = dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID})
+		circuit, _, err = dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID, E2EE: zmeshOffer})
 		return err == nil
 	})
 	hosted := <-accepted

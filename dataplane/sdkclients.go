@@ -287,7 +287,8 @@ func (s *sdkServer) dial(ctx context.Context, ec *sdkConn, st *smux.Stream, req 
 		return
 	}
 	ec.keep(st, se.Token)
-	reply, err := s.r.requestCircuit(ctx, &ctrlproto.CircuitRequest{SessionToken: se.Token, ServiceID: se.ServiceID, TerminatorIdentity: req.Identity, AppData: req.AppData})
+	reply, err := s.r.requestCircuit(ctx, &ctrlproto.CircuitRequest{SessionToken: se.Token, ServiceID: se.ServiceID, TerminatorIdentity: req.Identity,
+		AppData: req.AppData, E2EE: ctrlOffer(req.E2EE)})
 	if err != nil {
 		code := edgeproto.CodeFailed
 		var ce *ctrlproto.Error
@@ -525,4 +526,12 @@ func (c *replayConn) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	return c.Batched.Read(p)
+}
+
+// ctrlOffer is a client's end-to-end offer as the controller takes it.
+func ctrlOffer(o *edgeproto.E2EEOffer) *ctrlproto.E2EEOffer {
+	if o == nil {
+		return nil
+	}
+	return &ctrlproto.E2EEOffer{Zmesh: o.Zmesh, ZitiKey: o.ZitiKey}
 }

@@ -152,6 +152,10 @@ func (cl *sdkClient) accept() (*smux.Stream, *edgeproto.Request, error) {
 	return st, &req, nil
 }
 
+// zmeshOffer is the offer of a zmesh SDK dialing a service that requires end-to-end
+// encryption (the tests' clients carry raw bytes: the routers do not look inside).
+var zmeshOffer = &edgeproto.E2EEOffer{Zmesh: true}
+
 // edgeNet is routers E and H linked, each with an SDK listener, and service "svc" that
 // identity "dialer" may dial and identity "host" may bind, over every router.
 func edgeNet(t *testing.T) (n *testNet, svc *model.Service, dialer, host tls.Certificate, dialerID *model.Identity) {
@@ -255,7 +259,7 @@ func TestEdgeDialAndBind(t *testing.T) {
 	var st *smux.Stream
 	var resp *edgeproto.Response
 	testutil.Eventually(t, "the router to know the dial session", func() bool {
-		st, resp, err = dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID})
+		st, resp, err = dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID, E2EE: zmeshOffer})
 		return err == nil
 	})
 	if resp.HostID != host.api.IdentityID || resp.CircuitID == 0 {
@@ -319,7 +323,7 @@ func TestEdgeDialAndBind(t *testing.T) {
 	close(stopGC)
 
 	// A second circuit, then the dialing identity goes: its circuit ends within a second.
-	st2, _, err := dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID})
+	st2, _, err := dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID, E2EE: zmeshOffer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +389,7 @@ func TestEdgeRefusals(t *testing.T) {
 		_, ok := n.routers["E"].r.sessionCache.session(dialTok)
 		return ok
 	})
-	if _, _, err := host.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID}); !errors.As(err, &ee) || ee.Code != edgeproto.CodeInvalidSession {
+	if _, _, err := host.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID, E2EE: zmeshOffer}); !errors.As(err, &ee) || ee.Code != edgeproto.CodeInvalidSession {
 		t.Fatalf("a dial with another client's session: %v", err)
 	}
 	if _, _, err := dialer.open(&edgeproto.Request{Op: edgeproto.OpBind, SessionToken: dialTok, ServiceID: svc.ID}); !errors.As(err, &ee) || ee.Code != edgeproto.CodeInvalidSession {

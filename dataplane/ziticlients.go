@@ -430,17 +430,27 @@ func (zc *zitiConn) connect(ctx context.Context, req *zitiproto.Message) {
 	if len(appData) > 0 {
 		creq.AppData = json.RawMessage(append([]byte(nil), appData...))
 	}
+	// The client's key, when it has one, is its offer of OpenZiti's end-to-end encryption.
+	if key, ok := req.Header(zitiproto.HeaderPublicKey); ok && len(key) > 0 {
+		creq.E2EE = &ctrlproto.E2EEOffer{ZitiKey: append([]byte(nil), key...)}
+	}
 	reply, err := r.requestCircuit(ctx, creq)
 	if err != nil {
 		code := zitiproto.ErrorInternal
 		var ce *ctrlproto.Error
-		if errors.As(err, &ce) && ce.Code == ctrlproto.ErrCodeInvalidSession {
-			code = zitiproto.ErrorInvalidSession
+		if errors.As(err, &ce) {
+			switch ce.Code {
+			case ctrlproto.ErrCodeInvalidSession:
+				code = zitiproto.ErrorInvalidSession
+			case ctrlproto.ErrCodeEncryptionRequired, ctrlproto.ErrCodeInvalidE2EEOffer:
+				code = zitiproto.ErrorEncryptionMissing
+			}
 		}
 		refuse(code, err.Error())
 		return
 	}
-	c := newZitiCircuit(zc, id, false)
+	// The hosting end took OpenZiti's scheme: the circuit carries frames.
+	c := newZitiCircuit(zc, id, reply.HostZitiKey != nil)
 	c.sessionToken = se.Token
 	if !zc.addCircuit(c) {
 		r.fault(reply.CircuitID, "the OpenZiti client's connection id is in use or its channel ended")
@@ -451,6 +461,10 @@ func (zc *zitiConn) connect(ctx context.Context, req *zitiproto.Message) {
 	m.SetState(zitiproto.ContentStateConnected, id, "")
 	m.ReplyTo(req)
 	m.PutString(zitiproto.HeaderCircuitID, strconv.FormatUint(reply.CircuitID, 10))
+	if reply.HostZitiKey != nil {
+		m.Put(zitiproto.HeaderPublicKey, reply.HostZitiKey)
+		m.PutByte(zitiproto.HeaderCryptoMethod, zitiproto.CryptoLibsodium)
+	}
 	err = zc.send(m)
 	zc.s.pool.Put(m)
 	if err != nil {
@@ -636,8 +650,10 @@ func (s *zitiServer) terminators() []string {
 }
 
 // dial connects a circuit to the client hosting the terminator at x.Address: the client gets
-// a Dial with a connection id the router assigns and answers DialSuccess or DialFailed.
-func (s *zitiServer) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64) (net.Conn, error) {
+// a Dial with a connection id the router assigns and answers DialSuccess or DialFailed. A
+// host with a key (its service requires encryption) takes OpenZiti's scheme: the initiator
+// must have offered its ZitiKey, and the host's key is returned.
+func (s *zitiServer) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64) (net.Conn, []byte, error) {
 	s.mu.Lock()
 	b := s.binds[x.Address]
 	var tid string
@@ -646,10 +662,18 @@ func (s *zitiServer) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID ui
 	}
 	s.mu.Unlock()
 	if b == nil || tid == "" {
-		return nil, fmt.Errorf("no OpenZiti client hosts %s here any more", x.Address)
+		return nil, nil, fmt.Errorf("no OpenZiti client hosts %s here any more", x.Address)
 	}
+	var offered []byte
+	if x.E2EE != nil {
+		offered = x.E2EE.ZitiKey
+	}
+	if b.hostKey != nil && offered == nil {
+		return nil, nil, fmt.Errorf("the OpenZiti client hosting %s requires end-to-end encryption: the circuit's initiator offered no zitiKey", x.Address)
+	}
+	framed := b.hostKey != nil
 	zc := b.zc
-	c := newZitiCircuit(zc, 0, false)
+	c := newZitiCircuit(zc, 0, framed)
 	c.sessionToken = b.token
 	zc.mu.Lock()
 	for {
@@ -664,7 +688,7 @@ func (s *zitiServer) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID ui
 	c.id = zc.nextID
 	zc.mu.Unlock()
 	if !zc.addCircuit(c) {
-		return nil, errors.New("the hosting OpenZiti client's channel ended")
+		return nil, nil, errors.New("the hosting OpenZiti client's channel ended")
 	}
 	m := s.pool.Get()
 	m.SetState(zitiproto.ContentDial, b.connID, b.token)
@@ -676,18 +700,25 @@ func (s *zitiServer) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID ui
 	if len(x.AppData) > 0 {
 		m.Put(zitiproto.HeaderAppData, x.AppData)
 	}
+	if framed {
+		m.Put(zitiproto.HeaderPublicKey, offered)
+		m.PutByte(zitiproto.HeaderCryptoMethod, zitiproto.CryptoLibsodium)
+	}
 	reply, err := zc.request(ctx, m)
 	s.pool.Put(m)
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("dial the hosting OpenZiti client: %w", err)
+		return nil, nil, fmt.Errorf("dial the hosting OpenZiti client: %w", err)
 	}
 	defer s.pool.Put(reply)
 	if reply.ContentType != zitiproto.ContentDialSuccess {
 		c.closeQuiet()
-		return nil, fmt.Errorf("the hosting OpenZiti client refused: %s", reply.Body)
+		return nil, nil, fmt.Errorf("the hosting OpenZiti client refused: %s", reply.Body)
 	}
-	return c, nil
+	if framed {
+		return c, b.hostKey, nil
+	}
+	return c, nil, nil
 }
 
 // request sends m and waits for its reply (DialSuccess or DialFailed), within ctx.

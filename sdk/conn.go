@@ -180,6 +180,9 @@ func (c *Client) dialSession(ctx context.Context, svc Service, s *edgeSession, o
 		return nil, true, err
 	}
 	req := edgeproto.Request{Op: edgeproto.OpDial, SessionToken: s.token, ServiceID: svc.ID, Identity: opts.Identity, AppData: opts.AppData}
+	if svc.EncryptionRequired {
+		req.E2EE = &edgeproto.E2EEOffer{Zmesh: true}
+	}
 	var errs []error
 	answered := false
 	for _, rc := range routers {

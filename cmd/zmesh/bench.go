@@ -34,7 +34,7 @@ func selfExec() (bench.Exec, error) {
 
 func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 	var opts bench.Options
-	var asJSON bool
+	var asJSON, check bool
 	var logLevel string
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -47,9 +47,12 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 			"io.Copy proxy), tls-2hop (two Go relays with TLS 1.3 between them), zmesh-1router (one\n" +
 			"router with the controller co-located: tunnel proxy on-ramp, circuit, proxy terminator;\n" +
 			"against io-copy), zmesh-2routers-tls and zmesh-2routers-quic (the on-ramp on router A, the\n" +
-			"terminator on router B, split links over tls: or quic:; against tls-2hop) and\n" +
+			"terminator on router B, split links over tls: or quic:; against tls-2hop),\n" +
 			"zmesh-sdk-e2ee (an SDK client's `zmesh tunnel proxy` through router A's SDK listener to\n" +
-			"router B's tunnel in host mode, encrypted end to end; against tls-2hop).\n\n" +
+			"router B's tunnel in host mode, encrypted end to end) and zmesh-sdk-e2ee-inproc (the\n" +
+			"same with the SDK embedded in the load generator), both against tls-e2e-relay (the\n" +
+			"load generator's TLS to relay A, TLS from A to B, and an end-to-end TLS session from\n" +
+			"the load generator to B inside: the same layers of encryption).\n\n" +
 			"For the zmesh paths and the relay baselines (a relayed connection for a circuit) it also\n" +
 			"measures circuit setup (--setup-workers circuits at a time, each carrying one byte to\n" +
 			"the sink and back, for --setup-duration: the most circuits per second, and latency\n" +
@@ -57,11 +60,15 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 			"whatever the earlier ones do (latency from when each was due), and, on two routers\n" +
 			"without an SDK client, the resident memory per idle circuit of each router with\n" +
 			"--idle-circuits established circuits. --setup-duration 0, --setup-rate 0 and\n" +
-			"--idle-circuits 0 skip them.",
+			"--idle-circuits 0 skip them.\n\n" +
+			"--repeat N measures every selected scenario N times, each round with its baselines, and\n" +
+			"shows every ratio's median and range. The report ends with zmesh's performance targets\n" +
+			"that the run measured, met or MISSED (medians over the rounds); --check makes a missed\n" +
+			"target an error (exit status 1).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if opts.Duration <= 0 || opts.Streams < 1 || opts.RTTSamples < 1 || opts.RTTConns < 1 || opts.WriteSize < 1 || opts.SetupWorkers < 1 {
-				return errors.New("--duration, --streams, --rtt-samples, --rtt-conns, --write-size and --setup-workers must be positive")
+			if opts.Duration <= 0 || opts.Streams < 1 || opts.RTTSamples < 1 || opts.RTTConns < 1 || opts.WriteSize < 1 || opts.SetupWorkers < 1 || opts.Repeat < 1 {
+				return errors.New("--duration, --streams, --rtt-samples, --rtt-conns, --write-size, --setup-workers and --repeat must be positive")
 			}
 			if opts.SetupDuration < 0 || opts.IdleCircuits < 0 || opts.SetupRate < 0 {
 				return errors.New("--setup-duration, --setup-rate and --idle-circuits must not be negative (0 skips the measurement)")
@@ -89,6 +96,9 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 			if runErr != nil {
 				return reportedError{msg: "bench: a scenario failed"}
 			}
+			if missed := rep.Missed(); check && len(missed) > 0 {
+				return reportedError{msg: fmt.Sprintf("bench: %d performance target(s) missed", len(missed))}
+			}
 			return nil
 		},
 	}
@@ -103,6 +113,8 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 	f.IntVar(&opts.SetupWorkers, "setup-workers", 16, "circuits set up at a time in the circuit setup measurement")
 	f.Float64Var(&opts.SetupRate, "setup-rate", bench.DefaultSetupRate, "circuits started per second in the open-loop setup measurement that follows; 0 skips it")
 	f.IntVar(&opts.IdleCircuits, "idle-circuits", 10000, "idle circuits the routers' memory is measured with (two-router paths); 0 skips it")
+	f.IntVar(&opts.Repeat, "repeat", 1, "rounds: every selected scenario measured this many times, each round with its baselines")
+	f.BoolVar(&check, "check", false, "exit with status 1 when the run missed one of zmesh's performance targets")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	return cmd

@@ -45,8 +45,9 @@ type Circuit struct {
 	// clientCert is the certificate a transport listener's client presented (DER), for
 	// circuits dialed with one: they end when it stops authenticating Initiator.
 	clientCert []byte
-	appData    []byte // for the egress; not kept after the route
-	encrypted  bool   // the service requires end-to-end encryption
+	appData    []byte               // for the egress; not kept after the route
+	offer      *ctrlproto.E2EEOffer // the initiator's, for the egress; not kept after the route
+	encrypted  bool                 // the service requires end-to-end encryption
 	Created    time.Time
 	// Adopted: made by an earlier run of the controller and reported by routers since; Path
 	// holds only the routers that reported it.
@@ -84,7 +85,7 @@ func New(m *model.Model, graph *paths.Graph, routers Routers, log *slog.Logger) 
 // Create answers a router's CircuitRequest.
 func (s *Service) Create(ctx context.Context, ingress string, req *ctrlproto.CircuitRequest) *ctrlproto.CircuitReply {
 	reply := &ctrlproto.CircuitReply{RequestID: req.RequestID}
-	c, term, err := s.create(ctx, ingress, req)
+	c, term, hostKey, err := s.create(ctx, ingress, req)
 	if err != nil {
 		var ce *ctrlproto.Error
 		if !errors.As(err, &ce) {
@@ -98,7 +99,7 @@ func (s *Service) Create(ctx context.Context, ingress string, req *ctrlproto.Cir
 		return reply
 	}
 	reply.CircuitID, reply.Path = c.ID, c.Path
-	reply.ServiceID, reply.EncryptionRequired = c.ServiceID, c.encrypted
+	reply.ServiceID, reply.EncryptionRequired, reply.HostZitiKey = c.ServiceID, c.encrypted, hostKey
 	reply.Terminator = ctrlproto.TerminatorRef{ID: term.ID, RouterID: term.RouterID, Binding: term.Binding, Address: term.Address, HostID: term.HostID}
 	return reply
 }
@@ -107,24 +108,29 @@ func fail(code, format string, args ...any) error {
 	return &ctrlproto.Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.CircuitRequest) (*Circuit, *model.Terminator, error) {
+// create makes the circuit; it returns, besides, the hosting end's key when that end took
+// OpenZiti's end-to-end scheme.
+func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.CircuitRequest) (*Circuit, *model.Terminator, []byte, error) {
 	svc, err := s.service(req)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	initiator, err := s.authorize(ingress, svc, req)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if svc.EncryptionRequired && len(req.ClientCert) > 0 {
-		return nil, nil, fail(ctrlproto.ErrCodeInvalid, "service %q requires end-to-end encryption, which a client of a transport listener cannot do: use an SDK or a tunnel", svc.Name)
+		return nil, nil, nil, fail(ctrlproto.ErrCodeInvalid, "service %q requires end-to-end encryption, which a client of a transport listener cannot do: use an SDK or a tunnel", svc.Name)
+	}
+	if err := checkOffer(svc, req.E2EE); err != nil {
+		return nil, nil, nil, err
 	}
 	if len(req.AppData) > ctrlproto.MaxAppData {
-		return nil, nil, fail(ctrlproto.ErrCodeInvalid, "app data of %d bytes; at most %d", len(req.AppData), ctrlproto.MaxAppData)
+		return nil, nil, nil, fail(ctrlproto.ErrCodeInvalid, "app data of %d bytes; at most %d", len(req.AppData), ctrlproto.MaxAppData)
 	}
 	terms, err := s.m.CachedTerminatorsOf(svc.ID)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	byID := map[string]*model.Terminator{}
 	var candidates []paths.Terminator
@@ -142,22 +148,23 @@ func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.Cir
 		candidates = append(candidates, paths.Terminator{ID: t.ID, Router: t.RouterID, Cost: t.Cost, Precedence: t.Precedence})
 	}
 	if len(candidates) == 0 {
-		return nil, nil, fail(ctrlproto.ErrCodeNoTerminator, "service %q has no terminator on a connected router", svc.Name)
+		return nil, nil, nil, fail(ctrlproto.ErrCodeNoTerminator, "service %q has no terminator on a connected router", svc.Name)
 	}
 	choice, err := s.graph.Choose(ingress, svc.TerminatorStrategy, candidates)
 	if err != nil {
-		return nil, nil, fail(ctrlproto.ErrCodeNoPath, "service %q: %v", svc.Name, err)
+		return nil, nil, nil, fail(ctrlproto.ErrCodeNoPath, "service %q: %v", svc.Name, err)
 	}
 	term := byID[choice.Terminator.ID]
 	c := &Circuit{ID: newCircuitID(), ServiceID: svc.ID, Terminator: term.ID, Initiator: initiator, Created: time.Now(), clientCert: req.ClientCert}
-	c.appData, c.encrypted = req.AppData, svc.EncryptionRequired
+	c.appData, c.offer, c.encrypted = req.AppData, req.E2EE, svc.EncryptionRequired
 	for _, h := range choice.Path {
 		c.Path = append(c.Path, h.Router)
 	}
-	if err := s.install(ctx, c, term); err != nil {
-		return nil, nil, err
+	hostKey, err := s.install(ctx, c, term)
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	c.appData = nil
+	c.appData, c.offer = nil, nil
 	s.mu.Lock()
 	s.circuits[c.ID] = c
 	s.created++
@@ -166,9 +173,21 @@ func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.Cir
 	// circuit to end; this check, after it, does.
 	if len(c.clientCert) > 0 && !s.certStillAuthenticates(c) {
 		s.Remove(c.ID, "the client certificate was revoked")
-		return nil, nil, fail(ctrlproto.ErrCodeInvalidSession, "the client certificate no longer authenticates identity %s", c.Initiator)
+		return nil, nil, nil, fail(ctrlproto.ErrCodeInvalidSession, "the client certificate no longer authenticates identity %s", c.Initiator)
 	}
-	return c, term, nil
+	return c, term, hostKey, nil
+}
+
+// checkOffer refuses an end-to-end offer that is malformed, and a service that requires
+// end-to-end encryption dialed without an offer of a scheme.
+func checkOffer(svc *model.Service, o *ctrlproto.E2EEOffer) error {
+	if o != nil && len(o.ZitiKey) != 0 && len(o.ZitiKey) != ctrlproto.ZitiKeySize {
+		return fail(ctrlproto.ErrCodeInvalidE2EEOffer, "e2ee.zitiKey is %d bytes; a crypto_kx public key is %d", len(o.ZitiKey), ctrlproto.ZitiKeySize)
+	}
+	if svc.EncryptionRequired && (o == nil || !o.Zmesh && len(o.ZitiKey) == 0) {
+		return fail(ctrlproto.ErrCodeEncryptionRequired, "service %q requires end-to-end encryption and the dial offered no scheme (e2ee.zmesh or e2ee.zitiKey)", svc.Name)
+	}
+	return nil
 }
 
 // endRevoked ends the circuits dialed with a certificate that no longer authenticates the
@@ -286,17 +305,18 @@ func (s *Service) checkEdgeRouter(identity, router string, svc *model.Service) e
 
 // install routes the circuit on every router of its path, egress first. The ingress gets no
 // Route unless it is also the egress: it installs its entry when the reply arrives. On a
-// failure the routes already installed are removed.
-func (s *Service) install(ctx context.Context, c *Circuit, term *model.Terminator) error {
+// failure the routes already installed are removed. It returns the egress's HostZitiKey.
+func (s *Service) install(ctx context.Context, c *Circuit, term *model.Terminator) ([]byte, error) {
 	n := len(c.Path)
 	var done []string
+	var hostKey []byte
 	for i := n - 1; i >= 0; i-- {
 		if i == 0 && n > 1 {
 			break
 		}
 		r := &ctrlproto.Route{CircuitID: c.ID, Timeout: RouteTimeout}
 		if i == n-1 {
-			r.Forward.Xgress = &ctrlproto.Xgress{Binding: term.Binding, Address: term.Address, InitiatorID: c.Initiator, AppData: c.appData}
+			r.Forward.Xgress = &ctrlproto.Xgress{Binding: term.Binding, Address: term.Address, InitiatorID: c.Initiator, AppData: c.appData, E2EE: c.offer}
 		} else {
 			r.Forward.Router = c.Path[i+1]
 		}
@@ -305,34 +325,54 @@ func (s *Service) install(ctx context.Context, c *Circuit, term *model.Terminato
 		} else {
 			r.Reverse.Router = c.Path[i-1]
 		}
-		if err := s.route(ctx, c.Path[i], r); err != nil {
-			s.unroute(c.ID, done, "the circuit could not be set up")
-			return err
+		reply, err := s.route(ctx, c.Path[i], r)
+		if err == nil {
+			done = append(done, c.Path[i])
+			if i == n-1 {
+				hostKey, err = checkHostKey(c.Path[i], c.offer, reply.HostZitiKey)
+			}
 		}
-		done = append(done, c.Path[i])
+		if err != nil {
+			s.unroute(c.ID, done, "the circuit could not be set up")
+			return nil, err
+		}
 	}
-	return nil
+	return hostKey, nil
 }
 
-func (s *Service) route(ctx context.Context, router string, r *ctrlproto.Route) error {
+// checkHostKey checks the egress's HostZitiKey: a crypto_kx public key, answering an offer
+// of OpenZiti's scheme.
+func checkHostKey(egress string, offer *ctrlproto.E2EEOffer, key []byte) ([]byte, error) {
+	switch {
+	case len(key) == 0:
+		return nil, nil
+	case offer == nil || len(offer.ZitiKey) == 0:
+		return nil, fail(ctrlproto.ErrCodeRouteFailed, "router %s: the hosting end answered with an OpenZiti key that the initiator did not offer", egress)
+	case len(key) != ctrlproto.ZitiKeySize:
+		return nil, fail(ctrlproto.ErrCodeRouteFailed, "router %s: the hosting end's OpenZiti key is %d bytes, not %d", egress, len(key), ctrlproto.ZitiKeySize)
+	}
+	return key, nil
+}
+
+func (s *Service) route(ctx context.Context, router string, r *ctrlproto.Route) (*ctrlproto.RouteReply, error) {
 	ch, ok := s.routers.Channel(router)
 	if !ok {
-		return fail(ctrlproto.ErrCodeRouteFailed, "router %s is not connected", router)
+		return nil, fail(ctrlproto.ErrCodeRouteFailed, "router %s is not connected", router)
 	}
 	ctx, cancel := context.WithTimeout(ctx, RouteTimeout+time.Second)
 	defer cancel()
 	reply, err := ctrlproto.Call[*ctrlproto.RouteReply](ctx, ch, r)
 	if err != nil {
-		return fail(ctrlproto.ErrCodeRouteFailed, "router %s: %v", router, err)
+		return nil, fail(ctrlproto.ErrCodeRouteFailed, "router %s: %v", router, err)
 	}
 	if err := reply.Err(); err != nil {
 		var ce *ctrlproto.Error
 		if errors.As(err, &ce) && ce.Code == ctrlproto.ErrCodeDialFailed {
-			return err
+			return nil, err
 		}
-		return fail(ctrlproto.ErrCodeRouteFailed, "router %s: %v", router, err)
+		return nil, fail(ctrlproto.ErrCodeRouteFailed, "router %s: %v", router, err)
 	}
-	return nil
+	return reply, nil
 }
 
 // unroute removes a circuit from routers, without waiting.

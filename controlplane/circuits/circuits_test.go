@@ -1,12 +1,14 @@
 package circuits
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -243,5 +245,124 @@ func TestCleanFaultSkipsTheTerminator(t *testing.T) {
 	s.Fault("A", &ctrlproto.Fault{CircuitID: 4, Reason: "closed", Unrouted: true, Clean: true})
 	if got := rs.got(); !slices.Equal(got, []string{"B 4", "C 4"}) {
 		t.Errorf("unroutes after a clean end at the initiator of a three-router path: %v", got)
+	}
+}
+
+// routeRouter is a connected router that answers Routes with hostKey as its HostZitiKey and
+// records the egress Xgress of each.
+type routeRouter struct {
+	ch      *ctrlproto.Channel
+	hostKey []byte
+	egress  chan *ctrlproto.Xgress
+}
+
+func newRouteRouter(t *testing.T) *routeRouter {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rr := &routeRouter{egress: make(chan *ctrlproto.Xgress, 10)}
+	a, b := net.Pipe()
+	ctrlEnd := ctrlproto.New(context.Background(), a, log, ctrlproto.Options{})
+	routerEnd := ctrlproto.New(context.Background(), b, log, ctrlproto.Options{})
+	routerEnd.Handle(ctrlproto.TypeRoute, func(_ context.Context, m ctrlproto.Message) (ctrlproto.Message, error) {
+		r := m.(*ctrlproto.Route)
+		rr.egress <- r.Forward.Xgress
+		return &ctrlproto.RouteReply{CircuitID: r.CircuitID, HostZitiKey: rr.hostKey}, nil
+	})
+	routerEnd.Handle(ctrlproto.TypeUnroute, func(context.Context, ctrlproto.Message) (ctrlproto.Message, error) { return nil, nil })
+	ctrlEnd.Start()
+	routerEnd.Start()
+	t.Cleanup(func() { ctrlEnd.Close(); routerEnd.Close() })
+	rr.ch = ctrlEnd
+	return rr
+}
+
+func (rr *routeRouter) Channel(string) (*ctrlproto.Channel, bool) { return rr.ch, true }
+
+// TestE2EEOffers: a service that requires end-to-end encryption is refused without an offer
+// and with a malformed one; the offer reaches the egress's Xgress, and the hosting end's
+// OpenZiti key the reply, checked against the offer.
+func TestE2EEOffers(t *testing.T) {
+	t.Parallel()
+	_, m := newService(t)
+	rr := newRouteRouter(t)
+	s := New(m, paths.NewGraph(), rr, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	gw := &model.EdgeRouter{Name: "gw", IsTunnelerEnabled: true}
+	if err := m.CreateEdgeRouter(gw); err != nil {
+		t.Fatal(err)
+	}
+	secret := &model.Service{Name: "secret", EncryptionRequired: true}
+	plain := &model.Service{Name: "plain"}
+	for _, svc := range []*model.Service{secret, plain} {
+		if err := m.CreateService(svc); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.CreateTerminator(&model.Terminator{ServiceID: svc.ID, RouterID: gw.ID, Binding: "tunnel", Address: svc.ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.CreateServicePolicy(&model.ServicePolicy{Name: "p", Type: model.PolicyDial, IdentityRoles: []string{"@" + gw.ID},
+		ServiceRoles: []string{"@" + secret.ID, "@" + plain.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	key := func(n int) []byte { return bytes.Repeat([]byte{7}, n) }
+	ask := func(svc string, offer *ctrlproto.E2EEOffer) *ctrlproto.CircuitReply {
+		return s.Create(context.Background(), gw.ID, &ctrlproto.CircuitRequest{ServiceName: svc, IngressIdentityID: gw.ID, E2EE: offer})
+	}
+	for _, c := range []struct {
+		name  string
+		svc   string
+		offer *ctrlproto.E2EEOffer
+		code  string
+	}{
+		{"no offer", "secret", nil, ctrlproto.ErrCodeEncryptionRequired},
+		{"an empty offer", "secret", &ctrlproto.E2EEOffer{}, ctrlproto.ErrCodeEncryptionRequired},
+		{"a short key", "secret", &ctrlproto.E2EEOffer{Zmesh: true, ZitiKey: key(31)}, ctrlproto.ErrCodeInvalidE2EEOffer},
+		{"a long key", "plain", &ctrlproto.E2EEOffer{ZitiKey: key(33)}, ctrlproto.ErrCodeInvalidE2EEOffer},
+	} {
+		if reply := ask(c.svc, c.offer); reply.ErrorCode != c.code || !strings.Contains(reply.ErrorMessage, "e2ee.") {
+			t.Errorf("%s: %s %q, want %s naming the field", c.name, reply.ErrorCode, reply.ErrorMessage, c.code)
+		}
+	}
+	if len(rr.egress) != 0 {
+		t.Fatal("a refused circuit was routed")
+	}
+
+	// zmesh's scheme: the offer reaches the egress; no key comes back.
+	reply := ask("secret", &ctrlproto.E2EEOffer{Zmesh: true})
+	if reply.ErrorCode != "" || !reply.EncryptionRequired || reply.HostZitiKey != nil {
+		t.Fatalf("zmesh offer: %+v", reply)
+	}
+	if x := <-rr.egress; x.E2EE == nil || !x.E2EE.Zmesh || x.E2EE.ZitiKey != nil {
+		t.Errorf("the egress got offer %+v", x.E2EE)
+	}
+	// OpenZiti's scheme: the hosting end's key comes back in the reply.
+	rr.hostKey = key(32)
+	reply = ask("secret", &ctrlproto.E2EEOffer{ZitiKey: key(32)})
+	if reply.ErrorCode != "" || !bytes.Equal(reply.HostZitiKey, key(32)) {
+		t.Fatalf("OpenZiti offer: %+v", reply)
+	}
+	if x := <-rr.egress; x.E2EE == nil || x.E2EE.Zmesh || !bytes.Equal(x.E2EE.ZitiKey, key(32)) {
+		t.Errorf("the egress got offer %+v", x.E2EE)
+	}
+	// A host key the initiator did not ask for, or of the wrong size, fails the circuit.
+	if reply = ask("secret", &ctrlproto.E2EEOffer{Zmesh: true}); reply.ErrorCode != ctrlproto.ErrCodeRouteFailed {
+		t.Errorf("a host key answering a zmesh offer: %+v", reply)
+	}
+	<-rr.egress
+	rr.hostKey = key(16)
+	if reply = ask("secret", &ctrlproto.E2EEOffer{ZitiKey: key(32)}); reply.ErrorCode != ctrlproto.ErrCodeRouteFailed {
+		t.Errorf("a short host key: %+v", reply)
+	}
+	<-rr.egress
+	// A service without the requirement needs no offer.
+	rr.hostKey = nil
+	if reply = ask("plain", nil); reply.ErrorCode != "" || reply.EncryptionRequired {
+		t.Errorf("plain service: %+v", reply)
+	}
+	if x := <-rr.egress; x.E2EE != nil {
+		t.Errorf("the egress got offer %+v for a dial without one", x.E2EE)
+	}
+	if got := len(s.Circuits()); got != 3 {
+		t.Errorf("%d circuits kept, want 3", got)
 	}
 }

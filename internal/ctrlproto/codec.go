@@ -67,23 +67,24 @@ func decodeBody(t Type, body []byte) (Message, error) {
 // written (those of embedded structs in their place).
 var codecFields = map[reflect.Type][]string{
 	reflect.TypeFor[CircuitRequest](): {"requestId", "sessionToken", "serviceId", "serviceName", "ingressIdentityId", "clientCert",
-		"terminatorIdentity", "appData"},
+		"terminatorIdentity", "appData", "e2ee"},
+	reflect.TypeFor[E2EEOffer](): {"zmesh", "zitiKey"},
 	reflect.TypeFor[CircuitReply](): {"requestId", "circuitId", "path", "terminator", "serviceId", "encryptionRequired",
-		"errorCode", "errorMessage"},
+		"hostZitiKey", "errorCode", "errorMessage"},
 	reflect.TypeFor[TerminatorRef](): {"id", "routerId", "binding", "address", "hostId"},
 	reflect.TypeFor[Route]():         {"circuitId", "forward", "reverse", "timeout"},
 	reflect.TypeFor[Hop]():           {"router", "xgress"},
-	reflect.TypeFor[Xgress]():        {"binding", "address", "initiatorId", "appData"},
-	reflect.TypeFor[RouteReply]():    {"circuitId", "errorCode", "errorMessage"},
+	reflect.TypeFor[Xgress]():        {"binding", "address", "initiatorId", "appData", "e2ee"},
+	reflect.TypeFor[RouteReply]():    {"circuitId", "hostZitiKey", "errorCode", "errorMessage"},
 	reflect.TypeFor[Fault]():         {"circuitId", "reason", "unrouted", "clean"},
 	reflect.TypeFor[Unroute]():       {"circuitId", "reason"},
 }
 
 // codecTypes lists, for each message type with a codec, the types its codec writes.
 var codecTypes = map[Type][]reflect.Type{
-	TypeCircuitRequest: {reflect.TypeFor[CircuitRequest]()},
+	TypeCircuitRequest: {reflect.TypeFor[CircuitRequest](), reflect.TypeFor[E2EEOffer]()},
 	TypeCircuitReply:   {reflect.TypeFor[CircuitReply](), reflect.TypeFor[TerminatorRef]()},
-	TypeRoute:          {reflect.TypeFor[Route](), reflect.TypeFor[Hop](), reflect.TypeFor[Xgress]()},
+	TypeRoute:          {reflect.TypeFor[Route](), reflect.TypeFor[Hop](), reflect.TypeFor[Xgress](), reflect.TypeFor[E2EEOffer]()},
 	TypeRouteReply:     {reflect.TypeFor[RouteReply]()},
 	TypeFault:          {reflect.TypeFor[Fault]()},
 	TypeUnroute:        {reflect.TypeFor[Unroute]()},
@@ -238,6 +239,18 @@ func (e *enc) rawOmit(k string, v json.RawMessage) {
 	e.b = buf.Bytes()
 }
 
+// e2ee writes an offer, if any.
+func (e *enc) e2ee(o *E2EEOffer) {
+	if o == nil {
+		return
+	}
+	e.key("e2ee")
+	e.open()
+	e.boolOmit("zmesh", o.Zmesh)
+	e.bytesOmit("zitiKey", o.ZitiKey)
+	e.close()
+}
+
 func (e *enc) outcome(o Outcome) {
 	e.strOmit("errorCode", o.ErrorCode)
 	e.strOmit("errorMessage", o.ErrorMessage)
@@ -254,6 +267,7 @@ func (m *CircuitRequest) appendJSON(b []byte) ([]byte, bool) {
 	e.bytesOmit("clientCert", m.ClientCert)
 	e.strOmit("terminatorIdentity", m.TerminatorIdentity)
 	e.rawOmit("appData", m.AppData)
+	e.e2ee(m.E2EE)
 	e.close()
 	return e.b, e.ok
 }
@@ -285,6 +299,7 @@ func (m *CircuitReply) appendJSON(b []byte) ([]byte, bool) {
 	e.close()
 	e.strOmit("serviceId", m.ServiceID)
 	e.boolOmit("encryptionRequired", m.EncryptionRequired)
+	e.bytesOmit("hostZitiKey", m.HostZitiKey)
 	e.outcome(m.Outcome)
 	e.close()
 	return e.b, e.ok
@@ -301,6 +316,7 @@ func (e *enc) hop(k string, h *Hop) {
 		e.strOmit("address", x.Address)
 		e.strOmit("initiatorId", x.InitiatorID)
 		e.rawOmit("appData", x.AppData)
+		e.e2ee(x.E2EE)
 		e.close()
 	}
 	e.close()
@@ -321,6 +337,7 @@ func (m *RouteReply) appendJSON(b []byte) ([]byte, bool) {
 	e := newEnc(b)
 	e.open()
 	e.uint("circuitId", m.CircuitID)
+	e.bytesOmit("hostZitiKey", m.HostZitiKey)
 	e.outcome(m.Outcome)
 	e.close()
 	return e.b, e.ok
@@ -557,7 +574,22 @@ func (d *decoder) outcome(o *Outcome, k int) bool {
 	return d.str(&o.ErrorMessage)
 }
 
-var circuitRequestKeys = []string{"requestId", "sessionToken", "serviceId", "serviceName", "ingressIdentityId", "clientCert", "terminatorIdentity"}
+var (
+	circuitRequestKeys = []string{"requestId", "sessionToken", "serviceId", "serviceName", "ingressIdentityId", "clientCert", "terminatorIdentity", "e2ee"}
+	e2eeOfferKeys      = []string{"zmesh", "zitiKey"}
+)
+
+// e2ee reads an offer object.
+func (d *decoder) e2ee(v **E2EEOffer) bool {
+	o := new(E2EEOffer)
+	*v = o
+	return d.object(e2eeOfferKeys, func(k int) bool {
+		if k == 0 {
+			return d.bool(&o.Zmesh)
+		}
+		return d.base64(&o.ZitiKey)
+	})
+}
 
 func (m *CircuitRequest) decodeJSON(d *decoder) bool {
 	return d.object(circuitRequestKeys, func(k int) bool {
@@ -574,14 +606,16 @@ func (m *CircuitRequest) decodeJSON(d *decoder) bool {
 			return d.str(&m.IngressIdentityID)
 		case 5:
 			return d.base64(&m.ClientCert)
-		default:
+		case 6:
 			return d.str(&m.TerminatorIdentity)
+		default:
+			return d.e2ee(&m.E2EE)
 		}
 	})
 }
 
 var (
-	circuitReplyKeys  = []string{"requestId", "circuitId", "path", "terminator", "serviceId", "encryptionRequired", "errorCode", "errorMessage"}
+	circuitReplyKeys  = []string{"requestId", "circuitId", "path", "terminator", "serviceId", "encryptionRequired", "hostZitiKey", "errorCode", "errorMessage"}
 	terminatorRefKeys = []string{"id", "routerId", "binding", "address", "hostId"}
 )
 
@@ -603,8 +637,10 @@ func (m *CircuitReply) decodeJSON(d *decoder) bool {
 			return d.str(&m.ServiceID)
 		case 5:
 			return d.bool(&m.EncryptionRequired)
+		case 6:
+			return d.base64(&m.HostZitiKey)
 		default:
-			return d.outcome(&m.Outcome, k-6)
+			return d.outcome(&m.Outcome, k-7)
 		}
 	})
 }
@@ -612,7 +648,7 @@ func (m *CircuitReply) decodeJSON(d *decoder) bool {
 var (
 	routeKeys  = []string{"circuitId", "forward", "reverse", "timeout"}
 	hopKeys    = []string{"router", "xgress"}
-	xgressKeys = []string{"binding", "address", "initiatorId"}
+	xgressKeys = []string{"binding", "address", "initiatorId", "e2ee"}
 )
 
 func (d *decoder) hop(h *Hop) bool {
@@ -623,6 +659,9 @@ func (d *decoder) hop(h *Hop) bool {
 		x := new(Xgress)
 		h.Xgress = x
 		return d.object(xgressKeys, func(k int) bool {
+			if k == 3 {
+				return d.e2ee(&x.E2EE)
+			}
 			return d.str([]*string{&x.Binding, &x.Address, &x.InitiatorID}[k])
 		})
 	})
@@ -646,14 +685,18 @@ func (m *Route) decodeJSON(d *decoder) bool {
 	})
 }
 
-var routeReplyKeys = []string{"circuitId", "errorCode", "errorMessage"}
+var routeReplyKeys = []string{"circuitId", "hostZitiKey", "errorCode", "errorMessage"}
 
 func (m *RouteReply) decodeJSON(d *decoder) bool {
 	return d.object(routeReplyKeys, func(k int) bool {
-		if k == 0 {
+		switch k {
+		case 0:
 			return d.uint(&m.CircuitID)
+		case 1:
+			return d.base64(&m.HostZitiKey)
+		default:
+			return d.outcome(&m.Outcome, k-2)
 		}
-		return d.outcome(&m.Outcome, k-1)
 	})
 }
 

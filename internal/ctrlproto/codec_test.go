@@ -33,23 +33,40 @@ func randomMessage(tb testing.TB, r *rand.Rand, t Type) Message {
 	}
 	outcome := func() Outcome { return Outcome{ErrorCode: s(), ErrorMessage: s()} }
 	raw := func() json.RawMessage { return sampleRaw[r.IntN(len(sampleRaw))] }
+	key := func() []byte {
+		if r.IntN(2) == 0 {
+			return nil
+		}
+		k := make([]byte, r.IntN(ZitiKeySize+1))
+		for i := range k {
+			k[i] = byte(r.Uint32())
+		}
+		return k
+	}
+	offer := func() *E2EEOffer {
+		if r.IntN(2) == 0 {
+			return nil
+		}
+		return &E2EEOffer{Zmesh: r.IntN(2) == 0, ZitiKey: key()}
+	}
 	xgress := func() *Xgress {
 		if r.IntN(2) == 0 {
 			return nil
 		}
-		return &Xgress{Binding: s(), Address: s(), InitiatorID: s(), AppData: raw()}
+		return &Xgress{Binding: s(), Address: s(), InitiatorID: s(), AppData: raw(), E2EE: offer()}
 	}
 	switch t {
 	case TypeCircuitRequest:
 		m := &CircuitRequest{RequestID: s(), SessionToken: s(), ServiceID: s(), ServiceName: s(), IngressIdentityID: s(),
-			TerminatorIdentity: s(), AppData: raw()}
+			TerminatorIdentity: s(), AppData: raw(), E2EE: offer()}
 		if r.IntN(2) == 0 {
 			m.ClientCert = []byte(s())
 		}
 		return m
 	case TypeCircuitReply:
 		m := &CircuitReply{RequestID: s(), CircuitID: u(), Outcome: outcome(), ServiceID: s(), EncryptionRequired: r.IntN(2) == 0,
-			Terminator: TerminatorRef{ID: s(), RouterID: s(), Binding: s(), Address: s(), HostID: s()}}
+			HostZitiKey: key(),
+			Terminator:  TerminatorRef{ID: s(), RouterID: s(), Binding: s(), Address: s(), HostID: s()}}
 		for range r.IntN(3) {
 			m.Path = append(m.Path, s())
 		}
@@ -58,7 +75,7 @@ func randomMessage(tb testing.TB, r *rand.Rand, t Type) Message {
 		return &Route{CircuitID: u(), Forward: Hop{Router: s(), Xgress: xgress()}, Reverse: Hop{Router: s(), Xgress: xgress()},
 			Timeout: time.Duration(int64(u()))}
 	case TypeRouteReply:
-		return &RouteReply{CircuitID: u(), Outcome: outcome()}
+		return &RouteReply{CircuitID: u(), HostZitiKey: key(), Outcome: outcome()}
 	case TypeFault:
 		return &Fault{CircuitID: u(), Reason: s(), Unrouted: r.IntN(2) == 0, Clean: r.IntN(2) == 0}
 	case TypeUnroute:
@@ -125,6 +142,13 @@ func TestFastDecodeOtherShapes(t *testing.T) {
 			`{"requestId":"1","clientCert":""}`,
 			`{"requestId":"1","clientCert":"!!"}`,
 			`{"requestId":"1","appData":{"dst":"x"}}`,
+			`{"requestId":"1","e2ee":{"zmesh":true,"zitiKey":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="}}`,
+			`{"requestId":"1","e2ee":{}}`,
+			`{"requestId":"1","e2ee":null}`,
+			`{"requestId":"1","e2ee":{"zmesh":false,"zitiKey":""}}`,
+			`{"requestId":"1","e2ee":{"zitiKey":"AAEC","zitiKey":"AAEC"}}`,
+			`{"requestId":"1","e2ee":{"zmesh":"yes"}}`,
+			`{"requestId":"1","e2ee":true}`,
 			`{"requestId":"1","serviceName":"bad` + "\xff" + `"}`,
 			`{"requestId":"1","serviceName":"ctl` + "\x01" + `"}`,
 			`{"requestId":"1"} x`,
@@ -146,6 +170,8 @@ func TestFastDecodeOtherShapes(t *testing.T) {
 			`{"requestId":"1","terminator":null}`,
 			`{"requestId":"1","terminator":{"id":"a","ID":"b"}}`,
 			`{"requestId":"1","errorCode":"NO_PATH","errorMessage":"none"}`,
+			`{"requestId":"1","hostZitiKey":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="}`,
+			`{"requestId":"1","hostZitiKey":null}`,
 		},
 		TypeRoute: {
 			`{"circuitId":5,"forward":{"xgress":{"binding":"proxy","address":"tcp:x:1"}},"reverse":{"router":"r2"},"timeout":1000}`,
@@ -158,8 +184,12 @@ func TestFastDecodeOtherShapes(t *testing.T) {
 			`{"circuitId":5,"timeout":--1}`,
 			`{"circuitId":5,"forward":{"router":"a","router":"b"}}`,
 			`{"circuitId":5,"forward":{"xgress":{"binding":"edge","appData":{"a":1}}}}`,
+			`{"circuitId":5,"forward":{"xgress":{"binding":"edge","e2ee":{"zmesh":true}}}}`,
+			`{"circuitId":5,"forward":{"xgress":{"binding":"edge","e2ee":{"zitiKey":"AAEC"},"address":"x"}}}`,
+			`{"circuitId":5,"forward":{"xgress":{"binding":"edge","e2ee":[]}}}`,
 		},
-		TypeRouteReply: {`{"circuitId":5}`, `{"circuitId":5,"errorCode":"DIAL_FAILED"}`, `{"circuitId":"5"}`},
+		TypeRouteReply: {`{"circuitId":5}`, `{"circuitId":5,"errorCode":"DIAL_FAILED"}`, `{"circuitId":"5"}`,
+			`{"circuitId":5,"hostZitiKey":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="}`, `{"circuitId":5,"hostZitiKey":"AA=A"}`},
 		TypeFault: {
 			`{"circuitId":5,"reason":"closed","unrouted":true}`,
 			`{"circuitId":5,"reason":"closed","unrouted":false}`,

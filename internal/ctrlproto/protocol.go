@@ -20,6 +20,12 @@ const (
 	ErrCodeBusy            = "BUSY"              // a queue was full; the request may be retried
 	ErrCodeTimeout         = "TIMEOUT"           // the work did not finish in time
 	ErrCodeInvalid         = "INVALID"           // the request's fields are not acceptable
+	// ErrCodeEncryptionRequired: the service requires end-to-end encryption and the
+	// request offered none.
+	ErrCodeEncryptionRequired = "ENCRYPTION_REQUIRED"
+	// ErrCodeInvalidE2EEOffer: the request's e2ee offer is malformed (a zitiKey that is
+	// not 32 bytes).
+	ErrCodeInvalidE2EEOffer = "INVALID_E2EE_OFFER"
 )
 
 // Outcome is the success-or-failure part of a reply: an empty ErrorCode is success.
@@ -120,7 +126,22 @@ type CircuitRequest struct {
 	// AppData is passed to the hosting end as is (at most MaxAppData bytes): what a tunnel
 	// intercepted, so that a host config can forward to the same destination.
 	AppData json.RawMessage `json:"appData,omitempty"`
+	// E2EE is what the initiating end offers for end-to-end encryption; nil offers none,
+	// which a service that requires encryption refuses.
+	E2EE *E2EEOffer `json:"e2ee,omitempty"`
 }
+
+// E2EEOffer is what a circuit's initiating end offers for end-to-end encryption; the
+// hosting end chooses.
+type E2EEOffer struct {
+	// Zmesh offers zmesh's signed key exchange, run in-band once the circuit is up.
+	Zmesh bool `json:"zmesh,omitempty"`
+	// ZitiKey offers OpenZiti's scheme: the initiator's crypto_kx (X25519) public key.
+	ZitiKey []byte `json:"zitiKey,omitempty"`
+}
+
+// ZitiKeySize is the length of an E2EEOffer.ZitiKey and of a HostZitiKey.
+const ZitiKeySize = 32
 
 // MaxAppData bounds CircuitRequest.AppData.
 const MaxAppData = 4 << 10
@@ -139,6 +160,9 @@ type CircuitReply struct {
 	// end-to-end key exchange with Terminator.HostID before carrying the client's bytes.
 	ServiceID          string `json:"serviceId,omitempty"`
 	EncryptionRequired bool   `json:"encryptionRequired,omitempty"`
+	// HostZitiKey is the hosting end's crypto_kx public key when it took OpenZiti's scheme
+	// (copied from the egress's RouteReply); empty when it took zmesh's or none.
+	HostZitiKey []byte `json:"hostZitiKey,omitempty"`
 	Outcome
 }
 
@@ -185,11 +209,16 @@ type Xgress struct {
 	InitiatorID string `json:"initiatorId,omitempty"`
 	// AppData is the initiator's CircuitRequest.AppData (egress only).
 	AppData json.RawMessage `json:"appData,omitempty"`
+	// E2EE is the initiator's CircuitRequest.E2EE (egress only).
+	E2EE *E2EEOffer `json:"e2ee,omitempty"`
 }
 
 // RouteReply answers Route (router → controller).
 type RouteReply struct {
 	CircuitID uint64 `json:"circuitId"`
+	// HostZitiKey is the hosting end's crypto_kx public key when it took OpenZiti's scheme
+	// (egress only).
+	HostZitiKey []byte `json:"hostZitiKey,omitempty"`
 	Outcome
 }
 

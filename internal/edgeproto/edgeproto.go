@@ -64,15 +64,25 @@ type Request struct {
 	// terminators); on bind, the name to host under.
 	Identity string `json:"identity,omitempty"`
 	// AppData (dial, connect) travels from the dialing end to the hosting end as is.
-	AppData    json.RawMessage `json:"appData,omitempty"`
-	Cost       int             `json:"cost,omitempty"`       // bind
-	Precedence string          `json:"precedence,omitempty"` // bind: default, required or failed
+	AppData json.RawMessage `json:"appData,omitempty"`
+	// E2EE (dial, connect) is the dialing end's offer of end-to-end encryption schemes;
+	// a dial of a service that requires encryption must make one.
+	E2EE       *E2EEOffer `json:"e2ee,omitempty"`
+	Cost       int        `json:"cost,omitempty"`       // bind
+	Precedence string     `json:"precedence,omitempty"` // bind: default, required or failed
 	// connect
 	TerminatorID string `json:"terminatorId,omitempty"`
 	CircuitID    uint64 `json:"circuitId,omitempty"`
 	InitiatorID  string `json:"initiatorId,omitempty"` // the identity that dialed
 	// ping
 	Seq uint64 `json:"seq,omitempty"`
+}
+
+// E2EEOffer is what a circuit's dialing end offers for end-to-end encryption; the hosting
+// end chooses. It travels as the control protocol's offer does.
+type E2EEOffer struct {
+	Zmesh   bool   `json:"zmesh,omitempty"`   // zmesh's signed key exchange
+	ZitiKey []byte `json:"zitiKey,omitempty"` // OpenZiti's scheme: the dialer's crypto_kx public key
 }
 
 // Response answers a Request.
