@@ -344,9 +344,9 @@ func (cl *zitiClient) accept() (*zconn, *zitiproto.Message, error) {
 }
 
 // zitiNet is routers E and H linked, each with an edge listener; H is a tunneler. Service
-// "plain" (no end-to-end encryption required) may be dialed by identity "dialer" and
-// hosted by identity "host" and by router H's identity.
-func zitiNet(t *testing.T) (n *testNet, svc *model.Service, dialer, host tls.Certificate) {
+// "svc" (requiring end-to-end encryption if encrypted) may be dialed by identity "dialer"
+// and hosted by identity "host" and by router H's identity.
+func zitiNet(t *testing.T, encrypted bool) (n *testNet, svc *model.Service, dialer, host tls.Certificate) {
 	n = newTestNet(t)
 	edgeListener := `listeners:
   - binding: edge
@@ -364,7 +364,7 @@ func zitiNet(t *testing.T) (n *testNet, svc *model.Service, dialer, host tls.Cer
     - binding: transport
 `+edgeListener)
 	testutil.Eventually(t, "link E–H", func() bool { return n.linked("E", "H") })
-	svc = &model.Service{Name: "plain"}
+	svc = &model.Service{Name: "svc", EncryptionRequired: encrypted}
 	if err := n.m.CreateService(svc); err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +408,7 @@ func (n *testNet) zitiSession(cl *zitiClient, r *Router, serviceID, typ string) 
 // another identity's API session, or an ended one, are refused.
 func TestZitiHello(t *testing.T) {
 	t.Parallel()
-	n, _, dialerCert, hostCert := zitiNet(t)
+	n, _, dialerCert, hostCert := zitiNet(t, false)
 	e := n.routers["E"]
 	addr := e.r.SDKAddresses()[0]
 	cl, err := n.connectZiti(addr, dialerCert)
@@ -455,7 +455,7 @@ func TestZitiHello(t *testing.T) {
 // circuit's id. Deleting the client's API session then ends its next circuit at both ends.
 func TestZitiConnect(t *testing.T) {
 	t.Parallel()
-	n, svc, dialerCert, _ := zitiNet(t)
+	n, svc, dialerCert, _ := zitiNet(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*testutil.Patience)
 	defer cancel()
 	ln, err := n.routers["H"].r.overlay.Bind(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, Bind: true})
@@ -465,28 +465,24 @@ func TestZitiConnect(t *testing.T) {
 	defer ln.Close()
 	down := bytes.Repeat([]byte("from the tunnel host "), 50_000)
 	type accepted struct {
-		c    net.Conn
-		data []byte
-		app  tunnel.AppData
-		err  error
+		c   net.Conn
+		app tunnel.AppData
 	}
-	got := make(chan accepted, 2)
+	conns := make(chan accepted, 2)
 	go func() {
 		for {
 			c, app, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			go func() {
-				b, err := io.ReadAll(c)
-				if err == nil {
-					_, err = c.Write(down)
-					c.(interface{ CloseWrite() error }).CloseWrite()
-				}
-				got <- accepted{c, b, app, err}
-			}()
+			conns <- accepted{c, app}
 		}
 	}()
+	type served struct {
+		data []byte
+		err  error
+	}
+	got := make(chan served, 1)
 	e := n.routers["E"]
 	cl, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
 	if err != nil {
@@ -501,6 +497,16 @@ func TestZitiConnect(t *testing.T) {
 	if cid, _ := reply.String(zitiproto.HeaderCircuitID); cid == "" || cid == "0" {
 		t.Fatalf("StateConnected without the circuit id: %q", cid)
 	}
+	a := <-conns
+	defer a.c.Close()
+	go func() {
+		b, err := io.ReadAll(a.c)
+		if err == nil {
+			_, err = a.c.Write(down)
+			a.c.(interface{ CloseWrite() error }).CloseWrite()
+		}
+		got <- served{b, err}
+	}()
 	up := bytes.Repeat([]byte("from the OpenZiti client "), 40_000)
 	for off := 0; off < len(up); off += 32 << 10 {
 		if err := zc.write(up[off:min(off+32<<10, len(up))], 0); err != nil {
@@ -514,9 +520,9 @@ func TestZitiConnect(t *testing.T) {
 	if err != nil || !bytes.Equal(back, down) {
 		t.Fatalf("the client got %d bytes, want %d (%v)", len(back), len(down), err)
 	}
-	a := <-got
-	if a.err != nil || !bytes.Equal(a.data, up) || a.app.DstIP != "10.1.2.3" || a.app.DstPort != "443" {
-		t.Fatalf("the host got %d bytes of %d with %+v (%v)", len(a.data), len(up), a.app, a.err)
+	sv := <-got
+	if sv.err != nil || !bytes.Equal(sv.data, up) || a.app.DstIP != "10.1.2.3" || a.app.DstPort != "443" {
+		t.Fatalf("the host got %d bytes of %d with %+v (%v)", len(sv.data), len(up), a.app, sv.err)
 	}
 	a.c.Close()
 	if err := zc.closed(); err != nil {
@@ -529,6 +535,13 @@ func TestZitiConnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	zc2.write([]byte("before the revocation"), 0)
+	a2 := <-conns
+	defer a2.c.Close()
+	buf := make([]byte, len("before the revocation"))
+	a2.c.SetReadDeadline(time.Now().Add(testutil.Patience))
+	if _, err := io.ReadFull(a2.c, buf); err != nil {
+		t.Fatal(err)
+	}
 	if err := n.m.DeleteAPISession(cl.api.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -537,11 +550,9 @@ func TestZitiConnect(t *testing.T) {
 	case <-time.After(testutil.Patience):
 		t.Fatal("the channel of a deleted API session stays open")
 	}
-	a = <-got // the host's read ends once the circuit does
-	if string(a.data) != "before the revocation" {
-		t.Fatalf("the host got %q", a.data)
+	if n, err := a2.c.Read(buf); err == nil {
+		t.Fatalf("the host's end of the revoked client's circuit still reads: %q", buf[:n])
 	}
-	a.c.Close()
 }
 
 // An OpenZiti client hosts the service at router H (terminator of binding edge at a ziti/
@@ -549,7 +560,7 @@ func TestZitiConnect(t *testing.T) {
 // caller, bytes cross both ways with half-close. Unbinding removes the terminator.
 func TestZitiBind(t *testing.T) {
 	t.Parallel()
-	n, svc, dialerCert, hostCert := zitiNet(t)
+	n, svc, dialerCert, hostCert := zitiNet(t, false)
 	h, e := n.routers["H"], n.routers["E"]
 	host, err := n.connectZiti(h.r.SDKAddresses()[0], hostCert)
 	if err != nil {
@@ -630,4 +641,91 @@ func TestZitiBind(t *testing.T) {
 		_, err := n.m.Terminator(term.ID)
 		return model.CodeOf(err) == model.CodeNotFound
 	})
+}
+
+// On a service that requires encryption, an OpenZiti client at router E reaches an OpenZiti
+// client hosting at router H with OpenZiti's scheme: the keys cross in the Connect's and the
+// Dial's headers, and each Data body arrives as one Data body (the routers carry them as
+// frames), a body larger than the unframed limit included. A zmesh client that offers no
+// zitiKey cannot reach the OpenZiti host, and is told why.
+func TestZitiE2EEFrames(t *testing.T) {
+	t.Parallel()
+	n, svc, dialerCert, hostCert := zitiNet(t, true)
+	h, e := n.routers["H"], n.routers["E"]
+	host, err := n.connectZiti(h.r.SDKAddresses()[0], hostCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostKey, dialerKey := bytes.Repeat([]byte{'h'}, 32), bytes.Repeat([]byte{'d'}, 32)
+	if _, err := host.bind(n.zitiSession(host, h.r, svc.ID, "Bind"), hostKey); err != nil {
+		t.Fatal(err)
+	}
+	dialer, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type acceptResult struct {
+		zc  *zconn
+		d   *zitiproto.Message
+		err error
+	}
+	accepts := make(chan acceptResult, 1)
+	go func() {
+		zc, d, err := host.accept()
+		accepts <- acceptResult{zc, d, err}
+	}()
+	zc, reply, err := dialer.connect(n.zitiSession(dialer, e.r, svc.ID, "Dial"), dialerKey, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, _ := reply.Header(zitiproto.HeaderPublicKey); !bytes.Equal(k, hostKey) {
+		t.Fatalf("StateConnected carries key %q, want the host's", k)
+	}
+	a := <-accepts
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if k, _ := a.d.Header(zitiproto.HeaderPublicKey); !bytes.Equal(k, dialerKey) {
+		t.Fatalf("the Dial carries key %q, want the dialer's", k)
+	}
+	hosted := a.zc
+	bodies := [][]byte{bytes.Repeat([]byte{'x'}, 24), []byte("one message"), bytes.Repeat([]byte("a large message "), 20_000)}
+	for _, b := range bodies {
+		if err := zc.write(b, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := hosted.write(b, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range bodies {
+		for _, end := range []*zconn{hosted, zc} {
+			got, err := end.next()
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("connection %d got a body of %d bytes, want %d (%v)", end.id, len(got), len(want), err)
+			}
+		}
+	}
+	zc.write(nil, zitiproto.FlagFIN)
+	hosted.write(nil, zitiproto.FlagFIN)
+	for _, end := range []*zconn{hosted, zc} {
+		if b, err := end.readAll(); err != nil || len(b) != 0 {
+			t.Fatalf("connection %d after FIN: %d bytes (%v)", end.id, len(b), err)
+		}
+	}
+
+	// A zmesh client offers zmesh's scheme only.
+	zm, err := n.connectSDK(e.r.SDKAddresses()[0], dialerCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := n.sdkSession(zm, svc.ID, "Dial")
+	testutil.Eventually(t, "the router to know the session", func() bool {
+		_, ok := e.r.sessionCache.session(tok)
+		return ok
+	})
+	_, _, err = zm.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: tok, ServiceID: svc.ID, E2EE: &edgeproto.E2EEOffer{Zmesh: true}})
+	if err == nil || !strings.Contains(err.Error(), "offered no zitiKey") {
+		t.Fatalf("a zmesh-only offer to an OpenZiti host: %v", err)
+	}
 }
