@@ -63,6 +63,22 @@ func (r *Router) RemoveTerminator(ctx context.Context, id string) error {
 	return nil
 }
 
+// UpdateTerminator asks the controller to change the cost or precedence of one of this
+// router's terminators.
+func (r *Router) UpdateTerminator(ctx context.Context, u *ctrlproto.TerminatorUpdate) error {
+	err := r.rateLimited(ctx, func(ctx context.Context, ch *ctrlproto.Channel) error {
+		reply, err := ctrlproto.Call[*ctrlproto.TerminatorUpdateReply](ctx, ch, u)
+		if err == nil {
+			err = reply.Err()
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("update terminator %s: %w", u.TerminatorID, err)
+	}
+	return nil
+}
+
 // rateLimited queues call and waits for a worker to run it on the control channel.
 func (r *Router) rateLimited(ctx context.Context, call func(context.Context, *ctrlproto.Channel) error) error {
 	op := &ctrlOp{ctx: ctx, call: call, done: make(chan error, 1)}

@@ -238,6 +238,9 @@ func (zc *zitiConn) handle(ctx context.Context, m *zitiproto.Message, work *sync
 	case zitiproto.ContentBind:
 		work.Go(func() { zc.bind(ctx, m) })
 		return
+	case zitiproto.ContentUpdateBind:
+		work.Go(func() { zc.updateBind(ctx, m) })
+		return
 	case zitiproto.ContentUnbind:
 		if id, ok := m.Uint32(zitiproto.HeaderConnID); ok {
 			zc.unbind(ctx, id, "unbound by the client")
@@ -592,6 +595,47 @@ func (zc *zitiConn) bind(ctx context.Context, req *zitiproto.Message) {
 	zc.log.Debug("OpenZiti bind hosted", "connId", id, "service", se.ServiceID, "terminator", tid)
 	if req.Bool(zitiproto.HeaderSupportsBindSuccess) {
 		zc.sendState(zitiproto.ContentBindSuccess, id, nil, "", 0)
+	}
+}
+
+// updateBind changes the cost or precedence of the terminator of a bind of the client; it
+// owns req.
+func (zc *zitiConn) updateBind(ctx context.Context, req *zitiproto.Message) {
+	defer zc.s.pool.Put(req)
+	id, _ := req.Uint32(zitiproto.HeaderConnID)
+	zc.mu.Lock()
+	b := zc.binds[id]
+	zc.mu.Unlock()
+	zc.s.mu.Lock()
+	var tid string
+	if b != nil && b.token == string(req.Body) {
+		tid = b.terminatorID
+	}
+	zc.s.mu.Unlock()
+	if tid == "" {
+		zc.log.Info("OpenZiti bind update ignored: no such bind with a terminator", "connId", id)
+		return
+	}
+	u := &ctrlproto.TerminatorUpdate{TerminatorID: tid}
+	if v, ok := req.Uint16(zitiproto.HeaderCost); ok {
+		cost := int(v)
+		u.Cost = &cost
+	}
+	if p, ok := req.Byte(zitiproto.HeaderPrecedence); ok {
+		if int(p) >= len(zitiPrecedences) {
+			zc.log.Info("OpenZiti bind update refused", "connId", id, "err",
+				fmt.Sprintf("precedence %d (header %d): allowed are 0 (default), 1 (required), 2 (failed)", p, zitiproto.HeaderPrecedence))
+			return
+		}
+		u.Precedence = zitiPrecedences[p]
+	}
+	if u.Cost == nil && u.Precedence == "" {
+		return
+	}
+	tctx, cancel := context.WithTimeout(ctx, edgeproto.HandshakeTimeout)
+	defer cancel()
+	if err := zc.s.r.UpdateTerminator(tctx, u); err != nil {
+		zc.log.Warn("OpenZiti bind update failed", "connId", id, "terminator", tid, "err", err)
 	}
 }
 

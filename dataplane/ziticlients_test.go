@@ -557,7 +557,8 @@ func TestZitiConnect(t *testing.T) {
 
 // An OpenZiti client hosts the service at router H (terminator of binding edge at a ziti/
 // address, with its cost) and a zmesh SDK client dials it at router E: the Dial names the
-// caller, bytes cross both ways with half-close. Unbinding removes the terminator.
+// caller, bytes cross both ways with half-close. UpdateBind changes the terminator's cost
+// and precedence; unbinding removes it.
 func TestZitiBind(t *testing.T) {
 	t.Parallel()
 	n, svc, dialerCert, hostCert := zitiNet(t, false)
@@ -631,6 +632,19 @@ func TestZitiBind(t *testing.T) {
 	if err := hosted.closed(); err != nil {
 		t.Fatal(err)
 	}
+
+	// The host changes its cost and precedence.
+	var update zitiproto.Message
+	update.SetState(zitiproto.ContentUpdateBind, bindID, bindTok)
+	update.PutUint16(zitiproto.HeaderCost, 42)
+	update.PutByte(zitiproto.HeaderPrecedence, zitiproto.PrecedenceRequired)
+	if err := host.send(&update); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the terminator to take the bind's update", func() bool {
+		got, err := n.m.Terminator(term.ID)
+		return err == nil && got.Cost == 42 && got.Precedence == "required"
+	})
 
 	var unbind zitiproto.Message
 	unbind.SetState(zitiproto.ContentUnbind, bindID, bindTok)

@@ -366,3 +366,52 @@ func TestE2EEOffers(t *testing.T) {
 		t.Errorf("%d circuits kept, want 3", got)
 	}
 }
+
+// TestUpdateTerminator: a router changes the cost and precedence of its own terminator; a
+// field left unset keeps its value, invalid values are refused naming the field, and another
+// router's terminator cannot be changed.
+func TestUpdateTerminator(t *testing.T) {
+	t.Parallel()
+	s, m := newService(t)
+	svc := &model.Service{Name: "svc"}
+	if err := m.CreateService(svc); err != nil {
+		t.Fatal(err)
+	}
+	var routers []*model.EdgeRouter
+	for _, name := range []string{"a", "b"} {
+		er := &model.EdgeRouter{Name: name}
+		if err := m.CreateEdgeRouter(er); err != nil {
+			t.Fatal(err)
+		}
+		routers = append(routers, er)
+	}
+	term := &model.Terminator{ServiceID: svc.ID, RouterID: routers[0].ID, Binding: "edge", Address: "ziti/c/1", Cost: 5}
+	if err := m.CreateTerminator(term); err != nil {
+		t.Fatal(err)
+	}
+	cost := 9
+	if reply := s.updateTerminator(routers[0].ID, &ctrlproto.TerminatorUpdate{TerminatorID: term.ID, Cost: &cost}); reply.Err() != nil {
+		t.Fatal(reply.Err())
+	}
+	if reply := s.updateTerminator(routers[0].ID, &ctrlproto.TerminatorUpdate{TerminatorID: term.ID, Precedence: "failed"}); reply.Err() != nil {
+		t.Fatal(reply.Err())
+	}
+	if got, _ := m.Terminator(term.ID); got.Cost != 9 || got.Precedence != "failed" {
+		t.Fatalf("after the updates: cost %d, precedence %q", got.Cost, got.Precedence)
+	}
+	tooHigh := model.MaxTerminatorCost + 1
+	for name, u := range map[string]*ctrlproto.TerminatorUpdate{
+		"precedence": {TerminatorID: term.ID, Precedence: "sometimes"},
+		"cost":       {TerminatorID: term.ID, Cost: &tooHigh},
+	} {
+		if reply := s.updateTerminator(routers[0].ID, u); reply.ErrorCode != ctrlproto.ErrCodeInvalid || !strings.Contains(reply.ErrorMessage, name) {
+			t.Errorf("an invalid %s: %s %q", name, reply.ErrorCode, reply.ErrorMessage)
+		}
+	}
+	if reply := s.updateTerminator(routers[1].ID, &ctrlproto.TerminatorUpdate{TerminatorID: term.ID, Cost: &cost}); reply.Err() == nil {
+		t.Fatal("a router changed another router's terminator")
+	}
+	if got, _ := m.Terminator(term.ID); got.Cost != 9 || got.Precedence != "failed" {
+		t.Fatalf("after the refused updates: cost %d, precedence %q", got.Cost, got.Precedence)
+	}
+}

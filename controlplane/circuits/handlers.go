@@ -36,6 +36,9 @@ func (s *Service) Register(router string, ch *ctrlproto.Channel, mesh *Mesh) {
 	ch.HandleAsync(ctrlproto.TypeTerminatorRemove, func(_ context.Context, msg ctrlproto.Message) (ctrlproto.Message, error) {
 		return s.removeTerminator(router, msg.(*ctrlproto.TerminatorRemove)), nil
 	})
+	ch.HandleAsync(ctrlproto.TypeTerminatorUpdate, func(_ context.Context, msg ctrlproto.Message) (ctrlproto.Message, error) {
+		return s.updateTerminator(router, msg.(*ctrlproto.TerminatorUpdate)), nil
+	})
 }
 
 // createTerminator answers a router's TerminatorCreate: the hosting identity is checked
@@ -133,6 +136,27 @@ func (s *Service) removeTerminator(router string, req *ctrlproto.TerminatorRemov
 		}
 	}
 	return &ctrlproto.TerminatorRemoveReply{Outcome: ctrlproto.Failed(ctrlproto.ErrCodeInvalid, "no such terminator of this router")}
+}
+
+// updateTerminator answers a router's TerminatorUpdate: one of its own terminators takes the
+// cost and precedence asked for, validated as the management API validates them.
+func (s *Service) updateTerminator(router string, req *ctrlproto.TerminatorUpdate) *ctrlproto.TerminatorUpdateReply {
+	t, err := s.m.Terminator(req.TerminatorID)
+	if err != nil || t.RouterID != router {
+		return &ctrlproto.TerminatorUpdateReply{Outcome: ctrlproto.Failed(ctrlproto.ErrCodeInvalid, "no terminator "+req.TerminatorID+" of this router")}
+	}
+	if _, err := s.m.UpdateTerminator(t.ID, func(t *model.Terminator) error {
+		if req.Cost != nil {
+			t.Cost = *req.Cost
+		}
+		if req.Precedence != "" {
+			t.Precedence = req.Precedence
+		}
+		return nil
+	}); err != nil {
+		return &ctrlproto.TerminatorUpdateReply{Outcome: ctrlproto.Failed(ctrlproto.ErrCodeInvalid, err.Error())}
+	}
+	return &ctrlproto.TerminatorUpdateReply{}
 }
 
 func (s *Service) serviceNamed(id, name string) bool {

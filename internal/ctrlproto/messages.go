@@ -45,6 +45,8 @@ const (
 	TypeTerminatorCreateReply Type = 41
 	TypeTerminatorRemove      Type = 42
 	TypeTerminatorRemoveReply Type = 43
+	TypeTerminatorUpdate      Type = 44
+	TypeTerminatorUpdateReply Type = 45
 
 	// Metrics.
 	TypeMetrics Type = 50
@@ -112,6 +114,10 @@ func newMessage(t Type) Message {
 		return new(TerminatorRemove)
 	case TypeTerminatorRemoveReply:
 		return new(TerminatorRemoveReply)
+	case TypeTerminatorUpdate:
+		return new(TerminatorUpdate)
+	case TypeTerminatorUpdateReply:
+		return new(TerminatorUpdateReply)
 	case TypeMetrics:
 		return new(Metrics)
 	}

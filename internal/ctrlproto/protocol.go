@@ -352,6 +352,24 @@ type TerminatorRemoveReply struct {
 
 func (*TerminatorRemoveReply) MessageType() Type { return TypeTerminatorRemoveReply }
 
+// TerminatorUpdate changes the cost and precedence of one of the sending router's
+// terminators (router → controller), as a hosting client asks; a field left unset keeps its
+// value. The answer is a TerminatorUpdateReply.
+type TerminatorUpdate struct {
+	TerminatorID string `json:"terminatorId"`
+	Cost         *int   `json:"cost,omitempty"`
+	Precedence   string `json:"precedence,omitempty"` // default, required or failed
+}
+
+func (*TerminatorUpdate) MessageType() Type { return TypeTerminatorUpdate }
+
+// TerminatorUpdateReply answers TerminatorUpdate (controller → router).
+type TerminatorUpdateReply struct {
+	Outcome
+}
+
+func (*TerminatorUpdateReply) MessageType() Type { return TypeTerminatorUpdateReply }
+
 // --- Session state ---
 
 // SessionState carries the controller's API sessions and sessions to a router
