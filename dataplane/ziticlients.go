@@ -589,7 +589,7 @@ func (zc *zitiConn) bind(ctx context.Context, req *zitiproto.Message) {
 	b.terminatorID = tid
 	s.mu.Unlock()
 	if gone { // unbound while the terminator was being made
-		zc.removeTerminator(ctx, tid)
+		go zc.removeTerminator(ctx, tid)
 		return
 	}
 	zc.log.Debug("OpenZiti bind hosted", "connId", id, "service", se.ServiceID, "terminator", tid)
@@ -666,12 +666,13 @@ func (zc *zitiConn) unbind(ctx context.Context, id uint32, why string) {
 	}
 	if tid := zc.forgetBind(b); tid != "" {
 		zc.log.Debug("OpenZiti bind ended", "connId", id, "terminator", tid, "reason", why)
-		zc.removeTerminator(ctx, tid)
+		go zc.removeTerminator(ctx, tid)
 	}
 }
 
 // removeTerminator removes a bind's terminator, even when the router is stopping: a later
-// start creates its own.
+// start creates its own. Callers run it on a goroutine of its own, as they may be the
+// channel's reader or the control channel's.
 func (zc *zitiConn) removeTerminator(ctx context.Context, tid string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), edgeproto.HandshakeTimeout)
 	defer cancel()
@@ -829,12 +830,18 @@ func (s *zitiServer) removed(apiTokens, sessionTokens []string) {
 			}
 		}
 		zc.mu.Unlock()
-		for _, c := range circuits {
-			c.closeRemote(errZitiSessionEnded)
+		for _, c := range circuits { // the client is told, off the control channel's goroutine
+			go c.end(errZitiSessionEnded, true)
 		}
 		for _, id := range binds {
 			zc.unbind(context.Background(), id, "its session ended")
-			zc.sendState(zitiproto.ContentStateClosed, id, nil, "the session ended", zitiproto.ErrorInvalidSession)
+		}
+		if len(binds) > 0 { // not on the control channel's goroutine: the client may be slow
+			go func() {
+				for _, id := range binds {
+					zc.sendState(zitiproto.ContentStateClosed, id, nil, "the session ended", zitiproto.ErrorInvalidSession)
+				}
+			}()
 		}
 	}
 }

@@ -452,7 +452,8 @@ func TestZitiHello(t *testing.T) {
 
 // An OpenZiti client at router E dials a service router H's tunnel hosts: the app data
 // reaches the host, a megabyte crosses each way with half-close, and the client learns the
-// circuit's id. Deleting the client's API session then ends its next circuit at both ends.
+// circuit's id. Deleting a circuit's session ends it at both ends, the client told; deleting
+// the client's API session ends its channel and circuits.
 func TestZitiConnect(t *testing.T) {
 	t.Parallel()
 	n, svc, dialerCert, _ := zitiNet(t, false)
@@ -527,6 +528,37 @@ func TestZitiConnect(t *testing.T) {
 	a.c.Close()
 	if err := zc.closed(); err != nil {
 		t.Fatal(err)
+	}
+
+	// A circuit of its own session, then the session goes: both ends close, the client told.
+	se, _, err := n.m.CreateSession(cl.api, svc.ID, "Dial", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the router to know the session", func() bool {
+		_, ok := e.r.sessionCache.session(se.Token)
+		return ok
+	})
+	zc3, _, err := cl.connect(se.Token, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zc3.write([]byte("x"), 0)
+	a3 := <-conns
+	defer a3.c.Close()
+	one := make([]byte, 1)
+	a3.c.SetReadDeadline(time.Now().Add(testutil.Patience))
+	if _, err := io.ReadFull(a3.c, one); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.m.DeleteSession(se.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := zc3.closed(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a3.c.Read(one); err == nil {
+		t.Fatal("the host's end of a circuit whose session ended still reads")
 	}
 
 	// A circuit carrying data, then the API session goes: both ends close.
