@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zmesh/zmesh/internal/zitiproto"
@@ -23,10 +24,14 @@ type zitiCircuit struct {
 	framed       bool
 	sessionToken string // the session it uses, for revocation
 
-	q         chan *zitiproto.Message // Data from the client, at most zitiQueueLen
+	q         chan *zitiproto.Message // Data (and a last StateClosed) from the client, at most zitiQueueLen
 	closed    chan struct{}           // closed by Close or closeRemote
 	closeOnce sync.Once
 	endErr    error // why the client's side ended (closeRemote), set before closed is closed
+	// clientClosed: the client sent StateClosed. What it sent before is read first, then
+	// EOF; what the circuit sends it from then on is dropped, and zitiCloseLinger after the
+	// EOF the end closes.
+	clientClosed atomic.Bool
 
 	// Read side, used by one reader at a time.
 	cur    *zitiproto.Message
@@ -105,8 +110,24 @@ func (c *zitiCircuit) Read(p []byte) (int, error) {
 	}
 }
 
+// zitiCloseLinger is how long a circuit end whose client closed it stays, once the client's
+// bytes are read, so that the circuit delivers them before it ends.
+const zitiCloseLinger = 5 * time.Second
+
+// closedByClient takes the client's StateClosed, m, in order after its Data.
+func (c *zitiCircuit) closedByClient(m *zitiproto.Message) {
+	c.clientClosed.Store(true)
+	c.push(m)
+}
+
 // take makes m the message being read.
 func (c *zitiCircuit) take(m *zitiproto.Message) {
+	if m.ContentType == zitiproto.ContentStateClosed {
+		c.zc.s.pool.Put(m)
+		c.eof = true
+		time.AfterFunc(zitiCloseLinger, func() { c.closeRemote(errZitiClientClosed) })
+		return
+	}
 	c.cur, c.off = m, 0
 	if c.framed && len(m.Body) > 0 {
 		binary.BigEndian.PutUint32(c.prefix[:], uint32(len(m.Body)))
@@ -126,6 +147,9 @@ func (c *zitiCircuit) Write(p []byte) (int, error) {
 	defer c.wmu.Unlock()
 	if err := c.writable(); err != nil {
 		return 0, err
+	}
+	if c.clientClosed.Load() {
+		return len(p), nil // the client is gone; its end lingers for its own bytes
 	}
 	if !c.framed {
 		for off := 0; off < len(p); {
@@ -220,6 +244,9 @@ func (c *zitiCircuit) CloseWrite() error {
 		return err
 	}
 	c.sentFIN = true
+	if c.clientClosed.Load() {
+		return nil
+	}
 	return c.sendData(nil, zitiproto.FlagFIN)
 }
 
@@ -240,7 +267,7 @@ func (c *zitiCircuit) end(err error, tell bool) {
 	c.closeOnce.Do(func() {
 		c.endErr = err
 		c.zc.dropCircuit(c)
-		if tell {
+		if tell && !c.clientClosed.Load() {
 			c.wmu.Lock()
 			m := &c.out
 			m.SetState(zitiproto.ContentStateClosed, c.id, "")

@@ -246,8 +246,8 @@ func (zc *zitiConn) handle(ctx context.Context, m *zitiproto.Message, work *sync
 			zc.unbind(ctx, id, "unbound by the client")
 		}
 	case zitiproto.ContentStateClosed:
-		if id, ok := m.Uint32(zitiproto.HeaderConnID); ok {
-			zc.closedByClient(ctx, id)
+		if id, ok := m.Uint32(zitiproto.HeaderConnID); ok && zc.closedByClient(ctx, id, m) {
+			return
 		}
 	case zitiproto.ContentDialSuccess, zitiproto.ContentDialFailed:
 		if rf, ok := m.ReplyFor(); ok {
@@ -352,17 +352,20 @@ func (zc *zitiConn) data(m *zitiproto.Message) {
 	c.push(m)
 }
 
-// closedByClient ends what the client's connection id names: a circuit or a bind.
-func (zc *zitiConn) closedByClient(ctx context.Context, id uint32) {
+// closedByClient ends what the client's connection id names, a circuit or a bind, for its
+// StateClosed m; it tells whether it kept m.
+func (zc *zitiConn) closedByClient(ctx context.Context, id uint32, m *zitiproto.Message) bool {
 	zc.mu.Lock()
 	c, b := zc.circuits[id], zc.binds[id]
 	zc.mu.Unlock()
-	if c != nil {
-		c.closeRemote(errZitiClientClosed)
-	}
 	if b != nil {
 		zc.unbind(ctx, id, "closed by the client")
 	}
+	if c != nil {
+		c.closedByClient(m)
+		return true
+	}
+	return false
 }
 
 // errZitiClientClosed: the client sent StateClosed for a circuit's connection.

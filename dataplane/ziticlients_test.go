@@ -589,7 +589,8 @@ func TestZitiConnect(t *testing.T) {
 
 // An OpenZiti client hosts the service at router H (terminator of binding edge at a ziti/
 // address, with its cost) and a zmesh SDK client dials it at router E: the Dial names the
-// caller, bytes cross both ways with half-close. UpdateBind changes the terminator's cost
+// caller, bytes cross both ways with half-close, and a host's StateClosed comes after all it
+// wrote. UpdateBind changes the terminator's cost
 // and precedence; unbinding removes it.
 func TestZitiBind(t *testing.T) {
 	t.Parallel()
@@ -663,6 +664,32 @@ func TestZitiBind(t *testing.T) {
 	}
 	if err := hosted.closed(); err != nil {
 		t.Fatal(err)
+	}
+
+	// The host writes, then closes without a FIN: the dialer still gets every byte, then EOF.
+	go func() {
+		zc, d, err := host.accept()
+		accepts <- acceptResult{zc, d, err}
+	}()
+	st2, _, err := dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a = <-accepts
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	last := bytes.Repeat([]byte("last words "), 200_000)
+	for off := 0; off < len(last); off += 32 << 10 {
+		a.zc.write(last[off:min(off+32<<10, len(last))], 0)
+	}
+	var closeMsg zitiproto.Message
+	closeMsg.SetState(zitiproto.ContentStateClosed, a.zc.id, "")
+	if err := host.send(&closeMsg); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(st2); err != nil || !bytes.Equal(b, last) {
+		t.Fatalf("after the host closed, the dialer got %d bytes of %d (%v)", len(b), len(last), err)
 	}
 
 	// The host changes its cost and precedence.
