@@ -405,7 +405,8 @@ func (n *testNet) zitiSession(cl *zitiClient, r *Router, serviceID, typ string) 
 
 // An OpenZiti client's hello is answered with what sdk-golang reads (the router's id, the
 // channel's id, BindSuccess support) and its latency probes are answered; hellos with
-// another identity's API session, or an ended one, are refused.
+// another identity's API session, or an ended one, are refused. Stopping the router closes
+// its channels.
 func TestZitiHello(t *testing.T) {
 	t.Parallel()
 	n, _, dialerCert, hostCert := zitiNet(t, false)
@@ -447,6 +448,18 @@ func TestZitiHello(t *testing.T) {
 	})
 	if _, err := n.connectZitiWith(addr, dialerCert, cl.api); err == nil || !strings.Contains(err.Error(), "unknown or ended API session") {
 		t.Fatalf("hello with a deleted API session: %v", err)
+	}
+
+	// Stopping the router closes its clients' channels.
+	cl2, err := n.connectZiti(addr, dialerCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.stop()
+	select {
+	case <-cl2.done:
+	case <-time.After(testutil.Patience):
+		t.Fatal("a stopped router's OpenZiti channel stays open")
 	}
 }
 
