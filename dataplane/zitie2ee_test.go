@@ -6,8 +6,12 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,10 +50,9 @@ func newZitiPeer(t *testing.T) *zitiPeer {
 
 // start derives the session keys with the other end's public key (as crypto_kx's client
 // when dialing) and sends this end's stream header on conn.
-func (p *zitiPeer) start(t *testing.T, conn net.Conn, peerKey []byte, dialing bool) {
-	t.Helper()
+func (p *zitiPeer) start(conn net.Conn, peerKey []byte, dialing bool) error {
 	if len(peerKey) != e2ee.ZitiKeySize {
-		t.Fatalf("the other end's key is %d bytes", len(peerKey))
+		return fmt.Errorf("the other end's key is %d bytes", len(peerKey))
 	}
 	var tx []byte
 	var err error
@@ -59,70 +62,69 @@ func (p *zitiPeer) start(t *testing.T, conn net.Conn, peerKey []byte, dialing bo
 		p.rx, tx, err = p.kp.ServerSessionKeys(peerKey)
 	}
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	var header []byte
 	if p.enc, header, err = secretstream.NewEncryptor(tx); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	p.conn = conn
-	p.writeFrame(t, header)
+	return p.writeFrame(header)
 }
 
-func (p *zitiPeer) writeFrame(t *testing.T, b []byte) {
-	t.Helper()
-	if _, err := p.conn.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...)); err != nil {
-		t.Fatal(err)
-	}
+func (p *zitiPeer) writeFrame(b []byte) error {
+	_, err := p.conn.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...))
+	return err
 }
 
-func (p *zitiPeer) send(t *testing.T, msg []byte) {
-	t.Helper()
+func (p *zitiPeer) send(msg []byte) error {
 	ct, err := p.enc.Push(msg, secretstream.TagMessage)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	p.writeFrame(t, ct)
+	return p.writeFrame(ct)
 }
 
 // readFrame returns the next frame, or nil at the end of the stream.
-func (p *zitiPeer) readFrame(t *testing.T) []byte {
-	t.Helper()
+func (p *zitiPeer) readFrame() ([]byte, error) {
 	p.conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	var n [4]byte
 	if _, err := io.ReadFull(p.conn, n[:]); errors.Is(err, io.EOF) {
-		return nil
+		return nil, nil
 	} else if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	b := make([]byte, binary.BigEndian.Uint32(n[:]))
-	if _, err := io.ReadFull(p.conn, b); err != nil {
-		t.Fatal(err)
-	}
-	return b
+	_, err := io.ReadFull(p.conn, b)
+	return b, err
 }
 
 // receiveAll reads and opens messages until the stream ends.
-func (p *zitiPeer) receiveAll(t *testing.T) []byte {
-	t.Helper()
+func (p *zitiPeer) receiveAll() ([]byte, error) {
 	var out []byte
 	for {
-		f := p.readFrame(t)
-		if f == nil {
-			return out
+		f, err := p.readFrame()
+		if err != nil || f == nil {
+			return out, err
 		}
 		if p.dec == nil {
-			var err error
 			if p.dec, err = secretstream.NewDecryptor(p.rx, f); err != nil {
-				t.Fatal(err)
+				return out, err
 			}
 			continue
 		}
 		msg, _, err := p.dec.Pull(f)
 		if err != nil {
-			t.Fatalf("pull: %v", err)
+			return out, fmt.Errorf("pull: %w", err)
 		}
 		out = append(out, msg...)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -197,13 +199,13 @@ func TestSDKListenOpenZitiDialer(t *testing.T) {
 		return err == nil
 	})
 	defer st.Close()
-	peer.start(t, st, resp.HostZitiKey, true)
+	must(t, peer.start(st, resp.HostZitiKey, true))
 	msg := bytes.Repeat([]byte("an OpenZiti client speaks "), 5000)
-	peer.send(t, msg[:10])
-	peer.send(t, msg[10:])
+	must(t, peer.send(msg[:10]))
+	must(t, peer.send(msg[10:]))
 	st.CloseWrite()
-	if back := peer.receiveAll(t); !bytes.Equal(back, bytes.ToUpper(msg)) {
-		t.Fatalf("the dialer got %d bytes back, want %d", len(back), len(msg))
+	if back, err := peer.receiveAll(); err != nil || !bytes.Equal(back, bytes.ToUpper(msg)) {
+		t.Fatalf("the dialer got %d bytes back (%v), want %d", len(back), err, len(msg))
 	}
 	h := <-got
 	if h.err != nil || !bytes.Equal(h.data, msg) {
@@ -220,6 +222,78 @@ func TestSDKListenOpenZitiDialer(t *testing.T) {
 	}
 }
 
+// zitiHosted is what an OpenZiti-like host read, and the offer it got.
+type zitiHosted struct {
+	offer *edgeproto.E2EEOffer
+	data  []byte
+	err   error
+}
+
+// zitiHost binds svc with the raw edge client host and answers the next connect as an
+// OpenZiti host does: with its own key, then OpenZiti's scheme as crypto_kx's server; it
+// reads to the end and answers upper-cased.
+func zitiHost(t *testing.T, n *testNet, host *sdkClient, svc *model.Service) <-chan zitiHosted {
+	t.Helper()
+	bindTok := n.sdkSession(host, svc.ID, "Bind")
+	var err error
+	testutil.Eventually(t, "the router to know the bind session", func() bool {
+		_, _, err = host.open(&edgeproto.Request{Op: edgeproto.OpBind, SessionToken: bindTok, ServiceID: svc.ID})
+		return err == nil
+	})
+	peer := newZitiPeer(t)
+	done := make(chan zitiHosted, 1)
+	go func() {
+		st, err := host.sess.AcceptStream()
+		if err != nil {
+			done <- zitiHosted{err: err}
+			return
+		}
+		defer st.Close()
+		var req edgeproto.Request
+		if err := edgeproto.Read(st, &req); err != nil {
+			done <- zitiHosted{err: err}
+			return
+		}
+		if req.E2EE == nil || len(req.E2EE.ZitiKey) != e2ee.ZitiKeySize {
+			edgeproto.Write(st, &edgeproto.Response{Code: edgeproto.CodeInvalid, Error: "no OpenZiti key"})
+			done <- zitiHosted{offer: req.E2EE, err: errors.New("no OpenZiti key offered")}
+			return
+		}
+		if err := edgeproto.Write(st, &edgeproto.Response{OK: true, HostZitiKey: peer.kp.Public()}); err != nil {
+			done <- zitiHosted{err: err}
+			return
+		}
+		err = peer.start(st, req.E2EE.ZitiKey, false)
+		var data []byte
+		if err == nil {
+			data, err = peer.receiveAll()
+		}
+		if err == nil {
+			err = peer.send(bytes.ToUpper(data))
+		}
+		st.CloseWrite()
+		done <- zitiHosted{offer: req.E2EE, data: data, err: err}
+	}()
+	return done
+}
+
+// exchange writes msg on c, half-closes and checks that the upper-cased answer comes back
+// and that the host read msg after an offer of both schemes.
+func exchange(t *testing.T, c net.Conn, msg string, done <-chan zitiHosted) {
+	t.Helper()
+	c.Write([]byte(msg))
+	c.(interface{ CloseWrite() error }).CloseWrite()
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	back, err := io.ReadAll(c)
+	if err != nil || string(back) != strings.ToUpper(msg) {
+		t.Fatalf("the dialer read %q (%v)", back, err)
+	}
+	r := <-done
+	if r.err != nil || string(r.data) != msg || !r.offer.Zmesh {
+		t.Fatalf("the host read %q with offer %+v (%v)", r.data, r.offer, r.err)
+	}
+}
+
 // An SDK Dial reaching a host that answers with an OpenZiti key, as an OpenZiti host does,
 // runs OpenZiti's scheme as crypto_kx's client.
 func TestSDKDialOpenZitiHost(t *testing.T) {
@@ -231,45 +305,7 @@ func TestSDKDialOpenZitiHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bindTok := n.sdkSession(host, svc.ID, "Bind")
-	testutil.Eventually(t, "the router to know the bind session", func() bool {
-		_, _, err = host.open(&edgeproto.Request{Op: edgeproto.OpBind, SessionToken: bindTok, ServiceID: svc.ID})
-		return err == nil
-	})
-	peer := newZitiPeer(t)
-	type result struct {
-		offer *edgeproto.E2EEOffer
-		data  []byte
-		err   error
-	}
-	done := make(chan result, 1)
-	go func() {
-		st, err := host.sess.AcceptStream()
-		if err != nil {
-			done <- result{err: err}
-			return
-		}
-		defer st.Close()
-		var req edgeproto.Request
-		if err := edgeproto.Read(st, &req); err != nil {
-			done <- result{err: err}
-			return
-		}
-		if req.E2EE == nil || len(req.E2EE.ZitiKey) != e2ee.ZitiKeySize {
-			edgeproto.Write(st, &edgeproto.Response{Code: edgeproto.CodeInvalid, Error: "no OpenZiti key"})
-			done <- result{offer: req.E2EE, err: errors.New("no OpenZiti key offered")}
-			return
-		}
-		if err := edgeproto.Write(st, &edgeproto.Response{OK: true, HostZitiKey: peer.kp.Public()}); err != nil {
-			done <- result{err: err}
-			return
-		}
-		peer.start(t, st, req.E2EE.ZitiKey, false)
-		data := peer.receiveAll(t)
-		peer.send(t, bytes.ToUpper(data))
-		st.CloseWrite()
-		done <- result{offer: req.E2EE, data: data}
-	}()
+	done := zitiHost(t, n, host, svc)
 	dialer := openSDK(t, n, dialerCert)
 	var c *sdk.Conn
 	testutil.Eventually(t, "the routers to know the sessions", func() bool {
@@ -280,17 +316,65 @@ func TestSDKDialOpenZitiHost(t *testing.T) {
 	if !c.Encrypted() || c.Scheme() != sdk.SchemeOpenZiti {
 		t.Fatalf("the dial: encrypted %v, scheme %q", c.Encrypted(), c.Scheme())
 	}
-	c.Write([]byte("to an OpenZiti host"))
-	c.CloseWrite()
-	c.SetReadDeadline(time.Now().Add(30 * time.Second))
-	back, err := io.ReadAll(c)
-	if err != nil || string(back) != "TO AN OPENZITI HOST" {
-		t.Fatalf("the dialer read %q (%v)", back, err)
+	exchange(t, c, "to an OpenZiti host", done)
+}
+
+// The router tunnel's dial reaching a host that answers with an OpenZiti key runs OpenZiti's
+// scheme as crypto_kx's client.
+func TestTunnelDialOpenZitiHost(t *testing.T) {
+	t.Parallel()
+	n := newTestNet(t)
+	n.addRouter("H", false, `link:
+  listeners:
+    - binding: transport
+      bind: tls:127.0.0.1:{{port}}
+      advertise: tls:127.0.0.1:{{same}}
+listeners:
+  - binding: edge
+    bind: tls:127.0.0.1:{{port}}
+    advertise: tls:127.0.0.1:{{same}}
+`)
+	n.addRouter("A", true, `link:
+  dialers:
+    - binding: transport
+`)
+	testutil.Eventually(t, "link A–H", func() bool { return n.linked("A", "H") })
+	svc := &model.Service{Name: "svc", EncryptionRequired: true}
+	if err := n.m.CreateService(svc); err != nil {
+		t.Fatal(err)
 	}
-	r := <-done
-	if r.err != nil || string(r.data) != "to an OpenZiti host" || !r.offer.Zmesh {
-		t.Fatalf("the host read %q with offer %+v (%v)", r.data, r.offer, r.err)
+	hostCert, _ := n.enrolled("host", "hosts")
+	for _, err := range []error{
+		n.m.CreateServicePolicy(&model.ServicePolicy{Name: "dial", Type: model.PolicyDial, Semantic: model.SemanticAny,
+			IdentityRoles: []string{"@" + n.routers["A"].id}, ServiceRoles: []string{"@" + svc.ID}}),
+		n.m.CreateServicePolicy(&model.ServicePolicy{Name: "bind", Type: model.PolicyBind, Semantic: model.SemanticAny,
+			IdentityRoles: []string{"#hosts"}, ServiceRoles: []string{"@" + svc.ID}}),
+		n.m.CreateEdgeRouterPolicy(&model.EdgeRouterPolicy{Name: "all", Semantic: model.SemanticAny, IdentityRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}),
+		n.m.CreateServiceEdgeRouterPolicy(&model.ServiceEdgeRouterPolicy{Name: "all", ServiceRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
+	caPEM, _ := os.ReadFile(filepath.Join(n.dir, "H", "ca.cert"))
+	os.WriteFile(filepath.Join(n.dir, "ca.pem"), caPEM, 0o600)
+	host, err := n.connectSDK(n.routers["H"].r.SDKAddresses()[0], hostCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := zitiHost(t, n, host, svc)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var c net.Conn
+	testutil.Eventually(t, "the terminator", func() bool {
+		c, err = n.routers["A"].r.overlay.Dial(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, EncryptionRequired: true, Dial: true}, tunnel.AppData{})
+		return err == nil
+	})
+	defer c.Close()
+	if _, ok := c.(*e2ee.ZitiConn); !ok {
+		t.Fatalf("the tunnel's dial is a %T, not OpenZiti's scheme", c)
+	}
+	exchange(t, c, "from the tunnel to an OpenZiti host", done)
 }
 
 // tunnelNet is hostAndProxy with service "encrypted", which router A's identity may dial
@@ -344,11 +428,11 @@ func TestTunnelHostOpenZitiDialer(t *testing.T) {
 	if err := a.attachIngress(reply, circuitEnd); err != nil {
 		t.Fatal(err)
 	}
-	peer.start(t, end, reply.HostZitiKey, true)
-	peer.send(t, []byte("through the tunnel"))
+	must(t, peer.start(end, reply.HostZitiKey, true))
+	must(t, peer.send([]byte("through the tunnel")))
 	end.(interface{ CloseWrite() error }).CloseWrite()
-	if back := peer.receiveAll(t); string(back) != "THROUGH THE TUNNEL" {
-		t.Fatalf("the dialer got %q", back)
+	if back, err := peer.receiveAll(); err != nil || string(back) != "THROUGH THE TUNNEL" {
+		t.Fatalf("the dialer got %q (%v)", back, err)
 	}
 	h := <-got
 	if _, ok := h.conn.(*e2ee.ZitiConn); h.err != nil || string(h.data) != "through the tunnel" || !ok {
