@@ -42,7 +42,7 @@ func runThroughput(ctx context.Context, c *connector, streams int, d time.Durati
 	var wg sync.WaitGroup
 	for i, conn := range conns {
 		wg.Go(func() {
-			out[i], errs[i] = push(ctx, conn, buf, start, start.Add(d))
+			out[i], errs[i] = push(ctx, conn, buf, start, start.Add(d), drainTimeout)
 			if errs[i] != nil {
 				errs[i] = fmt.Errorf("stream %d of %d to %s: %w", i+1, streams, c.target, errs[i])
 			}
@@ -52,19 +52,28 @@ func runThroughput(ctx context.Context, c *connector, streams int, d time.Durati
 	return out, errors.Join(errs...)
 }
 
-// push writes buf on conn until deadline, half-closes and reads the sink's byte count.
-func push(ctx context.Context, conn loadConn, buf []byte, start, deadline time.Time) (Stream, error) {
+// push writes buf on conn until deadline, half-closes and reads the sink's byte count. A
+// write still blocked stall after the deadline fails the stream.
+func push(ctx context.Context, conn loadConn, buf []byte, start, deadline time.Time, stall time.Duration) (Stream, error) {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	// The loop ends on the clock, not on a write deadline: a deadline that expires mid-write
-	// breaks a TLS or end-to-end encrypted connection for good.
+	// breaks a TLS or end-to-end encrypted connection for good. A write blocked on a stalled
+	// path would never return, so a watchdog closes the connection.
+	watchdog := time.AfterFunc(time.Until(deadline)+stall, func() { conn.Close() })
 	var sent int64
 	for time.Now().Before(deadline) {
 		n, err := conn.Write(buf)
 		sent += int64(n)
 		if err != nil {
+			if !watchdog.Stop() {
+				return Stream{}, fmt.Errorf("the path stalled: a write was blocked %s after the deadline, %d bytes sent: %w", stall, sent, err)
+			}
 			return Stream{}, fmt.Errorf("write after %d bytes: %w", sent, orCtx(ctx, err))
 		}
+	}
+	if !watchdog.Stop() {
+		return Stream{}, fmt.Errorf("the path stalled: a write was blocked %s after the deadline, %d bytes sent", stall, sent)
 	}
 	if err := conn.CloseWrite(); err != nil {
 		return Stream{}, fmt.Errorf("half-close: %w", orCtx(ctx, err))

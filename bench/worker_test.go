@@ -217,3 +217,40 @@ func echoConcurrently(t *testing.T, sink string) bool {
 	}
 	return ok
 }
+
+// A throughput stream whose path stops reading fails once the watchdog gives up on the
+// blocked write, rather than hanging the run.
+func TestPushFailsOnStalledPath(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	held := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept() // accepted, never read
+		if err == nil {
+			held <- c
+		}
+	}()
+	c, err := newConnector(connectorConfig{addr: ln.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := c.dial(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	defer func() {
+		if s := <-held; s != nil {
+			s.Close()
+		}
+	}()
+	start := time.Now()
+	_, err = push(t.Context(), conn, make([]byte, 256<<10), start, start.Add(50*time.Millisecond), 200*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "stalled") {
+		t.Fatalf("push on a path that never reads: %v, want a stall", err)
+	}
+}

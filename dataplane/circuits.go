@@ -169,12 +169,10 @@ func (r *Router) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64
 		if isZitiAddress(x.Address) {
 			return r.ziti.dial(ctx, x, circuitID)
 		}
-		c, err := r.sdk.connect(ctx, x, circuitID)
-		return c, nil, err
+		return r.sdk.connect(ctx, x, circuitID)
 	}
 	if x.Binding == BindingTunnel {
-		c, err := r.overlay.connect(x, circuitID)
-		return c, nil, err
+		return r.overlay.connect(x, circuitID)
 	}
 	// The route's timeout bounds the whole: the wait for a turn, the dwell and the dial.
 	ctx, cancel := context.WithTimeout(ctx, timeout)

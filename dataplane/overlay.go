@@ -47,8 +47,15 @@ func newRouterOverlay(r *Router) *routerOverlay {
 	return &routerOverlay{r: r, binds: map[string]*tunnelBind{}, proxyEncrypted: map[string]bool{}}
 }
 
-// offer is what the router's tunnel offers for end-to-end encryption.
-func (o *routerOverlay) offer() *ctrlproto.E2EEOffer { return &ctrlproto.E2EEOffer{Zmesh: true} }
+// newOffer is what the router's tunnel offers for end-to-end encryption: zmesh's scheme, and
+// OpenZiti's with a fresh key, kept for the answer.
+func newOffer() (*ctrlproto.E2EEOffer, *e2ee.ZitiKey, error) {
+	key, err := e2ee.NewZitiKey()
+	if err != nil {
+		return nil, nil, err
+	}
+	return &ctrlproto.E2EEOffer{Zmesh: true, ZitiKey: key.Public()}, key, nil
+}
 
 // WatchServices polls the controller for the services of the router's identity. Until the
 // controller first answers, the list saved in edge.db by an earlier run stands, so that a
@@ -120,14 +127,17 @@ func (o *routerOverlay) Dial(ctx context.Context, svc tunnel.Service, app tunnel
 		return nil, err
 	}
 	req := &ctrlproto.CircuitRequest{ServiceID: svc.ID, IngressIdentityID: o.r.id, AppData: appJSON}
+	var key *e2ee.ZitiKey
 	if svc.EncryptionRequired {
-		req.E2EE = o.offer()
+		if req.E2EE, key, err = newOffer(); err != nil {
+			return nil, fmt.Errorf("dial service %q: %w", svc.Name, err)
+		}
 	}
 	reply, err := o.r.requestCircuit(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("dial service %q: %w", svc.Name, err)
 	}
-	c, err := o.attach(reply)
+	c, err := o.attach(reply, key)
 	if err != nil {
 		return nil, fmt.Errorf("dial service %q: %w", svc.Name, err)
 	}
@@ -135,9 +145,9 @@ func (o *routerOverlay) Dial(ctx context.Context, svc tunnel.Service, app tunnel
 }
 
 // attach starts the circuit of reply on one end of a socket pair and returns the other,
-// after the end-to-end key exchange with the terminator's host when the service requires
-// it.
-func (o *routerOverlay) attach(reply *ctrlproto.CircuitReply) (net.Conn, error) {
+// end-to-end encrypted when the service requires it: with OpenZiti's scheme when the host
+// answered the offer of key with its own, else after zmesh's key exchange with the host.
+func (o *routerOverlay) attach(reply *ctrlproto.CircuitReply, key *e2ee.ZitiKey) (net.Conn, error) {
 	circuitEnd, tunnelEnd, err := socketpair.New()
 	if err != nil {
 		o.r.fault(reply.CircuitID, err.Error())
@@ -151,6 +161,18 @@ func (o *routerOverlay) attach(reply *ctrlproto.CircuitReply) (net.Conn, error) 
 	}
 	if !reply.EncryptionRequired {
 		return tunnelEnd, nil
+	}
+	if len(reply.HostZitiKey) > 0 {
+		if key == nil {
+			tunnelEnd.Close()
+			return nil, errors.New("the host answered an OpenZiti key that was not offered")
+		}
+		c, err := e2ee.ZitiClient(tunnelEnd, key, reply.HostZitiKey)
+		if err != nil {
+			tunnelEnd.Close()
+			return nil, fmt.Errorf("end-to-end encryption with %s: %w", reply.Terminator.HostID, err)
+		}
+		return c, nil
 	}
 	cfg, err := o.e2ee(reply.Terminator.HostID, edgeproto.E2EEContext(reply.CircuitID, reply.ServiceID))
 	if err != nil {
@@ -168,7 +190,7 @@ func (o *routerOverlay) attach(reply *ctrlproto.CircuitReply) (net.Conn, error) 
 // the router's identity: straight onto the circuit, or through the end-to-end encryption
 // when the service requires it.
 func (r *Router) dialProxy(ctx context.Context, conn net.Conn, service string) {
-	reply, err := r.overlay.proxyCircuit(ctx, service)
+	reply, key, err := r.overlay.proxyCircuit(ctx, service)
 	if err != nil {
 		r.log.Info("circuit refused", "service", service, "err", err)
 		conn.Close()
@@ -182,7 +204,7 @@ func (r *Router) dialProxy(ctx context.Context, conn net.Conn, service string) {
 		}
 		return
 	}
-	c, err := r.overlay.attach(reply)
+	c, err := r.overlay.attach(reply, key)
 	if err != nil {
 		r.log.Warn("circuit failed at the ingress", "service", service, "circuit", reply.CircuitID, "err", err)
 		conn.Close()
@@ -193,27 +215,34 @@ func (r *Router) dialProxy(ctx context.Context, conn net.Conn, service string) {
 
 // proxyCircuit asks for a circuit to a service of the proxy mode, known by name only. Whether
 // it requires end-to-end encryption, and so an offer, is learned from the controller's
-// answers: a request without an offer refused for want of one is made again with one.
-func (o *routerOverlay) proxyCircuit(ctx context.Context, service string) (*ctrlproto.CircuitReply, error) {
+// answers: a request without an offer refused for want of one is made again with one. The
+// key is that of the offer made, if any.
+func (o *routerOverlay) proxyCircuit(ctx context.Context, service string) (*ctrlproto.CircuitReply, *e2ee.ZitiKey, error) {
 	o.mu.Lock()
 	encrypted := o.proxyEncrypted[service]
 	o.mu.Unlock()
 	req := &ctrlproto.CircuitRequest{ServiceName: service, IngressIdentityID: o.r.id}
+	var key *e2ee.ZitiKey
+	var err error
 	if encrypted {
-		req.E2EE = o.offer()
+		if req.E2EE, key, err = newOffer(); err != nil {
+			return nil, nil, err
+		}
 	}
 	reply, err := o.r.requestCircuit(ctx, req)
 	if ce := (*ctrlproto.Error)(nil); !encrypted && errors.As(err, &ce) && ce.Code == ctrlproto.ErrCodeEncryptionRequired {
-		req.E2EE = o.offer()
+		if req.E2EE, key, err = newOffer(); err != nil {
+			return nil, nil, err
+		}
 		reply, err = o.r.requestCircuit(ctx, req)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	o.mu.Lock()
 	o.proxyEncrypted[service] = reply.EncryptionRequired
 	o.mu.Unlock()
-	return reply, nil
+	return reply, key, nil
 }
 
 // e2ee returns the router identity's end-to-end configuration, expecting identity peer.
@@ -334,24 +363,29 @@ func (b *tunnelBind) Close() error {
 }
 
 // connect is the egress dial of binding tunnel: it hands one end of a socket pair to the
-// service's listener (after the key exchange, when required) and returns the other for the
-// circuit's endpoint.
-func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn, error) {
+// service's listener and returns the other for the circuit's endpoint. When the service
+// requires end-to-end encryption, the tunnel's end takes zmesh's scheme if the initiator
+// offered it, else OpenZiti's, whose public key it returns.
+func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn, []byte, error) {
 	o.mu.Lock()
 	b := o.binds[x.Address]
 	o.mu.Unlock()
 	if b == nil {
-		return nil, fmt.Errorf("the tunnel hosts no service %s here any more", x.Address)
+		return nil, nil, fmt.Errorf("the tunnel hosts no service %s here any more", x.Address)
 	}
 	var app tunnel.AppData
 	if len(x.AppData) > 0 {
 		if err := json.Unmarshal(x.AppData, &app); err != nil {
-			return nil, fmt.Errorf("the circuit's app data: %w", err)
+			return nil, nil, fmt.Errorf("the circuit's app data: %w", err)
 		}
+	}
+	offer := x.E2EE
+	if b.svc.EncryptionRequired && (offer == nil || !offer.Zmesh && len(offer.ZitiKey) == 0) {
+		return nil, nil, fmt.Errorf("service %q requires end-to-end encryption and the initiator offered no scheme (zmesh or zitiKey)", b.svc.Name)
 	}
 	circuitEnd, tunnelEnd, err := socketpair.New()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	hand := func(c net.Conn) {
 		select {
@@ -362,13 +396,27 @@ func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn
 	}
 	if !b.svc.EncryptionRequired {
 		go hand(tunnelEnd)
-		return circuitEnd, nil
+		return circuitEnd, nil, nil
+	}
+	if !offer.Zmesh {
+		key, err := e2ee.NewZitiKey()
+		var c *e2ee.ZitiConn
+		if err == nil {
+			c, err = e2ee.ZitiServer(tunnelEnd, key, offer.ZitiKey) // sends its header, which the socket buffers
+		}
+		if err != nil {
+			circuitEnd.Close()
+			tunnelEnd.Close()
+			return nil, nil, err
+		}
+		go hand(c)
+		return circuitEnd, key.Public(), nil
 	}
 	cfg, err := o.e2ee(x.InitiatorID, edgeproto.E2EEContext(circuitID, b.svc.ID))
 	if err != nil {
 		circuitEnd.Close()
 		tunnelEnd.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	// The key exchange runs once the circuit is up: the initiator speaks first.
 	go func() {
@@ -380,5 +428,5 @@ func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn
 		}
 		hand(c)
 	}()
-	return circuitEnd, nil
+	return circuitEnd, nil, nil
 }

@@ -79,6 +79,10 @@ func TestSDKEndToEndEncrypted(t *testing.T) {
 			}
 			go func() {
 				defer c.Close()
+				if s := c.(*sdk.Conn).Scheme(); s != sdk.SchemeZmesh {
+					got <- served{nil, errors.New("the host's conn has scheme " + string(s))}
+					return
+				}
 				b, err := io.ReadAll(c)
 				if err == nil {
 					_, err = c.Write(b)
@@ -115,8 +119,8 @@ func TestSDKEndToEndEncrypted(t *testing.T) {
 		c, err = dialer.Dial(ctx, svc.Name)
 		return err == nil
 	})
-	if sc, ok := c.(*sdk.Conn); !ok || !sc.Encrypted() {
-		t.Fatalf("the dial is not end-to-end encrypted: %T", c)
+	if sc, ok := c.(*sdk.Conn); !ok || !sc.Encrypted() || sc.Scheme() != sdk.SchemeZmesh {
+		t.Fatalf("the dial is not end-to-end encrypted with zmesh's scheme: %T", c)
 	}
 	c.Write(msg)
 	c.(interface{ CloseWrite() error }).CloseWrite()

@@ -298,7 +298,7 @@ func (s *sdkServer) dial(ctx context.Context, ec *sdkConn, st *smux.Stream, req 
 		refuseStream(ec, st, code, err.Error())
 		return
 	}
-	if err := edgeproto.Write(st, &edgeproto.Response{OK: true, CircuitID: reply.CircuitID, HostID: reply.Terminator.HostID}); err != nil {
+	if err := edgeproto.Write(st, &edgeproto.Response{OK: true, CircuitID: reply.CircuitID, HostID: reply.Terminator.HostID, HostZitiKey: reply.HostZitiKey}); err != nil {
 		ec.drop(st)
 		st.Close()
 		s.r.fault(reply.CircuitID, "the SDK client left before its circuit started")
@@ -387,7 +387,9 @@ func (s *sdkServer) counts() (clients, binds int) {
 }
 
 // connect opens a stream to the client hosting the terminator at address, for a circuit.
-func (s *sdkServer) connect(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64) (net.Conn, error) {
+// connect opens a connect stream to the SDK client hosting the terminator; it returns the
+// stream and the client's OpenZiti key when it took that end-to-end scheme.
+func (s *sdkServer) connect(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64) (net.Conn, []byte, error) {
 	s.mu.Lock()
 	b := s.binds[x.Address]
 	var termID string
@@ -396,24 +398,25 @@ func (s *sdkServer) connect(ctx context.Context, x *ctrlproto.Xgress, circuitID 
 	}
 	s.mu.Unlock()
 	if b == nil || termID == "" {
-		return nil, fmt.Errorf("no SDK client hosts %s here any more", x.Address)
+		return nil, nil, fmt.Errorf("no SDK client hosts %s here any more", x.Address)
 	}
 	st, err := b.conn.sess.OpenStream()
 	if err != nil {
-		return nil, fmt.Errorf("open a stream to the hosting client: %w", err)
+		return nil, nil, fmt.Errorf("open a stream to the hosting client: %w", err)
 	}
 	b.conn.keep(st, b.sessionToken)
-	fail := func(err error) (net.Conn, error) {
+	fail := func(err error) (net.Conn, []byte, error) {
 		b.conn.drop(st)
 		st.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	deadline := time.Now().Add(edgeproto.HandshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	st.SetDeadline(deadline)
-	if err := edgeproto.Write(st, &edgeproto.Request{Op: edgeproto.OpConnect, TerminatorID: termID, CircuitID: circuitID, InitiatorID: x.InitiatorID, AppData: x.AppData}); err != nil {
+	if err := edgeproto.Write(st, &edgeproto.Request{Op: edgeproto.OpConnect, TerminatorID: termID, CircuitID: circuitID, InitiatorID: x.InitiatorID,
+		AppData: x.AppData, E2EE: edgeOffer(x.E2EE)}); err != nil {
 		return fail(fmt.Errorf("connect to the hosting client: %w", err))
 	}
 	var resp edgeproto.Response
@@ -424,7 +427,7 @@ func (s *sdkServer) connect(ctx context.Context, x *ctrlproto.Xgress, circuitID 
 		return fail(err)
 	}
 	st.SetDeadline(time.Time{})
-	return &sdkStreamConn{Stream: st, ec: b.conn}, nil
+	return &sdkStreamConn{Stream: st, ec: b.conn}, resp.HostZitiKey, nil
 }
 
 // removed closes what used API sessions and sessions that went away.
@@ -526,6 +529,14 @@ func (c *replayConn) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	return c.Batched.Read(p)
+}
+
+// edgeOffer is an initiator's end-to-end offer as a hosting client takes it.
+func edgeOffer(o *ctrlproto.E2EEOffer) *edgeproto.E2EEOffer {
+	if o == nil {
+		return nil
+	}
+	return &edgeproto.E2EEOffer{Zmesh: o.Zmesh, ZitiKey: o.ZitiKey}
 }
 
 // ctrlOffer is a client's end-to-end offer as the controller takes it.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/zmesh/zmesh/internal/e2ee"
 	"github.com/zmesh/zmesh/internal/edgeproto"
 )
 
@@ -26,16 +27,33 @@ func (a Addr) String() string { return a.Identity + "@" + a.Service }
 // Conn is a connection over a zmesh circuit: from Dial, or from a Listener's Accept. It is
 // a net.Conn that can also half-close (CloseWrite); its deadlines work as net.Conn's. When
 // the service requires encryption, the bytes are end-to-end encrypted between the two ends
-// and the routers see only ciphertext.
+// and the routers see only ciphertext; Scheme tells which scheme protects them.
 type Conn struct {
 	inner     net.Conn // the router stream, or the encrypted conn over it
 	stream    *circuitStream
 	circuitID uint64
 	local     Addr
 	remote    Addr
-	encrypted bool
+	scheme    Scheme
 	appData   json.RawMessage
 }
+
+// Scheme is an end-to-end encryption scheme.
+type Scheme string
+
+const (
+	// SchemeNone: the Conn is not end-to-end encrypted (the service does not require it).
+	SchemeNone Scheme = ""
+	// SchemeZmesh is zmesh's scheme, between two zmesh ends: a key exchange signed with
+	// both identities' certificate keys and bound to the circuit, so that no router or
+	// controller can read or substitute keys.
+	SchemeZmesh Scheme = "zmesh"
+	// SchemeOpenZiti is OpenZiti's scheme (crypto_kx and crypto_secretstream), which a zmesh
+	// end uses with an OpenZiti client: its public keys are relayed unsigned by the routers
+	// and the controller, so it stops routers that only forward from reading, not a router
+	// or controller that substitutes keys.
+	SchemeOpenZiti Scheme = "openziti"
+)
 
 var _ net.Conn = (*Conn)(nil)
 
@@ -73,11 +91,16 @@ func (c *Conn) AppData() json.RawMessage { return c.appData }
 func (c *Conn) CircuitID() uint64 { return c.circuitID }
 
 // Encrypted reports whether the Conn is end-to-end encrypted.
-func (c *Conn) Encrypted() bool { return c.encrypted }
+func (c *Conn) Encrypted() bool { return c.scheme != SchemeNone }
+
+// Scheme returns the end-to-end encryption scheme that protects the Conn: SchemeZmesh when
+// both ends are zmesh's, SchemeOpenZiti when the other end is an OpenZiti client, or
+// SchemeNone.
+func (c *Conn) Scheme() Scheme { return c.scheme }
 
 // CloseWrite half-closes the Conn: the other end reads EOF once it has read everything
-// written before, and this end can still read. (The stream sends its FIN; an encrypted Conn
-// first sends its authenticated close-write record.)
+// written before, and this end can still read. (The stream sends its FIN; a Conn with
+// zmesh's scheme first sends its authenticated close-write record.)
 func (c *Conn) CloseWrite() error {
 	if cw, ok := c.inner.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
@@ -180,9 +203,6 @@ func (c *Client) dialSession(ctx context.Context, svc Service, s *edgeSession, o
 		return nil, true, err
 	}
 	req := edgeproto.Request{Op: edgeproto.OpDial, SessionToken: s.token, ServiceID: svc.ID, Identity: opts.Identity, AppData: opts.AppData}
-	if svc.EncryptionRequired {
-		req.E2EE = &edgeproto.E2EEOffer{Zmesh: true}
-	}
 	var errs []error
 	answered := false
 	for _, rc := range routers {
@@ -218,9 +238,18 @@ func retriable(err error) bool {
 	return !errors.As(err, &he)
 }
 
-// dialVia asks router rc for a circuit and, when the service requires it, runs the
-// end-to-end key exchange with the host the router reached.
+// dialVia asks router rc for a circuit and, when the service requires it, sets up the
+// end-to-end encryption with the host the router reached: it offers zmesh's scheme and
+// OpenZiti's (with a fresh key), and runs the one the host chose.
 func (c *Client) dialVia(ctx context.Context, rc *routerConn, svc Service, req edgeproto.Request) (*Conn, error) {
+	var key *e2ee.ZitiKey
+	if svc.EncryptionRequired {
+		var err error
+		if key, err = e2ee.NewZitiKey(); err != nil {
+			return nil, &handshakeError{err}
+		}
+		req.E2EE = &edgeproto.E2EEOffer{Zmesh: true, ZitiKey: key.Public()}
+	}
 	st, resp, err := rc.open(ctx, req)
 	if err != nil {
 		return nil, err
@@ -228,7 +257,12 @@ func (c *Client) dialVia(ctx context.Context, rc *routerConn, svc Service, req e
 	cs := newCircuitStream(st)
 	conn := &Conn{inner: cs, stream: cs, circuitID: resp.CircuitID,
 		local: Addr{Service: svc.Name, Identity: c.id}, remote: Addr{Service: svc.Name, Identity: resp.HostID}}
-	if svc.EncryptionRequired {
+	switch {
+	case svc.EncryptionRequired && len(resp.HostZitiKey) > 0:
+		if err := encryptZiti(conn, key, resp.HostZitiKey, true); err != nil {
+			return nil, err
+		}
+	case svc.EncryptionRequired:
 		if err := c.encryptClient(ctx, conn, svc); err != nil {
 			return nil, err
 		}

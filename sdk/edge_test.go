@@ -428,7 +428,7 @@ func TestEncrypted(t *testing.T) {
 			return
 		}
 		defer conn.Close()
-		encrypted <- conn.(*Conn).Encrypted()
+		encrypted <- conn.(*Conn).Encrypted() && conn.(*Conn).Scheme() == SchemeZmesh
 		data, _ := io.ReadAll(conn)
 		conn.Write(bytes.ToUpper(data))
 	}()
@@ -436,8 +436,9 @@ func TestEncrypted(t *testing.T) {
 	conn, err := client.Dial(testCtx(t), "secret")
 	check(t, err)
 	defer conn.Close()
-	if !conn.Encrypted() || !<-encrypted {
-		t.Fatal("not encrypted")
+	// Two zmesh ends choose zmesh's scheme.
+	if !conn.Encrypted() || conn.Scheme() != SchemeZmesh || !<-encrypted {
+		t.Fatalf("not encrypted with zmesh's scheme: %q", conn.Scheme())
 	}
 	conn.Write([]byte(secret))
 	conn.CloseWrite()

@@ -72,7 +72,25 @@ func (c *Client) encryptClient(ctx context.Context, conn *Conn, svc Service) err
 	if err != nil {
 		return &handshakeError{err} // e2ee.Client closed the stream
 	}
-	conn.inner, conn.encrypted = ec, true
+	conn.inner, conn.scheme = ec, SchemeZmesh
+	return nil
+}
+
+// encryptZiti sets up OpenZiti's scheme over conn's stream: key is this end's, peerKey the
+// other end's; the dialing end is crypto_kx's client.
+func encryptZiti(conn *Conn, key *e2ee.ZitiKey, peerKey []byte, dialing bool) error {
+	var zc *e2ee.ZitiConn
+	var err error
+	if dialing {
+		zc, err = e2ee.ZitiClient(conn.stream, key, peerKey)
+	} else {
+		zc, err = e2ee.ZitiServer(conn.stream, key, peerKey)
+	}
+	if err != nil {
+		conn.stream.Close()
+		return &handshakeError{err}
+	}
+	conn.inner, conn.scheme = zc, SchemeOpenZiti
 	return nil
 }
 
@@ -88,6 +106,6 @@ func (c *Client) encryptServer(conn *Conn, serviceID string) error {
 	if err != nil {
 		return &handshakeError{err}
 	}
-	conn.inner, conn.encrypted = ec, true
+	conn.inner, conn.scheme = ec, SchemeZmesh
 	return nil
 }

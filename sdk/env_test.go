@@ -311,7 +311,7 @@ func (r *fakeRouter) serveStream(mux *smux.Session, st *smux.Stream, identityID 
 		if r.wrongInit.Load() {
 			initiator = "someone-else"
 		}
-		host, resp, err := r.e.connect(term, edgeproto.Request{Op: edgeproto.OpConnect, TerminatorID: term.id, CircuitID: circuit, InitiatorID: initiator})
+		host, resp, err := r.e.connect(term, edgeproto.Request{Op: edgeproto.OpConnect, TerminatorID: term.id, CircuitID: circuit, InitiatorID: initiator, E2EE: req.E2EE})
 		if err != nil {
 			edgeproto.Write(st, edgeproto.Response{Code: edgeproto.CodeFailed, Error: err.Error()})
 			return
@@ -325,7 +325,7 @@ func (r *fakeRouter) serveStream(mux *smux.Session, st *smux.Stream, identityID 
 		if r.wrongHost.Load() {
 			hostID = "someone-else"
 		}
-		if err := edgeproto.Write(st, edgeproto.Response{OK: true, CircuitID: circuit, HostID: hostID}); err != nil {
+		if err := edgeproto.Write(st, edgeproto.Response{OK: true, CircuitID: circuit, HostID: hostID, HostZitiKey: resp.HostZitiKey}); err != nil {
 			host.Close()
 			return
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/xtaci/smux"
 
+	"github.com/zmesh/zmesh/internal/e2ee"
 	"github.com/zmesh/zmesh/internal/edgeproto"
 )
 
@@ -319,8 +320,10 @@ func (l *Listener) maintain() {
 }
 
 // serveConnect answers a router's connect request to one of the listener's binds and hands
-// the stream to Accept, after the key exchange when the service requires encryption. The
-// stream stays referenced by this goroutine, or by the pending set, until then.
+// the stream to Accept. When the service requires encryption it chooses the scheme: zmesh's
+// when the dialing end offered it (the key exchange runs first), else OpenZiti's when the
+// dialing end offered a key (the answer carries this end's), else it refuses. The stream
+// stays referenced by this goroutine, or by the pending set, until then.
 func (l *Listener) serveConnect(st *smux.Stream, req edgeproto.Request) {
 	cs := newCircuitStream(st)
 	conn := &Conn{inner: cs, stream: cs, circuitID: req.CircuitID,
@@ -344,12 +347,33 @@ func (l *Listener) serveConnect(st *smux.Stream, req edgeproto.Request) {
 		delete(l.pending, conn)
 		l.mu.Unlock()
 	}()
-	if err := edgeproto.Write(st, edgeproto.Response{OK: true}); err != nil {
+	resp := edgeproto.Response{OK: true}
+	var zitiKey *e2ee.ZitiKey
+	if offer := req.E2EE; l.svc.EncryptionRequired && (offer == nil || !offer.Zmesh) {
+		if offer == nil || len(offer.ZitiKey) != e2ee.ZitiKeySize {
+			l.log.Warn("refused a connection: no end-to-end scheme offered", "circuit", req.CircuitID, "initiator", req.InitiatorID)
+			refuse(st, edgeproto.CodeInvalid, fmt.Sprintf("service %q requires end-to-end encryption: the dialing end must offer zmesh's scheme or a %d-byte OpenZiti key", l.svc.Name, e2ee.ZitiKeySize))
+			return
+		}
+		var err error
+		if zitiKey, err = e2ee.NewZitiKey(); err != nil {
+			refuse(st, edgeproto.CodeFailed, err.Error())
+			return
+		}
+		resp.HostZitiKey = zitiKey.Public()
+	}
+	if err := edgeproto.Write(st, resp); err != nil {
 		st.Close()
 		return
 	}
 	st.SetDeadline(time.Time{})
-	if l.svc.EncryptionRequired {
+	switch {
+	case zitiKey != nil:
+		if err := encryptZiti(conn, zitiKey, req.E2EE.ZitiKey, false); err != nil {
+			l.log.Warn("refused a connection", "circuit", req.CircuitID, "initiator", req.InitiatorID, "err", err)
+			return
+		}
+	case l.svc.EncryptionRequired:
 		if err := l.c.encryptServer(conn, l.svc.ID); err != nil {
 			l.log.Warn("refused a connection", "circuit", req.CircuitID, "initiator", req.InitiatorID, "err", err)
 			return

@@ -95,6 +95,9 @@ type Response struct {
 	// dial
 	CircuitID uint64 `json:"circuitId,omitempty"`
 	HostID    string `json:"hostId,omitempty"` // the identity hosting the terminator reached
+	// HostZitiKey (dial, connect): the hosting end took OpenZiti's end-to-end scheme with
+	// this crypto_kx public key; empty when it took zmesh's or none.
+	HostZitiKey []byte `json:"hostZitiKey,omitempty"`
 	// bind
 	TerminatorID string `json:"terminatorId,omitempty"`
 	// ping

@@ -1,0 +1,460 @@
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openziti/secretstream"
+	"github.com/openziti/secretstream/kx"
+	"github.com/xtaci/smux"
+
+	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/e2ee"
+	"github.com/zmesh/zmesh/internal/edgeproto"
+	"github.com/zmesh/zmesh/internal/socketpair"
+	"github.com/zmesh/zmesh/internal/testutil"
+	"github.com/zmesh/zmesh/sdk"
+	"github.com/zmesh/zmesh/tunnel"
+)
+
+// zitiPeer is an end of a circuit that does OpenZiti's end-to-end scheme with the
+// secretstream and kx API, as OpenZiti's clients do, over the scheme's frames.
+type zitiPeer struct {
+	conn net.Conn
+	kp   *kx.KeyPair
+	enc  secretstream.Encryptor
+	rx   []byte
+	dec  secretstream.Decryptor
+}
+
+func newZitiPeer(t *testing.T) *zitiPeer {
+	t.Helper()
+	kp, err := kx.NewKeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &zitiPeer{kp: kp}
+}
+
+// start derives the session keys with the other end's public key (as crypto_kx's client
+// when dialing) and sends this end's stream header on conn.
+func (p *zitiPeer) start(conn net.Conn, peerKey []byte, dialing bool) error {
+	if len(peerKey) != e2ee.ZitiKeySize {
+		return fmt.Errorf("the other end's key is %d bytes", len(peerKey))
+	}
+	var tx []byte
+	var err error
+	if dialing {
+		p.rx, tx, err = p.kp.ClientSessionKeys(peerKey)
+	} else {
+		p.rx, tx, err = p.kp.ServerSessionKeys(peerKey)
+	}
+	if err != nil {
+		return err
+	}
+	var header []byte
+	if p.enc, header, err = secretstream.NewEncryptor(tx); err != nil {
+		return err
+	}
+	p.conn = conn
+	return p.writeFrame(header)
+}
+
+func (p *zitiPeer) writeFrame(b []byte) error {
+	_, err := p.conn.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...))
+	return err
+}
+
+func (p *zitiPeer) send(msg []byte) error {
+	ct, err := p.enc.Push(msg, secretstream.TagMessage)
+	if err != nil {
+		return err
+	}
+	return p.writeFrame(ct)
+}
+
+// readFrame returns the next frame, or nil at the end of the stream.
+func (p *zitiPeer) readFrame() ([]byte, error) {
+	p.conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var n [4]byte
+	if _, err := io.ReadFull(p.conn, n[:]); errors.Is(err, io.EOF) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	b := make([]byte, binary.BigEndian.Uint32(n[:]))
+	_, err := io.ReadFull(p.conn, b)
+	return b, err
+}
+
+// receiveAll reads and opens messages until the stream ends.
+func (p *zitiPeer) receiveAll() ([]byte, error) {
+	var out []byte
+	for {
+		f, err := p.readFrame()
+		if err != nil || f == nil {
+			return out, err
+		}
+		if p.dec == nil {
+			if p.dec, err = secretstream.NewDecryptor(p.rx, f); err != nil {
+				return out, err
+			}
+			continue
+		}
+		msg, _, err := p.dec.Pull(f)
+		if err != nil {
+			return out, fmt.Errorf("pull: %w", err)
+		}
+		out = append(out, msg...)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// echoHost serves a listener: each connection is read to its end and echoed upper-cased,
+// and what the host saw is reported.
+type hosted struct {
+	conn net.Conn
+	data []byte
+	err  error
+}
+
+func echoHost(accept func() (net.Conn, error)) <-chan hosted {
+	got := make(chan hosted, 4)
+	go func() {
+		for {
+			c, err := accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				b, err := io.ReadAll(c)
+				if err == nil {
+					_, err = c.Write(bytes.ToUpper(b))
+				}
+				if err == nil {
+					err = c.(interface{ CloseWrite() error }).CloseWrite()
+				}
+				got <- hosted{c, b, err}
+			}()
+		}
+	}()
+	return got
+}
+
+func openSDK(t *testing.T, n *testNet, cert tls.Certificate) *sdk.Client {
+	t.Helper()
+	c, err := sdk.New(sdkIdentity(t, n.identityFile(cert)), sdk.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// An SDK Listen end reached by a dialer that offers only an OpenZiti key, as an OpenZiti
+// client does, takes OpenZiti's scheme: the dial's answer carries the host's key through
+// the controller and both routers, and data crosses encrypted both ways.
+func TestSDKListenOpenZitiDialer(t *testing.T) {
+	t.Parallel()
+	n, svc, dialerCert, hostCert, _ := buildEdgeNet(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ln, err := openSDK(t, n, hostCert).Listen(ctx, svc.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := echoHost(ln.Accept)
+
+	dialer, err := n.connectSDK(n.routers["E"].r.SDKAddresses()[0], dialerCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialTok := n.sdkSession(dialer, svc.ID, "Dial")
+	peer := newZitiPeer(t)
+	var st *smux.Stream
+	var resp *edgeproto.Response
+	testutil.Eventually(t, "a circuit to the host", func() bool {
+		st, resp, err = dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID,
+			E2EE: &edgeproto.E2EEOffer{ZitiKey: peer.kp.Public()}})
+		return err == nil
+	})
+	defer st.Close()
+	must(t, peer.start(st, resp.HostZitiKey, true))
+	msg := bytes.Repeat([]byte("an OpenZiti client speaks "), 5000)
+	must(t, peer.send(msg[:10]))
+	must(t, peer.send(msg[10:]))
+	st.CloseWrite()
+	if back, err := peer.receiveAll(); err != nil || !bytes.Equal(back, bytes.ToUpper(msg)) {
+		t.Fatalf("the dialer got %d bytes back (%v), want %d", len(back), err, len(msg))
+	}
+	h := <-got
+	if h.err != nil || !bytes.Equal(h.data, msg) {
+		t.Fatalf("the host read %d bytes (%v)", len(h.data), h.err)
+	}
+	if sc := h.conn.(*sdk.Conn); !sc.Encrypted() || sc.Scheme() != sdk.SchemeOpenZiti {
+		t.Fatalf("the host's conn: encrypted %v, scheme %q", sc.Encrypted(), sc.Scheme())
+	}
+
+	// A dial that offers no scheme is refused by the controller.
+	if _, _, err := dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID}); err == nil ||
+		!bytes.Contains([]byte(err.Error()), []byte(ctrlproto.ErrCodeEncryptionRequired)) {
+		t.Fatalf("a dial without an offer: %v", err)
+	}
+}
+
+// zitiHosted is what an OpenZiti-like host read, and the offer it got.
+type zitiHosted struct {
+	offer *edgeproto.E2EEOffer
+	data  []byte
+	err   error
+}
+
+// zitiHost binds svc with the raw edge client host and answers the next connect as an
+// OpenZiti host does: with its own key, then OpenZiti's scheme as crypto_kx's server; it
+// reads to the end and answers upper-cased.
+func zitiHost(t *testing.T, n *testNet, host *sdkClient, svc *model.Service) <-chan zitiHosted {
+	t.Helper()
+	bindTok := n.sdkSession(host, svc.ID, "Bind")
+	var err error
+	testutil.Eventually(t, "the router to know the bind session", func() bool {
+		_, _, err = host.open(&edgeproto.Request{Op: edgeproto.OpBind, SessionToken: bindTok, ServiceID: svc.ID})
+		return err == nil
+	})
+	peer := newZitiPeer(t)
+	done := make(chan zitiHosted, 1)
+	go func() {
+		st, err := host.sess.AcceptStream()
+		if err != nil {
+			done <- zitiHosted{err: err}
+			return
+		}
+		defer st.Close()
+		var req edgeproto.Request
+		if err := edgeproto.Read(st, &req); err != nil {
+			done <- zitiHosted{err: err}
+			return
+		}
+		if req.E2EE == nil || len(req.E2EE.ZitiKey) != e2ee.ZitiKeySize {
+			edgeproto.Write(st, &edgeproto.Response{Code: edgeproto.CodeInvalid, Error: "no OpenZiti key"})
+			done <- zitiHosted{offer: req.E2EE, err: errors.New("no OpenZiti key offered")}
+			return
+		}
+		if err := edgeproto.Write(st, &edgeproto.Response{OK: true, HostZitiKey: peer.kp.Public()}); err != nil {
+			done <- zitiHosted{err: err}
+			return
+		}
+		err = peer.start(st, req.E2EE.ZitiKey, false)
+		var data []byte
+		if err == nil {
+			data, err = peer.receiveAll()
+		}
+		if err == nil {
+			err = peer.send(bytes.ToUpper(data))
+		}
+		st.CloseWrite()
+		done <- zitiHosted{offer: req.E2EE, data: data, err: err}
+	}()
+	return done
+}
+
+// exchange writes msg on c, half-closes and checks that the upper-cased answer comes back
+// and that the host read msg after an offer of both schemes.
+func exchange(t *testing.T, c net.Conn, msg string, done <-chan zitiHosted) {
+	t.Helper()
+	c.Write([]byte(msg))
+	c.(interface{ CloseWrite() error }).CloseWrite()
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	back, err := io.ReadAll(c)
+	if err != nil || string(back) != strings.ToUpper(msg) {
+		t.Fatalf("the dialer read %q (%v)", back, err)
+	}
+	r := <-done
+	if r.err != nil || string(r.data) != msg || !r.offer.Zmesh {
+		t.Fatalf("the host read %q with offer %+v (%v)", r.data, r.offer, r.err)
+	}
+}
+
+// An SDK Dial reaching a host that answers with an OpenZiti key, as an OpenZiti host does,
+// runs OpenZiti's scheme as crypto_kx's client.
+func TestSDKDialOpenZitiHost(t *testing.T) {
+	t.Parallel()
+	n, svc, dialerCert, hostCert, _ := buildEdgeNet(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	host, err := n.connectSDK(n.routers["H"].r.SDKAddresses()[0], hostCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := zitiHost(t, n, host, svc)
+	dialer := openSDK(t, n, dialerCert)
+	var c *sdk.Conn
+	testutil.Eventually(t, "the routers to know the sessions", func() bool {
+		c, err = dialer.Dial(ctx, svc.Name)
+		return err == nil
+	})
+	defer c.Close()
+	if !c.Encrypted() || c.Scheme() != sdk.SchemeOpenZiti {
+		t.Fatalf("the dial: encrypted %v, scheme %q", c.Encrypted(), c.Scheme())
+	}
+	exchange(t, c, "to an OpenZiti host", done)
+}
+
+// The router tunnel's dial reaching a host that answers with an OpenZiti key runs OpenZiti's
+// scheme as crypto_kx's client.
+func TestTunnelDialOpenZitiHost(t *testing.T) {
+	t.Parallel()
+	n := newTestNet(t)
+	n.addRouter("H", false, `link:
+  listeners:
+    - binding: transport
+      bind: tls:127.0.0.1:{{port}}
+      advertise: tls:127.0.0.1:{{same}}
+listeners:
+  - binding: edge
+    bind: tls:127.0.0.1:{{port}}
+    advertise: tls:127.0.0.1:{{same}}
+`)
+	n.addRouter("A", true, `link:
+  dialers:
+    - binding: transport
+`)
+	testutil.Eventually(t, "link A–H", func() bool { return n.linked("A", "H") })
+	svc := &model.Service{Name: "svc", EncryptionRequired: true}
+	if err := n.m.CreateService(svc); err != nil {
+		t.Fatal(err)
+	}
+	hostCert, _ := n.enrolled("host", "hosts")
+	for _, err := range []error{
+		n.m.CreateServicePolicy(&model.ServicePolicy{Name: "dial", Type: model.PolicyDial, Semantic: model.SemanticAny,
+			IdentityRoles: []string{"@" + n.routers["A"].id}, ServiceRoles: []string{"@" + svc.ID}}),
+		n.m.CreateServicePolicy(&model.ServicePolicy{Name: "bind", Type: model.PolicyBind, Semantic: model.SemanticAny,
+			IdentityRoles: []string{"#hosts"}, ServiceRoles: []string{"@" + svc.ID}}),
+		n.m.CreateEdgeRouterPolicy(&model.EdgeRouterPolicy{Name: "all", Semantic: model.SemanticAny, IdentityRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}),
+		n.m.CreateServiceEdgeRouterPolicy(&model.ServiceEdgeRouterPolicy{Name: "all", ServiceRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	caPEM, _ := os.ReadFile(filepath.Join(n.dir, "H", "ca.cert"))
+	os.WriteFile(filepath.Join(n.dir, "ca.pem"), caPEM, 0o600)
+	host, err := n.connectSDK(n.routers["H"].r.SDKAddresses()[0], hostCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := zitiHost(t, n, host, svc)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var c net.Conn
+	testutil.Eventually(t, "the terminator", func() bool {
+		c, err = n.routers["A"].r.overlay.Dial(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, EncryptionRequired: true, Dial: true}, tunnel.AppData{})
+		return err == nil
+	})
+	defer c.Close()
+	if _, ok := c.(*e2ee.ZitiConn); !ok {
+		t.Fatalf("the tunnel's dial is a %T, not OpenZiti's scheme", c)
+	}
+	exchange(t, c, "from the tunnel to an OpenZiti host", done)
+}
+
+// tunnelNet is hostAndProxy with service "encrypted", which router A's identity may dial
+// and router H's bind; it returns H's listener of it.
+func tunnelNet(t *testing.T, ctx context.Context) (*testNet, *model.Service, tunnel.Listener) {
+	t.Helper()
+	n := hostAndProxy(t, "encrypted")
+	svc := &model.Service{Name: "encrypted", EncryptionRequired: true}
+	if err := n.m.CreateService(svc); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*model.ServicePolicy{
+		{Name: "dial", Type: model.PolicyDial, Semantic: model.SemanticAny, IdentityRoles: []string{"@" + n.routers["A"].id}, ServiceRoles: []string{"@" + svc.ID}},
+		{Name: "bind", Type: model.PolicyBind, Semantic: model.SemanticAny, IdentityRoles: []string{"@" + n.routers["H"].id}, ServiceRoles: []string{"@" + svc.ID}},
+	} {
+		if err := n.m.CreateServicePolicy(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ln, err := n.routers["H"].r.overlay.Bind(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, EncryptionRequired: true, Bind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return n, svc, ln
+}
+
+// The router tunnel's host end, reached by a circuit whose initiator offers only an OpenZiti
+// key, takes OpenZiti's scheme; the tunnel's own dial, which offers both, gets zmesh's.
+func TestTunnelHostOpenZitiDialer(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, svc, ln := tunnelNet(t, ctx)
+	got := echoHost(func() (net.Conn, error) { c, _, err := ln.Accept(); return c, err })
+	a := n.routers["A"].r
+
+	peer := newZitiPeer(t)
+	var reply *ctrlproto.CircuitReply
+	var err error
+	testutil.Eventually(t, "the terminator", func() bool {
+		reply, err = a.requestCircuit(ctx, &ctrlproto.CircuitRequest{ServiceID: svc.ID, IngressIdentityID: a.id,
+			E2EE: &ctrlproto.E2EEOffer{ZitiKey: peer.kp.Public()}})
+		return err == nil
+	})
+	circuitEnd, end, err := socketpair.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer end.Close()
+	if err := a.attachIngress(reply, circuitEnd); err != nil {
+		t.Fatal(err)
+	}
+	must(t, peer.start(end, reply.HostZitiKey, true))
+	must(t, peer.send([]byte("through the tunnel")))
+	end.(interface{ CloseWrite() error }).CloseWrite()
+	if back, err := peer.receiveAll(); err != nil || string(back) != "THROUGH THE TUNNEL" {
+		t.Fatalf("the dialer got %q (%v)", back, err)
+	}
+	h := <-got
+	if _, ok := h.conn.(*e2ee.ZitiConn); h.err != nil || string(h.data) != "through the tunnel" || !ok {
+		t.Fatalf("the host read %q over a %T (%v)", h.data, h.conn, h.err)
+	}
+
+	// zmesh's tunnel dialing zmesh's tunnel: zmesh's scheme.
+	c, err := a.overlay.Dial(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, EncryptionRequired: true, Dial: true}, tunnel.AppData{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.(*e2ee.Conn); !ok {
+		t.Fatalf("the tunnel's dial is a %T, not zmesh's scheme", c)
+	}
+	c.Write([]byte("zmesh to zmesh"))
+	c.(interface{ CloseWrite() error }).CloseWrite()
+	if back, err := io.ReadAll(c); err != nil || string(back) != "ZMESH TO ZMESH" {
+		t.Fatalf("the tunnel's dial read %q (%v)", back, err)
+	}
+	h = <-got
+	if _, ok := h.conn.(*e2ee.Conn); !ok || h.err != nil || string(h.data) != "zmesh to zmesh" {
+		t.Fatalf("the host's end is a %T and read %q (%v), not zmesh's scheme", h.conn, h.data, h.err)
+	}
+}
