@@ -41,6 +41,7 @@ type zitiClient struct {
 	conns   map[uint32]chan *zitiproto.Message // Data and StateClosed by connection id
 	dials   chan *zitiproto.Message            // Dial from the router
 	binds   chan *zitiproto.Message            // BindSuccess and StateClosed of binds
+	beats   chan uint64                        // heartbeat responses
 	hello   *zitiproto.Message
 	done    chan struct{}
 	nextID  uint32
@@ -74,7 +75,8 @@ func (n *testNet) connectZitiWith(addr string, cert tls.Certificate, api *model.
 	}
 	cl := &zitiClient{t: n.t, c: c, api: api, w: zitiproto.NewWriter(c), replies: map[int32]chan *zitiproto.Message{},
 		conns: map[uint32]chan *zitiproto.Message{}, dials: make(chan *zitiproto.Message, 16), binds: make(chan *zitiproto.Message, 16),
-		done: make(chan struct{})}
+		beats: make(chan uint64, 16),
+		done:  make(chan struct{})}
 	n.t.Cleanup(func() { c.Close() })
 	var h zitiproto.Message
 	h.Reset(zitiproto.ContentHello)
@@ -122,6 +124,9 @@ func (cl *zitiClient) readLoop(rd *zitiproto.Reader) {
 				ch <- m
 				continue
 			}
+		}
+		if v, ok := m.Uint64(zitiproto.HeaderHeartbeatResponse); ok {
+			cl.beats <- v
 		}
 		id, _ := m.Uint32(zitiproto.HeaderConnID)
 		switch m.ContentType {
@@ -404,7 +409,7 @@ func (n *testNet) zitiSession(cl *zitiClient, r *Router, serviceID, typ string) 
 }
 
 // An OpenZiti client's hello is answered with what sdk-golang reads (the router's id, the
-// channel's id, BindSuccess support) and its latency probes are answered; hellos with
+// channel's id, BindSuccess support) and its latency probes and heartbeats are answered; hellos with
 // another identity's API session, or an ended one, are refused. Stopping the router closes
 // its channels.
 func TestZitiHello(t *testing.T) {
@@ -430,6 +435,20 @@ func TestZitiHello(t *testing.T) {
 	}
 	if pt, _ := reply.Uint64(zitiproto.HeaderProbeTime); reply.ContentType != zitiproto.ContentResult || pt != 987654321 {
 		t.Fatalf("latency reply: content type %d, probe time %d", reply.ContentType, pt)
+	}
+	var beat zitiproto.Message
+	beat.Reset(zitiproto.ContentHeartbeat)
+	beat.PutUint64(zitiproto.HeaderHeartbeat, 424242)
+	if err := cl.send(&beat); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-cl.beats:
+		if v != 424242 {
+			t.Fatalf("heartbeat response %d, want 424242", v)
+		}
+	case <-time.After(testutil.Patience):
+		t.Fatal("no heartbeat response")
 	}
 	if _, err := n.connectZitiWith(addr, hostCert, cl.api); err == nil || !strings.Contains(err.Error(), "not of the identity") {
 		t.Fatalf("hello with another identity's API session: %v", err)
