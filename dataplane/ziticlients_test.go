@@ -409,9 +409,9 @@ func (n *testNet) zitiSession(cl *zitiClient, r *Router, serviceID, typ string) 
 }
 
 // An OpenZiti client's hello is answered with what sdk-golang reads (the router's id, the
-// channel's id, BindSuccess support) and its latency probes and heartbeats are answered; hellos with
-// another identity's API session, or an ended one, are refused. Stopping the router closes
-// its channels.
+// channel's id, BindSuccess support), and its latency probes and heartbeats are answered;
+// hellos with another identity's API session, or an ended one, are refused. Stopping the
+// router closes its channels.
 func TestZitiHello(t *testing.T) {
 	t.Parallel()
 	n, _, dialerCert, hostCert := zitiNet(t, false)
