@@ -110,6 +110,9 @@ func (c *zitiCircuit) Read(p []byte) (int, error) {
 	}
 }
 
+// zitiKeepFrame bounds the frame buffer a circuit end keeps between frames that span writes.
+const zitiKeepFrame = 1 << 20
+
 // zitiCloseLinger is how long a circuit end whose client closed it stays, once the client's
 // bytes are read, so that the circuit delivers them before it ends.
 const zitiCloseLinger = 5 * time.Second
@@ -193,7 +196,7 @@ func (c *zitiCircuit) Write(p []byte) (int, error) {
 		if c.need == 0 {
 			err := c.sendData(c.frame, 0)
 			c.frame = c.frame[:0]
-			if cap(c.frame) > zitiMaxData {
+			if cap(c.frame) > zitiKeepFrame {
 				c.frame = nil
 			}
 			if err != nil {
