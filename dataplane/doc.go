@@ -12,8 +12,9 @@
 // Once per circuit, before any frame:
 //
 //   - A client connection arrives, from the tunnel's proxy mode (Router.dialProxy,
-//     dataplane/overlay.go) or an SDK client's dial stream (sdkServer.dial,
-//     dataplane/sdkclients.go), and A asks the controller for a circuit
+//     dataplane/overlay.go), an SDK client's dial stream (sdkServer.dial,
+//     dataplane/sdkclients.go) or an OpenZiti client's Connect (zitiConn.connect,
+//     dataplane/ziticlients.go), and A asks the controller for a circuit
 //     (Router.requestCircuit, dataplane/circuits.go).
 //   - On B, the controller's Route reaches Router.route (dataplane/circuits.go): it dials the
 //     service, makes the terminator's xgress.Endpoint, routes the circuit with Forwarder.Route
