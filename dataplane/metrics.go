@@ -68,12 +68,11 @@ func newRouterMetrics(r *Router) *routerMetrics {
 	counter := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
 	}
-	edgeHelp := map[string]string{}
+	const (
+		edgeClientsHelp = "Clients connected to the edge listeners now, by protocol: zmesh (zmesh's SDK) or openziti (OpenZiti's SDKs and tunnelers)."
+		edgeBindsHelp   = "Services the edge listeners' clients host now (one terminator each), by protocol."
+	)
 	edgeGauge := func(name, help, protocol string, f func() float64) prometheus.Collector {
-		if help == "" {
-			help = edgeHelp[name]
-		}
-		edgeHelp[name] = help
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{"protocol": protocol}}, f)
 	}
 	dialLoad := func(busy bool) func() float64 {
@@ -139,12 +138,10 @@ func newRouterMetrics(r *Router) *routerMetrics {
 			}
 			return float64(len(r.links.Links()))
 		}),
-		edgeGauge("zmesh_edge_clients", "Clients connected to the edge listeners now, by protocol: zmesh (zmesh's SDK) or openziti (OpenZiti's SDKs and tunnelers).", "zmesh",
-			func() float64 { c, _ := r.sdk.counts(); return float64(c) }),
-		edgeGauge("zmesh_edge_clients", "", "openziti", func() float64 { c, _ := r.ziti.counts(); return float64(c) }),
-		edgeGauge("zmesh_edge_binds", "Services the edge listeners' clients host now (one terminator each), by protocol.", "zmesh",
-			func() float64 { _, b := r.sdk.counts(); return float64(b) }),
-		edgeGauge("zmesh_edge_binds", "", "openziti", func() float64 { _, b := r.ziti.counts(); return float64(b) }),
+		edgeGauge("zmesh_edge_clients", edgeClientsHelp, "zmesh", func() float64 { c, _ := r.sdk.counts(); return float64(c) }),
+		edgeGauge("zmesh_edge_clients", edgeClientsHelp, "openziti", func() float64 { c, _ := r.ziti.counts(); return float64(c) }),
+		edgeGauge("zmesh_edge_binds", edgeBindsHelp, "zmesh", func() float64 { _, b := r.sdk.counts(); return float64(b) }),
+		edgeGauge("zmesh_edge_binds", edgeBindsHelp, "openziti", func() float64 { _, b := r.ziti.counts(); return float64(b) }),
 		newLinkCollector(r),
 		newTunnelCollector(r),
 		health.NewCollector(r.checks),

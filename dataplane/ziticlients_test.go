@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/internal/edgeproto"
 	"github.com/zmesh/zmesh/internal/testutil"
@@ -622,7 +624,7 @@ func TestZitiConnect(t *testing.T) {
 // An OpenZiti client hosts the service at router H (terminator of binding edge at a ziti/
 // address, with its cost) and a zmesh SDK client dials it at router E: the Dial names the
 // caller, bytes cross both ways with half-close, and a host's StateClosed comes after all it
-// wrote. UpdateBind changes the terminator's cost
+// wrote. The router's gauges count the client and its bind. UpdateBind changes the terminator's cost
 // and precedence; unbinding removes it.
 func TestZitiBind(t *testing.T) {
 	t.Parallel()
@@ -644,6 +646,23 @@ func TestZitiBind(t *testing.T) {
 	term := terms[0]
 	if term.Binding != "edge" || !strings.HasPrefix(term.Address, "ziti/") || term.Cost != 7 || term.HostID != host.api.IdentityID || term.RouterID != h.id {
 		t.Fatalf("the bind's terminator: %+v", term)
+	}
+
+	fams, err := h.r.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*dto.MetricFamily{}
+	for _, f := range fams {
+		byName[f.GetName()] = f
+	}
+	for _, name := range []string{"zmesh_edge_clients", "zmesh_edge_binds"} {
+		if v, ok := value(byName, name, "protocol", "openziti"); !ok || v != 1 {
+			t.Errorf("%s{protocol=openziti} = %v (present %v), want 1", name, v, ok)
+		}
+		if v, ok := value(byName, name, "protocol", "zmesh"); !ok || v != 0 {
+			t.Errorf("%s{protocol=zmesh} = %v (present %v), want 0", name, v, ok)
+		}
 	}
 
 	dialer, err := n.connectSDK(e.r.SDKAddresses()[0], dialerCert)
