@@ -853,3 +853,41 @@ func TestZitiE2EEFrames(t *testing.T) {
 		t.Fatalf("a zmesh-only offer to an OpenZiti host: %v", err)
 	}
 }
+
+// An OpenZiti client whose API session (a password login) outlives a change of its
+// identity's certificates loses its channel when the certificate it presented is no longer
+// current, and that certificate is refused from then on.
+func TestZitiCertChangeClosesChannel(t *testing.T) {
+	t.Parallel()
+	n, _, dialerCert, _ := zitiNet(t, false)
+	addr := n.routers["E"].r.SDKAddresses()[0]
+	leaf, _ := x509.ParseCertificate(dialerCert.Certificate[0])
+	dialerID := leaf.Subject.CommonName
+	e, err := n.m.CreateEnrollment(dialerID, model.EnrollmentRequest{Updb: "dialer-user"}, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.m.EnrollUpdb(context.Background(), e.Token, "a long enough password"); err != nil {
+		t.Fatal(err)
+	}
+	apiSess, _, err := n.m.AuthenticatePassword(context.Background(), "dialer-user", "a long enough password", model.Login{Source: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cl *zitiClient
+	testutil.Eventually(t, "the router to admit the certificate with the password session", func() bool {
+		cl, err = n.connectZitiWith(addr, dialerCert, apiSess)
+		return err == nil
+	})
+	if err := n.m.DeleteAuthenticator(n.certAuthenticator(dialerID).ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-cl.done:
+	case <-time.After(testutil.Patience):
+		t.Fatal("the channel of a certificate no longer current stays open")
+	}
+	if _, err := n.connectZitiWith(addr, dialerCert, apiSess); err == nil || !strings.Contains(err.Error(), "not a current certificate") {
+		t.Fatalf("the revoked certificate with the password session: %v", err)
+	}
+}
