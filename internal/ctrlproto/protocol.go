@@ -423,9 +423,12 @@ func (*TunnelServicesReply) MessageType() Type { return TypeTunnelServicesReply 
 
 // TunnelService is a service a router's tunnel may use.
 type TunnelService struct {
-	ID                 string   `json:"id"`
-	Name               string   `json:"name"`
-	EncryptionRequired bool     `json:"encryptionRequired"`
+	ID                 string `json:"id"`
+	Name               string `json:"name"`
+	EncryptionRequired bool   `json:"encryptionRequired"`
+	// OpenZitiEncryption: the service allows OpenZiti's end-to-end scheme (see
+	// E2EEOffer); without it the tunnel neither offers nor accepts a ZitiKey.
+	OpenZitiEncryption bool     `json:"openZitiEncryption,omitempty"`
 	Permissions        []string `json:"permissions"` // Dial, Bind
 	// Configs holds the service's configs by config type name (intercept.v1, host.v1, ...).
 	Configs map[string]json.RawMessage `json:"configs,omitempty"`
