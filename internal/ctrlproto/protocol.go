@@ -26,6 +26,9 @@ const (
 	// ErrCodeInvalidE2EEOffer: the request's e2ee offer is malformed (a zitiKey that is
 	// not 32 bytes).
 	ErrCodeInvalidE2EEOffer = "INVALID_E2EE_OFFER"
+	// ErrCodeOpenZitiEncryptionNotAllowed: the request offered only OpenZiti's end-to-end
+	// scheme for a service whose openZitiEncryption is false.
+	ErrCodeOpenZitiEncryptionNotAllowed = "OPENZITI_ENCRYPTION_NOT_ALLOWED"
 )
 
 // Outcome is the success-or-failure part of a reply: an empty ErrorCode is success.
