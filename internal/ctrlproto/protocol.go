@@ -21,7 +21,7 @@ const (
 	ErrCodeTimeout         = "TIMEOUT"           // the work did not finish in time
 	ErrCodeInvalid         = "INVALID"           // the request's fields are not acceptable
 	// ErrCodeEncryptionRequired: the service requires end-to-end encryption and the
-	// request offered none.
+	// request's offer named no scheme.
 	ErrCodeEncryptionRequired = "ENCRYPTION_REQUIRED"
 	// ErrCodeInvalidE2EEOffer: the request's e2ee offer is malformed (a zitiKey that is
 	// not 32 bytes).
