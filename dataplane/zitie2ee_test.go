@@ -660,3 +660,42 @@ func TestE2EEDowngradeRefused(t *testing.T) {
 		t.Fatalf("untampered: the host's scheme %q", a.conn.(*sdk.Conn).Scheme())
 	}
 }
+
+// The proxy mode, which knows its services by name, offers what the router identity's
+// service list allows: zmesh's scheme, plus an OpenZiti key only with openZitiEncryption.
+// Either way two zmesh tunnels settle on zmesh's scheme.
+func TestProxyOffersFollowThePolicy(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, svc, ln := tunnelNet(t, ctx, false)
+	got := echoHost(func() (net.Conn, error) { c, _, err := ln.Accept(); return c, err })
+	a, h := n.routers["A"].r, n.routers["H"].r
+	offers := make(chan *ctrlproto.E2EEOffer, 4)
+	h.overlay.tamper.Store(&e2eeTamper{offer: func(o *ctrlproto.E2EEOffer) *ctrlproto.E2EEOffer { offers <- o; return o }})
+	for _, openZiti := range []bool{false, true} {
+		allowOpenZiti(t, n, svc, openZiti)
+		tunnelKnows(t, a, svc, openZiti)
+		tunnelKnows(t, h, svc, openZiti)
+		c, err := net.DialTimeout("tcp", a.ProxyAddress(svc.Name), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("through the proxy"))
+		c.(*net.TCPConn).CloseWrite()
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		back, err := io.ReadAll(c)
+		c.Close()
+		if err != nil || string(back) != "THROUGH THE PROXY" {
+			t.Fatalf("openZitiEncryption %v: the proxy's client read %q (%v)", openZiti, back, err)
+		}
+		if o := <-offers; o == nil || !o.Zmesh || (len(o.ZitiKey) == e2ee.ZitiKeySize) != openZiti {
+			t.Errorf("openZitiEncryption %v: the host got offer %+v", openZiti, o)
+		}
+		if r := <-got; r.err != nil {
+			t.Fatal(r.err)
+		} else if _, ok := r.conn.(*e2ee.Conn); !ok {
+			t.Errorf("openZitiEncryption %v: the host's end is a %T, not zmesh's scheme", openZiti, r.conn)
+		}
+	}
+}
