@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zmesh/zmesh/internal/ctrlproto"
@@ -38,23 +39,76 @@ type routerOverlay struct {
 
 	mu    sync.Mutex
 	binds map[string]*tunnelBind // by terminator address (the service id)
-	// proxyEncrypted tells, by the names of the services the proxy mode serves, whether
-	// the controller last said they require end-to-end encryption.
-	proxyEncrypted map[string]bool
+
+	// tamper, set by tests only, makes the router tamper with end-to-end offers and answers
+	// as a hostile router would.
+	tamper atomic.Pointer[e2eeTamper]
+}
+
+// e2eeTamper is how a test's router tampers: offer rewrites the initiator's offer before the
+// hosting end (an SDK client or the tunnel) sees it; hostKey rewrites the host key in the
+// answer to an SDK client's dial. Either may be nil.
+type e2eeTamper struct {
+	offer   func(*ctrlproto.E2EEOffer) *ctrlproto.E2EEOffer
+	hostKey func([]byte) []byte
+}
+
+// tamperedOffer returns the offer the hosting end gets.
+func (o *routerOverlay) tamperedOffer(offer *ctrlproto.E2EEOffer) *ctrlproto.E2EEOffer {
+	if t := o.tamper.Load(); t != nil && t.offer != nil {
+		return t.offer(offer)
+	}
+	return offer
+}
+
+// tamperedHostKey returns the host key an SDK client's dial gets.
+func (o *routerOverlay) tamperedHostKey(key []byte) []byte {
+	if t := o.tamper.Load(); t != nil && t.hostKey != nil {
+		return t.hostKey(key)
+	}
+	return key
 }
 
 func newRouterOverlay(r *Router) *routerOverlay {
-	return &routerOverlay{r: r, binds: map[string]*tunnelBind{}, proxyEncrypted: map[string]bool{}}
+	return &routerOverlay{r: r, binds: map[string]*tunnelBind{}}
 }
 
 // newOffer is what the router's tunnel offers for end-to-end encryption: zmesh's scheme, and
-// OpenZiti's with a fresh key, kept for the answer.
-func newOffer() (*ctrlproto.E2EEOffer, *e2ee.ZitiKey, error) {
+// OpenZiti's with a fresh key, kept for the answer, when the service allows it.
+func newOffer(openZiti bool) (*ctrlproto.E2EEOffer, *e2ee.ZitiKey, error) {
+	if !openZiti {
+		return &ctrlproto.E2EEOffer{Zmesh: true}, nil, nil
+	}
 	key, err := e2ee.NewZitiKey()
 	if err != nil {
 		return nil, nil, err
 	}
 	return &ctrlproto.E2EEOffer{Zmesh: true, ZitiKey: key.Public()}, key, nil
+}
+
+// service looks a service up in the list of the router identity's services the controller
+// last gave (or edge.db kept), by id or, when id is empty, by name. The list, never a
+// router, tells the tunnel whether a service allows OpenZiti's end-to-end scheme.
+func (o *routerOverlay) service(id, name string) (ctrlproto.TunnelService, bool) {
+	for _, s := range o.r.sessionCache.tunnelServices() {
+		if id != "" && s.ID == id || id == "" && s.Name == name {
+			return s, true
+		}
+	}
+	return ctrlproto.TunnelService{}, false
+}
+
+// openZiti reports whether the service of that id allows OpenZiti's end-to-end scheme.
+func (o *routerOverlay) openZiti(id string) bool {
+	s, ok := o.service(id, "")
+	return ok && s.OpenZitiEncryption
+}
+
+// errOpenZitiNotAllowed fails a dial whose answer carries a host key for OpenZiti's scheme
+// that this end did not offer: the service does not allow the scheme, and only a router
+// could have answered with it.
+func errOpenZitiNotAllowed(service string) error {
+	return fmt.Errorf("a router offered OpenZiti's end-to-end scheme on service %q, which does not allow it (openZitiEncryption is false)", service)
 }
 
 // WatchServices polls the controller for the services of the router's identity. Until the
@@ -129,7 +183,7 @@ func (o *routerOverlay) Dial(ctx context.Context, svc tunnel.Service, app tunnel
 	req := &ctrlproto.CircuitRequest{ServiceID: svc.ID, IngressIdentityID: o.r.id, AppData: appJSON}
 	var key *e2ee.ZitiKey
 	if svc.EncryptionRequired {
-		if req.E2EE, key, err = newOffer(); err != nil {
+		if req.E2EE, key, err = newOffer(o.openZiti(svc.ID)); err != nil {
 			return nil, fmt.Errorf("dial service %q: %w", svc.Name, err)
 		}
 	}
@@ -137,7 +191,7 @@ func (o *routerOverlay) Dial(ctx context.Context, svc tunnel.Service, app tunnel
 	if err != nil {
 		return nil, fmt.Errorf("dial service %q: %w", svc.Name, err)
 	}
-	c, err := o.attach(reply, key)
+	c, err := o.attach(reply, key, svc.Name)
 	if err != nil {
 		return nil, fmt.Errorf("dial service %q: %w", svc.Name, err)
 	}
@@ -146,8 +200,14 @@ func (o *routerOverlay) Dial(ctx context.Context, svc tunnel.Service, app tunnel
 
 // attach starts the circuit of reply on one end of a socket pair and returns the other,
 // end-to-end encrypted when the service requires it: with OpenZiti's scheme when the host
-// answered the offer of key with its own, else after zmesh's key exchange with the host.
-func (o *routerOverlay) attach(reply *ctrlproto.CircuitReply, key *e2ee.ZitiKey) (net.Conn, error) {
+// answered the offer of key with its own, else after zmesh's key exchange with the host. A
+// host key without an offer of one fails the circuit before anything crosses it.
+func (o *routerOverlay) attach(reply *ctrlproto.CircuitReply, key *e2ee.ZitiKey, service string) (net.Conn, error) {
+	if len(reply.HostZitiKey) > 0 && key == nil {
+		err := errOpenZitiNotAllowed(service)
+		o.r.fault(reply.CircuitID, err.Error())
+		return nil, err
+	}
 	circuitEnd, tunnelEnd, err := socketpair.New()
 	if err != nil {
 		o.r.fault(reply.CircuitID, err.Error())
@@ -163,10 +223,6 @@ func (o *routerOverlay) attach(reply *ctrlproto.CircuitReply, key *e2ee.ZitiKey)
 		return tunnelEnd, nil
 	}
 	if len(reply.HostZitiKey) > 0 {
-		if key == nil {
-			tunnelEnd.Close()
-			return nil, errors.New("the host answered an OpenZiti key that was not offered")
-		}
 		c, err := e2ee.ZitiClient(tunnelEnd, key, reply.HostZitiKey)
 		if err != nil {
 			tunnelEnd.Close()
@@ -196,7 +252,7 @@ func (r *Router) dialProxy(ctx context.Context, conn net.Conn, service string) {
 		conn.Close()
 		return
 	}
-	if !reply.EncryptionRequired {
+	if !reply.EncryptionRequired && len(reply.HostZitiKey) == 0 {
 		if err := r.attachIngress(reply, conn); err != nil {
 			r.log.Warn("circuit failed at the ingress", "circuit", reply.CircuitID, "err", err)
 			conn.Close()
@@ -204,7 +260,7 @@ func (r *Router) dialProxy(ctx context.Context, conn net.Conn, service string) {
 		}
 		return
 	}
-	c, err := r.overlay.attach(reply, key)
+	c, err := r.overlay.attach(reply, key, service)
 	if err != nil {
 		r.log.Warn("circuit failed at the ingress", "service", service, "circuit", reply.CircuitID, "err", err)
 		conn.Close()
@@ -213,35 +269,24 @@ func (r *Router) dialProxy(ctx context.Context, conn net.Conn, service string) {
 	tunnel.Join(ctx, conn, c)
 }
 
-// proxyCircuit asks for a circuit to a service of the proxy mode, known by name only. Whether
-// it requires end-to-end encryption, and so an offer, is learned from the controller's
-// answers: a request without an offer refused for want of one is made again with one. The
-// key is that of the offer made, if any.
+// proxyCircuit asks for a circuit to a service of the proxy mode, known by name only. The
+// router identity's service list tells whether it requires end-to-end encryption and allows
+// OpenZiti's scheme; a service not (yet) in it is asked for without an offer, which the
+// controller takes as zmesh's scheme when the service requires encryption. The key is that
+// of the offer made, if any.
 func (o *routerOverlay) proxyCircuit(ctx context.Context, service string) (*ctrlproto.CircuitReply, *e2ee.ZitiKey, error) {
-	o.mu.Lock()
-	encrypted := o.proxyEncrypted[service]
-	o.mu.Unlock()
 	req := &ctrlproto.CircuitRequest{ServiceName: service, IngressIdentityID: o.r.id}
 	var key *e2ee.ZitiKey
-	var err error
-	if encrypted {
-		if req.E2EE, key, err = newOffer(); err != nil {
+	if s, ok := o.service("", service); ok && s.EncryptionRequired {
+		var err error
+		if req.E2EE, key, err = newOffer(s.OpenZitiEncryption); err != nil {
 			return nil, nil, err
 		}
 	}
 	reply, err := o.r.requestCircuit(ctx, req)
-	if ce := (*ctrlproto.Error)(nil); !encrypted && errors.As(err, &ce) && ce.Code == ctrlproto.ErrCodeEncryptionRequired {
-		if req.E2EE, key, err = newOffer(); err != nil {
-			return nil, nil, err
-		}
-		reply, err = o.r.requestCircuit(ctx, req)
-	}
 	if err != nil {
 		return nil, nil, err
 	}
-	o.mu.Lock()
-	o.proxyEncrypted[service] = reply.EncryptionRequired
-	o.mu.Unlock()
 	return reply, key, nil
 }
 
@@ -365,7 +410,8 @@ func (b *tunnelBind) Close() error {
 // connect is the egress dial of binding tunnel: it hands one end of a socket pair to the
 // service's listener and returns the other for the circuit's endpoint. When the service
 // requires end-to-end encryption, the tunnel's end takes zmesh's scheme if the initiator
-// offered it, else OpenZiti's, whose public key it returns.
+// offered it or made no offer, else OpenZiti's, whose public key it returns, when the
+// router identity's service list says the service allows it.
 func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn, []byte, error) {
 	o.mu.Lock()
 	b := o.binds[x.Address]
@@ -379,9 +425,17 @@ func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn
 			return nil, nil, fmt.Errorf("the circuit's app data: %w", err)
 		}
 	}
-	offer := x.E2EE
-	if b.svc.EncryptionRequired && (offer == nil || !offer.Zmesh && len(offer.ZitiKey) == 0) {
-		return nil, nil, fmt.Errorf("service %q requires end-to-end encryption and the initiator offered no scheme (zmesh or zitiKey)", b.svc.Name)
+	offer := o.tamperedOffer(x.E2EE)
+	if offer == nil {
+		offer = &ctrlproto.E2EEOffer{Zmesh: true} // what an initiator that makes no offers runs
+	}
+	if b.svc.EncryptionRequired && !offer.Zmesh {
+		if len(offer.ZitiKey) == 0 {
+			return nil, nil, fmt.Errorf("service %q requires end-to-end encryption and the initiator offered no scheme (zmesh or zitiKey)", b.svc.Name)
+		}
+		if !o.openZiti(b.svc.ID) {
+			return nil, nil, fmt.Errorf("openZitiEncryption is false: OpenZiti's end-to-end encryption is not allowed on service %q", b.svc.Name)
+		}
 	}
 	circuitEnd, tunnelEnd, err := socketpair.New()
 	if err != nil {

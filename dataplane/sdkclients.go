@@ -298,7 +298,8 @@ func (s *sdkServer) dial(ctx context.Context, ec *sdkConn, st *smux.Stream, req 
 		refuseStream(ec, st, code, err.Error())
 		return
 	}
-	if err := edgeproto.Write(st, &edgeproto.Response{OK: true, CircuitID: reply.CircuitID, HostID: reply.Terminator.HostID, HostZitiKey: reply.HostZitiKey}); err != nil {
+	if err := edgeproto.Write(st, &edgeproto.Response{OK: true, CircuitID: reply.CircuitID, HostID: reply.Terminator.HostID,
+		HostZitiKey: s.r.overlay.tamperedHostKey(reply.HostZitiKey)}); err != nil {
 		ec.drop(st)
 		st.Close()
 		s.r.fault(reply.CircuitID, "the SDK client left before its circuit started")
@@ -416,7 +417,7 @@ func (s *sdkServer) connect(ctx context.Context, x *ctrlproto.Xgress, circuitID 
 	}
 	st.SetDeadline(deadline)
 	if err := edgeproto.Write(st, &edgeproto.Request{Op: edgeproto.OpConnect, TerminatorID: termID, CircuitID: circuitID, InitiatorID: x.InitiatorID,
-		AppData: x.AppData, E2EE: edgeOffer(x.E2EE)}); err != nil {
+		AppData: x.AppData, E2EE: edgeOffer(s.r.overlay.tamperedOffer(x.E2EE))}); err != nil {
 		return fail(fmt.Errorf("connect to the hosting client: %w", err))
 	}
 	var resp edgeproto.Response

@@ -170,12 +170,35 @@ func openSDK(t *testing.T, n *testNet, cert tls.Certificate) *sdk.Client {
 	return c
 }
 
+// allowOpenZiti sets the service's openZitiEncryption.
+func allowOpenZiti(t *testing.T, n *testNet, svc *model.Service, on bool) {
+	t.Helper()
+	if _, err := n.m.UpdateService(svc.ID, func(s *model.Service) error { s.OpenZitiEncryption = on; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	svc.OpenZitiEncryption = on
+}
+
+// tunnelKnows waits until router r's list of its identity's services has the service with
+// openZitiEncryption on.
+func tunnelKnows(t *testing.T, r *Router, svc *model.Service, on bool) {
+	t.Helper()
+	testutil.Eventually(t, "the router's service list", func() bool {
+		if _, _, err := r.overlay.services(context.Background(), 0); err != nil {
+			return false
+		}
+		s, ok := r.overlay.service(svc.ID, "")
+		return ok && s.OpenZitiEncryption == on
+	})
+}
+
 // An SDK Listen end reached by a dialer that offers only an OpenZiti key, as an OpenZiti
 // client does, takes OpenZiti's scheme: the dial's answer carries the host's key through
 // the controller and both routers, and data crosses encrypted both ways.
 func TestSDKListenOpenZitiDialer(t *testing.T) {
 	t.Parallel()
 	n, svc, dialerCert, hostCert, _ := buildEdgeNet(t, true)
+	allowOpenZiti(t, n, svc, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ln, err := openSDK(t, n, hostCert).Listen(ctx, svc.Name)
@@ -216,9 +239,47 @@ func TestSDKListenOpenZitiDialer(t *testing.T) {
 	}
 
 	// A dial that offers no scheme is refused by the controller.
-	if _, _, err := dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID}); err == nil ||
-		!bytes.Contains([]byte(err.Error()), []byte(ctrlproto.ErrCodeEncryptionRequired)) {
-		t.Fatalf("a dial without an offer: %v", err)
+	if _, _, err := dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID,
+		E2EE: &edgeproto.E2EEOffer{}}); err == nil || !strings.Contains(err.Error(), ctrlproto.ErrCodeEncryptionRequired) {
+		t.Fatalf("a dial with an empty offer: %v", err)
+	}
+	// Without openZitiEncryption, the controller refuses an offer of only OpenZiti's scheme.
+	allowOpenZiti(t, n, svc, false)
+	if _, _, err := dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID,
+		E2EE: &edgeproto.E2EEOffer{ZitiKey: newZitiPeer(t).kp.Public()}}); err == nil || !strings.Contains(err.Error(), "openZitiEncryption is false") {
+		t.Fatalf("a dial offering only OpenZiti's scheme on a service without openZitiEncryption: %v", err)
+	}
+}
+
+// The listener follows the policy it got from the controller, not the offer a router passes
+// on: one that listens on a service without openZitiEncryption refuses an offer of only
+// OpenZiti's scheme even when the controller let it through (its policy changed since).
+func TestSDKListenRefusesOpenZitiDialer(t *testing.T) {
+	t.Parallel()
+	n, svc, dialerCert, hostCert, _ := buildEdgeNet(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ln, err := openSDK(t, n, hostCert).Listen(ctx, svc.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := echoHost(ln.Accept)
+	allowOpenZiti(t, n, svc, true)
+	dialer, err := n.connectSDK(n.routers["E"].r.SDKAddresses()[0], dialerCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialTok := n.sdkSession(dialer, svc.ID, "Dial")
+	testutil.Eventually(t, "the listener's refusal", func() bool {
+		_, _, err = dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID,
+			E2EE: &edgeproto.E2EEOffer{ZitiKey: newZitiPeer(t).kp.Public()}})
+		return err != nil && strings.Contains(err.Error(), "openZitiEncryption is false")
+	})
+	select {
+	case h := <-got:
+		t.Fatalf("the listener accepted a conn (%v)", h.err)
+	default:
 	}
 }
 
@@ -299,6 +360,7 @@ func exchange(t *testing.T, c net.Conn, msg string, done <-chan zitiHosted) {
 func TestSDKDialOpenZitiHost(t *testing.T) {
 	t.Parallel()
 	n, svc, dialerCert, hostCert, _ := buildEdgeNet(t, true)
+	allowOpenZiti(t, n, svc, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	host, err := n.connectSDK(n.routers["H"].r.SDKAddresses()[0], hostCert)
@@ -317,6 +379,28 @@ func TestSDKDialOpenZitiHost(t *testing.T) {
 		t.Fatalf("the dial: encrypted %v, scheme %q", c.Encrypted(), c.Scheme())
 	}
 	exchange(t, c, "to an OpenZiti host", done)
+}
+
+// Without openZitiEncryption an SDK Dial offers no OpenZiti key: an OpenZiti host cannot
+// take the circuit.
+func TestSDKDialOpenZitiHostNotAllowed(t *testing.T) {
+	t.Parallel()
+	n, svc, dialerCert, hostCert, _ := buildEdgeNet(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	host, err := n.connectSDK(n.routers["H"].r.SDKAddresses()[0], hostCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := zitiHost(t, n, host, svc)
+	dialer := openSDK(t, n, dialerCert)
+	testutil.Eventually(t, "the host's refusal", func() bool {
+		_, err = dialer.Dial(ctx, svc.Name)
+		return err != nil && strings.Contains(err.Error(), "no OpenZiti key")
+	})
+	if r := <-done; r.offer == nil || !r.offer.Zmesh || r.offer.ZitiKey != nil {
+		t.Fatalf("the host got offer %+v", r.offer)
+	}
 }
 
 // The router tunnel's dial reaching a host that answers with an OpenZiti key runs OpenZiti's
@@ -339,16 +423,20 @@ listeners:
     - binding: transport
 `)
 	testutil.Eventually(t, "link A–H", func() bool { return n.linked("A", "H") })
-	svc := &model.Service{Name: "svc", EncryptionRequired: true}
+	svc := &model.Service{Name: "svc", EncryptionRequired: true, OpenZitiEncryption: true}
 	if err := n.m.CreateService(svc); err != nil {
+		t.Fatal(err)
+	}
+	plain := &model.Service{Name: "zmesh-only", EncryptionRequired: true}
+	if err := n.m.CreateService(plain); err != nil {
 		t.Fatal(err)
 	}
 	hostCert, _ := n.enrolled("host", "hosts")
 	for _, err := range []error{
 		n.m.CreateServicePolicy(&model.ServicePolicy{Name: "dial", Type: model.PolicyDial, Semantic: model.SemanticAny,
-			IdentityRoles: []string{"@" + n.routers["A"].id}, ServiceRoles: []string{"@" + svc.ID}}),
+			IdentityRoles: []string{"@" + n.routers["A"].id}, ServiceRoles: []string{"@" + svc.ID, "@" + plain.ID}}),
 		n.m.CreateServicePolicy(&model.ServicePolicy{Name: "bind", Type: model.PolicyBind, Semantic: model.SemanticAny,
-			IdentityRoles: []string{"#hosts"}, ServiceRoles: []string{"@" + svc.ID}}),
+			IdentityRoles: []string{"#hosts"}, ServiceRoles: []string{"@" + svc.ID, "@" + plain.ID}}),
 		n.m.CreateEdgeRouterPolicy(&model.EdgeRouterPolicy{Name: "all", Semantic: model.SemanticAny, IdentityRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}),
 		n.m.CreateServiceEdgeRouterPolicy(&model.ServiceEdgeRouterPolicy{Name: "all", ServiceRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}),
 	} {
@@ -362,12 +450,15 @@ listeners:
 	if err != nil {
 		t.Fatal(err)
 	}
+	a := n.routers["A"].r
+	tunnelKnows(t, a, svc, true)
+	tunnelKnows(t, a, plain, false)
 	done := zitiHost(t, n, host, svc)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var c net.Conn
 	testutil.Eventually(t, "the terminator", func() bool {
-		c, err = n.routers["A"].r.overlay.Dial(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, EncryptionRequired: true, Dial: true}, tunnel.AppData{})
+		c, err = a.overlay.Dial(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, EncryptionRequired: true, Dial: true}, tunnel.AppData{})
 		return err == nil
 	})
 	defer c.Close()
@@ -375,14 +466,26 @@ listeners:
 		t.Fatalf("the tunnel's dial is a %T, not OpenZiti's scheme", c)
 	}
 	exchange(t, c, "from the tunnel to an OpenZiti host", done)
+
+	// Without openZitiEncryption the tunnel offers no OpenZiti key: the OpenZiti host
+	// cannot take the circuit.
+	done = zitiHost(t, n, host, plain)
+	testutil.Eventually(t, "the host's refusal", func() bool {
+		_, err = a.overlay.Dial(ctx, tunnel.Service{ID: plain.ID, Name: plain.Name, EncryptionRequired: true, Dial: true}, tunnel.AppData{})
+		return err != nil && strings.Contains(err.Error(), "no OpenZiti key")
+	})
+	if r := <-done; r.offer == nil || !r.offer.Zmesh || r.offer.ZitiKey != nil {
+		t.Fatalf("the host got offer %+v", r.offer)
+	}
 }
 
 // tunnelNet is hostAndProxy with service "encrypted", which router A's identity may dial
-// and router H's bind; it returns H's listener of it.
-func tunnelNet(t *testing.T, ctx context.Context) (*testNet, *model.Service, tunnel.Listener) {
+// and router H's bind, with openZitiEncryption as given; it returns H's listener of it once
+// both routers' service lists have it.
+func tunnelNet(t *testing.T, ctx context.Context, openZiti bool) (*testNet, *model.Service, tunnel.Listener) {
 	t.Helper()
 	n := hostAndProxy(t, "encrypted")
-	svc := &model.Service{Name: "encrypted", EncryptionRequired: true}
+	svc := &model.Service{Name: "encrypted", EncryptionRequired: true, OpenZitiEncryption: openZiti}
 	if err := n.m.CreateService(svc); err != nil {
 		t.Fatal(err)
 	}
@@ -399,6 +502,8 @@ func tunnelNet(t *testing.T, ctx context.Context) (*testNet, *model.Service, tun
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
+	tunnelKnows(t, n.routers["A"].r, svc, openZiti)
+	tunnelKnows(t, n.routers["H"].r, svc, openZiti)
 	return n, svc, ln
 }
 
@@ -408,7 +513,7 @@ func TestTunnelHostOpenZitiDialer(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	n, svc, ln := tunnelNet(t, ctx)
+	n, svc, ln := tunnelNet(t, ctx, true)
 	got := echoHost(func() (net.Conn, error) { c, _, err := ln.Accept(); return c, err })
 	a := n.routers["A"].r
 
@@ -456,5 +561,141 @@ func TestTunnelHostOpenZitiDialer(t *testing.T) {
 	h = <-got
 	if _, ok := h.conn.(*e2ee.Conn); !ok || h.err != nil || string(h.data) != "zmesh to zmesh" {
 		t.Fatalf("the host's end is a %T and read %q (%v), not zmesh's scheme", h.conn, h.data, h.err)
+	}
+}
+
+// A tunnel host of a service without openZitiEncryption refuses an offer of only OpenZiti's
+// scheme, even one a router rewrote after the controller checked it.
+func TestTunnelHostRefusesOpenZitiDialer(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, svc, ln := tunnelNet(t, ctx, false)
+	got := echoHost(func() (net.Conn, error) { c, _, err := ln.Accept(); return c, err })
+	a, h := n.routers["A"].r, n.routers["H"].r
+	peer := newZitiPeer(t)
+	h.overlay.tamper.Store(&e2eeTamper{offer: func(*ctrlproto.E2EEOffer) *ctrlproto.E2EEOffer {
+		return &ctrlproto.E2EEOffer{ZitiKey: peer.kp.Public()}
+	}})
+	var err error
+	testutil.Eventually(t, "the host's refusal", func() bool {
+		_, err = a.overlay.Dial(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, EncryptionRequired: true, Dial: true}, tunnel.AppData{})
+		return err != nil && strings.Contains(err.Error(), "openZitiEncryption is false")
+	})
+	select {
+	case h := <-got:
+		t.Fatalf("the tunnel host accepted a conn (%v)", h.err)
+	default:
+	}
+}
+
+// Two zmesh SDK ends of a service without openZitiEncryption, through real routers, one of
+// which tampers: the egress rewriting the offer to only OpenZiti's scheme (with its own
+// key), or the ingress answering the dial with its own OpenZiti key. Either way the dial
+// fails and no end runs OpenZiti's scheme, whose keys the router would hold.
+func TestE2EEDowngradeRefused(t *testing.T) {
+	t.Parallel()
+	n, svc, dialerCert, hostCert, _ := buildEdgeNet(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ln, err := openSDK(t, n, hostCert).Listen(ctx, svc.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := echoHost(ln.Accept)
+	dialer := openSDK(t, n, dialerCert)
+	mitm := newZitiPeer(t) // the tampering router's key
+	e, h := n.routers["E"].r, n.routers["H"].r
+	noneAccepted := func() {
+		t.Helper()
+		select {
+		case a := <-got:
+			t.Fatalf("the listener accepted a conn with scheme %q (%v)", a.conn.(*sdk.Conn).Scheme(), a.err)
+		default:
+		}
+	}
+	for _, c := range []struct {
+		name string
+		r    *Router
+		how  *e2eeTamper
+	}{
+		{"the egress offers only OpenZiti's scheme", h, &e2eeTamper{offer: func(*ctrlproto.E2EEOffer) *ctrlproto.E2EEOffer {
+			return &ctrlproto.E2EEOffer{ZitiKey: mitm.kp.Public()}
+		}}},
+		{"the ingress answers with its OpenZiti key", e, &e2eeTamper{hostKey: func([]byte) []byte { return mitm.kp.Public() }}},
+	} {
+		c.r.overlay.tamper.Store(c.how)
+		testutil.Eventually(t, c.name+": the dial's failure", func() bool {
+			conn, err := dialer.Dial(ctx, svc.Name)
+			if err == nil {
+				defer conn.Close()
+				if conn.Scheme() != sdk.SchemeZmesh {
+					t.Fatalf("%s: the dial runs scheme %q", c.name, conn.Scheme())
+				}
+				return false
+			}
+			return strings.Contains(err.Error(), "openZitiEncryption is false")
+		})
+		noneAccepted()
+		c.r.overlay.tamper.Store(nil)
+	}
+
+	// Untampered, the two ends run zmesh's scheme.
+	conn, err := dialer.Dial(ctx, svc.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if conn.Scheme() != sdk.SchemeZmesh {
+		t.Fatalf("untampered: scheme %q", conn.Scheme())
+	}
+	conn.Write([]byte("zmesh to zmesh"))
+	conn.CloseWrite()
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if back, err := io.ReadAll(conn); err != nil || string(back) != "ZMESH TO ZMESH" {
+		t.Fatalf("untampered: read %q (%v)", back, err)
+	}
+	if a := <-got; a.conn.(*sdk.Conn).Scheme() != sdk.SchemeZmesh {
+		t.Fatalf("untampered: the host's scheme %q", a.conn.(*sdk.Conn).Scheme())
+	}
+}
+
+// The proxy mode, which knows its services by name, offers what the router identity's
+// service list allows: zmesh's scheme, plus an OpenZiti key only with openZitiEncryption.
+// Either way two zmesh tunnels settle on zmesh's scheme.
+func TestProxyOffersFollowThePolicy(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, svc, ln := tunnelNet(t, ctx, false)
+	got := echoHost(func() (net.Conn, error) { c, _, err := ln.Accept(); return c, err })
+	a, h := n.routers["A"].r, n.routers["H"].r
+	offers := make(chan *ctrlproto.E2EEOffer, 4)
+	h.overlay.tamper.Store(&e2eeTamper{offer: func(o *ctrlproto.E2EEOffer) *ctrlproto.E2EEOffer { offers <- o; return o }})
+	for _, openZiti := range []bool{false, true} {
+		allowOpenZiti(t, n, svc, openZiti)
+		tunnelKnows(t, a, svc, openZiti)
+		tunnelKnows(t, h, svc, openZiti)
+		c, err := net.DialTimeout("tcp", a.ProxyAddress(svc.Name), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("through the proxy"))
+		c.(*net.TCPConn).CloseWrite()
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		back, err := io.ReadAll(c)
+		c.Close()
+		if err != nil || string(back) != "THROUGH THE PROXY" {
+			t.Fatalf("openZitiEncryption %v: the proxy's client read %q (%v)", openZiti, back, err)
+		}
+		if o := <-offers; o == nil || !o.Zmesh || (len(o.ZitiKey) == e2ee.ZitiKeySize) != openZiti {
+			t.Errorf("openZitiEncryption %v: the host got offer %+v", openZiti, o)
+		}
+		if r := <-got; r.err != nil {
+			t.Fatal(r.err)
+		} else if _, ok := r.conn.(*e2ee.Conn); !ok {
+			t.Errorf("openZitiEncryption %v: the host's end is a %T, not zmesh's scheme", openZiti, r.conn)
+		}
 	}
 }

@@ -239,26 +239,36 @@ func retriable(err error) bool {
 }
 
 // dialVia asks router rc for a circuit and, when the service requires it, sets up the
-// end-to-end encryption with the host the router reached: it offers zmesh's scheme and
-// OpenZiti's (with a fresh key), and runs the one the host chose.
+// end-to-end encryption with the host the router reached: it offers zmesh's scheme, and
+// OpenZiti's (with a fresh key) when the service's openZitiEncryption allows it, and runs
+// the one the host chose. A host key on a service that does not allow OpenZiti's scheme
+// fails the dial before anything is written: only a router could have put it there.
 func (c *Client) dialVia(ctx context.Context, rc *routerConn, svc Service, req edgeproto.Request) (*Conn, error) {
 	var key *e2ee.ZitiKey
 	if svc.EncryptionRequired {
-		var err error
-		if key, err = e2ee.NewZitiKey(); err != nil {
-			return nil, &handshakeError{err}
+		req.E2EE = &edgeproto.E2EEOffer{Zmesh: true}
+		if svc.OpenZitiEncryption {
+			var err error
+			if key, err = e2ee.NewZitiKey(); err != nil {
+				return nil, &handshakeError{err}
+			}
+			req.E2EE.ZitiKey = key.Public()
 		}
-		req.E2EE = &edgeproto.E2EEOffer{Zmesh: true, ZitiKey: key.Public()}
 	}
 	st, resp, err := rc.open(ctx, req)
 	if err != nil {
 		return nil, err
 	}
+	if len(resp.HostZitiKey) > 0 && key == nil {
+		st.Close()
+		return nil, &handshakeError{fmt.Errorf("sdk: dial service %q: router %s answered with OpenZiti's end-to-end scheme, "+
+			"which the service does not allow (openZitiEncryption is false)", svc.Name, rc.name)}
+	}
 	cs := newCircuitStream(st)
 	conn := &Conn{inner: cs, stream: cs, circuitID: resp.CircuitID,
 		local: Addr{Service: svc.Name, Identity: c.id}, remote: Addr{Service: svc.Name, Identity: resp.HostID}}
 	switch {
-	case svc.EncryptionRequired && len(resp.HostZitiKey) > 0:
+	case key != nil && len(resp.HostZitiKey) > 0:
 		if err := encryptZiti(conn, key, resp.HostZitiKey, true); err != nil {
 			return nil, err
 		}

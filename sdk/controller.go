@@ -118,6 +118,9 @@ type Service struct {
 	ID                 string
 	Name               string
 	EncryptionRequired bool
+	// OpenZitiEncryption: the service allows OpenZiti's end-to-end scheme, for OpenZiti
+	// clients; without it a Dial neither offers nor accepts it and a Listener refuses it.
+	OpenZitiEncryption bool
 	// Permissions are what the identity may do with the service: Dial, Bind or both.
 	Permissions []Permission
 	// Configs are the service's configs by config type name.
@@ -132,7 +135,7 @@ func (s Service) CanBind() bool { return slices.Contains(s.Permissions, Permissi
 
 // equal reports whether s and o are the same in every field.
 func (s Service) equal(o Service) bool {
-	if s.ID != o.ID || s.Name != o.Name || s.EncryptionRequired != o.EncryptionRequired ||
+	if s.ID != o.ID || s.Name != o.Name || s.EncryptionRequired != o.EncryptionRequired || s.OpenZitiEncryption != o.OpenZitiEncryption ||
 		!slices.Equal(s.Permissions, o.Permissions) || len(s.Configs) != len(o.Configs) {
 		return false
 	}
@@ -153,6 +156,7 @@ func (c *Client) Services(ctx context.Context) ([]Service, error) {
 			ID                 string                     `json:"id"`
 			Name               string                     `json:"name"`
 			EncryptionRequired bool                       `json:"encryptionRequired"`
+			OpenZitiEncryption bool                       `json:"openZitiEncryption"`
 			Permissions        []Permission               `json:"permissions"`
 			Config             map[string]json.RawMessage `json:"config"`
 		}
@@ -166,7 +170,7 @@ func (c *Client) Services(ctx context.Context) ([]Service, error) {
 				s.Config = map[string]json.RawMessage{}
 			}
 			all = append(all, Service{ID: s.ID, Name: s.Name, EncryptionRequired: s.EncryptionRequired,
-				Permissions: s.Permissions, Configs: s.Config})
+				OpenZitiEncryption: s.OpenZitiEncryption, Permissions: s.Permissions, Configs: s.Config})
 		}
 		offset += len(page)
 		if p == nil || len(page) == 0 || offset >= p.TotalCount {

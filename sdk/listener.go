@@ -321,9 +321,10 @@ func (l *Listener) maintain() {
 
 // serveConnect answers a router's connect request to one of the listener's binds and hands
 // the stream to Accept. When the service requires encryption it chooses the scheme: zmesh's
-// when the dialing end offered it (the key exchange runs first), else OpenZiti's when the
-// dialing end offered a key (the answer carries this end's), else it refuses. The stream
-// stays referenced by this goroutine, or by the pending set, until then.
+// when the dialing end offered it or made no offer (the key exchange runs first), else
+// OpenZiti's when the dialing end offered a key and the service's openZitiEncryption allows
+// it (the answer carries this end's), else it refuses. The stream stays referenced by this
+// goroutine, or by the pending set, until then.
 func (l *Listener) serveConnect(st *smux.Stream, req edgeproto.Request) {
 	cs := newCircuitStream(st)
 	conn := &Conn{inner: cs, stream: cs, circuitID: req.CircuitID,
@@ -349,10 +350,15 @@ func (l *Listener) serveConnect(st *smux.Stream, req edgeproto.Request) {
 	}()
 	resp := edgeproto.Response{OK: true}
 	var zitiKey *e2ee.ZitiKey
-	if offer := req.E2EE; l.svc.EncryptionRequired && (offer == nil || !offer.Zmesh) {
-		if offer == nil || len(offer.ZitiKey) != e2ee.ZitiKeySize {
+	if offer := req.E2EE; l.svc.EncryptionRequired && offer != nil && !offer.Zmesh {
+		if len(offer.ZitiKey) != e2ee.ZitiKeySize {
 			l.log.Warn("refused a connection: no end-to-end scheme offered", "circuit", req.CircuitID, "initiator", req.InitiatorID)
 			refuse(st, edgeproto.CodeInvalid, fmt.Sprintf("service %q requires end-to-end encryption: the dialing end must offer zmesh's scheme or a %d-byte OpenZiti key", l.svc.Name, e2ee.ZitiKeySize))
+			return
+		}
+		if !l.svc.OpenZitiEncryption {
+			l.log.Warn("refused a connection: only OpenZiti's end-to-end scheme offered, which the service does not allow", "circuit", req.CircuitID, "initiator", req.InitiatorID)
+			refuse(st, edgeproto.CodeInvalid, fmt.Sprintf("openZitiEncryption is false: OpenZiti's end-to-end encryption is not allowed on service %q", l.svc.Name))
 			return
 		}
 		var err error

@@ -32,11 +32,13 @@
 // bind ends, because its router connection died or the router closed it, the Listener binds
 // again, retrying with a backoff from 0.5 s to 15 s while it has fewer binds than wanted.
 //
-// End-to-end encryption. A Dial of a service that requires it offers zmesh's scheme and
-// OpenZiti's; the hosting end chooses. Two zmesh ends use zmesh's (keys signed by both
-// identities' certificates, bound to the circuit); a zmesh end whose other end is an
-// OpenZiti client uses OpenZiti's, whose unsigned keys the controller relays, and a
-// Listener takes it when the dialer offered only that. Conn.Scheme tells which.
+// End-to-end encryption. A Dial of a service that requires it offers zmesh's scheme, and
+// OpenZiti's when the service's OpenZitiEncryption allows it; the hosting end chooses. Two
+// zmesh ends use zmesh's (keys signed by both identities' certificates, bound to the
+// circuit); a zmesh end whose other end is an OpenZiti client uses OpenZiti's, whose
+// unsigned keys the controller relays, only on a service that allows it: a Listener takes it
+// when the dialer offered only that, and a Dial fails when the answer carries a host key it
+// did not offer. Conn.Scheme tells which.
 //
 // Half-close. Conn.CloseWrite sends the stream's FIN (a Conn with zmesh's scheme first sends
 // its authenticated close-write record): the other end reads EOF and can still write back.

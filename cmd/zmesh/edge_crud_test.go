@@ -184,11 +184,13 @@ func TestEdgeCRUD(t *testing.T) {
 		{
 			typ: "service", name: "web",
 			create: []string{"service", "web", "-a", "web,prod", "--configs", "db-intercept," + hostCfg, "--encryption", "OFF",
-				"--terminator-strategy", "Random", "--max-idle-time", "90s", "--tags-json", `{"team":"ops"}`},
+				"--openziti-encryption", "on", "--terminator-strategy", "Random", "--max-idle-time", "90s", "--tags-json", `{"team":"ops"}`},
 			created: map[string]any{"roleAttributes": []string{"web", "prod"}, "configs": []string{interceptCfg, hostCfg},
-				"encryptionRequired": false, "terminatorStrategy": "random", "maxIdleTimeMillis": 90000, "tags": map[string]any{"team": "ops"}},
-			update:  []string{"-a", "web", "--terminator-strategy", "weighted"},
-			updated: map[string]any{"roleAttributes": []string{"web"}, "terminatorStrategy": "weighted", "encryptionRequired": false, "maxIdleTimeMillis": 90000},
+				"encryptionRequired": false, "openZitiEncryption": true, "terminatorStrategy": "random", "maxIdleTimeMillis": 90000,
+				"tags": map[string]any{"team": "ops"}},
+			update: []string{"-a", "web", "--terminator-strategy", "weighted", "--openziti-encryption", "off"},
+			updated: map[string]any{"roleAttributes": []string{"web"}, "terminatorStrategy": "weighted", "encryptionRequired": false,
+				"openZitiEncryption": false, "maxIdleTimeMillis": 90000},
 		},
 		{
 			typ: "config", name: "dns-intercept",

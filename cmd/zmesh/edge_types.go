@@ -130,6 +130,8 @@ func edgeTypes() []*entityType {
 				{flag: "configs", short: "c", kind: refsValue, ref: "configs", body: "configs", usage: "configs of the service, names or ids, comma-separated"},
 				{flag: "encryption", short: "e", kind: onOffValue, body: "encryptionRequired", def: "on", createOnly: true,
 					usage: "end-to-end encryption between the ends of each circuit: on or off"},
+				{flag: "openziti-encryption", kind: onOffValue, body: "openZitiEncryption", def: "off",
+					usage: "allow OpenZiti's end-to-end scheme, whose keys routers relay unsigned, for OpenZiti clients: on or off"},
 				{flag: "terminator-strategy", kind: choiceValue, body: "terminatorStrategy", choices: []string{"smartrouting", "weighted", "random", "ha"},
 					usage: "how a terminator is chosen: smartrouting, weighted, random or ha"},
 				{flag: "max-idle-time", kind: durationValue, body: "maxIdleTimeMillis", usage: "end circuits idle this long, e.g. 30m (0: never)"},

@@ -44,6 +44,7 @@ type serviceBody struct {
 	RoleAttributes     *[]string   `json:"roleAttributes"`
 	Configs            *[]string   `json:"configs"`
 	EncryptionRequired *bool       `json:"encryptionRequired"`
+	OpenZitiEncryption *bool       `json:"openZitiEncryption"`
 	MaxIdleTimeMillis  *int64      `json:"maxIdleTimeMillis"`
 	TerminatorStrategy *string     `json:"terminatorStrategy"`
 	Tags               *model.Tags `json:"tags"`
@@ -63,6 +64,7 @@ func (b *serviceBody) apply(s *model.Service) error {
 	set(&s.RoleAttributes, b.RoleAttributes)
 	set(&s.Configs, b.Configs)
 	set(&s.EncryptionRequired, b.EncryptionRequired)
+	set(&s.OpenZitiEncryption, b.OpenZitiEncryption)
 	set(&s.MaxIdleTimeMillis, b.MaxIdleTimeMillis)
 	set(&s.TerminatorStrategy, b.TerminatorStrategy)
 	set(&s.Tags, b.Tags)
@@ -76,6 +78,7 @@ func serviceFields() []field[*model.Service] {
 		str("name", func(x v) string { return x.Name }),
 		str("terminatorStrategy", func(x v) string { return x.TerminatorStrategy }),
 		boolean("encryptionRequired", func(x v) bool { return x.EncryptionRequired }),
+		boolean("openZitiEncryption", func(x v) bool { return x.OpenZitiEncryption }),
 		strs("roleAttributes", func(x v) []string { return x.RoleAttributes }),
 		strs("configs", func(x v) []string { return x.Configs }),
 		timeField("createdAt", func(x v) time.Time { return x.CreatedAt }),
@@ -89,7 +92,8 @@ func renderService(sv *model.Service, perms []string) map[string]any {
 		"createdAt": sv.CreatedAt, "updatedAt": sv.UpdatedAt, "tags": tagsOf(sv.Tags),
 		"name": sv.Name, "roleAttributes": nonNil(sv.RoleAttributes), "configs": nonNil(sv.Configs),
 		"config": map[string]any{}, "encryptionRequired": sv.EncryptionRequired,
-		"maxIdleTimeMillis": sv.MaxIdleTimeMillis, "terminatorStrategy": sv.TerminatorStrategy,
+		"openZitiEncryption": sv.OpenZitiEncryption,
+		"maxIdleTimeMillis":  sv.MaxIdleTimeMillis, "terminatorStrategy": sv.TerminatorStrategy,
 		"permissions": nonNil(perms), "postureQueries": []any{},
 	}
 }

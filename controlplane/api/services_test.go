@@ -133,3 +133,61 @@ func TestServicesAndSessions(t *testing.T) {
 		t.Errorf("admin client PATCH: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// openZitiEncryption defaults to false, is set by create, changed by update and patch (unlike
+// encryptionRequired), rendered by both APIs and filterable.
+func TestServiceOpenZitiEncryption(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var users []struct {
+		ID string `json:"id"`
+	}
+	decodeData(t, f.do("GET", ManagementBase+`/identities?filter=name%20%3D%20%22user%22`, f.admin, "").Body.Bytes(), &users)
+	plain := f.create(t, "/services", `{"name":"plain","encryptionRequired":true}`)
+	ziti := f.create(t, "/services", `{"name":"ziti","encryptionRequired":true,"openZitiEncryption":true}`)
+	f.create(t, "/service-policies", `{"name":"dial-all","type":"Dial","semantic":"AnyOf","identityRoles":["@`+users[0].ID+`"],"serviceRoles":["#all"]}`)
+
+	type svc struct {
+		Name               string `json:"name"`
+		OpenZitiEncryption *bool  `json:"openZitiEncryption"`
+	}
+	get := func(base, token, id string) bool {
+		t.Helper()
+		rec := f.do("GET", base+"/services/"+id, token, "")
+		var s svc
+		decodeData(t, rec.Body.Bytes(), &s)
+		if s.OpenZitiEncryption == nil {
+			t.Fatalf("%s service %s renders no openZitiEncryption: %s", base, id, rec.Body)
+		}
+		return *s.OpenZitiEncryption
+	}
+	for _, base := range []string{ManagementBase, ClientBase} {
+		token := f.admin
+		if base == ClientBase {
+			token = f.normal
+		}
+		if get(base, token, plain) || !get(base, token, ziti) {
+			t.Errorf("%s: openZitiEncryption of plain and ziti: %v %v", base, get(base, token, plain), get(base, token, ziti))
+		}
+	}
+	var listed []svc
+	decodeData(t, f.do("GET", ManagementBase+"/services?filter=openZitiEncryption%20%3D%20true", f.admin, "").Body.Bytes(), &listed)
+	if len(listed) != 1 || listed[0].Name != "ziti" {
+		t.Errorf("services filtered by openZitiEncryption = true: %+v", listed)
+	}
+	if rec := f.do("PATCH", ManagementBase+"/services/"+plain, f.admin, `{"openZitiEncryption":true}`); rec.Code != 200 {
+		t.Fatalf("patch openZitiEncryption: %d %s", rec.Code, rec.Body)
+	}
+	if !get(ManagementBase, f.admin, plain) {
+		t.Error("openZitiEncryption not changed by PATCH")
+	}
+	if rec := f.do("PUT", ManagementBase+"/services/"+ziti, f.admin, `{"name":"ziti","openZitiEncryption":false}`); rec.Code != 200 {
+		t.Fatalf("put openZitiEncryption: %d %s", rec.Code, rec.Body)
+	}
+	if get(ManagementBase, f.admin, ziti) {
+		t.Error("openZitiEncryption not changed by PUT")
+	}
+	if rec := f.do("PATCH", ManagementBase+"/services/"+plain, f.admin, `{"openZitiEncryption":"yes"}`); rec.Code != 400 {
+		t.Errorf("openZitiEncryption as a string: %d %s", rec.Code, rec.Body)
+	}
+}

@@ -122,7 +122,8 @@ func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.Cir
 	if svc.EncryptionRequired && len(req.ClientCert) > 0 {
 		return nil, nil, nil, fail(ctrlproto.ErrCodeInvalid, "service %q requires end-to-end encryption, which a client of a transport listener cannot do: use an SDK or a tunnel", svc.Name)
 	}
-	if err := checkOffer(svc, req.E2EE); err != nil {
+	offer, err := checkOffer(svc, req.E2EE)
+	if err != nil {
 		return nil, nil, nil, err
 	}
 	if len(req.AppData) > ctrlproto.MaxAppData {
@@ -156,7 +157,7 @@ func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.Cir
 	}
 	term := byID[choice.Terminator.ID]
 	c := &Circuit{ID: newCircuitID(), ServiceID: svc.ID, Terminator: term.ID, Initiator: initiator, Created: time.Now(), clientCert: req.ClientCert}
-	c.appData, c.offer, c.encrypted = req.AppData, req.E2EE, svc.EncryptionRequired
+	c.appData, c.offer, c.encrypted = req.AppData, offer, svc.EncryptionRequired
 	for _, h := range choice.Path {
 		c.Path = append(c.Path, h.Router)
 	}
@@ -178,16 +179,30 @@ func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.Cir
 	return c, term, hostKey, nil
 }
 
-// checkOffer refuses an end-to-end offer that is malformed, and a service that requires
-// end-to-end encryption dialed without an offer of a scheme.
-func checkOffer(svc *model.Service, o *ctrlproto.E2EEOffer) error {
+// checkOffer applies the service's policy to the initiator's end-to-end offer and returns
+// what the egress gets. A malformed offer is refused. A service without end-to-end
+// encryption gets no offer. For one that requires it, a missing offer means zmesh's scheme
+// (what a zmesh end that makes no offers runs); an offer of no scheme is refused; unless
+// the service's openZitiEncryption allows OpenZiti's scheme, whose keys routers relay
+// unsigned, an offer of only that is refused and its key dropped from one that also offers
+// zmesh's, so that no router can steer two zmesh ends onto it.
+func checkOffer(svc *model.Service, o *ctrlproto.E2EEOffer) (*ctrlproto.E2EEOffer, error) {
 	if o != nil && len(o.ZitiKey) != 0 && len(o.ZitiKey) != ctrlproto.ZitiKeySize {
-		return fail(ctrlproto.ErrCodeInvalidE2EEOffer, "e2ee.zitiKey is %d bytes; a crypto_kx public key is %d", len(o.ZitiKey), ctrlproto.ZitiKeySize)
+		return nil, fail(ctrlproto.ErrCodeInvalidE2EEOffer, "e2ee.zitiKey is %d bytes; a crypto_kx public key is %d", len(o.ZitiKey), ctrlproto.ZitiKeySize)
 	}
-	if svc.EncryptionRequired && (o == nil || !o.Zmesh && len(o.ZitiKey) == 0) {
-		return fail(ctrlproto.ErrCodeEncryptionRequired, "service %q requires end-to-end encryption and the dial offered no scheme (e2ee.zmesh or e2ee.zitiKey)", svc.Name)
+	switch {
+	case !svc.EncryptionRequired:
+		return nil, nil
+	case o == nil:
+		return &ctrlproto.E2EEOffer{Zmesh: true}, nil
+	case !o.Zmesh && len(o.ZitiKey) == 0:
+		return nil, fail(ctrlproto.ErrCodeEncryptionRequired, "service %q requires end-to-end encryption and the dial offered no scheme (e2ee.zmesh or e2ee.zitiKey)", svc.Name)
+	case svc.OpenZitiEncryption:
+		return o, nil
+	case !o.Zmesh:
+		return nil, fail(ctrlproto.ErrCodeOpenZitiEncryptionNotAllowed, "openZitiEncryption is false: OpenZiti's end-to-end encryption is not allowed on service %q", svc.Name)
 	}
-	return nil
+	return &ctrlproto.E2EEOffer{Zmesh: true}, nil
 }
 
 // endRevoked ends the circuits dialed with a certificate that no longer authenticates the
@@ -340,14 +355,15 @@ func (s *Service) install(ctx context.Context, c *Circuit, term *model.Terminato
 	return hostKey, nil
 }
 
-// checkHostKey checks the egress's HostZitiKey: a crypto_kx public key, answering an offer
-// of OpenZiti's scheme.
+// checkHostKey checks the egress's HostZitiKey: a crypto_kx public key, answering the offer
+// of OpenZiti's scheme the egress got (none when the service's policy dropped it).
 func checkHostKey(egress string, offer *ctrlproto.E2EEOffer, key []byte) ([]byte, error) {
 	switch {
 	case len(key) == 0:
 		return nil, nil
 	case offer == nil || len(offer.ZitiKey) == 0:
-		return nil, fail(ctrlproto.ErrCodeRouteFailed, "router %s: the hosting end answered with an OpenZiti key that the initiator did not offer", egress)
+		return nil, fail(ctrlproto.ErrCodeRouteFailed, "router %s: the hosting end answered with an OpenZiti key, but the circuit's offer had none "+
+			"(the service does not require end-to-end encryption, its openZitiEncryption is false, or the dialing end offered only zmesh's scheme)", egress)
 	case len(key) != ctrlproto.ZitiKeySize:
 		return nil, fail(ctrlproto.ErrCodeRouteFailed, "router %s: the hosting end's OpenZiti key is %d bytes, not %d", egress, len(key), ctrlproto.ZitiKeySize)
 	}

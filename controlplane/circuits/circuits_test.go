@@ -278,9 +278,11 @@ func newRouteRouter(t *testing.T) *routeRouter {
 
 func (rr *routeRouter) Channel(string) (*ctrlproto.Channel, bool) { return rr.ch, true }
 
-// TestE2EEOffers: a service that requires end-to-end encryption is refused without an offer
-// and with a malformed one; the offer reaches the egress's Xgress, and the hosting end's
-// OpenZiti key the reply, checked against the offer.
+// TestE2EEOffers: the controller applies the service's policy to the initiator's offer: a
+// malformed offer or one of no scheme is refused; no offer on an encrypted service means
+// zmesh's scheme; OpenZiti's scheme only where openZitiEncryption allows it (its key dropped
+// from the egress's offer otherwise, and a host key refused); a service without encryption
+// passes no offer and takes no host key.
 func TestE2EEOffers(t *testing.T) {
 	t.Parallel()
 	_, m := newService(t)
@@ -291,8 +293,9 @@ func TestE2EEOffers(t *testing.T) {
 		t.Fatal(err)
 	}
 	secret := &model.Service{Name: "secret", EncryptionRequired: true}
+	ziti := &model.Service{Name: "ziti", EncryptionRequired: true, OpenZitiEncryption: true}
 	plain := &model.Service{Name: "plain"}
-	for _, svc := range []*model.Service{secret, plain} {
+	for _, svc := range []*model.Service{secret, ziti, plain} {
 		if err := m.CreateService(svc); err != nil {
 			t.Fatal(err)
 		}
@@ -301,7 +304,7 @@ func TestE2EEOffers(t *testing.T) {
 		}
 	}
 	if err := m.CreateServicePolicy(&model.ServicePolicy{Name: "p", Type: model.PolicyDial, IdentityRoles: []string{"@" + gw.ID},
-		ServiceRoles: []string{"@" + secret.ID, "@" + plain.ID}}); err != nil {
+		ServiceRoles: []string{"@" + secret.ID, "@" + ziti.ID, "@" + plain.ID}}); err != nil {
 		t.Fatal(err)
 	}
 	key := func(n int) []byte { return bytes.Repeat([]byte{7}, n) }
@@ -313,57 +316,86 @@ func TestE2EEOffers(t *testing.T) {
 		svc   string
 		offer *ctrlproto.E2EEOffer
 		code  string
+		says  []string
 	}{
-		{"no offer", "secret", nil, ctrlproto.ErrCodeEncryptionRequired},
-		{"an empty offer", "secret", &ctrlproto.E2EEOffer{}, ctrlproto.ErrCodeEncryptionRequired},
-		{"a short key", "secret", &ctrlproto.E2EEOffer{Zmesh: true, ZitiKey: key(31)}, ctrlproto.ErrCodeInvalidE2EEOffer},
-		{"a long key", "plain", &ctrlproto.E2EEOffer{ZitiKey: key(33)}, ctrlproto.ErrCodeInvalidE2EEOffer},
+		{"an empty offer", "secret", &ctrlproto.E2EEOffer{}, ctrlproto.ErrCodeEncryptionRequired, []string{"e2ee."}},
+		{"a short key", "secret", &ctrlproto.E2EEOffer{Zmesh: true, ZitiKey: key(31)}, ctrlproto.ErrCodeInvalidE2EEOffer, []string{"e2ee.zitiKey"}},
+		{"a long key", "plain", &ctrlproto.E2EEOffer{ZitiKey: key(33)}, ctrlproto.ErrCodeInvalidE2EEOffer, []string{"e2ee.zitiKey"}},
+		{"only OpenZiti's scheme where it is not allowed", "secret", &ctrlproto.E2EEOffer{ZitiKey: key(32)},
+			ctrlproto.ErrCodeOpenZitiEncryptionNotAllowed, []string{"openZitiEncryption is false", `"secret"`}},
 	} {
-		if reply := ask(c.svc, c.offer); reply.ErrorCode != c.code || !strings.Contains(reply.ErrorMessage, "e2ee.") {
-			t.Errorf("%s: %s %q, want %s naming the field", c.name, reply.ErrorCode, reply.ErrorMessage, c.code)
+		reply := ask(c.svc, c.offer)
+		if reply.ErrorCode != c.code {
+			t.Errorf("%s: %s %q, want %s", c.name, reply.ErrorCode, reply.ErrorMessage, c.code)
+		}
+		for _, w := range c.says {
+			if !strings.Contains(reply.ErrorMessage, w) {
+				t.Errorf("%s: %q does not say %s", c.name, reply.ErrorMessage, w)
+			}
 		}
 	}
 	if len(rr.egress) != 0 {
 		t.Fatal("a refused circuit was routed")
 	}
 
-	// zmesh's scheme: the offer reaches the egress; no key comes back.
-	reply := ask("secret", &ctrlproto.E2EEOffer{Zmesh: true})
-	if reply.ErrorCode != "" || !reply.EncryptionRequired || reply.HostZitiKey != nil {
-		t.Fatalf("zmesh offer: %+v", reply)
+	// route asks for a circuit and returns its reply and the offer the egress got.
+	route := func(svc string, offer *ctrlproto.E2EEOffer, hostKey []byte) (*ctrlproto.CircuitReply, *ctrlproto.E2EEOffer) {
+		t.Helper()
+		rr.hostKey = hostKey
+		reply := ask(svc, offer)
+		select {
+		case x := <-rr.egress:
+			return reply, x.E2EE
+		default:
+			t.Fatalf("%s: not routed: %+v", svc, reply)
+			return nil, nil
+		}
 	}
-	if x := <-rr.egress; x.E2EE == nil || !x.E2EE.Zmesh || x.E2EE.ZitiKey != nil {
-		t.Errorf("the egress got offer %+v", x.E2EE)
+	zmeshOnly := &ctrlproto.E2EEOffer{Zmesh: true}
+	both := &ctrlproto.E2EEOffer{Zmesh: true, ZitiKey: key(32)}
+	zitiOnly := &ctrlproto.E2EEOffer{ZitiKey: key(32)}
+	kept := 0
+	for _, c := range []struct {
+		name    string
+		svc     string
+		offer   *ctrlproto.E2EEOffer
+		hostKey []byte
+		egress  *ctrlproto.E2EEOffer // what the egress gets
+		code    string               // of the reply
+	}{
+		// openZitiEncryption false: zmesh's scheme only.
+		{"no offer means zmesh's scheme", "secret", nil, nil, zmeshOnly, ""},
+		{"zmesh's scheme", "secret", zmeshOnly, nil, zmeshOnly, ""},
+		{"the key dropped", "secret", both, nil, zmeshOnly, ""},
+		{"a host key refused", "secret", both, key(32), zmeshOnly, ctrlproto.ErrCodeRouteFailed},
+		// openZitiEncryption true: the offer as made.
+		{"OpenZiti's scheme allowed", "ziti", zitiOnly, key(32), zitiOnly, ""},
+		{"both offered", "ziti", both, nil, both, ""},
+		{"no offer on an OpenZiti service", "ziti", nil, nil, zmeshOnly, ""},
+		{"a host key answering zmesh's offer", "ziti", zmeshOnly, key(32), zmeshOnly, ctrlproto.ErrCodeRouteFailed},
+		{"a short host key", "ziti", zitiOnly, key(16), zitiOnly, ctrlproto.ErrCodeRouteFailed},
+		// no encryption: no offer passed, no host key taken.
+		{"no offer", "plain", nil, nil, nil, ""},
+		{"an offer dropped", "plain", both, nil, nil, ""},
+		{"a host key on a plain service", "plain", both, key(32), nil, ctrlproto.ErrCodeRouteFailed},
+	} {
+		reply, got := route(c.svc, c.offer, c.hostKey)
+		if reply.ErrorCode != c.code {
+			t.Errorf("%s: %s %q, want code %q", c.name, reply.ErrorCode, reply.ErrorMessage, c.code)
+		}
+		if (got == nil) != (c.egress == nil) || got != nil && (got.Zmesh != c.egress.Zmesh || !bytes.Equal(got.ZitiKey, c.egress.ZitiKey)) {
+			t.Errorf("%s: the egress got offer %+v, want %+v", c.name, got, c.egress)
+		}
+		if c.code != "" {
+			continue
+		}
+		kept++
+		if reply.EncryptionRequired != (c.svc != "plain") || !bytes.Equal(reply.HostZitiKey, c.hostKey) {
+			t.Errorf("%s: reply %+v", c.name, reply)
+		}
 	}
-	// OpenZiti's scheme: the hosting end's key comes back in the reply.
-	rr.hostKey = key(32)
-	reply = ask("secret", &ctrlproto.E2EEOffer{ZitiKey: key(32)})
-	if reply.ErrorCode != "" || !bytes.Equal(reply.HostZitiKey, key(32)) {
-		t.Fatalf("OpenZiti offer: %+v", reply)
-	}
-	if x := <-rr.egress; x.E2EE == nil || x.E2EE.Zmesh || !bytes.Equal(x.E2EE.ZitiKey, key(32)) {
-		t.Errorf("the egress got offer %+v", x.E2EE)
-	}
-	// A host key the initiator did not ask for, or of the wrong size, fails the circuit.
-	if reply = ask("secret", &ctrlproto.E2EEOffer{Zmesh: true}); reply.ErrorCode != ctrlproto.ErrCodeRouteFailed {
-		t.Errorf("a host key answering a zmesh offer: %+v", reply)
-	}
-	<-rr.egress
-	rr.hostKey = key(16)
-	if reply = ask("secret", &ctrlproto.E2EEOffer{ZitiKey: key(32)}); reply.ErrorCode != ctrlproto.ErrCodeRouteFailed {
-		t.Errorf("a short host key: %+v", reply)
-	}
-	<-rr.egress
-	// A service without the requirement needs no offer.
-	rr.hostKey = nil
-	if reply = ask("plain", nil); reply.ErrorCode != "" || reply.EncryptionRequired {
-		t.Errorf("plain service: %+v", reply)
-	}
-	if x := <-rr.egress; x.E2EE != nil {
-		t.Errorf("the egress got offer %+v for a dial without one", x.E2EE)
-	}
-	if got := len(s.Circuits()); got != 3 {
-		t.Errorf("%d circuits kept, want 3", got)
+	if got := len(s.Circuits()); got != kept {
+		t.Errorf("%d circuits kept, want %d", got, kept)
 	}
 }
 

@@ -36,7 +36,8 @@ func (s *Service) tunnelServices(router string, req *ctrlproto.TunnelServices) *
 	}
 	reply := &ctrlproto.TunnelServicesReply{LastChange: last, Services: make([]ctrlproto.TunnelService, 0, len(list))}
 	for _, a := range list {
-		ts := ctrlproto.TunnelService{ID: a.ID, Name: a.Name, EncryptionRequired: a.EncryptionRequired, Configs: map[string]json.RawMessage{}}
+		ts := ctrlproto.TunnelService{ID: a.ID, Name: a.Name, EncryptionRequired: a.EncryptionRequired,
+			OpenZitiEncryption: a.OpenZitiEncryption, Configs: map[string]json.RawMessage{}}
 		if a.Dial {
 			ts.Permissions = append(ts.Permissions, model.PolicyDial)
 		}

@@ -14,8 +14,12 @@ type Service struct {
 	RoleAttributes     []string `json:"roleAttributes"`
 	Configs            []string `json:"configs"`
 	EncryptionRequired bool     `json:"encryptionRequired"`
-	MaxIdleTimeMillis  int64    `json:"maxIdleTimeMillis"`
-	TerminatorStrategy string   `json:"terminatorStrategy"`
+	// OpenZitiEncryption lets circuits of an encryptionRequired service use OpenZiti's
+	// end-to-end scheme, whose unsigned keys the routers relay, for OpenZiti clients;
+	// without it only zmesh's signed scheme is allowed.
+	OpenZitiEncryption bool   `json:"openZitiEncryption"`
+	MaxIdleTimeMillis  int64  `json:"maxIdleTimeMillis"`
+	TerminatorStrategy string `json:"terminatorStrategy"`
 }
 
 // Policy types and semantics.

@@ -21,11 +21,14 @@ const (
 	ErrCodeTimeout         = "TIMEOUT"           // the work did not finish in time
 	ErrCodeInvalid         = "INVALID"           // the request's fields are not acceptable
 	// ErrCodeEncryptionRequired: the service requires end-to-end encryption and the
-	// request offered none.
+	// request's offer named no scheme.
 	ErrCodeEncryptionRequired = "ENCRYPTION_REQUIRED"
 	// ErrCodeInvalidE2EEOffer: the request's e2ee offer is malformed (a zitiKey that is
 	// not 32 bytes).
 	ErrCodeInvalidE2EEOffer = "INVALID_E2EE_OFFER"
+	// ErrCodeOpenZitiEncryptionNotAllowed: the request offered only OpenZiti's end-to-end
+	// scheme for a service whose openZitiEncryption is false.
+	ErrCodeOpenZitiEncryptionNotAllowed = "OPENZITI_ENCRYPTION_NOT_ALLOWED"
 )
 
 // Outcome is the success-or-failure part of a reply: an empty ErrorCode is success.
@@ -441,9 +444,12 @@ func (*TunnelServicesReply) MessageType() Type { return TypeTunnelServicesReply 
 
 // TunnelService is a service a router's tunnel may use.
 type TunnelService struct {
-	ID                 string   `json:"id"`
-	Name               string   `json:"name"`
-	EncryptionRequired bool     `json:"encryptionRequired"`
+	ID                 string `json:"id"`
+	Name               string `json:"name"`
+	EncryptionRequired bool   `json:"encryptionRequired"`
+	// OpenZitiEncryption: the service allows OpenZiti's end-to-end scheme (see
+	// E2EEOffer); without it the tunnel neither offers nor accepts a ZitiKey.
+	OpenZitiEncryption bool     `json:"openZitiEncryption,omitempty"`
 	Permissions        []string `json:"permissions"` // Dial, Bind
 	// Configs holds the service's configs by config type name (intercept.v1, host.v1, ...).
 	Configs map[string]json.RawMessage `json:"configs,omitempty"`

@@ -78,9 +78,10 @@ type ZitiConn struct {
 	dec     secretstream.Decryptor
 	hdr     [zitiFrameHeader]byte // the length of the frame being read
 	hdrN    int                   // bytes of hdr read
-	body    []byte                // the frame being read, once its length is known
-	bodyBuf *[]byte               // body's pooled buffer
-	bodyN   int                   // bytes of body read
+	bodyLen int                   // the length of the frame being read, once known
+	body    []byte                // its buffer, grown as its bytes arrive, up to bodyLen
+	bodyBuf *[]byte               // body's pooled buffer, until body outgrows it
+	bodyN   int                   // bytes of the frame read
 	opened  uint64                // messages opened, for errors
 	pending []byte                // opened plaintext Read has not returned yet
 	rerr    error                 // sticky
@@ -227,21 +228,23 @@ func (c *ZitiConn) readMessage() error {
 			c.rerr = fmt.Errorf("%w: bad stream header: a first frame of %d bytes, not %d", ErrAuthentication, n, secretstream.StreamHeaderBytes)
 			return c.rerr
 		}
+		// The length is the peer's word: the buffer starts pooled and grows only as bytes
+		// arrive, so that a peer that stalls pins no more than it sent.
+		c.bodyLen = int(n)
 		c.bodyBuf = zitiBuffers.Get().(*[]byte)
-		c.body = *c.bodyBuf
-		if cap(c.body) < int(n) {
-			c.body = make([]byte, n) // larger than pooled buffers: not pooled
-		}
-		c.body = c.body[:n]
+		c.body = (*c.bodyBuf)[:min(cap(*c.bodyBuf), c.bodyLen)]
 	}
-	for c.bodyN < len(c.body) {
+	for c.bodyN < c.bodyLen {
+		if c.bodyN == len(c.body) {
+			c.growBody()
+		}
 		k, err := c.conn.Read(c.body[c.bodyN:])
 		c.bodyN += k
-		if err != nil && c.bodyN < len(c.body) {
+		if err != nil && c.bodyN < c.bodyLen {
 			return c.readError(err)
 		}
 	}
-	frame := c.body
+	frame := c.body[:c.bodyLen]
 	defer c.releaseFrame()
 	if c.rxKey != nil {
 		dec, err := secretstream.NewDecryptor(c.rxKey, frame)
@@ -262,10 +265,24 @@ func (c *ZitiConn) readMessage() error {
 	return nil
 }
 
-// releaseFrame readies the read state for the next frame and returns the buffer.
+// growBody doubles the full frame buffer, up to the frame's length; a buffer larger than
+// the pool's is the frame's own, and the pooled one goes back.
+func (c *ZitiConn) growBody() {
+	b := make([]byte, min(2*len(c.body), c.bodyLen))
+	copy(b, c.body[:c.bodyN])
+	c.body = b
+	if c.bodyBuf != nil {
+		zitiBuffers.Put(c.bodyBuf)
+		c.bodyBuf = nil
+	}
+}
+
+// releaseFrame readies the read state for the next frame and returns the pooled buffer.
 func (c *ZitiConn) releaseFrame() {
-	zitiBuffers.Put(c.bodyBuf)
-	c.hdrN, c.body, c.bodyBuf, c.bodyN = 0, nil, nil, 0
+	if c.bodyBuf != nil {
+		zitiBuffers.Put(c.bodyBuf)
+	}
+	c.hdrN, c.bodyLen, c.body, c.bodyBuf, c.bodyN = 0, 0, nil, nil, 0
 }
 
 // readError turns an error of the underlying Read into the one Read returns: a timeout may be

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -456,5 +457,44 @@ func BenchmarkZitiMessage(b *testing.B) {
 		if _, err := io.ReadFull(server, buf); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestZitiFrameLengthAllocatesAsBytesArrive: a frame's length, the peer's word, makes the
+// reader allocate only for the bytes that arrived: a peer that announces the largest frame
+// and stalls after one byte pins no more than a pooled buffer.
+func TestZitiFrameLengthAllocatesAsBytesArrive(t *testing.T) {
+	cc, sc := tcpPair(t)
+	t.Cleanup(func() { cc.Close(); sc.Close() })
+	key, err := NewZitiKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := kx.NewKeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	zc, err := ZitiClient(cc, key, kp.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	newSDKPeer(t, sc, kp, key.Public(), false) // sends its 24-byte header
+	readTimesOut := func() {
+		t.Helper()
+		zc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if _, err := zc.Read(make([]byte, 64)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read of a stalled frame: %v", err)
+		}
+	}
+	readTimesOut() // the header is opened; no message yet
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	sc.Write(append(binary.BigEndian.AppendUint32(nil, MaxZitiFrame), 1))
+	readTimesOut()
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew >= 1<<20 {
+		t.Fatalf("a stalled frame of %d bytes, 1 sent, allocated %d bytes", MaxZitiFrame, grew)
+	} else {
+		t.Logf("a stalled frame of %d bytes, 1 sent, allocated %d bytes", MaxZitiFrame, grew)
 	}
 }
