@@ -351,7 +351,8 @@ func (cl *zitiClient) accept() (*zconn, *zitiproto.Message, error) {
 }
 
 // zitiNet is routers E and H linked, each with an edge listener; H is a tunneler. Service
-// "svc" (requiring end-to-end encryption if encrypted) may be dialed by identity "dialer"
+// "svc" (requiring end-to-end encryption if encrypted, and then allowing OpenZiti's scheme,
+// which OpenZiti clients need) may be dialed by identity "dialer"
 // and hosted by identity "host" and by router H's identity.
 func zitiNet(t *testing.T, encrypted bool) (n *testNet, svc *model.Service, dialer, host tls.Certificate) {
 	n = newTestNet(t)
@@ -371,7 +372,7 @@ func zitiNet(t *testing.T, encrypted bool) (n *testNet, svc *model.Service, dial
     - binding: transport
 `+edgeListener)
 	testutil.Eventually(t, "link E–H", func() bool { return n.linked("E", "H") })
-	svc = &model.Service{Name: "svc", EncryptionRequired: encrypted}
+	svc = &model.Service{Name: "svc", EncryptionRequired: encrypted, OpenZitiEncryption: encrypted}
 	if err := n.m.CreateService(svc); err != nil {
 		t.Fatal(err)
 	}
