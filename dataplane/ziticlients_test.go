@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openziti/secretstream"
+	"github.com/openziti/secretstream/kx"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/zmesh/zmesh/controlplane/model"
@@ -25,6 +27,7 @@ import (
 	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/internal/zitiproto"
 	"github.com/zmesh/zmesh/tunnel"
+	"github.com/zmesh/zmesh/xgress"
 )
 
 // zitiClient is the client side of OpenZiti's edge protocol, written out plainly on
@@ -890,5 +893,126 @@ func TestZitiCertChangeClosesChannel(t *testing.T) {
 	}
 	if _, err := n.connectZitiWith(addr, dialerCert, apiSess); err == nil || !strings.Contains(err.Error(), "not a current certificate") {
 		t.Fatalf("the revoked certificate with the password session: %v", err)
+	}
+}
+
+// An OpenZiti client dialing a service that requires end-to-end encryption, hosted by router
+// H's tunnel, does OpenZiti's key exchange with H's tunnel through router E: the keys ride
+// the Connect and StateConnected, each side's first Data is its stream header, and every
+// payload both routers forward between them is ciphertext; the tunnel's host end reads the
+// plaintext and its echo comes back decrypted.
+func TestZitiClientEncryptedToTunnelHost(t *testing.T) {
+	t.Parallel()
+	n, svc, dialerCert, _ := zitiNet(t, true)
+	h, e := n.routers["H"], n.routers["E"]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*testutil.Patience)
+	defer cancel()
+	tunnelKnows(t, h.r, svc, true)
+	ln, err := h.r.overlay.Bind(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, Bind: true, EncryptionRequired: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type served struct {
+		data []byte
+		err  error
+	}
+	got := make(chan served, 1)
+	go func() {
+		c, _, err := ln.Accept()
+		if err != nil {
+			got <- served{nil, err}
+			return
+		}
+		defer c.Close()
+		b, err := io.ReadAll(c)
+		if err == nil {
+			_, err = c.Write(b)
+			c.(interface{ CloseWrite() error }).CloseWrite()
+		}
+		got <- served{b, err}
+	}()
+
+	// Both routers record the payloads they take from their link.
+	var (
+		mu   sync.Mutex
+		seen bytes.Buffer
+	)
+	tap := func(f *xgress.Frame) {
+		if f.Type == xgress.Payload && len(f.Data) > 0 {
+			mu.Lock()
+			seen.Write(f.Data)
+			mu.Unlock()
+		}
+	}
+	h.r.fw.tap.Store(&tap)
+	e.r.fw.tap.Store(&tap)
+
+	cl, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := kx.NewKeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	zc, reply, err := cl.connect(n.zitiSession(cl, e.r, svc.ID, "Dial"), kp.Public(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostKey, _ := reply.Header(zitiproto.HeaderPublicKey)
+	rx, tx, err := kp.ClientSessionKeys(hostKey)
+	if err != nil {
+		t.Fatalf("the host's key %x: %v", hostKey, err)
+	}
+	enc, header, err := secretstream.NewEncryptor(tx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, zc.write(header, 0))
+	marker := []byte("plaintext the routers must never see ")
+	msg := bytes.Repeat(marker, 2048)
+	for off := 0; off < len(msg); off += 16 << 10 {
+		ct, err := enc.Push(msg[off:min(off+16<<10, len(msg))], secretstream.TagMessage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		must(t, zc.write(ct, 0))
+	}
+	must(t, zc.write(nil, zitiproto.FlagFIN))
+
+	first, err := zc.next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := secretstream.NewDecryptor(rx, first)
+	if err != nil {
+		t.Fatalf("the host's stream header (%d bytes): %v", len(first), err)
+	}
+	var back []byte
+	for {
+		ct, err := zc.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		pt, _, err := dec.Pull(ct)
+		if err != nil {
+			t.Fatalf("decrypt the echo: %v", err)
+		}
+		back = append(back, pt...)
+	}
+	if !bytes.Equal(back, msg) {
+		t.Fatalf("the client decrypted %d bytes of echo, sent %d", len(back), len(msg))
+	}
+	if s := <-got; s.err != nil || !bytes.Equal(s.data, msg) {
+		t.Fatalf("the tunnel host read %d bytes of %d (%v)", len(s.data), len(msg), s.err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if seen.Len() < 2*len(msg) || bytes.Contains(seen.Bytes(), marker) {
+		t.Fatalf("the routers forwarded %d bytes, the plaintext among them: %v", seen.Len(), bytes.Contains(seen.Bytes(), marker))
 	}
 }
