@@ -196,10 +196,23 @@ func runSDKData(t *testing.T, l *ledger, n *network, zitiBin string) {
 		case took > 3*time.Second: // moments, even on a loaded machine
 			return fmt.Errorf("the deleted identity's circuit ended %v after the delete (%v)", took.Round(time.Millisecond), err)
 		}
+		t.Logf("the deleted identity's circuit ended %v after the delete (%v)", took.Round(time.Millisecond), err)
 		return nil
 	})
 
 	step("zmesh-sdk-same-port", func() error {
+		// Router A has one edge address, which OpenZiti's clients and zmesh's SDK are given.
+		var er struct {
+			Data struct {
+				SupportedProtocols map[string]string `json:"supportedProtocols"`
+			} `json:"data"`
+		}
+		if err := r.do("GET", managementAPI+"/edge-routers/"+d.routerA, nil, &er); err != nil {
+			return err
+		}
+		if len(er.Data.SupportedProtocols) != 1 {
+			return fmt.Errorf("router-1's edge addresses are %v, want its one edge listener", er.Data.SupportedProtocols)
+		}
 		// An OpenZiti client on router A's edge port, its circuit held open.
 		held, err := zc.DialWithOptions(svcPlain, dialOpts)
 		if err != nil {
