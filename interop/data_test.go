@@ -98,7 +98,19 @@ func runSDKData(t *testing.T, l *ledger, n *network, zitiBin string) {
 		if _, err := (exchange{seed: 1, up: bulkBytes, down: bulkBytes, checked: true}).run(conn, time.Now().Add(dataDeadline)); err != nil {
 			return fmt.Errorf("64 MiB each way: %w", err)
 		}
-		return zitiEncrypted(conn)
+		if err := zitiEncrypted(conn); err != nil {
+			return err
+		}
+		// The same check tells a circuit without end-to-end encryption.
+		plain, err := zc.DialWithOptions(svcPlain, dialOpts)
+		if err != nil {
+			return fmt.Errorf("dial %s: %w", svcPlain, err)
+		}
+		defer plain.Close()
+		if zitiEncrypted(plain) == nil {
+			return fmt.Errorf("sdk-golang reports its circuit to %s, which is not encryptionRequired, as end-to-end encrypted", svcPlain)
+		}
+		return nil
 	})
 
 	// An OpenZiti SDK listener through router B, reached by zmesh's SDK and tunneler.
