@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -101,6 +102,9 @@ func runSDKData(t *testing.T, l *ledger, n *network, zitiBin string) {
 		if err := zitiEncrypted(conn); err != nil {
 			return err
 		}
+		if err := d.crossesAB(r, conn.GetCircuitId()); err != nil {
+			return err
+		}
 		// The same check tells a circuit without end-to-end encryption.
 		plain, err := zc.DialWithOptions(svcPlain, dialOpts)
 		if err != nil {
@@ -138,7 +142,7 @@ func runSDKData(t *testing.T, l *ledger, n *network, zitiBin string) {
 		if !conn.Encrypted() {
 			return fmt.Errorf("zmesh's SDK reports its circuit to %s as not end-to-end encrypted", svcListen)
 		}
-		return nil
+		return d.crossesAB(r, strconv.FormatUint(conn.CircuitID(), 10))
 	})
 	step("listen-reached-by-zmesh-tunnel", func() error {
 		if listenErr != nil {
@@ -392,6 +396,31 @@ func setupData(t *testing.T, r *rest, n *network, zitiBin string) *dataNet {
 		return nil
 	}))
 	return d
+}
+
+// crossesAB reports an error unless the live circuit id enters at router A and leaves at
+// router B, as the controller's fabric API shows its path.
+func (d *dataNet) crossesAB(r *rest, id string) error {
+	var out struct {
+		Data struct {
+			Path struct {
+				Nodes []struct {
+					ID string `json:"id"`
+				} `json:"nodes"`
+			} `json:"path"`
+		} `json:"data"`
+	}
+	if err := r.do("GET", "/fabric/v1/circuits/"+id, nil, &out); err != nil {
+		return fmt.Errorf("the circuit: %w", err)
+	}
+	var path []string
+	for _, n := range out.Data.Path.Nodes {
+		path = append(path, n.ID)
+	}
+	if !slices.Equal(path, []string{d.routerA, d.routerB}) {
+		return fmt.Errorf("circuit %s's path is %q, want router-1 then router-2 (%q, %q)", id, path, d.routerA, d.routerB)
+	}
+	return nil
 }
 
 // terminated reports an error unless the service has a terminator.
