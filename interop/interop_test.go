@@ -8,7 +8,8 @@ import (
 )
 
 // TestInterop runs the real OpenZiti clients against a fresh zmesh quickstart network: the
-// ziti CLI's scripted admin session, then OpenZiti's Go SDK. Every step is judged against
+// ziti CLI's scripted admin session, then OpenZiti's Go SDK, then traffic between OpenZiti's
+// clients and zmesh's through the routers. Every step is judged against
 // gaps.txt (ledger), and a summary of what passes is printed at the end. ZITI_BIN names the
 // ziti CLI (`make interop` builds it), ZMESH_BIN the zmesh binary (default ../bin/zmesh).
 func TestInterop(t *testing.T) {
@@ -36,6 +37,7 @@ func TestInterop(t *testing.T) {
 	n := startNetwork(t, zmeshBin)
 	t.Run("ziti CLI", func(t *testing.T) { runCLISession(t, l, n, zitiBin) })
 	t.Run("sdk-golang", func(t *testing.T) { runSDK(t, l, n, zitiBin) })
+	t.Run("data plane", func(t *testing.T) { runSDKData(t, l, n, zitiBin) })
 
 	l.summary(os.Stdout)
 	// A filtered run skips steps: only a complete one can tell a stale entry.

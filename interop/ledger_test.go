@@ -23,6 +23,7 @@ type ledger struct {
 
 	mu    sync.Mutex
 	steps []outcome
+	notes []string // figures for the summary, such as throughput
 }
 
 type outcome struct {
@@ -99,6 +100,13 @@ func (l *ledger) record(suite, name string, err error) (verdict string, bad bool
 	}
 }
 
+// note adds a line to the summary.
+func (l *ledger) note(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.notes = append(l.notes, s)
+}
+
 // stale returns the known gaps no step of a complete run carried out.
 func (l *ledger) stale() []string {
 	l.mu.Lock()
@@ -117,7 +125,9 @@ func (l *ledger) stale() []string {
 func (l *ledger) summary(w io.Writer) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, suite := range []struct{ id, what string }{{"cli", "scripted ziti CLI commands"}, {"sdk", "sdk-golang checks"}} {
+	for _, suite := range []struct{ id, what string }{
+		{"cli", "scripted ziti CLI commands"}, {"sdk", "sdk-golang checks"}, {"data", "OpenZiti data-plane checks"},
+	} {
 		var pass, all int
 		var failed []outcome
 		for _, o := range l.steps {
@@ -139,6 +149,9 @@ func (l *ledger) summary(w io.Writer) {
 			}
 			fmt.Fprintf(w, "  %s: %s: %s\n", mark, o.name, oneLine(o.err.Error()))
 		}
+	}
+	for _, n := range l.notes {
+		fmt.Fprintf(w, "interop: %s\n", n)
 	}
 }
 
@@ -178,9 +191,11 @@ func TestLedger(t *testing.T) {
 	if got := l.stale(); !slices.Equal(got, []string{"sdk: never run"}) {
 		t.Errorf("stale gaps %q, want [sdk: never run]", got)
 	}
+	l.note("throughput x: 1 MB/s")
 	var sum strings.Builder
 	l.summary(&sum)
-	for _, want := range []string{"interop: 2 of 4 scripted ziti CLI commands pass", "known gap: a: 404", "NEW FAILURE: c: 404", "interop: 0 of 1 sdk-golang checks pass"} {
+	for _, want := range []string{"interop: 2 of 4 scripted ziti CLI commands pass", "known gap: a: 404", "NEW FAILURE: c: 404",
+		"interop: 0 of 1 sdk-golang checks pass", "interop: throughput x: 1 MB/s"} {
 		if !strings.Contains(sum.String(), want) {
 			t.Errorf("the summary lacks %q:\n%s", want, sum.String())
 		}

@@ -1,17 +1,13 @@
 package interop
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"testing"
@@ -173,7 +169,7 @@ func runSDK(t *testing.T, l *ledger, n *network, zitiBin string) {
 	{
 		var s *sdkSession
 		defer func() { s.close() }()
-		ok := step("ziti identity file: ziti edge enroll", func() error { return zitiEnroll(t, r, n, zitiBin, zitiFile) })
+		ok := step("ziti identity file: ziti edge enroll", func() error { return zitiEnroll(t, r, zitiBin, zitiFile) })
 		ok = step("ziti identity file: load", after(ok, "ziti edge enroll", func() error {
 			cfg, err := ziti.NewConfigFromFile(zitiFile)
 			if err == nil {
@@ -273,63 +269,27 @@ func echoServiceID(t *testing.T, r *rest) string {
 
 // zitiEnroll creates the identity sdk-ziti, which may dial echo, by REST and enrolls it
 // with `ziti edge enroll`, which writes file.
-func zitiEnroll(t *testing.T, r *rest, n *network, zitiBin, file string) error {
-	id, err := r.create("identities", map[string]any{"name": "sdk-ziti", "type": "User", "isAdmin": false,
-		"roleAttributes": []string{echoClientsRole}, "enrollment": map[string]any{"ott": true}})
-	if err != nil {
-		return err
-	}
-	tok, err := r.enrollmentJWT(id, "ott")
-	if err != nil {
-		return err
-	}
-	z := newZitiCLI(t, nil, zitiBin)
-	if err := os.WriteFile(z.path("sdk-ziti.jwt"), []byte(tok), 0o600); err != nil {
-		return err
-	}
-	if _, err := z.run("edge", "enroll", z.path("sdk-ziti.jwt"), "-o", file); err != nil {
-		return fmt.Errorf("ziti edge enroll: %w", err)
-	}
-	return fileExists(file)
+func zitiEnroll(t *testing.T, r *rest, zitiBin, file string) error {
+	_, err := enrollWithZiti(t, r, zitiBin, "sdk-ziti", []string{echoClientsRole}, file)
+	return err
 }
 
 // tunnelProxy runs `zmesh tunnel proxy` with the identity file and checks that the echo
 // service answers through its port.
 func tunnelProxy(t *testing.T, n *network, file string) error {
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	addr := "127.0.0.1:" + strconv.Itoa(n.freePort(2))
-	cmd := exec.CommandContext(ctx, n.zmesh, "tunnel", "proxy", "--identity", file, "--service", echoService+":"+strconv.Itoa(n.freePort(2)))
-	var out lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
+	port := strconv.Itoa(n.freePort(2))
+	p, err := startProc(t, nil, "", n.zmesh, "tunnel", "proxy", "--identity", file, "--service", echoService+":"+port)
+	if err != nil {
 		return err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		cancel()
-		<-exited
-	}()
-	deadline := time.Now().Add(testutil.Patience)
-	for {
-		select {
-		case err := <-exited:
-			exited <- err
-			return fmt.Errorf("zmesh tunnel proxy exited (%v): %s", err, lastLines(out.String(), 4))
-		default:
-		}
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			err = echoOnce(conn, "through zmesh tunnel proxy\n")
-			conn.Close()
-			if err == nil {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the echo service through zmesh tunnel proxy: %v; it printed: %s", err, lastLines(out.String(), 4))
-		}
-		time.Sleep(100 * time.Millisecond)
+	defer p.stop()
+	conn, err := p.dial("127.0.0.1:" + port)
+	if err != nil {
+		return err
 	}
+	defer conn.Close()
+	if err := echoOnce(conn, "through zmesh tunnel proxy\n"); err != nil {
+		return fmt.Errorf("the echo service through zmesh tunnel proxy: %w; it printed: %s", err, lastLines(p.out.String(), 4))
+	}
+	return nil
 }
