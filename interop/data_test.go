@@ -345,7 +345,10 @@ func setupData(t *testing.T, r *rest, n *network, zitiBin string) *dataNet {
 		{svcHTTP, false, []string{httpHost}},
 		{svcListen, true, nil},
 	} {
-		id, err := r.create("services", map[string]any{"name": s.name, "encryptionRequired": s.encrypted, "configs": s.configs})
+		// OpenZiti's clients encrypt with their own scheme, which an encrypted service must
+		// allow (openZitiEncryption, off by default).
+		id, err := r.create("services", map[string]any{"name": s.name, "encryptionRequired": s.encrypted,
+			"openZitiEncryption": s.encrypted, "configs": s.configs})
 		must("service "+s.name, err)
 		d.services[s.name] = id
 	}
