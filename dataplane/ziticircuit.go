@@ -266,18 +266,25 @@ func (c *zitiCircuit) closeQuiet() { c.end(nil, false) }
 // ended): reads return err once what was queued is read, and the client is not told.
 func (c *zitiCircuit) closeRemote(err error) { c.end(err, false) }
 
+// end marks the circuit closed and forgets it at once; the client's StateClosed, when it is
+// told, is sent on a goroutine of its own after any Write in progress, so that ending never
+// waits for a client that does not read (its writes are bounded by the write timeout).
 func (c *zitiCircuit) end(err error, tell bool) {
 	c.closeOnce.Do(func() {
 		c.endErr = err
 		c.zc.dropCircuit(c)
-		if tell && !c.clientClosed.Load() {
-			c.wmu.Lock()
-			m := &c.out
-			m.SetState(zitiproto.ContentStateClosed, c.id, "")
-			c.zc.send(m)
-			c.wmu.Unlock()
-		}
 		close(c.closed)
+		if tell && !c.clientClosed.Load() {
+			go func() {
+				c.wmu.Lock()
+				defer c.wmu.Unlock()
+				select {
+				case <-c.zc.done:
+				default:
+					c.zc.sendState(zitiproto.ContentStateClosed, c.id, nil, "", 0)
+				}
+			}()
+		}
 	})
 }
 

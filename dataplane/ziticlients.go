@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,11 @@ import (
 // zitiAddressPrefix starts the terminator addresses of OpenZiti clients' binds.
 const zitiAddressPrefix = "ziti/"
 
+// zitiWriteTimeout bounds each write to an OpenZiti client's channel, as smux bounds a
+// stream's close: a client that reads nothing for that long is closed as unresponsive, so
+// that it holds no circuit's writer, nor any caller of Close, longer.
+const zitiWriteTimeout = 30 * time.Second
+
 // zitiQueueLen bounds the Data messages queued toward a circuit from one client connection;
 // when full, the channel's reader waits, as OpenZiti's router does.
 const zitiQueueLen = 32
@@ -56,8 +62,9 @@ const firstRouterConnID = math.MaxUint32/2 + 1
 
 // zitiServer holds the OpenZiti clients connected to the router's edge listeners.
 type zitiServer struct {
-	r    *Router
-	pool zitiproto.Pool
+	r            *Router
+	pool         zitiproto.Pool
+	writeTimeout atomic.Int64 // zitiWriteTimeout; tests shorten it
 
 	mu    sync.Mutex
 	conns map[*zitiConn]struct{}
@@ -65,7 +72,9 @@ type zitiServer struct {
 }
 
 func newZitiServer(r *Router) *zitiServer {
-	return &zitiServer{r: r, conns: map[*zitiConn]struct{}{}, binds: map[string]*zitiBind{}}
+	s := &zitiServer{r: r, conns: map[*zitiConn]struct{}{}, binds: map[string]*zitiBind{}}
+	s.writeTimeout.Store(int64(zitiWriteTimeout))
+	return s
 }
 
 // zitiConn is one OpenZiti client's channel.
@@ -80,9 +89,9 @@ type zitiConn struct {
 	cancel     context.CancelFunc
 	closeOnce  sync.Once
 
-	wmu sync.Mutex // one message written at a time
-	w   *zitiproto.Writer
-	seq atomic.Int32 // sequence of the messages the router sends
+	wsem chan struct{} // held (one token) while a message is written: one at a time
+	w    *zitiproto.Writer
+	seq  atomic.Int32 // sequence of the messages the router sends
 
 	mu       sync.Mutex
 	apiToken string
@@ -109,6 +118,7 @@ type zitiBind struct {
 func (s *zitiServer) serve(ctx context.Context, c *tlscork.Batched, pre []byte, identityID, certFP string) {
 	log := s.r.log.With("zitiClient", c.RemoteAddr().String())
 	ctx, zc := s.newConn(ctx, c, identityID, certFP)
+	zc.log = log
 	defer zc.close()
 	stop := context.AfterFunc(ctx, zc.close)
 	defer stop()
@@ -135,7 +145,7 @@ func (s *zitiServer) newConn(ctx context.Context, c net.Conn, identityID, certFP
 	rand.Read(idb[:])
 	ctx, cancel := context.WithCancel(ctx)
 	return ctx, &zitiConn{s: s, cancel: cancel, id: hex.EncodeToString(idb[:]), identityID: identityID, certFP: certFP, c: c,
-		done: make(chan struct{}), w: zitiproto.NewWriter(c), circuits: map[uint32]*zitiCircuit{},
+		done: make(chan struct{}), wsem: make(chan struct{}, 1), w: zitiproto.NewWriter(c), circuits: map[uint32]*zitiCircuit{},
 		binds: map[uint32]*zitiBind{}, pending: map[int32]chan *zitiproto.Message{}, nextID: firstRouterConnID - 1}
 }
 
@@ -271,10 +281,32 @@ func (zc *zitiConn) handle(ctx context.Context, m *zitiproto.Message, work *sync
 
 // send writes m to the client with the channel's next sequence number.
 func (zc *zitiConn) send(m *zitiproto.Message) error {
-	zc.wmu.Lock()
-	defer zc.wmu.Unlock()
+	zc.wsem <- struct{}{}
+	defer func() { <-zc.wsem }()
 	m.Sequence = zc.seq.Add(1)
-	return zc.w.Write(m)
+	return zc.write(m)
+}
+
+// write writes m within the write timeout; a write that fails closes the channel, as the
+// client is unresponsive or gone. It holds wsem.
+func (zc *zitiConn) write(m *zitiproto.Message) error {
+	timeout := time.Duration(zc.s.writeTimeout.Load())
+	zc.c.SetWriteDeadline(time.Now().Add(timeout))
+	err := zc.w.Write(m)
+	if err == nil {
+		return nil
+	}
+	select {
+	case <-zc.done:
+	default:
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			zc.log.Warn("OpenZiti client disconnected: unresponsive, a write did not finish in time", "timeout", timeout)
+		} else {
+			zc.log.Debug("OpenZiti client gone: write failed", "err", err)
+		}
+		go zc.close() // not under wsem: close ends circuits whose writers may wait for it
+	}
+	return err
 }
 
 // heartbeatResponse answers a heartbeat the client's channel put on one of its messages.
@@ -772,13 +804,19 @@ func (s *zitiServer) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID ui
 // request sends m and waits for its reply (DialSuccess or DialFailed), within ctx.
 func (zc *zitiConn) request(ctx context.Context, m *zitiproto.Message) (*zitiproto.Message, error) {
 	ch := make(chan *zitiproto.Message, 1)
-	zc.wmu.Lock()
+	select {
+	case zc.wsem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("the channel's writer is busy: %w", ctx.Err())
+	case <-zc.done:
+		return nil, errZitiChannelEnded
+	}
 	m.Sequence = zc.seq.Add(1)
 	zc.mu.Lock()
 	zc.pending[m.Sequence] = ch
 	zc.mu.Unlock()
-	err := zc.w.Write(m)
-	zc.wmu.Unlock()
+	err := zc.write(m)
+	<-zc.wsem
 	forget := func() {
 		zc.mu.Lock()
 		delete(zc.pending, m.Sequence)
