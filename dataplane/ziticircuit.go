@@ -42,6 +42,7 @@ type zitiCircuit struct {
 
 	// Write side.
 	wmu     sync.Mutex
+	pending bool // with wmu: a Connect not yet answered; its answer tells the client
 	out     zitiproto.Message
 	dataSeq uint32
 	sentFIN bool
@@ -278,6 +279,9 @@ func (c *zitiCircuit) end(err error, tell bool) {
 			go func() {
 				c.wmu.Lock()
 				defer c.wmu.Unlock()
+				if c.pending {
+					return
+				}
 				select {
 				case <-c.zc.done:
 				default:

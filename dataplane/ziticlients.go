@@ -472,8 +472,25 @@ func (zc *zitiConn) connect(ctx context.Context, req *zitiproto.Message) {
 	if key, ok := req.Header(zitiproto.HeaderPublicKey); ok && len(key) > 0 {
 		creq.E2EE = &ctrlproto.E2EEOffer{ZitiKey: append([]byte(nil), key...)}
 	}
+	// The connection is registered with its session before the circuit is requested, so
+	// that a session that goes meanwhile ends it (removed); it answers nothing until then.
+	c := newZitiCircuit(zc, id, false)
+	c.sessionToken = se.Token
+	c.pending = true
+	if !zc.addCircuit(c) {
+		refuse(zitiproto.ErrorInternal, fmt.Sprintf("connection id %d is in use", id))
+		return
+	}
+	// The cache drops a session before removed runs: one that went since the check is seen
+	// here, or by removed.
+	if _, ok := r.sessionCache.session(se.Token); !ok {
+		c.closeQuiet()
+		refuse(zitiproto.ErrorInvalidSession, errZitiSessionEnded.Error())
+		return
+	}
 	reply, err := r.requestCircuit(ctx, creq)
 	if err != nil {
+		c.closeQuiet()
 		code := zitiproto.ErrorInternal
 		var ce *ctrlproto.Error
 		if errors.As(err, &ce) {
@@ -488,13 +505,7 @@ func (zc *zitiConn) connect(ctx context.Context, req *zitiproto.Message) {
 		return
 	}
 	// The hosting end took OpenZiti's scheme: the circuit carries frames.
-	c := newZitiCircuit(zc, id, reply.HostZitiKey != nil)
-	c.sessionToken = se.Token
-	if !zc.addCircuit(c) {
-		r.fault(reply.CircuitID, "the OpenZiti client's connection id is in use or its channel ended")
-		refuse(zitiproto.ErrorInternal, fmt.Sprintf("connection id %d is in use", id))
-		return
-	}
+	c.framed = reply.HostZitiKey != nil
 	m := zc.s.pool.Get()
 	m.SetState(zitiproto.ContentStateConnected, id, "")
 	m.ReplyTo(req)
@@ -503,7 +514,23 @@ func (zc *zitiConn) connect(ctx context.Context, req *zitiproto.Message) {
 		m.Put(zitiproto.HeaderPublicKey, reply.HostZitiKey)
 		m.PutByte(zitiproto.HeaderCryptoMethod, zitiproto.CryptoLibsodium)
 	}
+	// Under wmu, against end's StateClosed: the client gets StateConnected before it, or
+	// only the refusal when the circuit ended while it was requested.
+	c.wmu.Lock()
+	if ended := c.writable(); ended != nil {
+		c.wmu.Unlock()
+		zc.s.pool.Put(m)
+		why := "the OpenZiti client's connection ended while its circuit was made"
+		if errors.Is(ended, errZitiSessionEnded) {
+			why = errZitiSessionEnded.Error()
+		}
+		r.fault(reply.CircuitID, why)
+		refuse(zitiproto.ErrorInvalidSession, why)
+		return
+	}
+	c.pending = false
 	err = zc.send(m)
+	c.wmu.Unlock()
 	zc.s.pool.Put(m)
 	if err != nil {
 		c.Close()
