@@ -189,7 +189,7 @@ func (zc *zitiConn) hello(rd *zitiproto.Reader) error {
 	defer zc.c.SetDeadline(time.Time{})
 	req := zc.s.pool.Get()
 	defer zc.s.pool.Put(req)
-	if err := rd.Read(req); err != nil {
+	if err := rd.ReadMax(req, zitiproto.MaxHello, zitiproto.MaxHello); err != nil {
 		return fmt.Errorf("read hello: %w", err)
 	}
 	refuse := func(format string, args ...any) error {

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"runtime"
+	"sync"
 	"testing"
 )
 
@@ -203,5 +205,51 @@ func TestReuseReadMessage(t *testing.T) {
 	m.SetState(ContentStateClosed, 7, "gone")
 	if id, _ := m.Uint32(HeaderConnID); id != 7 || string(m.Body) != "gone" || len(m.hdrs) != 1 {
 		t.Fatalf("state %+v", m)
+	}
+}
+
+// Readers of 64 peers that each declare the largest body and send 1 KiB of it hold about
+// what arrived, not what was declared; a message that then arrives whole reads intact, and
+// ReadMax refuses a hello larger than MaxHello before reading it.
+func TestReadGrowsAsBytesArrive(t *testing.T) {
+	const peers = 64
+	section := wire(ContentData, 1, nil, nil)
+	binary.LittleEndian.PutUint32(section[16:], MaxBody)
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var readers sync.WaitGroup
+	var pipes []*io.PipeWriter
+	for range peers {
+		pr, pw := io.Pipe()
+		pipes = append(pipes, pw)
+		readers.Go(func() {
+			var m Message
+			NewReader(pr, nil).Read(&m)
+		})
+		// A pipe's Write returns once the reader took every byte.
+		if _, err := pw.Write(append(append([]byte(nil), section...), make([]byte, 1<<10)...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	for _, pw := range pipes {
+		pw.Close()
+	}
+	readers.Wait()
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 64<<20 {
+		t.Fatalf("%d stalled peers that declared %d-byte bodies hold %d MiB", peers, MaxBody, grew>>20)
+	}
+
+	body := bytes.Repeat([]byte("0123456789abcdef"), 300_000)
+	var m Message
+	if err := NewReader(bytes.NewReader(wire(ContentData, 2, nil, body)), nil).Read(&m); err != nil || !bytes.Equal(m.Body, body) {
+		t.Fatalf("a %d-byte body read as %d bytes (%v)", len(body), len(m.Body), err)
+	}
+	hello := wire(ContentHello, -1, nil, make([]byte, MaxHello+1))
+	if err := NewReader(bytes.NewReader(hello[:SectionSize]), nil).ReadMax(&m, MaxHello, MaxHello); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("a hello of %d bytes read: %v", MaxHello+1, err)
 	}
 }
