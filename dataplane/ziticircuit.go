@@ -25,7 +25,10 @@ type zitiCircuit struct {
 	sessionToken string // the session it uses, for revocation
 
 	q         chan *zitiproto.Message // Data (and a last StateClosed) from the client, at most zitiQueueLen
-	closed    chan struct{}           // closed by Close or closeRemote
+	qmu       sync.Mutex
+	qbytes    int           // bytes of the bodies queued or being read, at most zitiQueueBytes; with qmu
+	room      chan struct{} // signalled when queued bytes are read
+	closed    chan struct{} // closed by Close or closeRemote
 	closeOnce sync.Once
 	endErr    error // why the client's side ended (closeRemote), set before closed is closed
 	// clientClosed: the client sent StateClosed. What it sent before is read first, then
@@ -54,11 +57,28 @@ type zitiCircuit struct {
 
 func newZitiCircuit(zc *zitiConn, id uint32, framed bool) *zitiCircuit {
 	return &zitiCircuit{zc: zc, id: id, framed: framed, q: make(chan *zitiproto.Message, zitiQueueLen),
-		closed: make(chan struct{}), poff: 4}
+		room: make(chan struct{}, 1), closed: make(chan struct{}), poff: 4}
 }
 
-// push queues a Data message from the client, waiting while the queue is full; it owns m.
+// push queues a Data message from the client, waiting while the queue is full (in messages
+// or bytes: a body larger than the byte budget is queued alone); it owns m.
 func (c *zitiCircuit) push(m *zitiproto.Message) {
+	n := len(m.Body)
+	for {
+		c.qmu.Lock()
+		if c.qbytes == 0 || c.qbytes+n <= zitiQueueBytes {
+			c.qbytes += n
+			c.qmu.Unlock()
+			break
+		}
+		c.qmu.Unlock()
+		select {
+		case <-c.room:
+		case <-c.closed:
+			c.zc.s.pool.Put(m)
+			return
+		}
+	}
 	select {
 	case c.q <- m:
 	case <-c.closed:
@@ -81,6 +101,7 @@ func (c *zitiCircuit) Read(p []byte) (int, error) {
 			n += k
 			if c.off == len(c.cur.Body) && c.poff == 4 {
 				fin := c.finOf(c.cur)
+				c.release(len(c.cur.Body))
 				c.zc.s.pool.Put(c.cur)
 				c.cur = nil
 				c.eof = fin
@@ -109,6 +130,24 @@ func (c *zitiCircuit) Read(p []byte) (int, error) {
 			return 0, net.ErrClosed
 		}
 	}
+}
+
+// release returns n bytes read to the queue's budget.
+func (c *zitiCircuit) release(n int) {
+	c.qmu.Lock()
+	c.qbytes -= n
+	c.qmu.Unlock()
+	select {
+	case c.room <- struct{}{}:
+	default:
+	}
+}
+
+// queued returns the bytes queued toward the circuit.
+func (c *zitiCircuit) queued() int {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	return c.qbytes
 }
 
 // zitiKeepFrame bounds the frame buffer a circuit end keeps between frames that span writes.

@@ -45,9 +45,13 @@ const zitiAddressPrefix = "ziti/"
 // that it holds no circuit's writer, nor any caller of Close, longer.
 const zitiWriteTimeout = 30 * time.Second
 
-// zitiQueueLen bounds the Data messages queued toward a circuit from one client connection;
-// when full, the channel's reader waits, as OpenZiti's router does.
-const zitiQueueLen = 32
+// zitiQueueLen and zitiQueueBytes bound the Data messages queued toward a circuit from one
+// client connection, in messages and in body bytes (a larger body is queued alone); when
+// either is reached, the channel's reader waits, as OpenZiti's router does.
+const (
+	zitiQueueLen   = 32
+	zitiQueueBytes = 4 << 20
+)
 
 // zitiMaxData bounds the body of a Data message the router sends on an unframed circuit.
 const zitiMaxData = 64 << 10
