@@ -53,6 +53,13 @@ const (
 	zitiQueueBytes = 4 << 20
 )
 
+// zitiMaxRequests bounds the Connect, Bind and UpdateBind requests of a channel in progress
+// at once; the channel's reader waits for one to finish beyond it.
+const zitiMaxRequests = 64
+
+// zitiMaxRequestBody bounds the body (a session token) of a Connect, Bind or UpdateBind.
+const zitiMaxRequestBody = 16 << 10
+
 // zitiMaxData bounds the body of a Data message the router sends on an unframed circuit.
 const zitiMaxData = 64 << 10
 
@@ -94,6 +101,7 @@ type zitiConn struct {
 	closeOnce  sync.Once
 
 	wsem chan struct{} // held (one token) while a message is written: one at a time
+	reqs chan struct{} // a token per request in progress, at most zitiMaxRequests
 	w    *zitiproto.Writer
 	seq  atomic.Int32 // sequence of the messages the router sends
 
@@ -149,7 +157,7 @@ func (s *zitiServer) newConn(ctx context.Context, c net.Conn, identityID, certFP
 	rand.Read(idb[:])
 	ctx, cancel := context.WithCancel(ctx)
 	return ctx, &zitiConn{s: s, cancel: cancel, id: hex.EncodeToString(idb[:]), identityID: identityID, certFP: certFP, c: c,
-		done: make(chan struct{}), wsem: make(chan struct{}, 1), w: zitiproto.NewWriter(c), circuits: map[uint32]*zitiCircuit{},
+		done: make(chan struct{}), wsem: make(chan struct{}, 1), reqs: make(chan struct{}, zitiMaxRequests), w: zitiproto.NewWriter(c), circuits: map[uint32]*zitiCircuit{},
 		binds: map[uint32]*zitiBind{}, pending: map[int32]chan *zitiproto.Message{}, nextID: firstRouterConnID - 1}
 }
 
@@ -246,14 +254,8 @@ func (zc *zitiConn) handle(ctx context.Context, m *zitiproto.Message, work *sync
 		reply.SetResult(m, true, "")
 		zc.send(reply)
 		s.pool.Put(reply)
-	case zitiproto.ContentConnect:
-		work.Go(func() { zc.connect(ctx, m) })
-		return
-	case zitiproto.ContentBind:
-		work.Go(func() { zc.bind(ctx, m) })
-		return
-	case zitiproto.ContentUpdateBind:
-		work.Go(func() { zc.updateBind(ctx, m) })
+	case zitiproto.ContentConnect, zitiproto.ContentBind, zitiproto.ContentUpdateBind:
+		zc.startRequest(ctx, m, work)
 		return
 	case zitiproto.ContentUnbind:
 		if id, ok := m.Uint32(zitiproto.HeaderConnID); ok {
@@ -281,6 +283,41 @@ func (zc *zitiConn) handle(ctx context.Context, m *zitiproto.Message, work *sync
 		zc.log.Debug("OpenZiti client message ignored", "contentType", m.ContentType)
 	}
 	s.pool.Put(m)
+}
+
+// startRequest runs a Connect, Bind or UpdateBind on a goroutine of its own, counted in work; it
+// owns m. At most zitiMaxRequests run at once: beyond, the reader waits. Each works on a copy
+// sized to the request, so that m's storage, which may be large, is reused at once.
+func (zc *zitiConn) startRequest(ctx context.Context, m *zitiproto.Message, work *sync.WaitGroup) {
+	s := zc.s
+	if len(m.Body) > zitiMaxRequestBody {
+		id, _ := m.Uint32(zitiproto.HeaderConnID)
+		msg := fmt.Sprintf("a session token of %d bytes (the body of content type %d); at most %d", len(m.Body), m.ContentType, zitiMaxRequestBody)
+		zc.log.Info("OpenZiti request refused", "connId", id, "err", msg)
+		if m.ContentType != zitiproto.ContentUpdateBind {
+			zc.sendState(zitiproto.ContentStateClosed, id, m, msg, zitiproto.ErrorInvalidSession)
+		}
+		s.pool.Put(m)
+		return
+	}
+	req := m.Clone()
+	s.pool.Put(m)
+	select {
+	case zc.reqs <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	work.Go(func() {
+		defer func() { <-zc.reqs }()
+		switch req.ContentType {
+		case zitiproto.ContentConnect:
+			zc.connect(ctx, req)
+		case zitiproto.ContentBind:
+			zc.bind(ctx, req)
+		default:
+			zc.updateBind(ctx, req)
+		}
+	})
 }
 
 // send writes m to the client with the channel's next sequence number.

@@ -323,6 +323,17 @@ func (m *Message) ReplyTo(req *Message) {
 	}
 }
 
+// Clone returns a copy of m in storage of its own, sized to it, so that m can be reused.
+func (m *Message) Clone() *Message {
+	c := &Message{ContentType: m.ContentType, Sequence: m.Sequence, hdrs: append([]header(nil), m.hdrs...)}
+	c.buf = make([]byte, len(m.hbuf)+len(m.Body))
+	copy(c.buf, m.hbuf)
+	copy(c.buf[len(m.hbuf):], m.Body)
+	c.hbuf = c.buf[:len(m.hbuf):len(m.hbuf)]
+	c.Body = c.buf[len(m.hbuf):]
+	return c
+}
+
 // Each calls f with every header of m, in wire order.
 func (m *Message) Each(f func(key int32, value []byte)) {
 	for _, h := range m.hdrs {

@@ -253,3 +253,31 @@ func TestReadGrowsAsBytesArrive(t *testing.T) {
 		t.Fatalf("a hello of %d bytes read: %v", MaxHello+1, err)
 	}
 }
+
+// A clone keeps the request's headers and body when the message it came from is read into
+// again, and is sized to the request, not to the storage it came from.
+func TestCloneOwnsItsStorage(t *testing.T) {
+	rd := NewReader(io.MultiReader(
+		bytes.NewReader(wire(ContentData, 1, nil, make([]byte, 1<<20))),
+		bytes.NewReader(wire(ContentConnect, 2, [][2][]byte{{le32(uint32(HeaderConnID)), le32(9)}, {le32(uint32(HeaderAppData)), []byte(`{"a":1}`)}}, []byte("token"))),
+		bytes.NewReader(wire(ContentData, 3, [][2][]byte{{le32(uint32(HeaderConnID)), le32(5)}}, []byte("other bytes"))),
+	), nil)
+	var m Message
+	for range 2 {
+		if err := rd.Read(&m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := m.Clone()
+	if err := rd.Read(&m); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := c.Uint32(HeaderConnID)
+	app, _ := c.String(HeaderAppData)
+	if c.ContentType != ContentConnect || c.Sequence != 2 || id != 9 || app != `{"a":1}` || string(c.Body) != "token" {
+		t.Fatalf("the clone changed with its origin: %+v conn %d app %q", c, id, app)
+	}
+	if cap(c.buf) > 64 {
+		t.Fatalf("a clone of a small request holds %d bytes", cap(c.buf))
+	}
+}
