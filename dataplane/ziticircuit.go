@@ -35,6 +35,7 @@ type zitiCircuit struct {
 	// EOF; what the circuit sends it from then on is dropped, and zitiCloseLinger after the
 	// EOF the end closes.
 	clientClosed atomic.Bool
+	finRead      atomic.Bool // Read yielded the client's FIN: it reads nothing after it
 
 	// Read side, used by one reader at a time.
 	cur    *zitiproto.Message
@@ -105,6 +106,12 @@ func (c *zitiCircuit) Read(p []byte) (int, error) {
 				c.zc.s.pool.Put(c.cur)
 				c.cur = nil
 				c.eof = fin
+				if fin {
+					c.finRead.Store(true)
+					if c.clientClosed.Load() { // its StateClosed, queued after the FIN, is not read
+						c.linger()
+					}
+				}
 			}
 			if n > 0 {
 				return n, nil
@@ -157,10 +164,22 @@ const zitiKeepFrame = 1 << 20
 // bytes are read, so that the circuit delivers them before it ends.
 const zitiCloseLinger = 5 * time.Second
 
-// closedByClient takes the client's StateClosed, m, in order after its Data.
+// closedByClient takes the client's StateClosed, m, in order after its Data. Once Read
+// yielded the client's FIN it reads no further, so the linger starts here, or there.
 func (c *zitiCircuit) closedByClient(m *zitiproto.Message) {
 	c.clientClosed.Store(true)
+	if c.finRead.Load() {
+		c.zc.s.pool.Put(m)
+		c.linger()
+		return
+	}
 	c.push(m)
+}
+
+// linger ends the circuit's end zitiCloseLinger from now, so that the circuit delivers what
+// the client sent before it closed.
+func (c *zitiCircuit) linger() {
+	time.AfterFunc(zitiCloseLinger, func() { c.closeRemote(errZitiClientClosed) })
 }
 
 // take makes m the message being read.
@@ -168,7 +187,7 @@ func (c *zitiCircuit) take(m *zitiproto.Message) {
 	if m.ContentType == zitiproto.ContentStateClosed {
 		c.zc.s.pool.Put(m)
 		c.eof = true
-		time.AfterFunc(zitiCloseLinger, func() { c.closeRemote(errZitiClientClosed) })
+		c.linger()
 		return
 	}
 	c.cur, c.off = m, 0
