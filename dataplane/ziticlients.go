@@ -545,6 +545,14 @@ func (zc *zitiConn) connect(ctx context.Context, req *zitiproto.Message) {
 		refuse(code, err.Error())
 		return
 	}
+	// The client offered a key: without the host's, sdk-golang would send plaintext.
+	if creq.E2EE != nil && reply.HostZitiKey == nil {
+		c.closeQuiet()
+		msg := "the hosting end answered without a key (hostZitiKey): the circuit would not be end-to-end encrypted"
+		r.fault(reply.CircuitID, msg)
+		refuse(zitiproto.ErrorEncryptionMissing, msg)
+		return
+	}
 	// The hosting end took OpenZiti's scheme: the circuit carries frames.
 	c.framed = reply.HostZitiKey != nil
 	m := zc.s.pool.Get()
@@ -818,6 +826,11 @@ func (s *zitiServer) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID ui
 	}
 	if b.hostKey != nil && offered == nil {
 		return nil, nil, fmt.Errorf("the OpenZiti client hosting %s requires end-to-end encryption: the circuit's initiator offered no zitiKey", x.Address)
+	}
+	// An offer means the service requires end-to-end encryption: a host bound without a key
+	// would have the circuit carry plaintext.
+	if x.E2EE != nil && b.hostKey == nil {
+		return nil, nil, fmt.Errorf("the OpenZiti client hosting %s bound without a key (header %d), but the circuit requires end-to-end encryption", x.Address, zitiproto.HeaderPublicKey)
 	}
 	framed := b.hostKey != nil
 	zc := b.zc
