@@ -123,6 +123,10 @@ type zitiBind struct {
 	hostKey      []byte // the host's crypto_kx public key, nil without end-to-end encryption
 	terminatorID string // set once created; with zitiServer.mu
 	gone         bool   // unbound or its channel ended; with zitiServer.mu
+	// The client's updates not yet sent to the controller, merged (the latest value of each
+	// field wins), and whether a goroutine sends them; with zitiServer.mu.
+	update   ctrlproto.TerminatorUpdate
+	updating bool
 }
 
 // serve runs an OpenZiti client's channel until it ends or ctx does; pre are the bytes the
@@ -254,9 +258,11 @@ func (zc *zitiConn) handle(ctx context.Context, m *zitiproto.Message, work *sync
 		reply.SetResult(m, true, "")
 		zc.send(reply)
 		s.pool.Put(reply)
-	case zitiproto.ContentConnect, zitiproto.ContentBind, zitiproto.ContentUpdateBind:
+	case zitiproto.ContentConnect, zitiproto.ContentBind:
 		zc.startRequest(ctx, m, work)
 		return
+	case zitiproto.ContentUpdateBind:
+		zc.updateBind(ctx, m)
 	case zitiproto.ContentUnbind:
 		if id, ok := m.Uint32(zitiproto.HeaderConnID); ok {
 			zc.unbind(ctx, id, "unbound by the client")
@@ -285,7 +291,7 @@ func (zc *zitiConn) handle(ctx context.Context, m *zitiproto.Message, work *sync
 	s.pool.Put(m)
 }
 
-// startRequest runs a Connect, Bind or UpdateBind on a goroutine of its own, counted in work; it
+// startRequest runs a Connect or Bind on a goroutine of its own, counted in work; it
 // owns m. At most zitiMaxRequests run at once: beyond, the reader waits. Each works on a copy
 // sized to the request, so that m's storage, which may be large, is reused at once.
 func (zc *zitiConn) startRequest(ctx context.Context, m *zitiproto.Message, work *sync.WaitGroup) {
@@ -294,9 +300,7 @@ func (zc *zitiConn) startRequest(ctx context.Context, m *zitiproto.Message, work
 		id, _ := m.Uint32(zitiproto.HeaderConnID)
 		msg := fmt.Sprintf("a session token of %d bytes (the body of content type %d); at most %d", len(m.Body), m.ContentType, zitiMaxRequestBody)
 		zc.log.Info("OpenZiti request refused", "connId", id, "err", msg)
-		if m.ContentType != zitiproto.ContentUpdateBind {
-			zc.sendState(zitiproto.ContentStateClosed, id, m, msg, zitiproto.ErrorInvalidSession)
-		}
+		zc.sendState(zitiproto.ContentStateClosed, id, m, msg, zitiproto.ErrorInvalidSession)
 		s.pool.Put(m)
 		return
 	}
@@ -309,13 +313,10 @@ func (zc *zitiConn) startRequest(ctx context.Context, m *zitiproto.Message, work
 	}
 	work.Go(func() {
 		defer func() { <-zc.reqs }()
-		switch req.ContentType {
-		case zitiproto.ContentConnect:
+		if req.ContentType == zitiproto.ContentConnect {
 			zc.connect(ctx, req)
-		case zitiproto.ContentBind:
+		} else {
 			zc.bind(ctx, req)
-		default:
-			zc.updateBind(ctx, req)
 		}
 	})
 }
@@ -703,51 +704,86 @@ func (zc *zitiConn) bind(ctx context.Context, req *zitiproto.Message) {
 		go zc.removeTerminator(ctx, tid)
 		return
 	}
+	zc.applyUpdates(ctx, b) // those that came while the terminator was being made
 	zc.log.Debug("OpenZiti bind hosted", "connId", id, "service", se.ServiceID, "terminator", tid)
 	if req.Bool(zitiproto.HeaderSupportsBindSuccess) {
 		zc.sendState(zitiproto.ContentBindSuccess, id, nil, "", 0)
 	}
 }
 
-// updateBind changes the cost or precedence of the terminator of a bind of the client; it
-// owns req.
+// updateBind takes an UpdateBind of the client (cost, precedence) for one of its binds; the
+// reader calls it, so a bind's updates are taken in order. They are merged into what is
+// still to be sent and sent by one goroutine per bind, in order, once its terminator exists.
 func (zc *zitiConn) updateBind(ctx context.Context, req *zitiproto.Message) {
-	defer zc.s.pool.Put(req)
 	id, _ := req.Uint32(zitiproto.HeaderConnID)
-	zc.mu.Lock()
-	b := zc.binds[id]
-	zc.mu.Unlock()
-	zc.s.mu.Lock()
-	var tid string
-	if b != nil && b.token == string(req.Body) {
-		tid = b.terminatorID
-	}
-	zc.s.mu.Unlock()
-	if tid == "" {
-		zc.log.Info("OpenZiti bind update ignored: no such bind with a terminator", "connId", id)
-		return
-	}
-	u := &ctrlproto.TerminatorUpdate{TerminatorID: tid}
+	var cost *int
 	if v, ok := req.Uint16(zitiproto.HeaderCost); ok {
-		cost := int(v)
-		u.Cost = &cost
+		c := int(v)
+		cost = &c
 	}
+	var prec string
 	if p, ok := req.Byte(zitiproto.HeaderPrecedence); ok {
 		if int(p) >= len(zitiPrecedences) {
 			zc.log.Info("OpenZiti bind update refused", "connId", id, "err",
 				fmt.Sprintf("precedence %d (header %d): allowed are 0 (default), 1 (required), 2 (failed)", p, zitiproto.HeaderPrecedence))
 			return
 		}
-		u.Precedence = zitiPrecedences[p]
+		prec = zitiPrecedences[p]
 	}
-	if u.Cost == nil && u.Precedence == "" {
+	if cost == nil && prec == "" {
 		return
 	}
-	tctx, cancel := context.WithTimeout(ctx, edgeproto.HandshakeTimeout)
-	defer cancel()
-	if err := zc.s.r.UpdateTerminator(tctx, u); err != nil {
-		zc.log.Warn("OpenZiti bind update failed", "connId", id, "terminator", tid, "err", err)
+	zc.mu.Lock()
+	b := zc.binds[id]
+	zc.mu.Unlock()
+	if b == nil || b.token != string(req.Body) {
+		zc.log.Info("OpenZiti bind update ignored: no such bind", "connId", id)
+		return
 	}
+	s := zc.s
+	s.mu.Lock()
+	if cost != nil {
+		b.update.Cost = cost
+	}
+	if prec != "" {
+		b.update.Precedence = prec
+	}
+	s.mu.Unlock()
+	zc.applyUpdates(ctx, b)
+}
+
+// applyUpdates starts sending b's pending updates, unless they are being sent or its
+// terminator does not exist yet.
+func (zc *zitiConn) applyUpdates(ctx context.Context, b *zitiBind) {
+	s := zc.s
+	s.mu.Lock()
+	start := !b.updating && !b.gone && b.terminatorID != "" && (b.update.Cost != nil || b.update.Precedence != "")
+	if start {
+		b.updating = true
+	}
+	s.mu.Unlock()
+	if !start {
+		return
+	}
+	go func() {
+		for {
+			s.mu.Lock()
+			u := b.update
+			b.update = ctrlproto.TerminatorUpdate{}
+			u.TerminatorID = b.terminatorID
+			if b.gone || (u.Cost == nil && u.Precedence == "") {
+				b.updating = false
+				s.mu.Unlock()
+				return
+			}
+			s.mu.Unlock()
+			tctx, cancel := context.WithTimeout(ctx, edgeproto.HandshakeTimeout)
+			if err := s.r.UpdateTerminator(tctx, &u); err != nil {
+				zc.log.Warn("OpenZiti bind update failed", "connId", b.connID, "terminator", u.TerminatorID, "err", err)
+			}
+			cancel()
+		}
+	}()
 }
 
 // forgetBind removes b from the tables and marks it gone; it returns b's terminator id.
