@@ -118,7 +118,8 @@ func (cl *zitiClient) readLoop(rd *zitiproto.Reader) {
 	defer close(cl.done)
 	for {
 		cl.stall.Lock()
-		cl.stall.Unlock() //nolint:staticcheck // waits while the test stalls the client
+		//lint:ignore SA2001 waits while the test stalls the client
+		cl.stall.Unlock()
 		m := &zitiproto.Message{}
 		if err := rd.Read(m); err != nil {
 			return
