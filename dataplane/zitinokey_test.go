@@ -2,12 +2,14 @@ package dataplane
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/internal/zitiproto"
+	"github.com/zmesh/zmesh/tunnel"
 )
 
 // On a service that requires encryption, an OpenZiti host bound without a key gets no
@@ -55,5 +57,38 @@ func TestZitiEncryptedRefusedWithoutHostKey(t *testing.T) {
 			}
 		}
 		return true
+	})
+}
+
+// A client that offered a key is refused with error code 11 (encryption data missing) when
+// its circuit comes back without the host's key, here a service without end-to-end
+// encryption hosted by a tunneler: the client asked for encryption and would not get it.
+func TestZitiKeyOfferAnsweredWithoutKeyRefused(t *testing.T) {
+	t.Parallel()
+	n, svc, dialerCert, _ := zitiNet(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*testutil.Patience)
+	defer cancel()
+	ln, err := n.routers["H"].r.overlay.Bind(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, Bind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	e := n.routers["E"]
+	cl, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, reply, err := cl.connect(n.zitiSession(cl, e.r, svc.ID, "Dial"), bytes.Repeat([]byte{'d'}, 32), nil)
+	if err == nil {
+		t.Fatal("a client that offered a key got StateConnected without the host's")
+	}
+	if code, _ := reply.Uint32(zitiproto.HeaderErrorCode); reply.ContentType != zitiproto.ContentStateClosed || code != zitiproto.ErrorEncryptionMissing {
+		t.Fatalf("refused with content type %d, error code %d (%s); want StateClosed, code %d", reply.ContentType, code, reply.Body, zitiproto.ErrorEncryptionMissing)
+	}
+	h := n.routers["H"].r
+	testutil.Eventually(t, "the refused circuit to end at router H", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.ends) == 0
 	})
 }
