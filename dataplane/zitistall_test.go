@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/internal/zitiproto"
 	"github.com/zmesh/zmesh/tunnel"
@@ -88,4 +89,74 @@ func TestZitiStalledClientHoldsNothing(t *testing.T) {
 		clients, _ := e.r.ziti.counts()
 		return clients == 0
 	})
+}
+
+// A dial to an OpenZiti host whose channel's writer is stuck on the host's full socket gives
+// up when its context ends, rather than wait for the writer.
+func TestZitiDialToStalledHostHonoursContext(t *testing.T) {
+	t.Parallel()
+	n, svc, dialerCert, hostCert := zitiNet(t, false)
+	h, e := n.routers["H"], n.routers["E"]
+	h.r.ziti.writeTimeout.Store(int64(time.Hour)) // the context, not the write timeout, must end the dial
+	host, err := n.connectZiti(h.r.SDKAddresses()[0], hostCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host.bind(n.zitiSession(host, h.r, svc.ID, "Bind"), nil); err != nil {
+		t.Fatal(err)
+	}
+	dialer, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan error, 1)
+	go func() {
+		_, _, err := host.accept()
+		accepted <- err
+	}()
+	zc, _, err := dialer.connect(n.zitiSession(dialer, e.r, svc.ID, "Dial"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-accepted; err != nil {
+		t.Fatal(err)
+	}
+	host.stall.Lock()
+	defer host.stall.Unlock()
+	var sent atomic.Int64
+	go func() {
+		body := make([]byte, 64<<10)
+		for zc.write(body, 0) == nil {
+			sent.Add(int64(len(body)))
+		}
+	}()
+	last, since := int64(-1), time.Now()
+	testutil.Eventually(t, "the dialer's writes to stop", func() bool {
+		if s := sent.Load(); s != last {
+			last, since = s, time.Now()
+			return false
+		}
+		return last > 1<<20 && time.Since(since) > time.Second
+	})
+	var address string
+	h.r.ziti.mu.Lock()
+	for a := range h.r.ziti.binds {
+		address = a
+	}
+	h.r.ziti.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := h.r.ziti.dial(ctx, &ctrlproto.Xgress{Binding: BindingEdge, Address: address}, 1)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a dial through a stuck channel succeeded")
+		}
+	case <-time.After(testutil.Patience):
+		t.Fatal("a dial to a host whose channel's writer is stuck ignores its context")
+	}
 }
