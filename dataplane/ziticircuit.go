@@ -25,13 +25,17 @@ type zitiCircuit struct {
 	sessionToken string // the session it uses, for revocation
 
 	q         chan *zitiproto.Message // Data (and a last StateClosed) from the client, at most zitiQueueLen
-	closed    chan struct{}           // closed by Close or closeRemote
+	qmu       sync.Mutex
+	qbytes    int           // bytes of the bodies queued or being read, at most zitiQueueBytes; with qmu
+	room      chan struct{} // signalled when queued bytes are read
+	closed    chan struct{} // closed by Close or closeRemote
 	closeOnce sync.Once
 	endErr    error // why the client's side ended (closeRemote), set before closed is closed
 	// clientClosed: the client sent StateClosed. What it sent before is read first, then
 	// EOF; what the circuit sends it from then on is dropped, and zitiCloseLinger after the
 	// EOF the end closes.
 	clientClosed atomic.Bool
+	finRead      atomic.Bool // Read yielded the client's FIN: it reads nothing after it
 
 	// Read side, used by one reader at a time.
 	cur    *zitiproto.Message
@@ -42,6 +46,7 @@ type zitiCircuit struct {
 
 	// Write side.
 	wmu     sync.Mutex
+	pending bool // with wmu: a Connect not yet answered; its answer tells the client
 	out     zitiproto.Message
 	dataSeq uint32
 	sentFIN bool
@@ -53,11 +58,28 @@ type zitiCircuit struct {
 
 func newZitiCircuit(zc *zitiConn, id uint32, framed bool) *zitiCircuit {
 	return &zitiCircuit{zc: zc, id: id, framed: framed, q: make(chan *zitiproto.Message, zitiQueueLen),
-		closed: make(chan struct{}), poff: 4}
+		room: make(chan struct{}, 1), closed: make(chan struct{}), poff: 4}
 }
 
-// push queues a Data message from the client, waiting while the queue is full; it owns m.
+// push queues a Data message from the client, waiting while the queue is full (in messages
+// or bytes: a body larger than the byte budget is queued alone); it owns m.
 func (c *zitiCircuit) push(m *zitiproto.Message) {
+	n := len(m.Body)
+	for {
+		c.qmu.Lock()
+		if c.qbytes == 0 || c.qbytes+n <= zitiQueueBytes {
+			c.qbytes += n
+			c.qmu.Unlock()
+			break
+		}
+		c.qmu.Unlock()
+		select {
+		case <-c.room:
+		case <-c.closed:
+			c.zc.s.pool.Put(m)
+			return
+		}
+	}
 	select {
 	case c.q <- m:
 	case <-c.closed:
@@ -80,9 +102,16 @@ func (c *zitiCircuit) Read(p []byte) (int, error) {
 			n += k
 			if c.off == len(c.cur.Body) && c.poff == 4 {
 				fin := c.finOf(c.cur)
+				c.release(len(c.cur.Body))
 				c.zc.s.pool.Put(c.cur)
 				c.cur = nil
 				c.eof = fin
+				if fin {
+					c.finRead.Store(true)
+					if c.clientClosed.Load() { // its StateClosed, queued after the FIN, is not read
+						c.linger()
+					}
+				}
 			}
 			if n > 0 {
 				return n, nil
@@ -110,6 +139,24 @@ func (c *zitiCircuit) Read(p []byte) (int, error) {
 	}
 }
 
+// release returns n bytes read to the queue's budget.
+func (c *zitiCircuit) release(n int) {
+	c.qmu.Lock()
+	c.qbytes -= n
+	c.qmu.Unlock()
+	select {
+	case c.room <- struct{}{}:
+	default:
+	}
+}
+
+// queued returns the bytes queued toward the circuit.
+func (c *zitiCircuit) queued() int {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	return c.qbytes
+}
+
 // zitiKeepFrame bounds the frame buffer a circuit end keeps between frames that span writes.
 const zitiKeepFrame = 1 << 20
 
@@ -117,10 +164,22 @@ const zitiKeepFrame = 1 << 20
 // bytes are read, so that the circuit delivers them before it ends.
 const zitiCloseLinger = 5 * time.Second
 
-// closedByClient takes the client's StateClosed, m, in order after its Data.
+// closedByClient takes the client's StateClosed, m, in order after its Data. Once Read
+// yielded the client's FIN it reads no further, so the linger starts here, or there.
 func (c *zitiCircuit) closedByClient(m *zitiproto.Message) {
 	c.clientClosed.Store(true)
+	if c.finRead.Load() {
+		c.zc.s.pool.Put(m)
+		c.linger()
+		return
+	}
 	c.push(m)
+}
+
+// linger ends the circuit's end zitiCloseLinger from now, so that the circuit delivers what
+// the client sent before it closed.
+func (c *zitiCircuit) linger() {
+	time.AfterFunc(zitiCloseLinger, func() { c.closeRemote(errZitiClientClosed) })
 }
 
 // take makes m the message being read.
@@ -128,7 +187,7 @@ func (c *zitiCircuit) take(m *zitiproto.Message) {
 	if m.ContentType == zitiproto.ContentStateClosed {
 		c.zc.s.pool.Put(m)
 		c.eof = true
-		time.AfterFunc(zitiCloseLinger, func() { c.closeRemote(errZitiClientClosed) })
+		c.linger()
 		return
 	}
 	c.cur, c.off = m, 0
@@ -266,18 +325,28 @@ func (c *zitiCircuit) closeQuiet() { c.end(nil, false) }
 // ended): reads return err once what was queued is read, and the client is not told.
 func (c *zitiCircuit) closeRemote(err error) { c.end(err, false) }
 
+// end marks the circuit closed and forgets it at once; the client's StateClosed, when it is
+// told, is sent on a goroutine of its own after any Write in progress, so that ending never
+// waits for a client that does not read (its writes are bounded by the write timeout).
 func (c *zitiCircuit) end(err error, tell bool) {
 	c.closeOnce.Do(func() {
 		c.endErr = err
 		c.zc.dropCircuit(c)
-		if tell && !c.clientClosed.Load() {
-			c.wmu.Lock()
-			m := &c.out
-			m.SetState(zitiproto.ContentStateClosed, c.id, "")
-			c.zc.send(m)
-			c.wmu.Unlock()
-		}
 		close(c.closed)
+		if tell && !c.clientClosed.Load() {
+			go func() {
+				c.wmu.Lock()
+				defer c.wmu.Unlock()
+				if c.pending {
+					return
+				}
+				select {
+				case <-c.zc.done:
+				default:
+					c.zc.sendState(zitiproto.ContentStateClosed, c.id, nil, "", 0)
+				}
+			}()
+		}
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,9 +40,25 @@ import (
 // zitiAddressPrefix starts the terminator addresses of OpenZiti clients' binds.
 const zitiAddressPrefix = "ziti/"
 
-// zitiQueueLen bounds the Data messages queued toward a circuit from one client connection;
-// when full, the channel's reader waits, as OpenZiti's router does.
-const zitiQueueLen = 32
+// zitiWriteTimeout bounds each write to an OpenZiti client's channel, as smux bounds a
+// stream's close: a client that reads nothing for that long is closed as unresponsive, so
+// that it holds no circuit's writer, nor any caller of Close, longer.
+const zitiWriteTimeout = 30 * time.Second
+
+// zitiQueueLen and zitiQueueBytes bound the Data messages queued toward a circuit from one
+// client connection, in messages and in body bytes (a larger body is queued alone); when
+// either is reached, the channel's reader waits, as OpenZiti's router does.
+const (
+	zitiQueueLen   = 32
+	zitiQueueBytes = 4 << 20
+)
+
+// zitiMaxRequests bounds the Connect, Bind and UpdateBind requests of a channel in progress
+// at once; the channel's reader waits for one to finish beyond it.
+const zitiMaxRequests = 64
+
+// zitiMaxRequestBody bounds the body (a session token) of a Connect, Bind or UpdateBind.
+const zitiMaxRequestBody = 16 << 10
 
 // zitiMaxData bounds the body of a Data message the router sends on an unframed circuit.
 const zitiMaxData = 64 << 10
@@ -56,8 +73,9 @@ const firstRouterConnID = math.MaxUint32/2 + 1
 
 // zitiServer holds the OpenZiti clients connected to the router's edge listeners.
 type zitiServer struct {
-	r    *Router
-	pool zitiproto.Pool
+	r            *Router
+	pool         zitiproto.Pool
+	writeTimeout atomic.Int64 // zitiWriteTimeout; tests shorten it
 
 	mu    sync.Mutex
 	conns map[*zitiConn]struct{}
@@ -65,7 +83,9 @@ type zitiServer struct {
 }
 
 func newZitiServer(r *Router) *zitiServer {
-	return &zitiServer{r: r, conns: map[*zitiConn]struct{}{}, binds: map[string]*zitiBind{}}
+	s := &zitiServer{r: r, conns: map[*zitiConn]struct{}{}, binds: map[string]*zitiBind{}}
+	s.writeTimeout.Store(int64(zitiWriteTimeout))
+	return s
 }
 
 // zitiConn is one OpenZiti client's channel.
@@ -80,9 +100,10 @@ type zitiConn struct {
 	cancel     context.CancelFunc
 	closeOnce  sync.Once
 
-	wmu sync.Mutex // one message written at a time
-	w   *zitiproto.Writer
-	seq atomic.Int32 // sequence of the messages the router sends
+	wsem chan struct{} // held (one token) while a message is written: one at a time
+	reqs chan struct{} // a token per request in progress, at most zitiMaxRequests
+	w    *zitiproto.Writer
+	seq  atomic.Int32 // sequence of the messages the router sends
 
 	mu       sync.Mutex
 	apiToken string
@@ -102,6 +123,10 @@ type zitiBind struct {
 	hostKey      []byte // the host's crypto_kx public key, nil without end-to-end encryption
 	terminatorID string // set once created; with zitiServer.mu
 	gone         bool   // unbound or its channel ended; with zitiServer.mu
+	// The client's updates not yet sent to the controller, merged (the latest value of each
+	// field wins), and whether a goroutine sends them; with zitiServer.mu.
+	update   ctrlproto.TerminatorUpdate
+	updating bool
 }
 
 // serve runs an OpenZiti client's channel until it ends or ctx does; pre are the bytes the
@@ -109,6 +134,7 @@ type zitiBind struct {
 func (s *zitiServer) serve(ctx context.Context, c *tlscork.Batched, pre []byte, identityID, certFP string) {
 	log := s.r.log.With("zitiClient", c.RemoteAddr().String())
 	ctx, zc := s.newConn(ctx, c, identityID, certFP)
+	zc.log = log
 	defer zc.close()
 	stop := context.AfterFunc(ctx, zc.close)
 	defer stop()
@@ -135,7 +161,7 @@ func (s *zitiServer) newConn(ctx context.Context, c net.Conn, identityID, certFP
 	rand.Read(idb[:])
 	ctx, cancel := context.WithCancel(ctx)
 	return ctx, &zitiConn{s: s, cancel: cancel, id: hex.EncodeToString(idb[:]), identityID: identityID, certFP: certFP, c: c,
-		done: make(chan struct{}), w: zitiproto.NewWriter(c), circuits: map[uint32]*zitiCircuit{},
+		done: make(chan struct{}), wsem: make(chan struct{}, 1), reqs: make(chan struct{}, zitiMaxRequests), w: zitiproto.NewWriter(c), circuits: map[uint32]*zitiCircuit{},
 		binds: map[uint32]*zitiBind{}, pending: map[int32]chan *zitiproto.Message{}, nextID: firstRouterConnID - 1}
 }
 
@@ -179,7 +205,7 @@ func (zc *zitiConn) hello(rd *zitiproto.Reader) error {
 	defer zc.c.SetDeadline(time.Time{})
 	req := zc.s.pool.Get()
 	defer zc.s.pool.Put(req)
-	if err := rd.Read(req); err != nil {
+	if err := rd.ReadMax(req, zitiproto.MaxHello, zitiproto.MaxHello); err != nil {
 		return fmt.Errorf("read hello: %w", err)
 	}
 	refuse := func(format string, args ...any) error {
@@ -232,15 +258,11 @@ func (zc *zitiConn) handle(ctx context.Context, m *zitiproto.Message, work *sync
 		reply.SetResult(m, true, "")
 		zc.send(reply)
 		s.pool.Put(reply)
-	case zitiproto.ContentConnect:
-		work.Go(func() { zc.connect(ctx, m) })
-		return
-	case zitiproto.ContentBind:
-		work.Go(func() { zc.bind(ctx, m) })
+	case zitiproto.ContentConnect, zitiproto.ContentBind:
+		zc.startRequest(ctx, m, work)
 		return
 	case zitiproto.ContentUpdateBind:
-		work.Go(func() { zc.updateBind(ctx, m) })
-		return
+		zc.updateBind(ctx, m)
 	case zitiproto.ContentUnbind:
 		if id, ok := m.Uint32(zitiproto.HeaderConnID); ok {
 			zc.unbind(ctx, id, "unbound by the client")
@@ -269,12 +291,64 @@ func (zc *zitiConn) handle(ctx context.Context, m *zitiproto.Message, work *sync
 	s.pool.Put(m)
 }
 
+// startRequest runs a Connect or Bind on a goroutine of its own, counted in work; it
+// owns m. At most zitiMaxRequests run at once: beyond, the reader waits. Each works on a copy
+// sized to the request, so that m's storage, which may be large, is reused at once.
+func (zc *zitiConn) startRequest(ctx context.Context, m *zitiproto.Message, work *sync.WaitGroup) {
+	s := zc.s
+	if len(m.Body) > zitiMaxRequestBody {
+		id, _ := m.Uint32(zitiproto.HeaderConnID)
+		msg := fmt.Sprintf("a session token of %d bytes (the body of content type %d); at most %d", len(m.Body), m.ContentType, zitiMaxRequestBody)
+		zc.log.Info("OpenZiti request refused", "connId", id, "err", msg)
+		zc.sendState(zitiproto.ContentStateClosed, id, m, msg, zitiproto.ErrorInvalidSession)
+		s.pool.Put(m)
+		return
+	}
+	req := m.Clone()
+	s.pool.Put(m)
+	select {
+	case zc.reqs <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	work.Go(func() {
+		defer func() { <-zc.reqs }()
+		if req.ContentType == zitiproto.ContentConnect {
+			zc.connect(ctx, req)
+		} else {
+			zc.bind(ctx, req)
+		}
+	})
+}
+
 // send writes m to the client with the channel's next sequence number.
 func (zc *zitiConn) send(m *zitiproto.Message) error {
-	zc.wmu.Lock()
-	defer zc.wmu.Unlock()
+	zc.wsem <- struct{}{}
+	defer func() { <-zc.wsem }()
 	m.Sequence = zc.seq.Add(1)
-	return zc.w.Write(m)
+	return zc.write(m)
+}
+
+// write writes m within the write timeout; a write that fails closes the channel, as the
+// client is unresponsive or gone. It holds wsem.
+func (zc *zitiConn) write(m *zitiproto.Message) error {
+	timeout := time.Duration(zc.s.writeTimeout.Load())
+	zc.c.SetWriteDeadline(time.Now().Add(timeout))
+	err := zc.w.Write(m)
+	if err == nil {
+		return nil
+	}
+	select {
+	case <-zc.done:
+	default:
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			zc.log.Warn("OpenZiti client disconnected: unresponsive, a write did not finish in time", "timeout", timeout)
+		} else {
+			zc.log.Debug("OpenZiti client gone: write failed", "err", err)
+		}
+		go zc.close() // not under wsem: close ends circuits whose writers may wait for it
+	}
+	return err
 }
 
 // heartbeatResponse answers a heartbeat the client's channel put on one of its messages.
@@ -440,8 +514,25 @@ func (zc *zitiConn) connect(ctx context.Context, req *zitiproto.Message) {
 	if key, ok := req.Header(zitiproto.HeaderPublicKey); ok && len(key) > 0 {
 		creq.E2EE = &ctrlproto.E2EEOffer{ZitiKey: append([]byte(nil), key...)}
 	}
+	// The connection is registered with its session before the circuit is requested, so
+	// that a session that goes meanwhile ends it (removed); it answers nothing until then.
+	c := newZitiCircuit(zc, id, false)
+	c.sessionToken = se.Token
+	c.pending = true
+	if !zc.addCircuit(c) {
+		refuse(zitiproto.ErrorInternal, fmt.Sprintf("connection id %d is in use", id))
+		return
+	}
+	// The cache drops a session before removed runs: one that went since the check is seen
+	// here, or by removed.
+	if _, ok := r.sessionCache.session(se.Token); !ok {
+		c.closeQuiet()
+		refuse(zitiproto.ErrorInvalidSession, errZitiSessionEnded.Error())
+		return
+	}
 	reply, err := r.requestCircuit(ctx, creq)
 	if err != nil {
+		c.closeQuiet()
 		code := zitiproto.ErrorInternal
 		var ce *ctrlproto.Error
 		if errors.As(err, &ce) {
@@ -455,14 +546,16 @@ func (zc *zitiConn) connect(ctx context.Context, req *zitiproto.Message) {
 		refuse(code, err.Error())
 		return
 	}
-	// The hosting end took OpenZiti's scheme: the circuit carries frames.
-	c := newZitiCircuit(zc, id, reply.HostZitiKey != nil)
-	c.sessionToken = se.Token
-	if !zc.addCircuit(c) {
-		r.fault(reply.CircuitID, "the OpenZiti client's connection id is in use or its channel ended")
-		refuse(zitiproto.ErrorInternal, fmt.Sprintf("connection id %d is in use", id))
+	// The client offered a key: without the host's, sdk-golang would send plaintext.
+	if creq.E2EE != nil && reply.HostZitiKey == nil {
+		c.closeQuiet()
+		msg := "the hosting end answered without a key (hostZitiKey): the circuit would not be end-to-end encrypted"
+		r.fault(reply.CircuitID, msg)
+		refuse(zitiproto.ErrorEncryptionMissing, msg)
 		return
 	}
+	// The hosting end took OpenZiti's scheme: the circuit carries frames.
+	c.framed = reply.HostZitiKey != nil
 	m := zc.s.pool.Get()
 	m.SetState(zitiproto.ContentStateConnected, id, "")
 	m.ReplyTo(req)
@@ -471,7 +564,23 @@ func (zc *zitiConn) connect(ctx context.Context, req *zitiproto.Message) {
 		m.Put(zitiproto.HeaderPublicKey, reply.HostZitiKey)
 		m.PutByte(zitiproto.HeaderCryptoMethod, zitiproto.CryptoLibsodium)
 	}
+	// Under wmu, against end's StateClosed: the client gets StateConnected before it, or
+	// only the refusal when the circuit ended while it was requested.
+	c.wmu.Lock()
+	if ended := c.writable(); ended != nil {
+		c.wmu.Unlock()
+		zc.s.pool.Put(m)
+		why := "the OpenZiti client's connection ended while its circuit was made"
+		if errors.Is(ended, errZitiSessionEnded) {
+			why = errZitiSessionEnded.Error()
+		}
+		r.fault(reply.CircuitID, why)
+		refuse(zitiproto.ErrorInvalidSession, why)
+		return
+	}
+	c.pending = false
 	err = zc.send(m)
+	c.wmu.Unlock()
 	zc.s.pool.Put(m)
 	if err != nil {
 		c.Close()
@@ -595,51 +704,86 @@ func (zc *zitiConn) bind(ctx context.Context, req *zitiproto.Message) {
 		go zc.removeTerminator(ctx, tid)
 		return
 	}
+	zc.applyUpdates(ctx, b) // those that came while the terminator was being made
 	zc.log.Debug("OpenZiti bind hosted", "connId", id, "service", se.ServiceID, "terminator", tid)
 	if req.Bool(zitiproto.HeaderSupportsBindSuccess) {
 		zc.sendState(zitiproto.ContentBindSuccess, id, nil, "", 0)
 	}
 }
 
-// updateBind changes the cost or precedence of the terminator of a bind of the client; it
-// owns req.
+// updateBind takes an UpdateBind of the client (cost, precedence) for one of its binds; the
+// reader calls it, so a bind's updates are taken in order. They are merged into what is
+// still to be sent and sent by one goroutine per bind, in order, once its terminator exists.
 func (zc *zitiConn) updateBind(ctx context.Context, req *zitiproto.Message) {
-	defer zc.s.pool.Put(req)
 	id, _ := req.Uint32(zitiproto.HeaderConnID)
-	zc.mu.Lock()
-	b := zc.binds[id]
-	zc.mu.Unlock()
-	zc.s.mu.Lock()
-	var tid string
-	if b != nil && b.token == string(req.Body) {
-		tid = b.terminatorID
-	}
-	zc.s.mu.Unlock()
-	if tid == "" {
-		zc.log.Info("OpenZiti bind update ignored: no such bind with a terminator", "connId", id)
-		return
-	}
-	u := &ctrlproto.TerminatorUpdate{TerminatorID: tid}
+	var cost *int
 	if v, ok := req.Uint16(zitiproto.HeaderCost); ok {
-		cost := int(v)
-		u.Cost = &cost
+		c := int(v)
+		cost = &c
 	}
+	var prec string
 	if p, ok := req.Byte(zitiproto.HeaderPrecedence); ok {
 		if int(p) >= len(zitiPrecedences) {
 			zc.log.Info("OpenZiti bind update refused", "connId", id, "err",
 				fmt.Sprintf("precedence %d (header %d): allowed are 0 (default), 1 (required), 2 (failed)", p, zitiproto.HeaderPrecedence))
 			return
 		}
-		u.Precedence = zitiPrecedences[p]
+		prec = zitiPrecedences[p]
 	}
-	if u.Cost == nil && u.Precedence == "" {
+	if cost == nil && prec == "" {
 		return
 	}
-	tctx, cancel := context.WithTimeout(ctx, edgeproto.HandshakeTimeout)
-	defer cancel()
-	if err := zc.s.r.UpdateTerminator(tctx, u); err != nil {
-		zc.log.Warn("OpenZiti bind update failed", "connId", id, "terminator", tid, "err", err)
+	zc.mu.Lock()
+	b := zc.binds[id]
+	zc.mu.Unlock()
+	if b == nil || b.token != string(req.Body) {
+		zc.log.Info("OpenZiti bind update ignored: no such bind", "connId", id)
+		return
 	}
+	s := zc.s
+	s.mu.Lock()
+	if cost != nil {
+		b.update.Cost = cost
+	}
+	if prec != "" {
+		b.update.Precedence = prec
+	}
+	s.mu.Unlock()
+	zc.applyUpdates(ctx, b)
+}
+
+// applyUpdates starts sending b's pending updates, unless they are being sent or its
+// terminator does not exist yet.
+func (zc *zitiConn) applyUpdates(ctx context.Context, b *zitiBind) {
+	s := zc.s
+	s.mu.Lock()
+	start := !b.updating && !b.gone && b.terminatorID != "" && (b.update.Cost != nil || b.update.Precedence != "")
+	if start {
+		b.updating = true
+	}
+	s.mu.Unlock()
+	if !start {
+		return
+	}
+	go func() {
+		for {
+			s.mu.Lock()
+			u := b.update
+			b.update = ctrlproto.TerminatorUpdate{}
+			u.TerminatorID = b.terminatorID
+			if b.gone || (u.Cost == nil && u.Precedence == "") {
+				b.updating = false
+				s.mu.Unlock()
+				return
+			}
+			s.mu.Unlock()
+			tctx, cancel := context.WithTimeout(ctx, edgeproto.HandshakeTimeout)
+			if err := s.r.UpdateTerminator(tctx, &u); err != nil {
+				zc.log.Warn("OpenZiti bind update failed", "connId", b.connID, "terminator", u.TerminatorID, "err", err)
+			}
+			cancel()
+		}
+	}()
 }
 
 // forgetBind removes b from the tables and marks it gone; it returns b's terminator id.
@@ -719,6 +863,11 @@ func (s *zitiServer) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID ui
 	if b.hostKey != nil && offered == nil {
 		return nil, nil, fmt.Errorf("the OpenZiti client hosting %s requires end-to-end encryption: the circuit's initiator offered no zitiKey", x.Address)
 	}
+	// An offer means the service requires end-to-end encryption: a host bound without a key
+	// would have the circuit carry plaintext.
+	if x.E2EE != nil && b.hostKey == nil {
+		return nil, nil, fmt.Errorf("the OpenZiti client hosting %s bound without a key (header %d), but the circuit requires end-to-end encryption", x.Address, zitiproto.HeaderPublicKey)
+	}
 	framed := b.hostKey != nil
 	zc := b.zc
 	c := newZitiCircuit(zc, 0, framed)
@@ -772,13 +921,19 @@ func (s *zitiServer) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID ui
 // request sends m and waits for its reply (DialSuccess or DialFailed), within ctx.
 func (zc *zitiConn) request(ctx context.Context, m *zitiproto.Message) (*zitiproto.Message, error) {
 	ch := make(chan *zitiproto.Message, 1)
-	zc.wmu.Lock()
+	select {
+	case zc.wsem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("the channel's writer is busy: %w", ctx.Err())
+	case <-zc.done:
+		return nil, errZitiChannelEnded
+	}
 	m.Sequence = zc.seq.Add(1)
 	zc.mu.Lock()
 	zc.pending[m.Sequence] = ch
 	zc.mu.Unlock()
-	err := zc.w.Write(m)
-	zc.wmu.Unlock()
+	err := zc.write(m)
+	<-zc.wsem
 	forget := func() {
 		zc.mu.Lock()
 		delete(zc.pending, m.Sequence)

@@ -50,6 +50,7 @@ type zitiClient struct {
 	hello   *zitiproto.Message
 	done    chan struct{}
 	nextID  uint32
+	stall   sync.Mutex // held: the client reads nothing more
 }
 
 // connectZiti authenticates cert's identity and says hello at an edge listener with the API
@@ -116,6 +117,9 @@ func (n *testNet) connectZitiWith(addr string, cert tls.Certificate, api *model.
 func (cl *zitiClient) readLoop(rd *zitiproto.Reader) {
 	defer close(cl.done)
 	for {
+		cl.stall.Lock()
+		//lint:ignore SA2001 waits while the test stalls the client
+		cl.stall.Unlock()
 		m := &zitiproto.Message{}
 		if err := rd.Read(m); err != nil {
 			return

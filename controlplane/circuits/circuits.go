@@ -356,9 +356,13 @@ func (s *Service) install(ctx context.Context, c *Circuit, term *model.Terminato
 }
 
 // checkHostKey checks the egress's HostZitiKey: a crypto_kx public key, answering the offer
-// of OpenZiti's scheme the egress got (none when the service's policy dropped it).
+// of OpenZiti's scheme the egress got (none when the service's policy dropped it). An offer
+// of only OpenZiti's scheme needs one: without it the initiator would send plaintext.
 func checkHostKey(egress string, offer *ctrlproto.E2EEOffer, key []byte) ([]byte, error) {
 	switch {
+	case len(key) == 0 && offer != nil && !offer.Zmesh:
+		return nil, fail(ctrlproto.ErrCodeEncryptionRequired, "router %s: the hosting end answered without an OpenZiti key (hostZitiKey), "+
+			"but the circuit's offer was only OpenZiti's scheme: it would run unencrypted", egress)
 	case len(key) == 0:
 		return nil, nil
 	case offer == nil || len(offer.ZitiKey) == 0:

@@ -281,7 +281,8 @@ func (rr *routeRouter) Channel(string) (*ctrlproto.Channel, bool) { return rr.ch
 // TestE2EEOffers: the controller applies the service's policy to the initiator's offer: a
 // malformed offer or one of no scheme is refused; no offer on an encrypted service means
 // zmesh's scheme; OpenZiti's scheme only where openZitiEncryption allows it (its key dropped
-// from the egress's offer otherwise, and a host key refused); a service without encryption
+// from the egress's offer otherwise, and a host key refused; required when only it was
+// offered); a service without encryption
 // passes no offer and takes no host key.
 func TestE2EEOffers(t *testing.T) {
 	t.Parallel()
@@ -374,6 +375,7 @@ func TestE2EEOffers(t *testing.T) {
 		{"no offer on an OpenZiti service", "ziti", nil, nil, zmeshOnly, ""},
 		{"a host key answering zmesh's offer", "ziti", zmeshOnly, key(32), zmeshOnly, ctrlproto.ErrCodeRouteFailed},
 		{"a short host key", "ziti", zitiOnly, key(16), zitiOnly, ctrlproto.ErrCodeRouteFailed},
+		{"no host key answering only OpenZiti's scheme", "ziti", zitiOnly, nil, zitiOnly, ctrlproto.ErrCodeEncryptionRequired},
 		// no encryption: no offer passed, no host key taken.
 		{"no offer", "plain", nil, nil, nil, ""},
 		{"an offer dropped", "plain", both, nil, nil, ""},

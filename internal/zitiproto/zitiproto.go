@@ -38,6 +38,9 @@ const (
 	MaxHeaders  = 64 << 10
 	// MaxBody admits one secretstream message of the largest circuit frame with room to spare.
 	MaxBody = 16<<20 + 64
+	// MaxHello bounds a hello's headers and its body, each, as OpenZiti's channel does: a
+	// client not yet admitted holds little.
+	MaxHello = 4192
 )
 
 // Errors of Reader.Read.
@@ -320,6 +323,17 @@ func (m *Message) ReplyTo(req *Message) {
 	}
 }
 
+// Clone returns a copy of m in storage of its own, sized to it, so that m can be reused.
+func (m *Message) Clone() *Message {
+	c := &Message{ContentType: m.ContentType, Sequence: m.Sequence, hdrs: append([]header(nil), m.hdrs...)}
+	c.buf = make([]byte, len(m.hbuf)+len(m.Body))
+	copy(c.buf, m.hbuf)
+	copy(c.buf[len(m.hbuf):], m.Body)
+	c.hbuf = c.buf[:len(m.hbuf):len(m.hbuf)]
+	c.Body = c.buf[len(m.hbuf):]
+	return c
+}
+
 // Each calls f with every header of m, in wire order.
 func (m *Message) Each(f func(key int32, value []byte)) {
 	for _, h := range m.hdrs {
@@ -344,7 +358,10 @@ func NewReader(r io.Reader, pre []byte) *Reader {
 
 // Read reads the next message into m, whose storage it reuses (the body and header values
 // stay valid until m is read into or reset again).
-func (rd *Reader) Read(m *Message) error {
+func (rd *Reader) Read(m *Message) error { return rd.ReadMax(m, MaxHeaders, MaxBody) }
+
+// ReadMax is Read with smaller bounds of the headers and the body (e.g. MaxHello).
+func (rd *Reader) ReadMax(m *Message, maxHeaders, maxBody uint32) error {
 	if _, err := io.ReadFull(rd.r, rd.section[rd.skip:]); err != nil {
 		return err
 	}
@@ -354,21 +371,52 @@ func (rd *Reader) Read(m *Message) error {
 		return ErrBadMagic
 	}
 	hlen, blen := binary.LittleEndian.Uint32(s[12:16]), binary.LittleEndian.Uint32(s[16:20])
-	if hlen > MaxHeaders || blen > MaxBody {
-		return fmt.Errorf("%w: headers %d bytes (at most %d), body %d bytes (at most %d)", ErrTooLarge, hlen, MaxHeaders, blen, MaxBody)
+	if hlen > maxHeaders || blen > maxBody {
+		return fmt.Errorf("%w: headers %d bytes (at most %d), body %d bytes (at most %d)", ErrTooLarge, hlen, maxHeaders, blen, maxBody)
 	}
 	n := int(hlen) + int(blen)
-	if cap(m.buf) < n {
-		m.buf = make([]byte, n)
-	}
-	m.buf = m.buf[:n]
-	if _, err := io.ReadFull(rd.r, m.buf); err != nil {
-		return fmt.Errorf("zitiproto: read message: %w", io.ErrUnexpectedEOF)
+	if err := rd.fill(m, n); err != nil {
+		return fmt.Errorf("zitiproto: read message: %w", err)
 	}
 	m.ContentType = int32(binary.LittleEndian.Uint32(s[4:8]))
 	m.Sequence = int32(binary.LittleEndian.Uint32(s[8:12]))
 	m.hbuf, m.Body = m.buf[:hlen:hlen], m.buf[hlen:n]
 	return m.parseHeaders()
+}
+
+// growFrom is the buffer a message larger than its storage starts with; it doubles as the
+// message's bytes arrive.
+const growFrom = 64 << 10
+
+// fill reads n bytes into m.buf. The lengths are the peer's word: a buffer too small grows
+// only as bytes arrive, so that a peer that stalls pins no more than it sent.
+func (rd *Reader) fill(m *Message, n int) error {
+	if cap(m.buf) >= n {
+		m.buf = m.buf[:n]
+		if _, err := io.ReadFull(rd.r, m.buf); err != nil {
+			return io.ErrUnexpectedEOF
+		}
+		return nil
+	}
+	b := m.buf[:0]
+	if start := min(n, growFrom); cap(b) < start {
+		b = make([]byte, 0, start)
+	}
+	for len(b) < n {
+		if len(b) == cap(b) {
+			nb := make([]byte, len(b), min(2*cap(b), n))
+			copy(nb, b)
+			b = nb
+		}
+		k, err := rd.r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+k]
+		if err != nil && len(b) < n {
+			m.buf = b[:0]
+			return io.ErrUnexpectedEOF
+		}
+	}
+	m.buf = b
+	return nil
 }
 
 func (m *Message) parseHeaders() error {

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"runtime"
+	"sync"
 	"testing"
 )
 
@@ -203,5 +205,79 @@ func TestReuseReadMessage(t *testing.T) {
 	m.SetState(ContentStateClosed, 7, "gone")
 	if id, _ := m.Uint32(HeaderConnID); id != 7 || string(m.Body) != "gone" || len(m.hdrs) != 1 {
 		t.Fatalf("state %+v", m)
+	}
+}
+
+// Readers of 64 peers that each declare the largest body and send 1 KiB of it hold about
+// what arrived, not what was declared; a message that then arrives whole reads intact, and
+// ReadMax refuses a hello larger than MaxHello before reading it.
+func TestReadGrowsAsBytesArrive(t *testing.T) {
+	const peers = 64
+	section := wire(ContentData, 1, nil, nil)
+	binary.LittleEndian.PutUint32(section[16:], MaxBody)
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var readers sync.WaitGroup
+	var pipes []*io.PipeWriter
+	for range peers {
+		pr, pw := io.Pipe()
+		pipes = append(pipes, pw)
+		readers.Go(func() {
+			var m Message
+			NewReader(pr, nil).Read(&m)
+		})
+		// A pipe's Write returns once the reader took every byte.
+		if _, err := pw.Write(append(append([]byte(nil), section...), make([]byte, 1<<10)...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	for _, pw := range pipes {
+		pw.Close()
+	}
+	readers.Wait()
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 64<<20 {
+		t.Fatalf("%d stalled peers that declared %d-byte bodies hold %d MiB", peers, MaxBody, grew>>20)
+	}
+
+	body := bytes.Repeat([]byte("0123456789abcdef"), 300_000)
+	var m Message
+	if err := NewReader(bytes.NewReader(wire(ContentData, 2, nil, body)), nil).Read(&m); err != nil || !bytes.Equal(m.Body, body) {
+		t.Fatalf("a %d-byte body read as %d bytes (%v)", len(body), len(m.Body), err)
+	}
+	hello := wire(ContentHello, -1, nil, make([]byte, MaxHello+1))
+	if err := NewReader(bytes.NewReader(hello[:SectionSize]), nil).ReadMax(&m, MaxHello, MaxHello); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("a hello of %d bytes read: %v", MaxHello+1, err)
+	}
+}
+
+// A clone keeps the request's headers and body when the message it came from is read into
+// again, and is sized to the request, not to the storage it came from.
+func TestCloneOwnsItsStorage(t *testing.T) {
+	rd := NewReader(io.MultiReader(
+		bytes.NewReader(wire(ContentData, 1, nil, make([]byte, 1<<20))),
+		bytes.NewReader(wire(ContentConnect, 2, [][2][]byte{{le32(uint32(HeaderConnID)), le32(9)}, {le32(uint32(HeaderAppData)), []byte(`{"a":1}`)}}, []byte("token"))),
+		bytes.NewReader(wire(ContentData, 3, [][2][]byte{{le32(uint32(HeaderConnID)), le32(5)}}, []byte("other bytes"))),
+	), nil)
+	var m Message
+	for range 2 {
+		if err := rd.Read(&m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := m.Clone()
+	if err := rd.Read(&m); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := c.Uint32(HeaderConnID)
+	app, _ := c.String(HeaderAppData)
+	if c.ContentType != ContentConnect || c.Sequence != 2 || id != 9 || app != `{"a":1}` || string(c.Body) != "token" {
+		t.Fatalf("the clone changed with its origin: %+v conn %d app %q", c, id, app)
+	}
+	if cap(c.buf) > 64 {
+		t.Fatalf("a clone of a small request holds %d bytes", cap(c.buf))
 	}
 }

@@ -1,0 +1,54 @@
+package dataplane
+
+import (
+	"context"
+	"io"
+	"testing"
+
+	"github.com/zmesh/zmesh/internal/testutil"
+	"github.com/zmesh/zmesh/internal/zitiproto"
+	"github.com/zmesh/zmesh/tunnel"
+)
+
+// A client that half-closes, then closes (as `ziti tunnel` does: CloseWrite, then Close)
+// ends its circuit: the host reads what it sent, then its writes fail once the linger
+// passed.
+func TestZitiFINThenClosedEndsCircuit(t *testing.T) {
+	t.Parallel()
+	n, svc, dialerCert, _ := zitiNet(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*testutil.Patience)
+	defer cancel()
+	ln, err := n.routers["H"].r.overlay.Bind(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, Bind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	e := n.routers["E"]
+	cl, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zc, _, err := cl.connect(n.zitiSession(cl, e.r, svc.ID, "Dial"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zc.write([]byte("last words"), 0)
+	zc.write(nil, zitiproto.FlagFIN)
+	var closeMsg zitiproto.Message
+	closeMsg.SetState(zitiproto.ContentStateClosed, zc.id, "")
+	if err := cl.send(&closeMsg); err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if b, err := io.ReadAll(c); err != nil || string(b) != "last words" {
+		t.Fatalf("the host read %q (%v)", b, err)
+	}
+	testutil.Eventually(t, "the host's writes to fail once the client closed", func() bool {
+		_, err := c.Write([]byte("into the void"))
+		return err != nil
+	})
+}

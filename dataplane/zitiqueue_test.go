@@ -1,0 +1,71 @@
+package dataplane
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/zmesh/zmesh/internal/testutil"
+	"github.com/zmesh/zmesh/tunnel"
+)
+
+// An OpenZiti client that sends large Data messages toward a host that never reads fills its
+// circuit's queue at router E up to the byte budget, no more: the channel's reader waits.
+func TestZitiQueueByteBudget(t *testing.T) {
+	t.Parallel()
+	n, svc, dialerCert, _ := zitiNet(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*testutil.Patience)
+	defer cancel()
+	ln, err := n.routers["H"].r.overlay.Bind(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, Bind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, _, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		<-ctx.Done() // never reads
+		c.Close()
+	}()
+	e := n.routers["E"]
+	cl, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zc, _, err := cl.connect(n.zitiSession(cl, e.r, svc.ID, "Dial"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent atomic.Int64
+	go func() {
+		body := make([]byte, 2<<20)
+		for i := 0; i < 200 && zc.write(body, 0) == nil; i++ {
+			sent.Add(int64(len(body)))
+		}
+	}()
+	last, since := int64(-1), time.Now()
+	testutil.Eventually(t, "the client's writes to stop", func() bool {
+		if s := sent.Load(); s != last {
+			last, since = s, time.Now()
+			return false
+		}
+		return last > 0 && time.Since(since) > time.Second
+	})
+	var c *zitiCircuit
+	for _, ch := range e.r.ziti.clients() {
+		ch.mu.Lock()
+		if ch.circuits[zc.id] != nil {
+			c = ch.circuits[zc.id]
+		}
+		ch.mu.Unlock()
+	}
+	if c == nil {
+		t.Fatal("no circuit at router E")
+	}
+	if q := c.queued(); q > zitiQueueBytes || q == 0 {
+		t.Fatalf("%d bytes queued toward the circuit after %d MiB sent; the budget is %d", q, last>>20, zitiQueueBytes)
+	}
+}
