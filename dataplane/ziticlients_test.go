@@ -498,14 +498,8 @@ func TestZitiHello(t *testing.T) {
 // the client's API session ends its channel and circuits.
 func TestZitiConnect(t *testing.T) {
 	t.Parallel()
-	n, svc, dialerCert, _ := zitiNet(t, false)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*testutil.Patience)
-	defer cancel()
-	ln, err := n.routers["H"].r.overlay.Bind(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, Bind: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	s := newZitiTunnelHosted(t, 2*testutil.Patience)
+	n, svc, ln, e, cl := s.n, s.svc, s.ln, s.e, s.cl
 	down := bytes.Repeat([]byte("from the tunnel host "), 50_000)
 	type accepted struct {
 		c   net.Conn
@@ -526,11 +520,6 @@ func TestZitiConnect(t *testing.T) {
 		err  error
 	}
 	got := make(chan served, 1)
-	e := n.routers["E"]
-	cl, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tok := n.zitiSession(cl, e.r, svc.ID, "Dial")
 	app, _ := json.Marshal(tunnel.AppData{Protocol: "tcp", DstIP: "10.1.2.3", DstPort: "443"})
 	zc, reply, err := cl.connect(tok, nil, map[int32][]byte{zitiproto.HeaderAppData: app})
@@ -782,20 +771,9 @@ func TestZitiBind(t *testing.T) {
 // zitiKey cannot reach the OpenZiti host, and is told why.
 func TestZitiE2EEFrames(t *testing.T) {
 	t.Parallel()
-	n, svc, dialerCert, hostCert := zitiNet(t, true)
-	h, e := n.routers["H"], n.routers["E"]
-	host, err := n.connectZiti(h.r.SDKAddresses()[0], hostCert)
-	if err != nil {
-		t.Fatal(err)
-	}
 	hostKey, dialerKey := bytes.Repeat([]byte{'h'}, 32), bytes.Repeat([]byte{'d'}, 32)
-	if _, err := host.bind(n.zitiSession(host, h.r, svc.ID, "Bind"), hostKey); err != nil {
-		t.Fatal(err)
-	}
-	dialer, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newZitiBound(t, true, hostKey)
+	n, svc, e, host, dialer, dialerCert := s.n, s.svc, s.e, s.host, s.dialer, s.dialerCert
 	type acceptResult struct {
 		zc  *zconn
 		d   *zitiproto.Message

@@ -1,13 +1,11 @@
 package dataplane
 
 import (
-	"context"
 	"io"
 	"testing"
 
 	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/internal/zitiproto"
-	"github.com/zmesh/zmesh/tunnel"
 )
 
 // A client that half-closes, then closes (as `ziti tunnel` does: CloseWrite, then Close)
@@ -15,19 +13,8 @@ import (
 // passed.
 func TestZitiFINThenClosedEndsCircuit(t *testing.T) {
 	t.Parallel()
-	n, svc, dialerCert, _ := zitiNet(t, false)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*testutil.Patience)
-	defer cancel()
-	ln, err := n.routers["H"].r.overlay.Bind(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, Bind: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	e := n.routers["E"]
-	cl, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newZitiTunnelHosted(t, 3*testutil.Patience)
+	n, svc, ln, e, cl := s.n, s.svc, s.ln, s.e, s.cl
 	zc, _, err := cl.connect(n.zitiSession(cl, e.r, svc.ID, "Dial"), nil, nil)
 	if err != nil {
 		t.Fatal(err)

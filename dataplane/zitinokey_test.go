@@ -2,14 +2,12 @@ package dataplane
 
 import (
 	"bytes"
-	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/internal/zitiproto"
-	"github.com/zmesh/zmesh/tunnel"
 )
 
 // On a service that requires encryption, an OpenZiti host bound without a key gets no
@@ -19,19 +17,8 @@ import (
 // Dial.
 func TestZitiEncryptedRefusedWithoutHostKey(t *testing.T) {
 	t.Parallel()
-	n, svc, dialerCert, hostCert := zitiNet(t, true)
-	h, e := n.routers["H"], n.routers["E"]
-	host, err := n.connectZiti(h.r.SDKAddresses()[0], hostCert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := host.bind(n.zitiSession(host, h.r, svc.ID, "Bind"), nil); err != nil {
-		t.Fatal(err)
-	}
-	dialer, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newZitiBound(t, true, nil)
+	n, svc, e, host, dialer := s.n, s.svc, s.e, s.host, s.dialer
 	_, reply, err := dialer.connect(n.zitiSession(dialer, e.r, svc.ID, "Dial"), bytes.Repeat([]byte{'d'}, 32), nil)
 	if err == nil {
 		t.Fatalf("connected to a host without a key; StateConnected carries key %v", reply.Bool(zitiproto.HeaderPublicKey))
@@ -65,19 +52,8 @@ func TestZitiEncryptedRefusedWithoutHostKey(t *testing.T) {
 // encryption hosted by a tunneler: the client asked for encryption and would not get it.
 func TestZitiKeyOfferAnsweredWithoutKeyRefused(t *testing.T) {
 	t.Parallel()
-	n, svc, dialerCert, _ := zitiNet(t, false)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*testutil.Patience)
-	defer cancel()
-	ln, err := n.routers["H"].r.overlay.Bind(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, Bind: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	e := n.routers["E"]
-	cl, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newZitiTunnelHosted(t, 2*testutil.Patience)
+	n, svc, e, cl := s.n, s.svc, s.e, s.cl
 	_, reply, err := cl.connect(n.zitiSession(cl, e.r, svc.ID, "Dial"), bytes.Repeat([]byte{'d'}, 32), nil)
 	if err == nil {
 		t.Fatal("a client that offered a key got StateConnected without the host's")

@@ -1,27 +1,19 @@
 package dataplane
 
 import (
-	"context"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/zmesh/zmesh/internal/testutil"
-	"github.com/zmesh/zmesh/tunnel"
 )
 
 // An OpenZiti client that sends large Data messages toward a host that never reads fills its
 // circuit's queue at router E up to the byte budget, no more: the channel's reader waits.
 func TestZitiQueueByteBudget(t *testing.T) {
 	t.Parallel()
-	n, svc, dialerCert, _ := zitiNet(t, false)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*testutil.Patience)
-	defer cancel()
-	ln, err := n.routers["H"].r.overlay.Bind(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, Bind: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	s := newZitiTunnelHosted(t, 3*testutil.Patience)
+	n, svc, ctx, ln, e, cl := s.n, s.svc, s.ctx, s.ln, s.e, s.cl
 	go func() {
 		c, _, err := ln.Accept()
 		if err != nil {
@@ -30,11 +22,6 @@ func TestZitiQueueByteBudget(t *testing.T) {
 		<-ctx.Done() // never reads
 		c.Close()
 	}()
-	e := n.routers["E"]
-	cl, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
-	if err != nil {
-		t.Fatal(err)
-	}
 	zc, _, err := cl.connect(n.zitiSession(cl, e.r, svc.ID, "Dial"), nil, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,13 +1,11 @@
 package dataplane
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/internal/zitiproto"
-	"github.com/zmesh/zmesh/tunnel"
 )
 
 // While the controller is away, an OpenZiti client's Connects wait for it: at most
@@ -16,19 +14,8 @@ import (
 // answered and the channel works on.
 func TestZitiRequestsBounded(t *testing.T) {
 	t.Parallel()
-	n, svc, dialerCert, _ := zitiNet(t, false)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*testutil.Patience)
-	defer cancel()
-	ln, err := n.routers["H"].r.overlay.Bind(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, Bind: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	e := n.routers["E"]
-	cl, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newZitiTunnelHosted(t, 3*testutil.Patience)
+	n, svc, e, cl := s.n, s.svc, s.e, s.cl
 	tok := n.zitiSession(cl, e.r, svc.ID, "Dial")
 	n.stopController()
 	testutil.Eventually(t, "router E to see the controller gone", func() bool { return !e.r.ctrl.isConnected() })

@@ -15,19 +15,8 @@ import (
 // sends on the connection never reaches the host, whose end is closed.
 func TestZitiConnectRevokedWhileRouted(t *testing.T) {
 	t.Parallel()
-	n, svc, dialerCert, hostCert := zitiNet(t, false)
-	h, e := n.routers["H"], n.routers["E"]
-	host, err := n.connectZiti(h.r.SDKAddresses()[0], hostCert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := host.bind(n.zitiSession(host, h.r, svc.ID, "Bind"), nil); err != nil {
-		t.Fatal(err)
-	}
-	dialer, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newZitiBound(t, false, nil)
+	n, svc, e, host, dialer := s.n, s.svc, s.e, s.host, s.dialer
 	se, _, err := n.m.CreateSession(dialer.api, svc.ID, "Dial", nil)
 	if err != nil {
 		t.Fatal(err)

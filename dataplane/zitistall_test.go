@@ -10,7 +10,6 @@ import (
 	"github.com/zmesh/zmesh/internal/ctrlproto"
 	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/internal/zitiproto"
-	"github.com/zmesh/zmesh/tunnel"
 )
 
 // An OpenZiti client that stops reading holds nothing of the router: with its channel's
@@ -20,14 +19,8 @@ import (
 
 func TestZitiStalledClientHoldsNothing(t *testing.T) {
 	t.Parallel()
-	n, svc, dialerCert, _ := zitiNet(t, false)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*testutil.Patience)
-	defer cancel()
-	ln, err := n.routers["H"].r.overlay.Bind(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, Bind: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	s := newZitiTunnelHosted(t, 3*testutil.Patience)
+	n, svc, ln, e, cl := s.n, s.svc, s.ln, s.e, s.cl
 	var written atomic.Int64
 	go func() {
 		c, _, err := ln.Accept()
@@ -44,13 +37,8 @@ func TestZitiStalledClientHoldsNothing(t *testing.T) {
 			}
 		}
 	}()
-	e := n.routers["E"]
 	// Shorter than Patience, long enough for the host to fill the path first.
 	e.r.ziti.writeTimeout.Store(int64(10 * time.Second))
-	cl, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tok := n.zitiSession(cl, e.r, svc.ID, "Dial")
 	zc, reply, err := cl.connect(tok, nil, nil)
 	if err != nil {
@@ -95,20 +83,9 @@ func TestZitiStalledClientHoldsNothing(t *testing.T) {
 // up when its context ends, rather than wait for the writer.
 func TestZitiDialToStalledHostHonoursContext(t *testing.T) {
 	t.Parallel()
-	n, svc, dialerCert, hostCert := zitiNet(t, false)
-	h, e := n.routers["H"], n.routers["E"]
+	s := newZitiBound(t, false, nil)
+	n, svc, h, e, host, dialer := s.n, s.svc, s.h, s.e, s.host, s.dialer
 	h.r.ziti.writeTimeout.Store(int64(time.Hour)) // the context, not the write timeout, must end the dial
-	host, err := n.connectZiti(h.r.SDKAddresses()[0], hostCert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := host.bind(n.zitiSession(host, h.r, svc.ID, "Bind"), nil); err != nil {
-		t.Fatal(err)
-	}
-	dialer, err := n.connectZiti(e.r.SDKAddresses()[0], dialerCert)
-	if err != nil {
-		t.Fatal(err)
-	}
 	accepted := make(chan error, 1)
 	go func() {
 		_, _, err := host.accept()
