@@ -374,13 +374,7 @@ func (o *routerOverlay) Bind(ctx context.Context, svc tunnel.Service) (tunnel.Li
 func (o *routerOverlay) terminators() []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var out []string
-	for _, b := range o.binds {
-		if b.terminatorID != "" {
-			out = append(out, b.terminatorID)
-		}
-	}
-	return out
+	return terminatorIDs(o.binds, func(b *tunnelBind) string { return b.terminatorID })
 }
 
 func (b *tunnelBind) Accept() (net.Conn, tunnel.AppData, error) {

@@ -300,6 +300,18 @@ func (r *Router) startProfile() (*profile.Profiler, error) {
 	return p, nil
 }
 
+// terminatorIDs returns the ids of the binds' terminators, skipping binds whose terminator
+// is not made yet; the caller holds the lock that guards binds.
+func terminatorIDs[B any](binds map[string]B, terminatorID func(B) string) []string {
+	var out []string
+	for _, b := range binds {
+		if id := terminatorID(b); id != "" {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // hello describes the router to the controller.
 func (r *Router) hello() *ctrlproto.Hello {
 	h := &ctrlproto.Hello{RouterID: r.id, Version: r.version, Protocol: ctrlproto.ProtocolVersion}

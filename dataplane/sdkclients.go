@@ -366,13 +366,7 @@ func (s *sdkServer) bind(ctx context.Context, ec *sdkConn, st *smux.Stream, req 
 func (s *sdkServer) terminators() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []string
-	for _, b := range s.binds {
-		if b.terminatorID != "" {
-			out = append(out, b.terminatorID)
-		}
-	}
-	return out
+	return terminatorIDs(s.binds, func(b *sdkBind) string { return b.terminatorID })
 }
 
 // counts returns the admitted clients and the binds with a terminator, for metrics.

@@ -832,13 +832,7 @@ func (zc *zitiConn) removeTerminator(ctx context.Context, tid string) {
 func (s *zitiServer) terminators() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []string
-	for _, b := range s.binds {
-		if b.terminatorID != "" {
-			out = append(out, b.terminatorID)
-		}
-	}
-	return out
+	return terminatorIDs(s.binds, func(b *zitiBind) string { return b.terminatorID })
 }
 
 // dial connects a circuit to the client hosting the terminator at x.Address: the client gets
