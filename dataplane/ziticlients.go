@@ -481,23 +481,35 @@ func (zc *zitiConn) updateToken(m *zitiproto.Message) {
 	zc.send(reply)
 }
 
+// admit reads the connection id and the session of a Connect or Bind (request names it, typ
+// is the session's type), refusing it with StateClosed when either is missing or invalid;
+// ok is false then. refuse refuses it later.
+func (zc *zitiConn) admit(req *zitiproto.Message, request, typ string) (id uint32, se ctrlproto.Session, refuse func(code uint32, msg string), ok bool) {
+	id, ok = req.Uint32(zitiproto.HeaderConnID)
+	if !ok {
+		zc.sendState(zitiproto.ContentStateClosed, 0, req, fmt.Sprintf("the %s has no connection id (header %d)", request, zitiproto.HeaderConnID), zitiproto.ErrorInternal)
+		return 0, se, nil, false
+	}
+	refused := "OpenZiti " + strings.ToLower(typ) + " refused"
+	refuse = func(code uint32, msg string) {
+		zc.log.Info(refused, "connId", id, "err", msg)
+		zc.sendState(zitiproto.ContentStateClosed, id, req, msg, code)
+	}
+	se, code, err := zc.session(string(req.Body), typ)
+	if err != nil {
+		refuse(code, err.Error())
+		return id, se, refuse, false
+	}
+	return id, se, refuse, true
+}
+
 // connect dials the service of the Connect's session; the client's connection becomes the
 // circuit's initiator end. It owns req.
 func (zc *zitiConn) connect(ctx context.Context, req *zitiproto.Message) {
 	r := zc.s.r
 	defer zc.s.pool.Put(req)
-	id, ok := req.Uint32(zitiproto.HeaderConnID)
+	id, se, refuse, ok := zc.admit(req, "connect", "Dial")
 	if !ok {
-		zc.sendState(zitiproto.ContentStateClosed, 0, req, fmt.Sprintf("the connect has no connection id (header %d)", zitiproto.HeaderConnID), zitiproto.ErrorInternal)
-		return
-	}
-	refuse := func(code uint32, msg string) {
-		zc.log.Info("OpenZiti dial refused", "connId", id, "err", msg)
-		zc.sendState(zitiproto.ContentStateClosed, id, req, msg, code)
-	}
-	se, code, err := zc.session(string(req.Body), "Dial")
-	if err != nil {
-		refuse(code, err.Error())
 		return
 	}
 	appData, _ := req.Header(zitiproto.HeaderAppData)
@@ -628,18 +640,8 @@ var zitiPrecedences = [...]string{zitiproto.PrecedenceDefault: "default", zitipr
 func (zc *zitiConn) bind(ctx context.Context, req *zitiproto.Message) {
 	r, s := zc.s.r, zc.s
 	defer s.pool.Put(req)
-	id, ok := req.Uint32(zitiproto.HeaderConnID)
+	id, se, refuse, ok := zc.admit(req, "bind", "Bind")
 	if !ok {
-		zc.sendState(zitiproto.ContentStateClosed, 0, req, fmt.Sprintf("the bind has no connection id (header %d)", zitiproto.HeaderConnID), zitiproto.ErrorInternal)
-		return
-	}
-	refuse := func(code uint32, msg string) {
-		zc.log.Info("OpenZiti bind refused", "connId", id, "err", msg)
-		zc.sendState(zitiproto.ContentStateClosed, id, req, msg, code)
-	}
-	se, code, err := zc.session(string(req.Body), "Bind")
-	if err != nil {
-		refuse(code, err.Error())
 		return
 	}
 	t := &ctrlproto.TerminatorCreate{Service: se.ServiceID, Binding: BindingEdge, SessionToken: se.Token}
