@@ -165,6 +165,30 @@ func (p *sdkPeer) receive(t *testing.T) string {
 	return string(msg)
 }
 
+// zitiEnd returns zmesh's end of OpenZiti's scheme over loopback TCP (the hosting end if
+// hosts), with its key, and the peer's raw connection and key pair.
+func zitiEnd(t *testing.T, hosts bool) (zc *ZitiConn, raw net.Conn, key *ZitiKey, kp *kx.KeyPair) {
+	t.Helper()
+	cc, sc := tcpPair(t)
+	t.Cleanup(func() { cc.Close(); sc.Close() })
+	key, err := NewZitiKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kp, err = kx.NewKeyPair(); err != nil {
+		t.Fatal(err)
+	}
+	if hosts {
+		zc, err = ZitiServer(cc, key, kp.Public())
+	} else {
+		zc, err = ZitiClient(cc, key, kp.Public())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return zc, sc, key, kp
+}
+
 // TestZitiMatchesSecretstream: each role talks to a peer driven directly by the secretstream
 // and kx API as sdk-golang drives it, in the other role.
 func TestZitiMatchesSecretstream(t *testing.T) {
@@ -174,25 +198,7 @@ func TestZitiMatchesSecretstream(t *testing.T) {
 			name = "zmesh hosts"
 		}
 		t.Run(name, func(t *testing.T) {
-			cc, sc := tcpPair(t)
-			t.Cleanup(func() { cc.Close(); sc.Close() })
-			key, err := NewZitiKey()
-			if err != nil {
-				t.Fatal(err)
-			}
-			kp, err := kx.NewKeyPair()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var zc *ZitiConn
-			if zmeshDials {
-				zc, err = ZitiClient(cc, key, kp.Public())
-			} else {
-				zc, err = ZitiServer(cc, key, kp.Public())
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			zc, sc, key, kp := zitiEnd(t, !zmeshDials)
 			peer := newSDKPeer(t, sc, kp, key.Public(), !zmeshDials)
 			peer.send(t, "from the OpenZiti end")
 			peer.send(t, "and more")
@@ -279,20 +285,7 @@ func TestZitiTampering(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cc, sc := tcpPair(t)
-			t.Cleanup(func() { cc.Close(); sc.Close() })
-			key, err := NewZitiKey()
-			if err != nil {
-				t.Fatal(err)
-			}
-			kp, err := kx.NewKeyPair()
-			if err != nil {
-				t.Fatal(err)
-			}
-			zc, err := ZitiClient(cc, key, kp.Public())
-			if err != nil {
-				t.Fatal(err)
-			}
+			zc, sc, key, kp := zitiEnd(t, false)
 			_, tx, err := kp.ServerSessionKeys(key.Public())
 			if err != nil {
 				t.Fatal(err)
@@ -324,20 +317,7 @@ func TestZitiTampering(t *testing.T) {
 // TestZitiReadTimeoutResumes: a read deadline that passes inside a frame loses nothing: the
 // next Read goes on with the frame.
 func TestZitiReadTimeoutResumes(t *testing.T) {
-	cc, sc := tcpPair(t)
-	t.Cleanup(func() { cc.Close(); sc.Close() })
-	key, err := NewZitiKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := kx.NewKeyPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	zc, err := ZitiClient(cc, key, kp.Public())
-	if err != nil {
-		t.Fatal(err)
-	}
+	zc, sc, key, kp := zitiEnd(t, false)
 	peer := newSDKPeer(t, sc, kp, key.Public(), false)
 	ct, err := peer.enc.Push([]byte("in two parts"), secretstream.TagMessage)
 	if err != nil {
@@ -464,20 +444,7 @@ func BenchmarkZitiMessage(b *testing.B) {
 // reader allocate only for the bytes that arrived: a peer that announces the largest frame
 // and stalls after one byte pins no more than a pooled buffer.
 func TestZitiFrameLengthAllocatesAsBytesArrive(t *testing.T) {
-	cc, sc := tcpPair(t)
-	t.Cleanup(func() { cc.Close(); sc.Close() })
-	key, err := NewZitiKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := kx.NewKeyPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	zc, err := ZitiClient(cc, key, kp.Public())
-	if err != nil {
-		t.Fatal(err)
-	}
+	zc, sc, key, kp := zitiEnd(t, false)
 	newSDKPeer(t, sc, kp, key.Public(), false) // sends its 24-byte header
 	readTimesOut := func() {
 		t.Helper()
