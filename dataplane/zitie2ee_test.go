@@ -192,21 +192,49 @@ func tunnelKnows(t *testing.T, r *Router, svc *model.Service, on bool) {
 	})
 }
 
+// sdkEchoNet is buildEdgeNet with identity "host" listening on svc through the SDK and
+// echoing (openZitiEncryption set first if openZiti), and ctx bounding the test.
+func sdkEchoNet(t *testing.T, openZiti bool) (n *testNet, svc *model.Service, dialerCert tls.Certificate, ctx context.Context, got <-chan hosted) {
+	t.Helper()
+	n, svc, dialerCert, hostCert, _ := buildEdgeNet(t, true)
+	if openZiti {
+		allowOpenZiti(t, n, svc, true)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	ln, err := openSDK(t, n, hostCert).Listen(ctx, svc.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return n, svc, dialerCert, ctx, echoHost(ln.Accept)
+}
+
+// zitiHostNet is buildEdgeNet with an OpenZiti-like host of svc at router H
+// (openZitiEncryption set first if openZiti), an SDK client of identity "dialer", and ctx
+// bounding the test.
+func zitiHostNet(t *testing.T, openZiti bool) (svc *model.Service, ctx context.Context, done <-chan zitiHosted, dialer *sdk.Client) {
+	t.Helper()
+	n, svc, dialerCert, hostCert, _ := buildEdgeNet(t, true)
+	if openZiti {
+		allowOpenZiti(t, n, svc, true)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	host, err := n.connectSDK(n.routers["H"].r.SDKAddresses()[0], hostCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done = zitiHost(t, n, host, svc)
+	return svc, ctx, done, openSDK(t, n, dialerCert)
+}
+
 // An SDK Listen end reached by a dialer that offers only an OpenZiti key, as an OpenZiti
 // client does, takes OpenZiti's scheme: the dial's answer carries the host's key through
 // the controller and both routers, and data crosses encrypted both ways.
 func TestSDKListenOpenZitiDialer(t *testing.T) {
 	t.Parallel()
-	n, svc, dialerCert, hostCert, _ := buildEdgeNet(t, true)
-	allowOpenZiti(t, n, svc, true)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	ln, err := openSDK(t, n, hostCert).Listen(ctx, svc.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	got := echoHost(ln.Accept)
+	n, svc, dialerCert, _, got := sdkEchoNet(t, true)
 
 	dialer, err := n.connectSDK(n.routers["E"].r.SDKAddresses()[0], dialerCert)
 	if err != nil {
@@ -256,15 +284,7 @@ func TestSDKListenOpenZitiDialer(t *testing.T) {
 // OpenZiti's scheme even when the controller let it through (its policy changed since).
 func TestSDKListenRefusesOpenZitiDialer(t *testing.T) {
 	t.Parallel()
-	n, svc, dialerCert, hostCert, _ := buildEdgeNet(t, true)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	ln, err := openSDK(t, n, hostCert).Listen(ctx, svc.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	got := echoHost(ln.Accept)
+	n, svc, dialerCert, _, got := sdkEchoNet(t, false)
 	allowOpenZiti(t, n, svc, true)
 	dialer, err := n.connectSDK(n.routers["E"].r.SDKAddresses()[0], dialerCert)
 	if err != nil {
@@ -359,16 +379,8 @@ func exchange(t *testing.T, c net.Conn, msg string, done <-chan zitiHosted) {
 // runs OpenZiti's scheme as crypto_kx's client.
 func TestSDKDialOpenZitiHost(t *testing.T) {
 	t.Parallel()
-	n, svc, dialerCert, hostCert, _ := buildEdgeNet(t, true)
-	allowOpenZiti(t, n, svc, true)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	host, err := n.connectSDK(n.routers["H"].r.SDKAddresses()[0], hostCert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := zitiHost(t, n, host, svc)
-	dialer := openSDK(t, n, dialerCert)
+	svc, ctx, done, dialer := zitiHostNet(t, true)
+	var err error
 	var c *sdk.Conn
 	testutil.Eventually(t, "the routers to know the sessions", func() bool {
 		c, err = dialer.Dial(ctx, svc.Name)
@@ -385,15 +397,8 @@ func TestSDKDialOpenZitiHost(t *testing.T) {
 // take the circuit.
 func TestSDKDialOpenZitiHostNotAllowed(t *testing.T) {
 	t.Parallel()
-	n, svc, dialerCert, hostCert, _ := buildEdgeNet(t, true)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	host, err := n.connectSDK(n.routers["H"].r.SDKAddresses()[0], hostCert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := zitiHost(t, n, host, svc)
-	dialer := openSDK(t, n, dialerCert)
+	svc, ctx, done, dialer := zitiHostNet(t, false)
+	var err error
 	testutil.Eventually(t, "the host's refusal", func() bool {
 		_, err = dialer.Dial(ctx, svc.Name)
 		return err != nil && strings.Contains(err.Error(), "no OpenZiti key")
@@ -595,15 +600,7 @@ func TestTunnelHostRefusesOpenZitiDialer(t *testing.T) {
 // fails and no end runs OpenZiti's scheme, whose keys the router would hold.
 func TestE2EEDowngradeRefused(t *testing.T) {
 	t.Parallel()
-	n, svc, dialerCert, hostCert, _ := buildEdgeNet(t, true)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	ln, err := openSDK(t, n, hostCert).Listen(ctx, svc.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	got := echoHost(ln.Accept)
+	n, svc, dialerCert, ctx, got := sdkEchoNet(t, false)
 	dialer := openSDK(t, n, dialerCert)
 	mitm := newZitiPeer(t) // the tampering router's key
 	e, h := n.routers["E"].r, n.routers["H"].r
