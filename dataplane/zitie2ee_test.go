@@ -192,16 +192,24 @@ func tunnelKnows(t *testing.T, r *Router, svc *model.Service, on bool) {
 	})
 }
 
-// sdkEchoNet is buildEdgeNet with identity "host" listening on svc through the SDK and
-// echoing (openZitiEncryption set first if openZiti), and ctx bounding the test.
-func sdkEchoNet(t *testing.T, openZiti bool) (n *testNet, svc *model.Service, dialerCert tls.Certificate, ctx context.Context, got <-chan hosted) {
+// openZitiEdgeNet is buildEdgeNet (pinned) with openZitiEncryption set if openZiti, and ctx
+// bounding the test.
+func openZitiEdgeNet(t *testing.T, openZiti bool) (n *testNet, svc *model.Service, dialerCert, hostCert tls.Certificate, ctx context.Context) {
 	t.Helper()
-	n, svc, dialerCert, hostCert, _ := buildEdgeNet(t, true)
+	n, svc, dialerCert, hostCert, _ = buildEdgeNet(t, true)
 	if openZiti {
 		allowOpenZiti(t, n, svc, true)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
+	return n, svc, dialerCert, hostCert, ctx
+}
+
+// sdkEchoNet is buildEdgeNet with identity "host" listening on svc through the SDK and
+// echoing (openZitiEncryption set first if openZiti), and ctx bounding the test.
+func sdkEchoNet(t *testing.T, openZiti bool) (n *testNet, svc *model.Service, dialerCert tls.Certificate, ctx context.Context, got <-chan hosted) {
+	t.Helper()
+	n, svc, dialerCert, hostCert, ctx := openZitiEdgeNet(t, openZiti)
 	ln, err := openSDK(t, n, hostCert).Listen(ctx, svc.Name)
 	if err != nil {
 		t.Fatal(err)
@@ -215,12 +223,7 @@ func sdkEchoNet(t *testing.T, openZiti bool) (n *testNet, svc *model.Service, di
 // bounding the test.
 func zitiHostNet(t *testing.T, openZiti bool) (svc *model.Service, ctx context.Context, done <-chan zitiHosted, dialer *sdk.Client) {
 	t.Helper()
-	n, svc, dialerCert, hostCert, _ := buildEdgeNet(t, true)
-	if openZiti {
-		allowOpenZiti(t, n, svc, true)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
+	n, svc, dialerCert, hostCert, ctx := openZitiEdgeNet(t, openZiti)
 	host, err := n.connectSDK(n.routers["H"].r.SDKAddresses()[0], hostCert)
 	if err != nil {
 		t.Fatal(err)
