@@ -404,8 +404,15 @@ func zitiNet(t *testing.T, encrypted bool) (n *testNet, svc *model.Service, dial
 	return n, svc, dialer, host
 }
 
-// zitiSession makes a Dial or Bind session and waits until router r knows it.
+// zitiSession makes a Dial or Bind session and waits until router r knows it; it returns
+// the session's token.
 func (n *testNet) zitiSession(cl *zitiClient, r *Router, serviceID, typ string) string {
+	n.t.Helper()
+	return n.knownSession(cl, r, serviceID, typ).Token
+}
+
+// knownSession makes a Dial or Bind session and waits until router r knows it.
+func (n *testNet) knownSession(cl *zitiClient, r *Router, serviceID, typ string) *model.Session {
 	n.t.Helper()
 	se, _, err := n.m.CreateSession(cl.api, serviceID, typ, nil)
 	if err != nil {
@@ -415,7 +422,7 @@ func (n *testNet) zitiSession(cl *zitiClient, r *Router, serviceID, typ string) 
 		_, ok := r.sessionCache.session(se.Token)
 		return ok
 	})
-	return se.Token
+	return se
 }
 
 // An OpenZiti client's hello is answered with what sdk-golang reads (the router's id, the
@@ -562,14 +569,7 @@ func TestZitiConnect(t *testing.T) {
 	}
 
 	// A circuit of its own session, then the session goes: both ends close, the client told.
-	se, _, err := n.m.CreateSession(cl.api, svc.ID, "Dial", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, "the router to know the session", func() bool {
-		_, ok := e.r.sessionCache.session(se.Token)
-		return ok
-	})
+	se := n.knownSession(cl, e.r, svc.ID, "Dial")
 	zc3, _, err := cl.connect(se.Token, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -667,16 +667,7 @@ func TestZitiBind(t *testing.T) {
 		t.Fatal(err)
 	}
 	dialTok := n.sdkSession(dialer, svc.ID, "Dial")
-	type acceptResult struct {
-		zc  *zconn
-		d   *zitiproto.Message
-		err error
-	}
-	accepts := make(chan acceptResult, 1)
-	go func() {
-		zc, d, err := host.accept()
-		accepts <- acceptResult{zc, d, err}
-	}()
+	accepts := host.acceptAsync()
 	var st io.ReadWriteCloser
 	testutil.Eventually(t, "the router to know the dial session", func() bool {
 		st, _, err = dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID})
@@ -715,10 +706,7 @@ func TestZitiBind(t *testing.T) {
 	}
 
 	// The host writes, then closes without a FIN: the dialer still gets every byte, then EOF.
-	go func() {
-		zc, d, err := host.accept()
-		accepts <- acceptResult{zc, d, err}
-	}()
+	accepts = host.acceptAsync()
 	st2, _, err := dialer.open(&edgeproto.Request{Op: edgeproto.OpDial, SessionToken: dialTok, ServiceID: svc.ID})
 	if err != nil {
 		t.Fatal(err)
@@ -774,16 +762,7 @@ func TestZitiE2EEFrames(t *testing.T) {
 	hostKey, dialerKey := bytes.Repeat([]byte{'h'}, 32), bytes.Repeat([]byte{'d'}, 32)
 	s := newZitiBound(t, true, hostKey)
 	n, svc, e, host, dialer, dialerCert := s.n, s.svc, s.e, s.host, s.dialer, s.dialerCert
-	type acceptResult struct {
-		zc  *zconn
-		d   *zitiproto.Message
-		err error
-	}
-	accepts := make(chan acceptResult, 1)
-	go func() {
-		zc, d, err := host.accept()
-		accepts <- acceptResult{zc, d, err}
-	}()
+	accepts := host.acceptAsync()
 	zc, reply, err := dialer.connect(n.zitiSession(dialer, e.r, svc.ID, "Dial"), dialerKey, nil)
 	if err != nil {
 		t.Fatal(err)

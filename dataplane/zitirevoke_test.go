@@ -17,14 +17,7 @@ func TestZitiConnectRevokedWhileRouted(t *testing.T) {
 	t.Parallel()
 	s := newZitiBound(t, false, nil)
 	n, svc, e, host, dialer := s.n, s.svc, s.e, s.host, s.dialer
-	se, _, err := n.m.CreateSession(dialer.api, svc.ID, "Dial", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, "router E to know the session", func() bool {
-		_, ok := e.r.sessionCache.session(se.Token)
-		return ok
-	})
+	se := n.knownSession(dialer, e.r, svc.ID, "Dial")
 	type connected struct {
 		zc    *zconn
 		reply *zitiproto.Message

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/internal/zitiproto"
 	"github.com/zmesh/zmesh/tunnel"
 )
 
@@ -65,4 +66,21 @@ func newZitiBound(t *testing.T, encrypted bool, hostKey []byte) *zitiBound {
 		t.Fatal(err)
 	}
 	return &zitiBound{n: n, svc: svc, h: h, e: e, host: host, dialer: dialer, dialerCert: dialerCert}
+}
+
+// zitiAccepted is what an OpenZiti host's accept returned.
+type zitiAccepted struct {
+	zc  *zconn
+	d   *zitiproto.Message
+	err error
+}
+
+// acceptAsync accepts the host's next Dial on a goroutine of its own.
+func (cl *zitiClient) acceptAsync() <-chan zitiAccepted {
+	accepted := make(chan zitiAccepted, 1)
+	go func() {
+		zc, d, err := cl.accept()
+		accepted <- zitiAccepted{zc, d, err}
+	}()
+	return accepted
 }
