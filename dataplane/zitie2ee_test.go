@@ -488,12 +488,14 @@ listeners:
 }
 
 // tunnelNet is hostAndProxy with service "encrypted", which router A's identity may dial
-// and router H's bind, with openZitiEncryption as given; it returns H's listener of it once
-// both routers' service lists have it.
-func tunnelNet(t *testing.T, ctx context.Context, openZiti bool) (*testNet, *model.Service, tunnel.Listener) {
+// and router H's bind, with openZitiEncryption as given; once both routers' service lists
+// have it, H's tunnel echoes it (see echoHost). ctx bounds the test.
+func tunnelNet(t *testing.T, openZiti bool) (ctx context.Context, n *testNet, svc *model.Service, got <-chan hosted) {
 	t.Helper()
-	n := hostAndProxy(t, "encrypted")
-	svc := &model.Service{Name: "encrypted", EncryptionRequired: true, OpenZitiEncryption: openZiti}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	n = hostAndProxy(t, "encrypted")
+	svc = &model.Service{Name: "encrypted", EncryptionRequired: true, OpenZitiEncryption: openZiti}
 	if err := n.m.CreateService(svc); err != nil {
 		t.Fatal(err)
 	}
@@ -512,17 +514,14 @@ func tunnelNet(t *testing.T, ctx context.Context, openZiti bool) (*testNet, *mod
 	t.Cleanup(func() { ln.Close() })
 	tunnelKnows(t, n.routers["A"].r, svc, openZiti)
 	tunnelKnows(t, n.routers["H"].r, svc, openZiti)
-	return n, svc, ln
+	return ctx, n, svc, echoHost(func() (net.Conn, error) { c, _, err := ln.Accept(); return c, err })
 }
 
 // The router tunnel's host end, reached by a circuit whose initiator offers only an OpenZiti
 // key, takes OpenZiti's scheme; the tunnel's own dial, which offers both, gets zmesh's.
 func TestTunnelHostOpenZitiDialer(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	n, svc, ln := tunnelNet(t, ctx, true)
-	got := echoHost(func() (net.Conn, error) { c, _, err := ln.Accept(); return c, err })
+	ctx, n, svc, got := tunnelNet(t, true)
 	a := n.routers["A"].r
 
 	peer := newZitiPeer(t)
@@ -576,10 +575,7 @@ func TestTunnelHostOpenZitiDialer(t *testing.T) {
 // scheme, even one a router rewrote after the controller checked it.
 func TestTunnelHostRefusesOpenZitiDialer(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	n, svc, ln := tunnelNet(t, ctx, false)
-	got := echoHost(func() (net.Conn, error) { c, _, err := ln.Accept(); return c, err })
+	ctx, n, svc, got := tunnelNet(t, false)
 	a, h := n.routers["A"].r, n.routers["H"].r
 	peer := newZitiPeer(t)
 	h.overlay.tamper.Store(&e2eeTamper{offer: func(*ctrlproto.E2EEOffer) *ctrlproto.E2EEOffer {
@@ -666,10 +662,7 @@ func TestE2EEDowngradeRefused(t *testing.T) {
 // Either way two zmesh tunnels settle on zmesh's scheme.
 func TestProxyOffersFollowThePolicy(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	n, svc, ln := tunnelNet(t, ctx, false)
-	got := echoHost(func() (net.Conn, error) { c, _, err := ln.Accept(); return c, err })
+	_, n, svc, got := tunnelNet(t, false)
 	a, h := n.routers["A"].r, n.routers["H"].r
 	offers := make(chan *ctrlproto.E2EEOffer, 4)
 	h.overlay.tamper.Store(&e2eeTamper{offer: func(o *ctrlproto.E2EEOffer) *ctrlproto.E2EEOffer { offers <- o; return o }})
