@@ -349,12 +349,17 @@ func (cl *zitiClient) accept() (*zconn, *zitiproto.Message, error) {
 		return nil, d, errors.New("the dial has no router-provided connection id")
 	}
 	zc := cl.newConn(id)
+	return zc, d, cl.dialSuccess(d, id)
+}
+
+// dialSuccess answers the router's Dial d, taking the connection id id it assigned.
+func (cl *zitiClient) dialSuccess(d *zitiproto.Message, id uint32) error {
 	bindID, _ := d.Uint32(zitiproto.HeaderConnID)
 	var m zitiproto.Message
 	m.SetState(zitiproto.ContentDialSuccess, bindID, "")
 	m.Body = binary.LittleEndian.AppendUint32(nil, id)
 	m.ReplyTo(d)
-	return zc, d, cl.send(&m)
+	return cl.send(&m)
 }
 
 // zitiNet is routers E and H linked, each with an edge listener; H is a tunneler. Service
@@ -470,14 +475,7 @@ func TestZitiHello(t *testing.T) {
 	if _, err := n.connectZitiWith(addr, hostCert, cl.api); err == nil || !strings.Contains(err.Error(), "not of the identity") {
 		t.Fatalf("hello with another identity's API session: %v", err)
 	}
-	if err := n.m.DeleteAPISession(cl.api.ID); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-cl.done:
-	case <-time.After(testutil.Patience):
-		t.Fatal("the channel of a deleted API session stays open")
-	}
+	n.endAPISession(cl)
 	testutil.Eventually(t, "the router to forget the API session", func() bool {
 		_, ok := e.r.sessionCache.apiSession(cl.api.Token)
 		return !ok
@@ -605,14 +603,7 @@ func TestZitiConnect(t *testing.T) {
 	if _, err := io.ReadFull(a2.c, buf); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.m.DeleteAPISession(cl.api.ID); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-cl.done:
-	case <-time.After(testutil.Patience):
-		t.Fatal("the channel of a deleted API session stays open")
-	}
+	n.endAPISession(cl)
 	if n, err := a2.c.Read(buf); err == nil {
 		t.Fatalf("the host's end of the revoked client's circuit still reads: %q", buf[:n])
 	}

@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"encoding/binary"
 	"testing"
 	"time"
 
@@ -43,12 +42,7 @@ func TestZitiConnectRevokedWhileRouted(t *testing.T) {
 	})
 	id, _ := d.Uint32(zitiproto.HeaderRouterProvidedConnID)
 	hosted := host.newConn(id)
-	bindID, _ := d.Uint32(zitiproto.HeaderConnID)
-	var ok zitiproto.Message
-	ok.SetState(zitiproto.ContentDialSuccess, bindID, "")
-	ok.Body = binary.LittleEndian.AppendUint32(nil, id)
-	ok.ReplyTo(d)
-	if err := host.send(&ok); err != nil {
+	if err := host.dialSuccess(d, id); err != nil {
 		t.Fatal(err)
 	}
 	res := <-done

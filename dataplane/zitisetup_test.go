@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/internal/zitiproto"
 	"github.com/zmesh/zmesh/tunnel"
 )
@@ -83,4 +84,17 @@ func (cl *zitiClient) acceptAsync() <-chan zitiAccepted {
 		accepted <- zitiAccepted{zc, d, err}
 	}()
 	return accepted
+}
+
+// endAPISession deletes cl's API session and waits for the router to close its channel.
+func (n *testNet) endAPISession(cl *zitiClient) {
+	n.t.Helper()
+	if err := n.m.DeleteAPISession(cl.api.ID); err != nil {
+		n.t.Fatal(err)
+	}
+	select {
+	case <-cl.done:
+	case <-time.After(testutil.Patience):
+		n.t.Fatal("the channel of a deleted API session stays open")
+	}
 }
