@@ -53,8 +53,9 @@ const (
 	zitiQueueBytes = 4 << 20
 )
 
-// zitiMaxRequests bounds the Connect, Bind and UpdateBind requests of a channel in progress
-// at once; the channel's reader waits for one to finish beyond it.
+// zitiMaxRequests bounds the Connect and Bind requests of a channel in progress at once;
+// beyond it they are refused, as the reader must go on (a Connect may wait for the
+// DialSuccess of a bind on the same channel).
 const zitiMaxRequests = 64
 
 // zitiMaxRequestBody bounds the body (a session token) of a Connect, Bind or UpdateBind.
@@ -292,25 +293,28 @@ func (zc *zitiConn) handle(ctx context.Context, m *zitiproto.Message, work *sync
 }
 
 // startRequest runs a Connect or Bind on a goroutine of its own, counted in work; it
-// owns m. At most zitiMaxRequests run at once: beyond, the reader waits. Each works on a copy
-// sized to the request, so that m's storage, which may be large, is reused at once.
+// owns m. At most zitiMaxRequests run at once: beyond, the request is refused. Each works on
+// a copy sized to the request, so that m's storage, which may be large, is reused at once.
 func (zc *zitiConn) startRequest(ctx context.Context, m *zitiproto.Message, work *sync.WaitGroup) {
 	s := zc.s
-	if len(m.Body) > zitiMaxRequestBody {
+	refuse := func(code uint32, msg string) {
 		id, _ := m.Uint32(zitiproto.HeaderConnID)
-		msg := fmt.Sprintf("a session token of %d bytes (the body of content type %d); at most %d", len(m.Body), m.ContentType, zitiMaxRequestBody)
 		zc.log.Info("OpenZiti request refused", "connId", id, "err", msg)
-		zc.sendState(zitiproto.ContentStateClosed, id, m, msg, zitiproto.ErrorInvalidSession)
+		zc.sendState(zitiproto.ContentStateClosed, id, m, msg, code)
 		s.pool.Put(m)
+	}
+	if len(m.Body) > zitiMaxRequestBody {
+		refuse(zitiproto.ErrorInvalidSession, fmt.Sprintf("a session token of %d bytes (the body of content type %d); at most %d", len(m.Body), m.ContentType, zitiMaxRequestBody))
+		return
+	}
+	select {
+	case zc.reqs <- struct{}{}:
+	default:
+		refuse(zitiproto.ErrorInternal, fmt.Sprintf("%d connects and binds are in progress on this channel, the most it runs at once: try again when one is answered", zitiMaxRequests))
 		return
 	}
 	req := m.Clone()
 	s.pool.Put(m)
-	select {
-	case zc.reqs <- struct{}{}:
-	case <-ctx.Done():
-		return
-	}
 	work.Go(func() {
 		defer func() { <-zc.reqs }()
 		if req.ContentType == zitiproto.ContentConnect {

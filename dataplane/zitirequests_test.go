@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -10,8 +11,8 @@ import (
 
 // While the controller is away, an OpenZiti client's Connects wait for it: at most
 // zitiMaxRequests of them are in progress at router E (each registers its connection), the
-// channel's reader waiting with the rest, and once the controller is back every Connect is
-// answered and the channel works on.
+// rest are refused at once while the channel goes on answering, and once the controller is
+// back every Connect in progress is answered.
 func TestZitiRequestsBounded(t *testing.T) {
 	t.Parallel()
 	s := newZitiTunnelHosted(t, 3*testutil.Patience)
@@ -39,6 +40,28 @@ func TestZitiRequestsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The channel's reader goes on: the probe sent after the Connects is answered while the
+	// controller is away, so the Connects beyond the bound were refused before it.
+	var probe zitiproto.Message
+	probe.Reset(zitiproto.ContentLatency)
+	if _, err := cl.request(&probe); err != nil {
+		t.Fatalf("a latency probe behind %d Connects: %v", connects, err)
+	}
+	refused := 0
+	for i, ch := range replies {
+		select {
+		case m := <-ch:
+			if m.ContentType != zitiproto.ContentStateClosed || !strings.Contains(string(m.Body), "in progress") {
+				t.Fatalf("Connect %d answered with content type %d (%s) while the controller is away", i, m.ContentType, m.Body)
+			}
+			replies[i] = nil
+			refused++
+		default:
+		}
+	}
+	if refused != connects-zitiMaxRequests {
+		t.Fatalf("%d of %d Connects refused at once, want %d", refused, connects, connects-zitiMaxRequests)
+	}
 	inProgress := func() int {
 		n := 0
 		for _, zc := range e.r.ziti.clients() {
@@ -48,23 +71,18 @@ func TestZitiRequestsBounded(t *testing.T) {
 		}
 		return n
 	}
-	testutil.Eventually(t, "the first Connects to be in progress", func() bool { return inProgress() >= zitiMaxRequests })
-	if k := inProgress(); k > zitiMaxRequests {
-		t.Fatalf("%d Connects in progress at once, want at most %d", k, zitiMaxRequests)
-	}
+	testutil.Eventually(t, "the first Connects to be in progress", func() bool { return inProgress() == zitiMaxRequests })
 
 	n.startController()
 	deadline := time.After(3 * testutil.Patience)
 	for i, ch := range replies {
+		if ch == nil {
+			continue
+		}
 		select {
 		case <-ch:
 		case <-deadline:
-			t.Fatalf("%d of %d Connects answered once the controller was back", i, connects)
+			t.Fatalf("Connect %d not answered once the controller was back", i)
 		}
-	}
-	var probe zitiproto.Message
-	probe.Reset(zitiproto.ContentLatency)
-	if _, err := cl.request(&probe); err != nil {
-		t.Fatalf("the channel after its Connects: %v", err)
 	}
 }
