@@ -562,8 +562,10 @@ func (zc *zitiConn) connect(ctx context.Context, req *zitiproto.Message) {
 		refuse(code, err.Error())
 		return
 	}
-	// The client offered a key: without the host's, sdk-golang would send plaintext.
-	if creq.E2EE != nil && reply.HostZitiKey == nil {
+	// The client offered a key for a service that requires encryption: without the host's,
+	// sdk-golang would send plaintext. (A service that does not gets no offer, and sdk-golang
+	// makes none for it.)
+	if creq.E2EE != nil && reply.EncryptionRequired && reply.HostZitiKey == nil {
 		c.closeQuiet()
 		msg := "the hosting end answered without a key (hostZitiKey): the circuit would not be end-to-end encrypted"
 		r.fault(reply.CircuitID, msg)

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -47,24 +48,30 @@ func TestZitiEncryptedRefusedWithoutHostKey(t *testing.T) {
 	})
 }
 
-// A client that offered a key is refused with error code 11 (encryption data missing) when
-// its circuit comes back without the host's key, here a service without end-to-end
-// encryption hosted by a tunneler: the client asked for encryption and would not get it.
-func TestZitiKeyOfferAnsweredWithoutKeyRefused(t *testing.T) {
+// A client that offers a key for a service that does not require end-to-end encryption
+// (sdk-golang makes none for it) gets the circuit the service allows: StateConnected without
+// a key, and bytes carried as they are.
+func TestZitiKeyOfferOnPlainService(t *testing.T) {
 	t.Parallel()
 	s := newZitiTunnelHosted(t, 2*testutil.Patience)
 	n, svc, e, cl := s.n, s.svc, s.e, s.cl
-	_, reply, err := cl.connect(n.zitiSession(cl, e.r, svc.ID, "Dial"), bytes.Repeat([]byte{'d'}, 32), nil)
-	if err == nil {
-		t.Fatal("a client that offered a key got StateConnected without the host's")
+	zc, reply, err := cl.connect(n.zitiSession(cl, e.r, svc.ID, "Dial"), bytes.Repeat([]byte{'d'}, 32), nil)
+	if err != nil {
+		t.Fatalf("a key offered on a service without end-to-end encryption: %v", err)
 	}
-	if code, _ := reply.Uint32(zitiproto.HeaderErrorCode); reply.ContentType != zitiproto.ContentStateClosed || code != zitiproto.ErrorEncryptionMissing {
-		t.Fatalf("refused with content type %d, error code %d (%s); want StateClosed, code %d", reply.ContentType, code, reply.Body, zitiproto.ErrorEncryptionMissing)
+	if key, ok := reply.Header(zitiproto.HeaderPublicKey); ok {
+		t.Fatalf("StateConnected carries a host key (%d bytes) on a service without end-to-end encryption", len(key))
 	}
-	h := n.routers["H"].r
-	testutil.Eventually(t, "the refused circuit to end at router H", func() bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		return len(h.ends) == 0
-	})
+	c, _, err := s.ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := zc.write([]byte("plain"), 0); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "plain" {
+		t.Fatalf("the host read %q (%v), want %q", got, err, "plain")
+	}
 }
