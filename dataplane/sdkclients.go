@@ -444,7 +444,7 @@ func (s *sdkServer) removed(apiTokens, sessionTokens []string) {
 	for _, ec := range conns {
 		if goneAPI[ec.apiToken] {
 			s.r.log.Info("edge client disconnected: its API session ended", "identity", ec.identityID, "conn", ec.id)
-			ec.sess.Close()
+			go ec.sess.Close() // off the control channel's goroutine: TLS close_notify may wait up to 5 s
 			continue
 		}
 		if len(gone) == 0 {
@@ -459,7 +459,7 @@ func (s *sdkServer) removed(apiTokens, sessionTokens []string) {
 		}
 		ec.mu.Unlock()
 		for _, st := range closing {
-			st.Close()
+			go st.Close() // its FIN waits for the session's writer, stuck on a client that reads nothing
 		}
 	}
 }
@@ -480,7 +480,7 @@ func (s *sdkServer) certsChanged(apis []ctrlproto.APISession) {
 	s.mu.Unlock()
 	for _, ec := range closing {
 		s.r.log.Info("edge client disconnected: its certificate is no longer current", "identity", ec.identityID, "conn", ec.id)
-		ec.sess.Close()
+		go ec.sess.Close() // as in removed
 	}
 }
 

@@ -970,7 +970,7 @@ func (s *zitiServer) removed(apiTokens, sessionTokens []string) {
 	for _, zc := range s.clients() {
 		if goneAPI[zc.token()] {
 			zc.log.Info("OpenZiti client disconnected: its API session ended")
-			zc.close()
+			go zc.close() // off the control channel's goroutine: TLS close_notify may wait up to 5 s
 			continue
 		}
 		if len(gone) == 0 {
@@ -1018,7 +1018,7 @@ func (s *zitiServer) certsChanged(apis []ctrlproto.APISession) {
 	for _, zc := range s.clients() {
 		if a, ok := byToken[zc.token()]; ok && !a.AdmitsCert(zc.certFP) {
 			zc.log.Info("OpenZiti client disconnected: its certificate is no longer current")
-			zc.close()
+			go zc.close() // as in removed
 		}
 	}
 }
