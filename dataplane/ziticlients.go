@@ -40,10 +40,14 @@ import (
 // zitiAddressPrefix starts the terminator addresses of OpenZiti clients' binds.
 const zitiAddressPrefix = "ziti/"
 
-// zitiWriteTimeout bounds each write to an OpenZiti client's channel, as smux bounds a
-// stream's close: a client that reads nothing for that long is closed as unresponsive, so
-// that it holds no circuit's writer, nor any caller of Close, longer.
-const zitiWriteTimeout = 30 * time.Second
+// zitiWriteTimeout bounds each write of at most zitiWriteChunk bytes to an OpenZiti client's
+// channel, as smux bounds a stream's close: a client that reads nothing for that long is
+// closed as unresponsive, so that it holds no circuit's writer, nor any caller of Close,
+// longer. A slow client that keeps reading is not: each chunk gets the whole timeout.
+const (
+	zitiWriteTimeout = 30 * time.Second
+	zitiWriteChunk   = 256 << 10
+)
 
 // zitiQueueLen and zitiQueueBytes bound the Data messages queued toward a circuit from one
 // client connection, in messages and in body bytes (a larger body is queued alone); when
@@ -162,7 +166,7 @@ func (s *zitiServer) newConn(ctx context.Context, c net.Conn, identityID, certFP
 	rand.Read(idb[:])
 	ctx, cancel := context.WithCancel(ctx)
 	return ctx, &zitiConn{s: s, cancel: cancel, id: hex.EncodeToString(idb[:]), identityID: identityID, certFP: certFP, c: c,
-		done: make(chan struct{}), wsem: make(chan struct{}, 1), reqs: make(chan struct{}, zitiMaxRequests), w: zitiproto.NewWriter(c), circuits: map[uint32]*zitiCircuit{},
+		done: make(chan struct{}), wsem: make(chan struct{}, 1), reqs: make(chan struct{}, zitiMaxRequests), w: zitiproto.NewWriter(progressWriter{c, &s.writeTimeout}), circuits: map[uint32]*zitiCircuit{},
 		binds: map[uint32]*zitiBind{}, pending: map[int32]chan *zitiproto.Message{}, nextID: firstRouterConnID - 1}
 }
 
@@ -333,11 +337,9 @@ func (zc *zitiConn) send(m *zitiproto.Message) error {
 	return zc.write(m)
 }
 
-// write writes m within the write timeout; a write that fails closes the channel, as the
-// client is unresponsive or gone. It holds wsem.
+// write writes m, each chunk within the write timeout; a write that fails closes the
+// channel, as the client is unresponsive or gone. It holds wsem.
 func (zc *zitiConn) write(m *zitiproto.Message) error {
-	timeout := time.Duration(zc.s.writeTimeout.Load())
-	zc.c.SetWriteDeadline(time.Now().Add(timeout))
 	err := zc.w.Write(m)
 	if err == nil {
 		return nil
@@ -346,13 +348,34 @@ func (zc *zitiConn) write(m *zitiproto.Message) error {
 	case <-zc.done:
 	default:
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			zc.log.Warn("OpenZiti client disconnected: unresponsive, a write did not finish in time", "timeout", timeout)
+			zc.log.Warn("OpenZiti client disconnected: unresponsive, a write made no progress in time",
+				"timeout", time.Duration(zc.s.writeTimeout.Load()), "chunk", zitiWriteChunk)
 		} else {
 			zc.log.Debug("OpenZiti client gone: write failed", "err", err)
 		}
 		go zc.close() // not under wsem: close ends circuits whose writers may wait for it
 	}
 	return err
+}
+
+// progressWriter writes to c in chunks of at most zitiWriteChunk bytes, each with a deadline
+// of its own *timeout from its start.
+type progressWriter struct {
+	c       net.Conn
+	timeout *atomic.Int64
+}
+
+func (w progressWriter) Write(p []byte) (n int, err error) {
+	timeout := time.Duration(w.timeout.Load())
+	for n < len(p) {
+		w.c.SetWriteDeadline(time.Now().Add(timeout))
+		k, err := w.c.Write(p[n:min(len(p), n+zitiWriteChunk)])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // heartbeatResponse answers a heartbeat the client's channel put on one of its messages.
