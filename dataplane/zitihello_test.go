@@ -35,9 +35,8 @@ func TestZitiHelloCapped(t *testing.T) {
 	h.Sequence = -1
 	h.Body = make([]byte, zitiproto.MaxHello+1)
 	h.PutString(zitiproto.HeaderSessionToken, cl.api.Token)
-	if err := zitiproto.NewWriter(c).Write(&h); err != nil {
-		t.Fatal(err)
-	}
+	// The write may fail: the router closes once it read the cap, before the rest arrives.
+	zitiproto.NewWriter(c).Write(&h)
 	c.SetReadDeadline(time.Now().Add(testutil.Patience))
 	var res zitiproto.Message
 	if err := zitiproto.NewReader(c, nil).Read(&res); err == nil {
