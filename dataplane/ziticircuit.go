@@ -27,6 +27,7 @@ type zitiCircuit struct {
 	q         chan *zitiproto.Message // Data (and a last StateClosed) from the client, at most zitiQueueLen
 	qmu       sync.Mutex
 	qbytes    int           // bytes of the bodies queued or being read, at most zitiQueueBytes; with qmu
+	detached  bool          // ended: its bytes no longer count toward the channel's; with qmu
 	room      chan struct{} // signalled when queued bytes are read
 	closed    chan struct{} // closed by Close or closeRemote
 	closeOnce sync.Once
@@ -61,20 +62,14 @@ func newZitiCircuit(zc *zitiConn, id uint32, framed bool) *zitiCircuit {
 		room: make(chan struct{}, 1), closed: make(chan struct{}), poff: 4}
 }
 
-// push queues a Data message from the client, waiting while the queue is full (in messages
-// or bytes: a body larger than the byte budget is queued alone); it owns m.
+// push queues a Data message from the client, waiting while the circuit's queue or the
+// channel's budget is full (in messages or bytes: a body larger than a byte budget is queued
+// alone); it owns m.
 func (c *zitiCircuit) push(m *zitiproto.Message) {
-	n := len(m.Body)
-	for {
-		c.qmu.Lock()
-		if c.qbytes == 0 || c.qbytes+n <= zitiQueueBytes {
-			c.qbytes += n
-			c.qmu.Unlock()
-			break
-		}
-		c.qmu.Unlock()
+	for !c.reserve(len(m.Body)) {
 		select {
 		case <-c.room:
+		case <-c.zc.room:
 		case <-c.closed:
 			c.zc.s.pool.Put(m)
 			return
@@ -85,6 +80,25 @@ func (c *zitiCircuit) push(m *zitiproto.Message) {
 	case <-c.closed:
 		c.zc.s.pool.Put(m)
 	}
+}
+
+// reserve counts n body bytes toward the circuit's queue and the channel's budget when both
+// have room for them.
+func (c *zitiCircuit) reserve(n int) bool {
+	zc := c.zc
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if c.detached || (c.qbytes > 0 && c.qbytes+n > zitiQueueBytes) {
+		return false
+	}
+	zc.qmu.Lock()
+	defer zc.qmu.Unlock()
+	if zc.qbytes > 0 && zc.qbytes+n > zc.budget {
+		return false
+	}
+	c.qbytes += n
+	zc.qbytes += n
+	return true
 }
 
 // Read yields the client's bytes: Data bodies, each as a frame when framed; io.EOF after the
@@ -143,11 +157,25 @@ func (c *zitiCircuit) Read(p []byte) (int, error) {
 func (c *zitiCircuit) release(n int) {
 	c.qmu.Lock()
 	c.qbytes -= n
+	detached := c.detached
 	c.qmu.Unlock()
+	if !detached {
+		c.zc.release(n)
+	}
 	select {
 	case c.room <- struct{}{}:
 	default:
 	}
+}
+
+// detach takes the bytes still queued toward the ended circuit off the channel's budget:
+// no one may read them now.
+func (c *zitiCircuit) detach() {
+	c.qmu.Lock()
+	n := c.qbytes
+	c.detached = true
+	c.qmu.Unlock()
+	c.zc.release(n)
 }
 
 // queued returns the bytes queued toward the circuit.
@@ -333,6 +361,7 @@ func (c *zitiCircuit) end(err error, tell bool) {
 		c.endErr = err
 		c.zc.dropCircuit(c)
 		close(c.closed)
+		c.detach()
 		if tell && !c.clientClosed.Load() {
 			go func() {
 				c.wmu.Lock()

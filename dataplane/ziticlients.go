@@ -50,11 +50,13 @@ const (
 )
 
 // zitiQueueLen and zitiQueueBytes bound the Data messages queued toward a circuit from one
-// client connection, in messages and in body bytes (a larger body is queued alone); when
-// either is reached, the channel's reader waits, as OpenZiti's router does.
+// client connection, in messages and in body bytes (a larger body is queued alone), and
+// zitiChannelBytes the body bytes queued toward all the circuits of a channel; when one is
+// reached, the channel's reader waits, as OpenZiti's router does.
 const (
-	zitiQueueLen   = 32
-	zitiQueueBytes = 4 << 20
+	zitiQueueLen     = 32
+	zitiQueueBytes   = 4 << 20
+	zitiChannelBytes = 64 << 20
 )
 
 // zitiMaxRequests bounds the Connect and Bind requests of a channel in progress at once;
@@ -109,6 +111,13 @@ type zitiConn struct {
 	reqs chan struct{} // a token per request in progress, at most zitiMaxRequests
 	w    *zitiproto.Writer
 	seq  atomic.Int32 // sequence of the messages the router sends
+
+	// Body bytes queued toward the channel's open circuits, at most budget (a larger body is
+	// queued alone); room is signalled when some are read.
+	qmu    sync.Mutex
+	qbytes int
+	budget int
+	room   chan struct{}
 
 	mu       sync.Mutex
 	apiToken string
@@ -167,7 +176,8 @@ func (s *zitiServer) newConn(ctx context.Context, c net.Conn, identityID, certFP
 	ctx, cancel := context.WithCancel(ctx)
 	return ctx, &zitiConn{s: s, cancel: cancel, id: hex.EncodeToString(idb[:]), identityID: identityID, certFP: certFP, c: c,
 		done: make(chan struct{}), wsem: make(chan struct{}, 1), reqs: make(chan struct{}, zitiMaxRequests), w: zitiproto.NewWriter(progressWriter{c, &s.writeTimeout}), circuits: map[uint32]*zitiCircuit{},
-		binds: map[uint32]*zitiBind{}, pending: map[int32]chan *zitiproto.Message{}, nextID: firstRouterConnID - 1}
+		binds: map[uint32]*zitiBind{}, pending: map[int32]chan *zitiproto.Message{}, nextID: firstRouterConnID - 1,
+		budget: zitiChannelBytes, room: make(chan struct{}, 1)}
 }
 
 // run reads the client's messages until the channel ends; the channel is closed then.
@@ -451,6 +461,20 @@ func (zc *zitiConn) data(m *zitiproto.Message) {
 		return
 	}
 	c.push(m)
+}
+
+// release takes n body bytes read from a circuit's queue off the channel's budget.
+func (zc *zitiConn) release(n int) {
+	if n == 0 {
+		return
+	}
+	zc.qmu.Lock()
+	zc.qbytes -= n
+	zc.qmu.Unlock()
+	select {
+	case zc.room <- struct{}{}:
+	default:
+	}
 }
 
 // closedByClient ends what the client's connection id names, a circuit or a bind, for its
