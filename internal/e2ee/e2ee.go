@@ -106,6 +106,10 @@ type Config struct {
 	// names the identity this end expects. It is required. Before calling it, the package has
 	// checked that the peer holds the leaf's private key, and nothing else.
 	VerifyPeer func(chain []*x509.Certificate) error
+	// Chains, when set, is the cache VerifyPeer verifies chains with (ChainCache.Verify): a
+	// peer chain it accepted before is taken from it instead of being parsed again.
+	// VerifyPeer is still called on every handshake.
+	Chains *ChainCache
 	// Context binds the handshake to its purpose, e.g. the circuit or service id, so that a
 	// handshake cannot be replayed into another.
 	Context string
