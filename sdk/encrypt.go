@@ -57,6 +57,9 @@ func (c *Client) encryptClient(ctx context.Context, conn *Conn, svc Service) err
 		conn.stream.Close()
 		return &handshakeError{err}
 	}
+	// The dial ends once the host has proved its identity: the first Read checks that the
+	// host accepted this one (which saves the dial a round trip).
+	cfg.FalseStart = true
 	stop := context.AfterFunc(ctx, func() { conn.stream.Close() })
 	ec, err := e2ee.Client(conn.stream, cfg)
 	if !stop() {

@@ -43,7 +43,8 @@ const (
 )
 
 // Client runs the handshake as the dialing end of conn and returns the encrypted Conn. It
-// returns once the server has authenticated this end and confirmed the keys. On error, conn
+// returns once the server has authenticated this end and confirmed the keys (with
+// Config.FalseStart, once the server has authenticated itself). On error, conn
 // is closed. conn's deadline is set for the handshake and cleared after it.
 func Client(conn net.Conn, cfg Config) (*Conn, error) {
 	return handshake(conn, &cfg, true)
@@ -162,6 +163,9 @@ func (h *handshakeState) runClient() error {
 	}
 	if err := h.deriveKeys(); err != nil {
 		return err
+	}
+	if h.cfg.FalseStart {
+		return nil // the Conn's first Read checks ServerFinished
 	}
 
 	finished, err := h.readMessage(msgServerFinished)
