@@ -40,6 +40,11 @@ type routerOverlay struct {
 	mu    sync.Mutex
 	binds map[string]*tunnelBind // by terminator address (the service id)
 
+	// ownChain is the router identity's chain, parsed once; chains caches the peer chains
+	// the end-to-end key exchanges verified.
+	ownChain func() ([]*x509.Certificate, error)
+	chains   *e2ee.ChainCache
+
 	// tamper, set by tests only, makes the router tamper with end-to-end offers and answers
 	// as a hostile router would.
 	tamper atomic.Pointer[e2eeTamper]
@@ -70,7 +75,19 @@ func (o *routerOverlay) tamperedHostKey(key []byte) []byte {
 }
 
 func newRouterOverlay(r *Router) *routerOverlay {
-	return &routerOverlay{r: r, binds: map[string]*tunnelBind{}}
+	o := &routerOverlay{r: r, binds: map[string]*tunnelBind{}, chains: e2ee.NewChainCache(r.ident.CAs, 0)}
+	o.ownChain = sync.OnceValues(func() ([]*x509.Certificate, error) {
+		var chain []*x509.Certificate
+		for _, der := range r.ident.Client.Certificate {
+			c, err := x509.ParseCertificate(der)
+			if err != nil {
+				return nil, fmt.Errorf("the router's identity certificate: %w", err)
+			}
+			chain = append(chain, c)
+		}
+		return chain, nil
+	})
+	return o
 }
 
 // newOffer is what the router's tunnel offers for end-to-end encryption: zmesh's scheme, and
@@ -297,15 +314,11 @@ func (o *routerOverlay) e2ee(peer, context string) (e2ee.Config, error) {
 	if !ok {
 		return e2ee.Config{}, errors.New("the router's identity key cannot sign")
 	}
-	var chain []*x509.Certificate
-	for _, der := range cert.Certificate {
-		c, err := x509.ParseCertificate(der)
-		if err != nil {
-			return e2ee.Config{}, fmt.Errorf("the router's identity certificate: %w", err)
-		}
-		chain = append(chain, c)
+	chain, err := o.ownChain()
+	if err != nil {
+		return e2ee.Config{}, err
 	}
-	return e2ee.Config{Certificates: chain, PrivateKey: key, Context: context,
+	return e2ee.Config{Certificates: chain, PrivateKey: key, Context: context, Chains: o.chains,
 		VerifyPeer: func(peerChain []*x509.Certificate) error { return o.verifyPeer(peerChain, peer) }}, nil
 }
 
@@ -314,12 +327,7 @@ func (o *routerOverlay) verifyPeer(chain []*x509.Certificate, want string) error
 	if len(chain) == 0 {
 		return errors.New("no certificate")
 	}
-	inter := x509.NewCertPool()
-	for _, c := range chain[1:] {
-		inter.AddCert(c)
-	}
-	if _, err := chain[0].Verify(x509.VerifyOptions{Roots: o.r.ident.CAs, Intermediates: inter,
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+	if err := o.chains.Verify(chain); err != nil {
 		return fmt.Errorf("the peer's certificate is not of this network: %w", err)
 	}
 	if got := chain[0].Subject.CommonName; got != want {

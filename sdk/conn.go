@@ -120,8 +120,10 @@ type DialOptions struct {
 
 // Dial connects to a service by name: it creates (or reuses) a Dial session, asks the
 // fastest connected edge router of the session for a circuit, and returns the stream as a
-// *Conn once the circuit is up (and, when the service requires encryption, once the key
-// exchange with the hosting identity succeeded). On a router that cannot connect, refuses or
+// *Conn once the circuit is up (and, when the service requires encryption, once the hosting
+// identity proved itself in the key exchange: Dial does not wait for the host to confirm that
+// it accepted this identity, so that a host that refuses it fails the Conn's first Read, as
+// a TLS 1.3 server that refuses a client certificate does). On a router that cannot connect, refuses or
 // fails, Dial tries the session's next router; a session the router does not know any more
 // is replaced once.
 func (c *Client) Dial(ctx context.Context, service string) (*Conn, error) {

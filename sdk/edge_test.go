@@ -455,8 +455,8 @@ func TestEncrypted(t *testing.T) {
 	}
 }
 
-// The key exchange fails when the host is not the identity the router named, or the
-// dialer not the initiator the router named.
+// The key exchange fails when the host is not the identity the router named (Dial fails), or
+// the dialer not the initiator the router named (the dialer's first Read fails).
 func TestEncryptedPeerMismatch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -476,9 +476,15 @@ func TestEncryptedPeerMismatch(t *testing.T) {
 	}
 	r.wrongHost.Store(false)
 
+	// The host refuses the dialer after Dial returned (which does not wait for the host's
+	// ServerFinished): the first Read fails, and nothing written reaches the host's service.
 	r.wrongInit.Store(true)
-	if _, err := client.Dial(testCtx(t), "secret"); err == nil {
-		t.Error("initiator mismatch: dialed")
+	if conn, err := client.Dial(testCtx(t), "secret"); err == nil {
+		conn.Write([]byte("not for you"))
+		if n, err := conn.Read(make([]byte, 100)); err == nil || !strings.Contains(err.Error(), "rejected this identity") {
+			t.Errorf("initiator mismatch: read %d bytes, %v; want the host's refusal", n, err)
+		}
+		conn.Close()
 	}
 	testutil.Eventually(t, "the host drops the connection", func() bool {
 		l.mu.Lock()

@@ -31,20 +31,16 @@ func (c *Client) e2eeConfig(circuitID uint64, serviceID, peerID string) (e2ee.Co
 		Certificates: c.chain,
 		PrivateKey:   key,
 		Context:      e2eeContext(circuitID, serviceID),
+		Chains:       c.chains,
 		VerifyPeer:   func(chain []*x509.Certificate) error { return c.verifyPeer(chain, peerID) },
 	}, nil
 }
 
 // verifyPeer checks that chain is an identity certificate of the network (it chains to the
 // identity's CAs) of identity want (its common name, which the controller sets to the
-// identity's id).
+// identity's id). Chains verified before come from the Client's cache while they are valid.
 func (c *Client) verifyPeer(chain []*x509.Certificate, want string) error {
-	inter := x509.NewCertPool()
-	for _, cert := range chain[1:] {
-		inter.AddCert(cert)
-	}
-	if _, err := chain[0].Verify(x509.VerifyOptions{Roots: c.roots, Intermediates: inter,
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+	if err := c.chains.Verify(chain); err != nil {
 		return fmt.Errorf("the peer's certificate is not an identity certificate of this network: %w", err)
 	}
 	if got := chain[0].Subject.CommonName; want == "" || got != want {
@@ -61,6 +57,9 @@ func (c *Client) encryptClient(ctx context.Context, conn *Conn, svc Service) err
 		conn.stream.Close()
 		return &handshakeError{err}
 	}
+	// The dial ends once the host has proved its identity: the first Read checks that the
+	// host accepted this one (which saves the dial a round trip).
+	cfg.FalseStart = true
 	stop := context.AfterFunc(ctx, func() { conn.stream.Close() })
 	ec, err := e2ee.Client(conn.stream, cfg)
 	if !stop() {

@@ -55,6 +55,7 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/e2ee"
 )
 
 // Defaults of Options.
@@ -125,6 +126,8 @@ type Client struct {
 	roots *x509.CertPool      // the network's CAs
 	id    string              // the identity's id: its certificate's common name
 	api   *apiclient.Client   // template of controller calls; its Token stays empty
+	// chains caches the peers' chains the end-to-end key exchanges verified against roots.
+	chains *e2ee.ChainCache
 	// bufs lends the TLS connections to edge routers the buffers their writes are gathered
 	// in (tlscork).
 	bufs sync.Pool
@@ -175,7 +178,7 @@ func New(id *Identity, opts Options) (*Client, error) {
 	cert.Leaf = chain[0]
 	life, cancel := context.WithCancel(context.Background())
 	c := &Client{
-		opts: opts, cert: cert, chain: chain, roots: id.CAs, id: chain[0].Subject.CommonName,
+		opts: opts, cert: cert, chain: chain, roots: id.CAs, chains: e2ee.NewChainCache(id.CAs, 0), id: chain[0].Subject.CommonName,
 		api:  apiclient.New(id.Controller, id.CAs, &cert),
 		life: life, cancel: cancel, auth: make(chan struct{}, 1),
 		services: map[string]Service{}, sessions: map[sessionKey]*sessionEntry{},

@@ -3,6 +3,7 @@ package e2ee
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hmac"
 	"crypto/x509"
 	"encoding/binary"
 	"errors"
@@ -64,6 +65,9 @@ type Conn struct {
 	roff, rend int
 	pending    []byte // opened plaintext (inside rbuf) that Read has not returned yet
 	rerr       error  // sticky: io.EOF after close-write, or the error that killed the Conn
+	// finished, set on a client with Config.FalseStart until the first Read checked it, is
+	// the ServerFinished value expected before the server's first record.
+	finished []byte
 }
 
 // direction is the AEAD state of one direction: key, IV and the next sequence number.
@@ -82,6 +86,9 @@ func newConn(conn net.Conn, cfg *Config, h *handshakeState, client bool) (*Conn,
 		maxDatagram: cfg.MaxDatagram,
 		cipher:      h.cipher,
 		peerChain:   h.peerChain,
+	}
+	if client && cfg.FalseStart {
+		c.finished = h.finished
 	}
 	outKey, outIV, inKey, inIV := h.clientKey, h.clientIV, h.serverKey, h.serverIV
 	if !client {
@@ -319,6 +326,11 @@ func (c *Conn) Read(p []byte) (int, error) {
 // readRecord reads and opens the next stream record. A data record is decrypted straight
 // into p when it fits (and its length returned), else into rbuf, left in c.pending.
 func (c *Conn) readRecord(p []byte) (int, error) {
+	if c.finished != nil {
+		if err := c.readFinished(); err != nil {
+			return 0, err
+		}
+	}
 	if err := c.fill(headerLen); err != nil {
 		return 0, err
 	}
@@ -350,6 +362,56 @@ func (c *Conn) readRecord(p []byte) (int, error) {
 		return 0, c.rerr
 	}
 	return c.deliver(header[0], plaintext, len(p) >= len(plaintext))
+}
+
+// readFinished reads and checks the ServerFinished message that a client with
+// Config.FalseStart gets before the server's first record: in stream mode from rbuf, in
+// datagram mode as one message.
+func (c *Conn) readFinished() error {
+	var msg []byte
+	if c.datagram {
+		n, err := c.conn.Read(c.rbuf)
+		if err != nil {
+			return c.finishedError(c.readError(err))
+		}
+		msg = c.rbuf[:n]
+	} else {
+		if err := c.fill(headerLen); err != nil {
+			return c.finishedError(err)
+		}
+		if c.rbuf[c.roff] == msgServerFinished {
+			if err := c.fill(headerLen + finishedLen); err != nil {
+				return c.finishedError(err)
+			}
+		}
+		msg = c.rbuf[c.roff:min(c.rend, c.roff+headerLen+finishedLen)]
+	}
+	if len(msg) != headerLen+finishedLen || msg[0] != msgServerFinished || msg[1] != 0 || msg[2] != 0 || msg[3] != finishedLen {
+		c.rerr = fmt.Errorf("%w: expected ServerFinished, got %d bytes", ErrAuthentication, len(msg))
+		if len(msg) > 0 {
+			c.rerr = fmt.Errorf("%w: expected ServerFinished, got a message of type %d", ErrAuthentication, msg[0])
+		}
+		return c.rerr
+	}
+	if !hmac.Equal(msg[headerLen:], c.finished) {
+		c.rerr = fmt.Errorf("%w: wrong ServerFinished", ErrAuthentication)
+		return c.rerr
+	}
+	if !c.datagram {
+		c.roff += headerLen + finishedLen
+	}
+	c.finished = nil
+	return nil
+}
+
+// finishedError is err of a read that should have brought ServerFinished: the server may
+// have refused this end.
+func (c *Conn) finishedError(err error) error {
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return err // a Read may retry
+	}
+	c.rerr = fmt.Errorf("e2ee: receive handshake message %d: %w (the server may have rejected this identity)", msgServerFinished, err)
+	return c.rerr
 }
 
 // deliver handles an opened record of type typ: data is returned (if it was opened into the
@@ -424,6 +486,11 @@ func (c *Conn) readDatagram(p []byte) (int, error) {
 	defer c.rmu.Unlock()
 	if c.rerr != nil {
 		return 0, c.rerr
+	}
+	if c.finished != nil {
+		if err := c.readFinished(); err != nil {
+			return 0, err
+		}
 	}
 	n, err := c.conn.Read(c.rbuf)
 	if err != nil {

@@ -31,7 +31,9 @@
 // that, Ed25519 over it directly). After ClientAuth, HKDF-SHA256 extracts a secret from the
 // X25519 shared secret with the transcript hash as salt, and expands it into a key and an IV
 // per direction and the server's finished value, which confirms to the client that the server
-// accepted it and derived the same keys.
+// accepted it and derived the same keys. A client with Config.FalseStart sends records right
+// after ClientAuth and checks ServerFinished, which precedes the server's first record, in its
+// first Read.
 //
 // A stream record is a frame of type data (0x20) or close-write (0x21) whose body is the AEAD
 // ciphertext and tag of at most RecordSize plaintext bytes; its 4-byte header is the additional
@@ -106,6 +108,18 @@ type Config struct {
 	// names the identity this end expects. It is required. Before calling it, the package has
 	// checked that the peer holds the leaf's private key, and nothing else.
 	VerifyPeer func(chain []*x509.Certificate) error
+	// Chains, when set, is the cache VerifyPeer verifies chains with (ChainCache.Verify): a
+	// peer chain it accepted before is taken from it instead of being parsed again.
+	// VerifyPeer is still called on every handshake.
+	Chains *ChainCache
+	// FalseStart, for a client, ends the handshake once ClientAuth is sent, without waiting
+	// for ServerFinished, as a TLS 1.3 client sends data after its Finished: Client returns
+	// a round trip earlier, and what it writes is encrypted to the server that proved its
+	// identity in ServerHello, which alone can decrypt it. The first Read checks the
+	// ServerFinished that precedes the server's records, so that a server that rejected this
+	// end (and sends none), or a path that altered the handshake, fails that Read (and every
+	// later one) rather than Client. The server ignores it.
+	FalseStart bool
 	// Context binds the handshake to its purpose, e.g. the circuit or service id, so that a
 	// handshake cannot be replayed into another.
 	Context string

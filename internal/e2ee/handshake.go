@@ -43,7 +43,8 @@ const (
 )
 
 // Client runs the handshake as the dialing end of conn and returns the encrypted Conn. It
-// returns once the server has authenticated this end and confirmed the keys. On error, conn
+// returns once the server has authenticated this end and confirmed the keys (with
+// Config.FalseStart, once the server has authenticated itself). On error, conn
 // is closed. conn's deadline is set for the handshake and cleared after it.
 func Client(conn net.Conn, cfg Config) (*Conn, error) {
 	return handshake(conn, &cfg, true)
@@ -163,6 +164,9 @@ func (h *handshakeState) runClient() error {
 	if err := h.deriveKeys(); err != nil {
 		return err
 	}
+	if h.cfg.FalseStart {
+		return nil // the Conn's first Read checks ServerFinished
+	}
 
 	finished, err := h.readMessage(msgServerFinished)
 	if err != nil {
@@ -275,6 +279,9 @@ func (h *handshakeState) verifyPeer(typ uint8, body []byte, chainAt int, role st
 	if !s.ReadUint16LengthPrefixed(&sig) || !s.Empty() {
 		return fmt.Errorf("e2ee: malformed handshake message %d", typ)
 	}
+	if cached, ok := h.cachedChain(chain); ok {
+		h.peerChain, chain = cached, nil
+	}
 	for !chain.Empty() {
 		var der []byte
 		if len(h.peerChain) == maxChainLength || !chain.ReadUint24LengthPrefixed((*cryptobyte.String)(&der)) {
@@ -299,6 +306,14 @@ func (h *handshakeState) verifyPeer(typ uint8, body []byte, chainAt int, role st
 		return fmt.Errorf("%w: peer identity rejected: %w", ErrAuthentication, err)
 	}
 	return nil
+}
+
+// cachedChain returns the certificates of the encoded chain, if Config.Chains holds it.
+func (h *handshakeState) cachedChain(encoded []byte) ([]*x509.Certificate, bool) {
+	if h.cfg.Chains == nil {
+		return nil, false
+	}
+	return h.cfg.Chains.parsed(encoded)
 }
 
 // deriveKeys runs the key schedule over the shared secret and the whole transcript.
