@@ -381,9 +381,9 @@ func (s *sdkServer) counts() (clients, binds int) {
 	return len(s.conns), binds
 }
 
-// connect opens a stream to the client hosting the terminator at address, for a circuit.
-// connect opens a connect stream to the SDK client hosting the terminator; it returns the
-// stream and the client's OpenZiti key when it took that end-to-end scheme.
+// connect opens a stream, for a circuit, to the SDK client hosting the terminator at
+// x.Address; it returns the stream and the client's OpenZiti key when it took that
+// end-to-end scheme.
 func (s *sdkServer) connect(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64) (net.Conn, []byte, error) {
 	s.mu.Lock()
 	b := s.binds[x.Address]
