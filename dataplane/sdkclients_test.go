@@ -165,13 +165,27 @@ func edgeNet(t *testing.T) (n *testNet, svc *model.Service, dialer, host tls.Cer
 // buildEdgeNet builds edgeNet; pinned lets the dialer use router E only and the host router
 // H only, so that their circuits cross the link.
 func buildEdgeNet(t *testing.T, pinned bool) (n *testNet, svc *model.Service, dialer, host tls.Certificate, dialerID *model.Identity) {
+	return linkedEdgeNet(t, edgeNetOptions{pinned: pinned, svc: model.Service{Name: "svc", EncryptionRequired: true}})
+}
+
+// edgeNetOptions says how linkedEdgeNet's network differs between the tests that use it.
+type edgeNetOptions struct {
+	svc      model.Service // the service to create
+	pinned   bool          // the dialer may use router E only, the host router H only
+	tunneler bool          // router H is a tunneler, and may host svc too
+}
+
+// linkedEdgeNet is routers E and H linked, each with an edge listener, and o.svc that
+// identity "dialer" may dial and identity "host" may bind; ca.pem in the net's directory is
+// the network's CA.
+func linkedEdgeNet(t *testing.T, o edgeNetOptions) (n *testNet, svc *model.Service, dialer, host tls.Certificate, dialerID *model.Identity) {
 	n = newTestNet(t)
 	edgeListener := `listeners:
   - binding: edge
     bind: tls:127.0.0.1:{{port}}
     advertise: tls:127.0.0.1:{{same}}
 `
-	n.addRouter("H", false, `link:
+	n.addRouter("H", o.tunneler, `link:
   listeners:
     - binding: transport
       bind: tls:127.0.0.1:{{port}}
@@ -182,22 +196,26 @@ func buildEdgeNet(t *testing.T, pinned bool) (n *testNet, svc *model.Service, di
     - binding: transport
 `+edgeListener)
 	testutil.Eventually(t, "link E–H", func() bool { return n.linked("E", "H") })
-	svc = &model.Service{Name: "svc", EncryptionRequired: true}
+	svc = &o.svc
 	if err := n.m.CreateService(svc); err != nil {
 		t.Fatal(err)
 	}
 	dialer, dialerID = n.enrolled("dialer", "dialers")
 	host, _ = n.enrolled("host", "hosts")
+	hosts := []string{"#hosts"}
+	if o.tunneler {
+		hosts = append(hosts, "@"+n.routers["H"].id)
+	}
 	for _, p := range []*model.ServicePolicy{
 		{Name: "dial", Type: model.PolicyDial, Semantic: model.SemanticAny, IdentityRoles: []string{"#dialers"}, ServiceRoles: []string{"@" + svc.ID}},
-		{Name: "bind", Type: model.PolicyBind, Semantic: model.SemanticAny, IdentityRoles: []string{"#hosts"}, ServiceRoles: []string{"@" + svc.ID}},
+		{Name: "bind", Type: model.PolicyBind, Semantic: model.SemanticAny, IdentityRoles: hosts, ServiceRoles: []string{"@" + svc.ID}},
 	} {
 		if err := n.m.CreateServicePolicy(p); err != nil {
 			t.Fatal(err)
 		}
 	}
 	erps := []*model.EdgeRouterPolicy{{Name: "all", Semantic: model.SemanticAny, IdentityRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}}
-	if pinned {
+	if o.pinned {
 		erps = []*model.EdgeRouterPolicy{
 			{Name: "dialers-E", Semantic: model.SemanticAny, IdentityRoles: []string{"#dialers"}, EdgeRouterRoles: []string{"@" + n.routers["E"].id}},
 			{Name: "hosts-H", Semantic: model.SemanticAny, IdentityRoles: []string{"#hosts"}, EdgeRouterRoles: []string{"@" + n.routers["H"].id}},

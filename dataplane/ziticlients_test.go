@@ -367,45 +367,8 @@ func (cl *zitiClient) dialSuccess(d *zitiproto.Message, id uint32) error {
 // which OpenZiti clients need) may be dialed by identity "dialer"
 // and hosted by identity "host" and by router H's identity.
 func zitiNet(t *testing.T, encrypted bool) (n *testNet, svc *model.Service, dialer, host tls.Certificate) {
-	n = newTestNet(t)
-	edgeListener := `listeners:
-  - binding: edge
-    bind: tls:127.0.0.1:{{port}}
-    advertise: tls:127.0.0.1:{{same}}
-`
-	n.addRouter("H", true, `link:
-  listeners:
-    - binding: transport
-      bind: tls:127.0.0.1:{{port}}
-      advertise: tls:127.0.0.1:{{same}}
-`+edgeListener)
-	n.addRouter("E", false, `link:
-  dialers:
-    - binding: transport
-`+edgeListener)
-	testutil.Eventually(t, "link E–H", func() bool { return n.linked("E", "H") })
-	svc = &model.Service{Name: "svc", EncryptionRequired: encrypted, OpenZitiEncryption: encrypted}
-	if err := n.m.CreateService(svc); err != nil {
-		t.Fatal(err)
-	}
-	dialer, _ = n.enrolled("dialer", "dialers")
-	host, _ = n.enrolled("host", "hosts")
-	for _, p := range []*model.ServicePolicy{
-		{Name: "dial", Type: model.PolicyDial, Semantic: model.SemanticAny, IdentityRoles: []string{"#dialers"}, ServiceRoles: []string{"@" + svc.ID}},
-		{Name: "bind", Type: model.PolicyBind, Semantic: model.SemanticAny, IdentityRoles: []string{"#hosts", "@" + n.routers["H"].id}, ServiceRoles: []string{"@" + svc.ID}},
-	} {
-		if err := n.m.CreateServicePolicy(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := n.m.CreateEdgeRouterPolicy(&model.EdgeRouterPolicy{Name: "all", Semantic: model.SemanticAny, IdentityRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.m.CreateServiceEdgeRouterPolicy(&model.ServiceEdgeRouterPolicy{Name: "all", ServiceRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}); err != nil {
-		t.Fatal(err)
-	}
-	caPEM, _ := os.ReadFile(filepath.Join(n.dir, "E", "ca.cert"))
-	os.WriteFile(filepath.Join(n.dir, "ca.pem"), caPEM, 0o600)
+	n, svc, dialer, host, _ = linkedEdgeNet(t, edgeNetOptions{tunneler: true,
+		svc: model.Service{Name: "svc", EncryptionRequired: encrypted, OpenZitiEncryption: encrypted}})
 	return n, svc, dialer, host
 }
 
