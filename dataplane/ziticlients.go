@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/e2ee"
 	"github.com/zmesh/zmesh/internal/edgeproto"
 	"github.com/zmesh/zmesh/internal/tlscork"
 	"github.com/zmesh/zmesh/internal/zitiproto"
@@ -70,9 +71,8 @@ const zitiMaxRequestBody = 16 << 10
 // zitiMaxData bounds the body of a Data message the router sends on an unframed circuit.
 const zitiMaxData = 64 << 10
 
-// zitiMaxFrame is the largest frame of a circuit using OpenZiti's end-to-end encryption: a
-// secretstream message of at most 16 MiB plus its overhead.
-const zitiMaxFrame = 16<<20 + 17
+// zitiMaxFrame is the largest frame of a circuit using OpenZiti's end-to-end encryption.
+const zitiMaxFrame = e2ee.MaxZitiFrame
 
 // firstRouterConnID is the first connection id the router assigns: clients number theirs
 // below it, as sdk-golang does.

@@ -263,8 +263,12 @@ func (c *Client) dialVia(ctx context.Context, rc *routerConn, svc Service, req e
 	}
 	if len(resp.HostZitiKey) > 0 && key == nil {
 		st.Close()
+		why := "openZitiEncryption is false"
+		if !svc.EncryptionRequired {
+			why = "encryptionRequired is false"
+		}
 		return nil, &handshakeError{fmt.Errorf("sdk: dial service %q: router %s answered with OpenZiti's end-to-end scheme, "+
-			"which the service does not allow (openZitiEncryption is false)", svc.Name, rc.name)}
+			"which the service does not allow (%s)", svc.Name, rc.name, why)}
 	}
 	cs := newCircuitStream(st)
 	conn := &Conn{inner: cs, stream: cs, circuitID: resp.CircuitID,

@@ -352,8 +352,9 @@ func (l *Listener) serveConnect(st *smux.Stream, req edgeproto.Request) {
 	var zitiKey *e2ee.ZitiKey
 	if offer := req.E2EE; l.svc.EncryptionRequired && offer != nil && !offer.Zmesh {
 		if len(offer.ZitiKey) != e2ee.ZitiKeySize {
-			l.log.Warn("refused a connection: no end-to-end scheme offered", "circuit", req.CircuitID, "initiator", req.InitiatorID)
-			refuse(st, edgeproto.CodeInvalid, fmt.Sprintf("service %q requires end-to-end encryption: the dialing end must offer zmesh's scheme or a %d-byte OpenZiti key", l.svc.Name, e2ee.ZitiKeySize))
+			l.log.Warn("refused a connection: no usable end-to-end scheme offered", "circuit", req.CircuitID, "initiator", req.InitiatorID, "zitiKeyBytes", len(offer.ZitiKey))
+			refuse(st, edgeproto.CodeInvalid, fmt.Sprintf("service %q requires end-to-end encryption: the dialing end must offer zmesh's scheme or a %d-byte OpenZiti key (it offered a key of %d bytes)",
+				l.svc.Name, e2ee.ZitiKeySize, len(offer.ZitiKey)))
 			return
 		}
 		if !l.svc.OpenZitiEncryption {

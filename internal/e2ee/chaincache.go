@@ -109,8 +109,11 @@ func (c *ChainCache) Verify(chain []*x509.Certificate) error {
 // parsed returns the certificates of a chain that passed Verify whose wire encoding (each
 // certificate's DER prefixed by its uint24 length, as a handshake message carries it) is
 // encoded, if the cache holds it, whatever their validity now: parsing does not depend on
-// the time, and Verify is still called on them.
+// the time, and Verify is still called on them. A nil cache holds nothing.
 func (c *ChainCache) parsed(encoded []byte) ([]*x509.Certificate, bool) {
+	if c == nil {
+		return nil, false
+	}
 	key := sha256.Sum256(encoded)
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -387,9 +387,10 @@ func (c *Conn) readFinished() error {
 		msg = c.rbuf[c.roff:min(c.rend, c.roff+headerLen+finishedLen)]
 	}
 	if len(msg) != headerLen+finishedLen || msg[0] != msgServerFinished || msg[1] != 0 || msg[2] != 0 || msg[3] != finishedLen {
-		c.rerr = fmt.Errorf("%w: expected ServerFinished, got %d bytes", ErrAuthentication, len(msg))
-		if len(msg) > 0 {
-			c.rerr = fmt.Errorf("%w: expected ServerFinished, got a message of type %d", ErrAuthentication, msg[0])
+		if len(msg) == 0 {
+			c.rerr = fmt.Errorf("%w: expected ServerFinished, got nothing", ErrAuthentication)
+		} else {
+			c.rerr = fmt.Errorf("%w: expected ServerFinished, got a message of type %d, %d bytes", ErrAuthentication, msg[0], len(msg))
 		}
 		return c.rerr
 	}

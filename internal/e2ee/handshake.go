@@ -279,7 +279,7 @@ func (h *handshakeState) verifyPeer(typ uint8, body []byte, chainAt int, role st
 	if !s.ReadUint16LengthPrefixed(&sig) || !s.Empty() {
 		return fmt.Errorf("e2ee: malformed handshake message %d", typ)
 	}
-	if cached, ok := h.cachedChain(chain); ok {
+	if cached, ok := h.cfg.Chains.parsed(chain); ok {
 		h.peerChain, chain = cached, nil
 	}
 	for !chain.Empty() {
@@ -306,14 +306,6 @@ func (h *handshakeState) verifyPeer(typ uint8, body []byte, chainAt int, role st
 		return fmt.Errorf("%w: peer identity rejected: %w", ErrAuthentication, err)
 	}
 	return nil
-}
-
-// cachedChain returns the certificates of the encoded chain, if Config.Chains holds it.
-func (h *handshakeState) cachedChain(encoded []byte) ([]*x509.Certificate, bool) {
-	if h.cfg.Chains == nil {
-		return nil, false
-	}
-	return h.cfg.Chains.parsed(encoded)
 }
 
 // deriveKeys runs the key schedule over the shared secret and the whole transcript.

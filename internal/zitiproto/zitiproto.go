@@ -36,7 +36,8 @@ func IsMagic(b []byte) bool {
 const (
 	SectionSize = 20
 	MaxHeaders  = 64 << 10
-	// MaxBody admits one secretstream message of the largest circuit frame with room to spare.
+	// MaxBody admits one secretstream message of the largest circuit frame
+	// (e2ee.MaxZitiFrame, 16 MiB + 17) with room to spare.
 	MaxBody = 16<<20 + 64
 	// MaxHello bounds a hello's headers and its body, each, as OpenZiti's channel does: a
 	// client not yet admitted holds little.
