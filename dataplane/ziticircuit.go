@@ -25,11 +25,9 @@ type zitiCircuit struct {
 	sessionToken string // the session it uses, for revocation
 
 	q         chan *zitiproto.Message // Data (and a last StateClosed) from the client, at most zitiQueueLen
-	qmu       sync.Mutex
-	qbytes    int           // bytes of the bodies queued or being read, at most zitiQueueBytes; with qmu
-	detached  bool          // ended: its bytes no longer count toward the channel's; with qmu
-	room      chan struct{} // signalled when queued bytes are read
-	closed    chan struct{} // closed by Close or closeRemote
+	qbytes    int                     // bytes of the bodies queued or being read, at most zitiQueueBytes; with zc.qmu
+	detached  bool                    // ended: its bytes no longer count toward the channel's; with zc.qmu
+	closed    chan struct{}           // closed by Close or closeRemote
 	closeOnce sync.Once
 	endErr    error // why the client's side ended (closeRemote), set before closed is closed
 	// clientClosed: the client sent StateClosed. What it sent before is read first, then
@@ -59,7 +57,7 @@ type zitiCircuit struct {
 
 func newZitiCircuit(zc *zitiConn, id uint32, framed bool) *zitiCircuit {
 	return &zitiCircuit{zc: zc, id: id, framed: framed, q: make(chan *zitiproto.Message, zitiQueueLen),
-		room: make(chan struct{}, 1), closed: make(chan struct{}), poff: 4}
+		closed: make(chan struct{}), poff: 4}
 }
 
 // push queues a Data message from the client, waiting while the circuit's queue or the
@@ -68,8 +66,7 @@ func newZitiCircuit(zc *zitiConn, id uint32, framed bool) *zitiCircuit {
 func (c *zitiCircuit) push(m *zitiproto.Message) {
 	for !c.reserve(len(m.Body)) {
 		select {
-		case <-c.room:
-		case <-c.zc.room:
+		case <-c.zc.room: // signalled whenever queued bytes of the channel are read
 		case <-c.closed:
 			c.zc.s.pool.Put(m)
 			return
@@ -86,14 +83,9 @@ func (c *zitiCircuit) push(m *zitiproto.Message) {
 // have room for them.
 func (c *zitiCircuit) reserve(n int) bool {
 	zc := c.zc
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	if c.detached || (c.qbytes > 0 && c.qbytes+n > zitiQueueBytes) {
-		return false
-	}
 	zc.qmu.Lock()
 	defer zc.qmu.Unlock()
-	if zc.qbytes > 0 && zc.qbytes+n > zc.budget {
+	if c.detached || (c.qbytes > 0 && c.qbytes+n > zitiQueueBytes) || (zc.qbytes > 0 && zc.qbytes+n > zc.budget) {
 		return false
 	}
 	c.qbytes += n
@@ -153,36 +145,33 @@ func (c *zitiCircuit) Read(p []byte) (int, error) {
 	}
 }
 
-// release returns n bytes read to the queue's budget.
+// release takes n body bytes read from the circuit's queue off its count and, unless the
+// circuit ended, off the channel's budget.
 func (c *zitiCircuit) release(n int) {
-	c.qmu.Lock()
+	if n == 0 {
+		return
+	}
+	zc := c.zc
+	zc.qmu.Lock()
 	c.qbytes -= n
-	detached := c.detached
-	c.qmu.Unlock()
-	if !detached {
-		c.zc.release(n)
+	if !c.detached {
+		zc.qbytes -= n
 	}
-	select {
-	case c.room <- struct{}{}:
-	default:
-	}
+	zc.qmu.Unlock()
+	zc.signalRoom()
 }
 
 // detach takes the bytes still queued toward the ended circuit off the channel's budget:
 // no one may read them now.
 func (c *zitiCircuit) detach() {
-	c.qmu.Lock()
-	n := c.qbytes
-	c.detached = true
-	c.qmu.Unlock()
-	c.zc.release(n)
-}
-
-// queued returns the bytes queued toward the circuit.
-func (c *zitiCircuit) queued() int {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	return c.qbytes
+	zc := c.zc
+	zc.qmu.Lock()
+	if !c.detached {
+		zc.qbytes -= c.qbytes
+		c.detached = true
+	}
+	zc.qmu.Unlock()
+	zc.signalRoom()
 }
 
 // zitiKeepFrame bounds the frame buffer a circuit end keeps between frames that span writes.

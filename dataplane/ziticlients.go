@@ -113,7 +113,8 @@ type zitiConn struct {
 	seq  atomic.Int32 // sequence of the messages the router sends
 
 	// Body bytes queued toward the channel's open circuits, at most budget (a larger body is
-	// queued alone); room is signalled when some are read.
+	// queued alone); room is signalled when some are read. qmu also guards the circuits'
+	// counts (zitiCircuit.qbytes).
 	qmu    sync.Mutex
 	qbytes int
 	budget int
@@ -463,14 +464,8 @@ func (zc *zitiConn) data(m *zitiproto.Message) {
 	c.push(m)
 }
 
-// release takes n body bytes read from a circuit's queue off the channel's budget.
-func (zc *zitiConn) release(n int) {
-	if n == 0 {
-		return
-	}
-	zc.qmu.Lock()
-	zc.qbytes -= n
-	zc.qmu.Unlock()
+// signalRoom wakes the reader waiting for room in a circuit's queue or the budget.
+func (zc *zitiConn) signalRoom() {
 	select {
 	case zc.room <- struct{}{}:
 	default:

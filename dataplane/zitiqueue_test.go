@@ -52,7 +52,14 @@ func TestZitiQueueByteBudget(t *testing.T) {
 	if c == nil {
 		t.Fatal("no circuit at router E")
 	}
-	if q := c.queued(); q > zitiQueueBytes || q == 0 {
+	if q := queuedBytes(c); q > zitiQueueBytes || q == 0 {
 		t.Fatalf("%d bytes queued toward the circuit after %d MiB sent; the budget is %d", q, last>>20, zitiQueueBytes)
 	}
+}
+
+// queuedBytes returns the bytes queued toward c.
+func queuedBytes(c *zitiCircuit) int {
+	c.zc.qmu.Lock()
+	defer c.zc.qmu.Unlock()
+	return c.qbytes
 }
