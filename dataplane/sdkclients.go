@@ -190,15 +190,8 @@ func (s *sdkServer) hello(sess *smux.Session, identityID, certFP string) (*sdkCo
 	case req.Version != edgeproto.ProtocolVersion:
 		return refuse(edgeproto.CodeInvalid, "edge protocol version %d; this router speaks %d", req.Version, edgeproto.ProtocolVersion)
 	}
-	api, ok := s.r.sessionCache.awaitAPISession(req.APISessionToken, s.r.ctrl.isConnected)
-	if !ok {
-		return refuse(edgeproto.CodeInvalidSession, "unknown or ended API session")
-	}
-	if api.IdentityID != identityID {
-		return refuse(edgeproto.CodeInvalidSession, "the API session is not of the identity %s of the client certificate", identityID)
-	}
-	if !api.AdmitsCert(certFP) {
-		return refuse(edgeproto.CodeInvalidSession, "the client certificate is not a current certificate of identity %s", identityID)
+	if err := s.r.admitAPISession(req.APISessionToken, identityID, certFP); err != nil {
+		return refuse(edgeproto.CodeInvalidSession, "%s", err)
 	}
 	if err := edgeproto.Write(st, &edgeproto.Response{OK: true, RouterID: s.r.id}); err != nil {
 		st.Close()
@@ -259,6 +252,22 @@ func refuseStream(ec *sdkConn, st *smux.Stream, code, msg string) {
 // session checks that token is a session of type typ made in the client's API session.
 func (s *sdkServer) session(ec *sdkConn, token, typ, serviceID string) (ctrlproto.Session, error) {
 	return s.r.checkSession(ec.apiToken, token, typ, serviceID)
+}
+
+// admitAPISession checks that token is an API session the router knows (waiting a moment
+// for the controller's update) of the identity identityID, that admits the client
+// certificate of fingerprint certFP: what an edge client's hello and token update need.
+func (r *Router) admitAPISession(token, identityID, certFP string) error {
+	api, ok := r.sessionCache.awaitAPISession(token, r.ctrl.isConnected)
+	switch {
+	case !ok:
+		return errors.New("unknown or ended API session")
+	case api.IdentityID != identityID:
+		return fmt.Errorf("the API session is not of the identity %s of the client certificate", identityID)
+	case !api.AdmitsCert(certFP):
+		return fmt.Errorf("the client certificate is not a current certificate of identity %s", identityID)
+	}
+	return nil
 }
 
 // checkSession checks that token is a session of type typ (of service serviceID, if set)

@@ -239,14 +239,8 @@ func (zc *zitiConn) hello(rd *zitiproto.Reader) error {
 	if !ok || token == "" {
 		return refuse("the hello has no API session token (header %d)", zitiproto.HeaderSessionToken)
 	}
-	api, ok := r.sessionCache.awaitAPISession(token, r.ctrl.isConnected)
-	switch {
-	case !ok:
-		return refuse("unknown or ended API session")
-	case api.IdentityID != zc.identityID:
-		return refuse("the API session is not of the identity %s of the client certificate", zc.identityID)
-	case !api.AdmitsCert(zc.certFP):
-		return refuse("the client certificate is not a current certificate of identity %s", zc.identityID)
+	if err := r.admitAPISession(token, zc.identityID, zc.certFP); err != nil {
+		return refuse("%s", err)
 	}
 	zc.apiToken = token
 	m := zc.s.pool.Get()
@@ -509,15 +503,12 @@ func (zc *zitiConn) session(token, typ string) (ctrlproto.Session, uint32, error
 func (zc *zitiConn) updateToken(m *zitiproto.Message) {
 	r := zc.s.r
 	token := string(m.Body)
-	api, ok := r.sessionCache.awaitAPISession(token, r.ctrl.isConnected)
+	err := r.admitAPISession(token, zc.identityID, zc.certFP)
 	reply := zc.s.pool.Get()
 	defer zc.s.pool.Put(reply)
-	switch {
-	case !ok:
-		reply.SetState(zitiproto.ContentUpdateTokenFailure, 0, "unknown or ended API session")
-	case api.IdentityID != zc.identityID || !api.AdmitsCert(zc.certFP):
-		reply.SetState(zitiproto.ContentUpdateTokenFailure, 0, "the API session is not of this client's identity and certificate")
-	default:
+	if err != nil {
+		reply.SetState(zitiproto.ContentUpdateTokenFailure, 0, err.Error())
+	} else {
 		zc.mu.Lock()
 		zc.apiToken = token
 		zc.mu.Unlock()
