@@ -138,10 +138,10 @@ func newRouterMetrics(r *Router) *routerMetrics {
 			}
 			return float64(len(r.links.Links()))
 		}),
-		edgeGauge("zmesh_edge_clients", edgeClientsHelp, "zmesh", func() float64 { c, _ := r.sdk.counts(); return float64(c) }),
-		edgeGauge("zmesh_edge_clients", edgeClientsHelp, "openziti", func() float64 { c, _ := r.ziti.counts(); return float64(c) }),
-		edgeGauge("zmesh_edge_binds", edgeBindsHelp, "zmesh", func() float64 { _, b := r.sdk.counts(); return float64(b) }),
-		edgeGauge("zmesh_edge_binds", edgeBindsHelp, "openziti", func() float64 { _, b := r.ziti.counts(); return float64(b) }),
+		edgeGauge("zmesh_edge_clients", edgeClientsHelp, "zmesh", func() float64 { return float64(r.sdk.clientCount()) }),
+		edgeGauge("zmesh_edge_clients", edgeClientsHelp, "openziti", func() float64 { return float64(r.ziti.clientCount()) }),
+		edgeGauge("zmesh_edge_binds", edgeBindsHelp, "zmesh", func() float64 { return float64(len(r.sdk.terminators())) }),
+		edgeGauge("zmesh_edge_binds", edgeBindsHelp, "openziti", func() float64 { return float64(len(r.ziti.terminators())) }),
 		newLinkCollector(r),
 		newTunnelCollector(r),
 		health.NewCollector(r.checks),

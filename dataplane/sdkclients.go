@@ -378,16 +378,11 @@ func (s *sdkServer) terminators() []string {
 	return terminatorIDs(s.binds, func(b *sdkBind) string { return b.terminatorID })
 }
 
-// counts returns the admitted clients and the binds with a terminator, for metrics.
-func (s *sdkServer) counts() (clients, binds int) {
+// clientCount returns the number of admitted clients.
+func (s *sdkServer) clientCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, b := range s.binds {
-		if b.terminatorID != "" {
-			binds++
-		}
-	}
-	return len(s.conns), binds
+	return len(s.conns)
 }
 
 // connect opens a stream, for a circuit, to the SDK client hosting the terminator at

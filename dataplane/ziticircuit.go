@@ -251,7 +251,7 @@ func (c *zitiCircuit) Write(p []byte) (int, error) {
 			c.fhn = 0
 			size := int(binary.BigEndian.Uint32(c.fhdr[:]))
 			if size > zitiMaxFrame {
-				return off, fmt.Errorf("a frame of %d bytes on an end-to-end encrypted circuit; at most %d", size, zitiMaxFrame)
+				return off, fmt.Errorf("a frame of %d bytes on the end-to-end encrypted circuit of OpenZiti connection %d; at most %d", size, c.id, zitiMaxFrame)
 			}
 			if size == 0 {
 				continue

@@ -550,8 +550,12 @@ func (zc *zitiConn) connect(ctx context.Context, req *zitiproto.Message) {
 		return
 	}
 	appData, _ := req.Header(zitiproto.HeaderAppData)
-	if len(appData) > 0 && (len(appData) > ctrlproto.MaxAppData || !json.Valid(appData)) {
-		refuse(zitiproto.ErrorInternal, fmt.Sprintf("the app data (header %d) must be JSON of at most %d bytes", zitiproto.HeaderAppData, ctrlproto.MaxAppData))
+	switch {
+	case len(appData) > ctrlproto.MaxAppData:
+		refuse(zitiproto.ErrorInternal, fmt.Sprintf("the app data (header %d) is %d bytes; at most %d", zitiproto.HeaderAppData, len(appData), ctrlproto.MaxAppData))
+		return
+	case len(appData) > 0 && !json.Valid(appData):
+		refuse(zitiproto.ErrorInternal, fmt.Sprintf("the app data (header %d) is not valid JSON", zitiproto.HeaderAppData))
 		return
 	}
 	identity, _ := req.String(zitiproto.HeaderTerminatorIdentity)
@@ -947,10 +951,7 @@ func (s *zitiServer) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID ui
 		c.closeQuiet()
 		return nil, nil, fmt.Errorf("the hosting OpenZiti client refused: %s", reply.Body)
 	}
-	if framed {
-		return c, b.hostKey, nil
-	}
-	return c, nil, nil
+	return c, b.hostKey, nil // nil when not framed
 }
 
 // request sends m and waits for its reply (DialSuccess or DialFailed), within ctx.
@@ -1067,16 +1068,11 @@ func (s *zitiServer) clients() []*zitiConn {
 	return out
 }
 
-// counts returns the admitted channels and the binds with a terminator, for metrics.
-func (s *zitiServer) counts() (clients, binds int) {
+// clientCount returns the number of admitted channels.
+func (s *zitiServer) clientCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, b := range s.binds {
-		if b.terminatorID != "" {
-			binds++
-		}
-	}
-	return len(s.conns), binds
+	return len(s.conns)
 }
 
 // isZitiAddress tells whether a terminator address of binding edge is an OpenZiti client's.

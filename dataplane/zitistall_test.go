@@ -74,8 +74,7 @@ func TestZitiStalledClientHoldsNothing(t *testing.T) {
 	}
 
 	testutil.Eventually(t, "the router to close the unresponsive client's channel", func() bool {
-		clients, _ := e.r.ziti.counts()
-		return clients == 0
+		return e.r.ziti.clientCount() == 0
 	})
 }
 
