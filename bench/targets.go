@@ -233,6 +233,14 @@ func (r *Report) writeSpreads(w io.Writer) error {
 	return tw.Flush()
 }
 
+// String is the goal and the figure measured, e.g. "zmesh-1router throughput ≥ 0.80×: 1.05×".
+func (g GoalResult) String() string {
+	if g.Figure == "jain" {
+		return fmt.Sprintf("%s: %.3f", g.Goal, g.Value)
+	}
+	return fmt.Sprintf("%s: %.2f×", g.Goal, g.Value)
+}
+
 // writeGoals prints the goals the run measured, met or missed.
 func (r *Report) writeGoals(w io.Writer) error {
 	var lines []string
@@ -240,14 +248,11 @@ func (r *Report) writeGoals(w io.Writer) error {
 		if !g.Measured {
 			continue
 		}
-		verdict, value := "met   ", fmt.Sprintf("%.2f×", g.Value)
+		verdict := "met   "
 		if !g.Met {
 			verdict = "MISSED"
 		}
-		if g.Figure == "jain" {
-			value = fmt.Sprintf("%.3f", g.Value)
-		}
-		lines = append(lines, fmt.Sprintf("%s  %s: %s", verdict, g.Goal, value))
+		lines = append(lines, verdict+"  "+g.String())
 	}
 	if len(lines) == 0 {
 		return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -97,7 +98,11 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 				return reportedError{msg: "bench: a scenario failed"}
 			}
 			if missed := rep.Missed(); check && len(missed) > 0 {
-				return reportedError{msg: fmt.Sprintf("bench: %d performance target(s) missed", len(missed))}
+				names := make([]string, len(missed))
+				for i, g := range missed {
+					names[i] = g.String()
+				}
+				return reportedError{msg: fmt.Sprintf("bench: %d performance target(s) missed: %s", len(missed), strings.Join(names, "; "))}
 			}
 			return nil
 		},
