@@ -249,11 +249,6 @@ func refuseStream(ec *sdkConn, st *smux.Stream, code, msg string) {
 	st.Close()
 }
 
-// session checks that token is a session of type typ made in the client's API session.
-func (s *sdkServer) session(ec *sdkConn, token, typ, serviceID string) (ctrlproto.Session, error) {
-	return s.r.checkSession(ec.apiToken, token, typ, serviceID)
-}
-
 // admitAPISession checks that token is an API session the router knows (waiting a moment
 // for the controller's update) of the identity identityID, that admits the client
 // certificate of fingerprint certFP: what an edge client's hello and token update need.
@@ -290,7 +285,7 @@ func (r *Router) checkSession(apiToken, token, typ, serviceID string) (ctrlproto
 
 // dial carries the stream as a circuit to the session's service.
 func (s *sdkServer) dial(ctx context.Context, ec *sdkConn, st *smux.Stream, req *edgeproto.Request) {
-	se, err := s.session(ec, req.SessionToken, "Dial", req.ServiceID)
+	se, err := s.r.checkSession(ec.apiToken, req.SessionToken, "Dial", req.ServiceID)
 	if err != nil {
 		refuseStream(ec, st, edgeproto.CodeInvalidSession, err.Error())
 		return
@@ -325,7 +320,7 @@ func (s *sdkServer) dial(ctx context.Context, ec *sdkConn, st *smux.Stream, req 
 
 // bind hosts the session's service for the client while the stream lasts.
 func (s *sdkServer) bind(ctx context.Context, ec *sdkConn, st *smux.Stream, req *edgeproto.Request) {
-	se, err := s.session(ec, req.SessionToken, "Bind", req.ServiceID)
+	se, err := s.r.checkSession(ec.apiToken, req.SessionToken, "Bind", req.ServiceID)
 	if err != nil {
 		refuseStream(ec, st, edgeproto.CodeInvalidSession, err.Error())
 		return

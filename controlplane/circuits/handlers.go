@@ -141,11 +141,11 @@ func (s *Service) removeTerminator(router string, req *ctrlproto.TerminatorRemov
 // updateTerminator answers a router's TerminatorUpdate: one of its own terminators takes the
 // cost and precedence asked for, validated as the management API validates them.
 func (s *Service) updateTerminator(router string, req *ctrlproto.TerminatorUpdate) *ctrlproto.TerminatorUpdateReply {
-	t, err := s.m.Terminator(req.TerminatorID)
-	if err != nil || t.RouterID != router {
-		return &ctrlproto.TerminatorUpdateReply{Outcome: ctrlproto.Failed(ctrlproto.ErrCodeInvalid, "no terminator "+req.TerminatorID+" of this router")}
-	}
-	if _, err := s.m.UpdateTerminator(t.ID, func(t *model.Terminator) error {
+	notOurs := errors.New("no terminator " + req.TerminatorID + " of this router")
+	_, err := s.m.UpdateTerminator(req.TerminatorID, func(t *model.Terminator) error {
+		if t.RouterID != router { // checked in the update's transaction: no other router's
+			return notOurs
+		}
 		if req.Cost != nil {
 			t.Cost = *req.Cost
 		}
@@ -153,7 +153,11 @@ func (s *Service) updateTerminator(router string, req *ctrlproto.TerminatorUpdat
 			t.Precedence = req.Precedence
 		}
 		return nil
-	}); err != nil {
+	})
+	if model.CodeOf(err) == model.CodeNotFound {
+		err = notOurs
+	}
+	if err != nil {
 		return &ctrlproto.TerminatorUpdateReply{Outcome: ctrlproto.Failed(ctrlproto.ErrCodeInvalid, err.Error())}
 	}
 	return &ctrlproto.TerminatorUpdateReply{}
