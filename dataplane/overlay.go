@@ -90,17 +90,29 @@ func newRouterOverlay(r *Router) *routerOverlay {
 	return o
 }
 
-// newOffer is what the router's tunnel offers for end-to-end encryption: zmesh's scheme, and
-// OpenZiti's with a fresh key, kept for the answer, when the service allows it.
-func newOffer(openZiti bool) (*ctrlproto.E2EEOffer, *e2ee.ZitiKey, error) {
-	if !openZiti {
-		return &ctrlproto.E2EEOffer{Zmesh: true}, nil, nil
-	}
-	key, err := e2ee.NewZitiKey()
+// offer is what the router's tunnel offered for end-to-end encryption, with the secrets kept
+// for the answer.
+type offer struct {
+	*ctrlproto.E2EEOffer
+	start   *e2ee.ClientStart // zmesh's ClientHello made
+	zitiKey *e2ee.ZitiKey     // OpenZiti's key offered, or nil
+}
+
+// newOffer is what the router's tunnel offers for end-to-end encryption: zmesh's scheme with
+// its ClientHello, and OpenZiti's with a fresh key when the service allows it.
+func newOffer(openZiti bool) (*offer, error) {
+	start, err := e2ee.StartClient(e2ee.CipherAuto)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return &ctrlproto.E2EEOffer{Zmesh: true, ZitiKey: key.Public()}, key, nil
+	o := &offer{E2EEOffer: &ctrlproto.E2EEOffer{Zmesh: true, ZmeshHello: start.Hello()}, start: start}
+	if openZiti {
+		if o.zitiKey, err = e2ee.NewZitiKey(); err != nil {
+			return nil, err
+		}
+		o.ZitiKey = o.zitiKey.Public()
+	}
+	return o, nil
 }
 
 // service looks a service up in the list of the router identity's services the controller
@@ -198,17 +210,18 @@ func (o *routerOverlay) Dial(ctx context.Context, svc tunnel.Service, app tunnel
 		return nil, err
 	}
 	req := &ctrlproto.CircuitRequest{ServiceID: svc.ID, IngressIdentityID: o.r.id, AppData: appJSON}
-	var key *e2ee.ZitiKey
+	var off *offer
 	if svc.EncryptionRequired {
-		if req.E2EE, key, err = newOffer(o.openZiti(svc.ID)); err != nil {
+		if off, err = newOffer(o.openZiti(svc.ID)); err != nil {
 			return nil, fmt.Errorf("dial service %q: %w", svc.Name, err)
 		}
+		req.E2EE = off.E2EEOffer
 	}
 	reply, err := o.r.requestCircuit(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("dial service %q: %w", svc.Name, err)
 	}
-	c, err := o.attach(reply, key, svc.Name)
+	c, err := o.attach(reply, off, svc.Name)
 	if err != nil {
 		return nil, fmt.Errorf("dial service %q: %w", svc.Name, err)
 	}
@@ -217,11 +230,19 @@ func (o *routerOverlay) Dial(ctx context.Context, svc tunnel.Service, app tunnel
 
 // attach starts the circuit of reply on one end of a socket pair and returns the other,
 // end-to-end encrypted when the service requires it: with OpenZiti's scheme when the host
-// answered the offer of key with its own, else after zmesh's key exchange with the host. A
-// host key without an offer of one fails the circuit before anything crosses it.
-func (o *routerOverlay) attach(reply *ctrlproto.CircuitReply, key *e2ee.ZitiKey, service string) (net.Conn, error) {
-	if len(reply.HostZitiKey) > 0 && key == nil {
-		err := errOpenZitiNotAllowed(service)
+// answered the offer of a key with its own, else after zmesh's key exchange with the host,
+// which the host's ServerHello in the reply started when it answered the offer's
+// ClientHello. A host key without an offer of one, or a ServerHello without a ClientHello,
+// fails the circuit before anything crosses it.
+func (o *routerOverlay) attach(reply *ctrlproto.CircuitReply, off *offer, service string) (net.Conn, error) {
+	var err error
+	switch {
+	case len(reply.HostZitiKey) > 0 && (off == nil || off.zitiKey == nil):
+		err = errOpenZitiNotAllowed(service)
+	case len(reply.HostHello) > 0 && off == nil:
+		err = fmt.Errorf("the circuit's reply has the host's ServerHello, but no end-to-end encryption was offered (service %q)", service)
+	}
+	if err != nil {
 		o.r.fault(reply.CircuitID, err.Error())
 		return nil, err
 	}
@@ -240,7 +261,7 @@ func (o *routerOverlay) attach(reply *ctrlproto.CircuitReply, key *e2ee.ZitiKey,
 		return tunnelEnd, nil
 	}
 	if len(reply.HostZitiKey) > 0 {
-		c, err := e2ee.ZitiClient(tunnelEnd, key, reply.HostZitiKey)
+		c, err := e2ee.ZitiClient(tunnelEnd, off.zitiKey, reply.HostZitiKey)
 		if err != nil {
 			tunnelEnd.Close()
 			return nil, fmt.Errorf("end-to-end encryption with %s: %w", reply.Terminator.HostID, err)
@@ -252,7 +273,12 @@ func (o *routerOverlay) attach(reply *ctrlproto.CircuitReply, key *e2ee.ZitiKey,
 		tunnelEnd.Close()
 		return nil, err
 	}
-	c, err := e2ee.Client(tunnelEnd, cfg)
+	var c *e2ee.Conn
+	if len(reply.HostHello) > 0 {
+		c, err = off.start.Finish(tunnelEnd, cfg, reply.HostHello)
+	} else {
+		c, err = e2ee.Client(tunnelEnd, cfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("end-to-end key exchange with %s: %w", reply.Terminator.HostID, err)
 	}
@@ -263,13 +289,13 @@ func (o *routerOverlay) attach(reply *ctrlproto.CircuitReply, key *e2ee.ZitiKey,
 // the router's identity: straight onto the circuit, or through the end-to-end encryption
 // when the service requires it.
 func (r *Router) dialProxy(ctx context.Context, conn net.Conn, service string) {
-	reply, key, err := r.overlay.proxyCircuit(ctx, service)
+	reply, off, err := r.overlay.proxyCircuit(ctx, service)
 	if err != nil {
 		r.log.Info("circuit refused", "service", service, "err", err)
 		conn.Close()
 		return
 	}
-	if !reply.EncryptionRequired && len(reply.HostZitiKey) == 0 {
+	if !reply.EncryptionRequired && len(reply.HostZitiKey) == 0 && len(reply.HostHello) == 0 {
 		if err := r.attachIngress(reply, conn); err != nil {
 			r.log.Warn("circuit failed at the ingress", "circuit", reply.CircuitID, "err", err)
 			conn.Close()
@@ -277,7 +303,7 @@ func (r *Router) dialProxy(ctx context.Context, conn net.Conn, service string) {
 		}
 		return
 	}
-	c, err := r.overlay.attach(reply, key, service)
+	c, err := r.overlay.attach(reply, off, service)
 	if err != nil {
 		r.log.Warn("circuit failed at the ingress", "service", service, "circuit", reply.CircuitID, "err", err)
 		conn.Close()
@@ -289,22 +315,23 @@ func (r *Router) dialProxy(ctx context.Context, conn net.Conn, service string) {
 // proxyCircuit asks for a circuit to a service of the proxy mode, known by name only. The
 // router identity's service list tells whether it requires end-to-end encryption and allows
 // OpenZiti's scheme; a service not (yet) in it is asked for without an offer, which the
-// controller takes as zmesh's scheme when the service requires encryption. The key is that
-// of the offer made, if any.
-func (o *routerOverlay) proxyCircuit(ctx context.Context, service string) (*ctrlproto.CircuitReply, *e2ee.ZitiKey, error) {
+// controller takes as zmesh's scheme (run in-band) when the service requires encryption.
+// The offer made, if any, is returned with the reply.
+func (o *routerOverlay) proxyCircuit(ctx context.Context, service string) (*ctrlproto.CircuitReply, *offer, error) {
 	req := &ctrlproto.CircuitRequest{ServiceName: service, IngressIdentityID: o.r.id}
-	var key *e2ee.ZitiKey
+	var off *offer
 	if s, ok := o.service("", service); ok && s.EncryptionRequired {
 		var err error
-		if req.E2EE, key, err = newOffer(s.OpenZitiEncryption); err != nil {
+		if off, err = newOffer(s.OpenZitiEncryption); err != nil {
 			return nil, nil, err
 		}
+		req.E2EE = off.E2EEOffer
 	}
 	reply, err := o.r.requestCircuit(ctx, req)
 	if err != nil {
 		return nil, nil, err
 	}
-	return reply, key, nil
+	return reply, off, nil
 }
 
 // e2ee returns the router identity's end-to-end configuration, expecting identity peer.
@@ -412,19 +439,20 @@ func (b *tunnelBind) Close() error {
 // connect is the egress dial of binding tunnel: it hands one end of a socket pair to the
 // service's listener and returns the other for the circuit's endpoint. When the service
 // requires end-to-end encryption, the tunnel's end takes zmesh's scheme if the initiator
-// offered it or made no offer, else OpenZiti's, whose public key it returns, when the
-// router identity's service list says the service allows it.
-func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn, []byte, error) {
+// offered it or made no offer (answering the offer's ClientHello with the ServerHello it
+// returns, else running the key exchange in-band), else OpenZiti's, whose public key it
+// returns, when the router identity's service list says the service allows it.
+func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn, hostAnswer, error) {
 	o.mu.Lock()
 	b := o.binds[x.Address]
 	o.mu.Unlock()
 	if b == nil {
-		return nil, nil, fmt.Errorf("the tunnel hosts no service %s here any more", x.Address)
+		return nil, hostAnswer{}, fmt.Errorf("the tunnel hosts no service %s here any more", x.Address)
 	}
 	var app tunnel.AppData
 	if len(x.AppData) > 0 {
 		if err := json.Unmarshal(x.AppData, &app); err != nil {
-			return nil, nil, fmt.Errorf("the circuit's app data: %w", err)
+			return nil, hostAnswer{}, fmt.Errorf("the circuit's app data: %w", err)
 		}
 	}
 	offer := o.tamperedOffer(x.E2EE)
@@ -433,15 +461,15 @@ func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn
 	}
 	if b.svc.EncryptionRequired && !offer.Zmesh {
 		if len(offer.ZitiKey) == 0 {
-			return nil, nil, fmt.Errorf("service %q requires end-to-end encryption and the initiator offered no scheme (zmesh or zitiKey)", b.svc.Name)
+			return nil, hostAnswer{}, fmt.Errorf("service %q requires end-to-end encryption and the initiator offered no scheme (zmesh or zitiKey)", b.svc.Name)
 		}
 		if !o.openZiti(b.svc.ID) {
-			return nil, nil, fmt.Errorf("openZitiEncryption is false: OpenZiti's end-to-end encryption is not allowed on service %q", b.svc.Name)
+			return nil, hostAnswer{}, fmt.Errorf("openZitiEncryption is false: OpenZiti's end-to-end encryption is not allowed on service %q", b.svc.Name)
 		}
 	}
 	circuitEnd, tunnelEnd, err := socketpair.New()
 	if err != nil {
-		return nil, nil, err
+		return nil, hostAnswer{}, err
 	}
 	hand := func(c net.Conn) {
 		select {
@@ -452,7 +480,7 @@ func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn
 	}
 	if !b.svc.EncryptionRequired {
 		go hand(tunnelEnd)
-		return circuitEnd, nil, nil
+		return circuitEnd, hostAnswer{}, nil
 	}
 	if !offer.Zmesh {
 		key, err := e2ee.NewZitiKey()
@@ -463,20 +491,32 @@ func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn
 		if err != nil {
 			circuitEnd.Close()
 			tunnelEnd.Close()
-			return nil, nil, err
+			return nil, hostAnswer{}, err
 		}
 		go hand(c)
-		return circuitEnd, key.Public(), nil
+		return circuitEnd, hostAnswer{zitiKey: key.Public()}, nil
+	}
+	fail := func(err error) (net.Conn, hostAnswer, error) {
+		circuitEnd.Close()
+		tunnelEnd.Close()
+		return nil, hostAnswer{}, err
 	}
 	cfg, err := o.e2ee(x.InitiatorID, edgeproto.E2EEContext(circuitID, b.svc.ID))
 	if err != nil {
-		circuitEnd.Close()
-		tunnelEnd.Close()
-		return nil, nil, err
+		return fail(err)
 	}
-	// The key exchange runs once the circuit is up: the initiator speaks first.
+	// The key exchange goes on once the circuit is up: the initiator speaks first.
+	serve := func() (*e2ee.Conn, error) { return e2ee.Server(tunnelEnd, cfg) }
+	var host hostAnswer
+	if len(offer.ZmeshHello) > 0 {
+		start, hello, err := e2ee.AcceptHello(tunnelEnd, cfg, offer.ZmeshHello)
+		if err != nil {
+			return fail(fmt.Errorf("end-to-end key exchange with %s: %w", x.InitiatorID, err))
+		}
+		serve, host.hello = start.Finish, hello
+	}
 	go func() {
-		c, err := e2ee.Server(tunnelEnd, cfg)
+		c, err := serve()
 		if err != nil {
 			o.r.log.Info("tunnel: end-to-end key exchange failed", "service", b.svc.Name, "circuit", circuitID, "initiator", x.InitiatorID, "err", err)
 			tunnelEnd.Close()
@@ -484,5 +524,5 @@ func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn
 		}
 		hand(c)
 	}()
-	return circuitEnd, nil, nil
+	return circuitEnd, host, nil
 }

@@ -303,7 +303,7 @@ func (s *sdkServer) dial(ctx context.Context, ec *sdkConn, st *smux.Stream, req 
 		return
 	}
 	if err := edgeproto.Write(st, &edgeproto.Response{OK: true, CircuitID: reply.CircuitID, HostID: reply.Terminator.HostID,
-		HostZitiKey: s.r.overlay.tamperedHostKey(reply.HostZitiKey)}); err != nil {
+		HostZitiKey: s.r.overlay.tamperedHostKey(reply.HostZitiKey), HostHello: reply.HostHello}); err != nil {
 		ec.drop(st)
 		st.Close()
 		s.r.fault(reply.CircuitID, "the SDK client left before its circuit started")
@@ -381,9 +381,8 @@ func (s *sdkServer) clientCount() int {
 }
 
 // connect opens a stream, for a circuit, to the SDK client hosting the terminator at
-// x.Address; it returns the stream and the client's OpenZiti key when it took that
-// end-to-end scheme.
-func (s *sdkServer) connect(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64) (net.Conn, []byte, error) {
+// x.Address; it returns the stream and the client's answer to the end-to-end offer.
+func (s *sdkServer) connect(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64) (net.Conn, hostAnswer, error) {
 	s.mu.Lock()
 	b := s.binds[x.Address]
 	var termID string
@@ -392,17 +391,17 @@ func (s *sdkServer) connect(ctx context.Context, x *ctrlproto.Xgress, circuitID 
 	}
 	s.mu.Unlock()
 	if b == nil || termID == "" {
-		return nil, nil, fmt.Errorf("no SDK client hosts %s here any more", x.Address)
+		return nil, hostAnswer{}, fmt.Errorf("no SDK client hosts %s here any more", x.Address)
 	}
 	st, err := b.conn.sess.OpenStream()
 	if err != nil {
-		return nil, nil, fmt.Errorf("open a stream to the hosting client: %w", err)
+		return nil, hostAnswer{}, fmt.Errorf("open a stream to the hosting client: %w", err)
 	}
 	b.conn.keep(st, b.sessionToken)
-	fail := func(err error) (net.Conn, []byte, error) {
+	fail := func(err error) (net.Conn, hostAnswer, error) {
 		b.conn.drop(st)
 		st.Close()
-		return nil, nil, err
+		return nil, hostAnswer{}, err
 	}
 	deadline := time.Now().Add(edgeproto.HandshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -421,7 +420,7 @@ func (s *sdkServer) connect(ctx context.Context, x *ctrlproto.Xgress, circuitID 
 		return fail(err)
 	}
 	st.SetDeadline(time.Time{})
-	return &sdkStreamConn{Stream: st, ec: b.conn}, resp.HostZitiKey, nil
+	return &sdkStreamConn{Stream: st, ec: b.conn}, hostAnswer{zitiKey: resp.HostZitiKey, hello: resp.HostHello}, nil
 }
 
 // removed closes what used API sessions and sessions that went away.
@@ -530,7 +529,7 @@ func edgeOffer(o *ctrlproto.E2EEOffer) *edgeproto.E2EEOffer {
 	if o == nil {
 		return nil
 	}
-	return &edgeproto.E2EEOffer{Zmesh: o.Zmesh, ZitiKey: o.ZitiKey}
+	return &edgeproto.E2EEOffer{Zmesh: o.Zmesh, ZitiKey: o.ZitiKey, ZmeshHello: o.ZmeshHello}
 }
 
 // ctrlOffer is a client's end-to-end offer as the controller takes it.
@@ -538,5 +537,5 @@ func ctrlOffer(o *edgeproto.E2EEOffer) *ctrlproto.E2EEOffer {
 	if o == nil {
 		return nil
 	}
-	return &ctrlproto.E2EEOffer{Zmesh: o.Zmesh, ZitiKey: o.ZitiKey}
+	return &ctrlproto.E2EEOffer{Zmesh: o.Zmesh, ZitiKey: o.ZitiKey, ZmeshHello: o.ZmeshHello}
 }

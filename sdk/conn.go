@@ -241,16 +241,22 @@ func retriable(err error) bool {
 }
 
 // dialVia asks router rc for a circuit and, when the service requires it, sets up the
-// end-to-end encryption with the host the router reached: it offers zmesh's scheme, and
-// OpenZiti's (with a fresh key) when the service's openZitiEncryption allows it, and runs
-// the one the host chose. A host key on a service that does not allow OpenZiti's scheme
-// fails the dial before anything is written: only a router could have put it there.
+// end-to-end encryption with the host the router reached: it offers zmesh's scheme with its
+// ClientHello, and OpenZiti's (with a fresh key) when the service's openZitiEncryption
+// allows it, and runs the one the host chose: zmesh's goes on from the ServerHello in the
+// answer, or runs in-band when the host answered without one. A host key on a service that
+// does not allow OpenZiti's scheme, or a ServerHello on one that is not encrypted, fails the
+// dial before anything is written: only a router could have put it there.
 func (c *Client) dialVia(ctx context.Context, rc *routerConn, svc Service, req edgeproto.Request) (*Conn, error) {
 	var key *e2ee.ZitiKey
+	var start *e2ee.ClientStart
 	if svc.EncryptionRequired {
-		req.E2EE = &edgeproto.E2EEOffer{Zmesh: true}
+		var err error
+		if start, err = e2ee.StartClient(e2ee.CipherAuto); err != nil {
+			return nil, &handshakeError{err}
+		}
+		req.E2EE = &edgeproto.E2EEOffer{Zmesh: true, ZmeshHello: start.Hello()}
 		if svc.OpenZitiEncryption {
-			var err error
 			if key, err = e2ee.NewZitiKey(); err != nil {
 				return nil, &handshakeError{err}
 			}
@@ -261,14 +267,17 @@ func (c *Client) dialVia(ctx context.Context, rc *routerConn, svc Service, req e
 	if err != nil {
 		return nil, err
 	}
-	if len(resp.HostZitiKey) > 0 && key == nil {
+	if len(resp.HostZitiKey) > 0 && key == nil || len(resp.HostHello) > 0 && start == nil {
 		st.Close()
-		why := "openZitiEncryption is false"
+		scheme, why := "OpenZiti's end-to-end scheme", "openZitiEncryption is false"
+		if len(resp.HostZitiKey) == 0 {
+			scheme = "zmesh's end-to-end key exchange"
+		}
 		if !svc.EncryptionRequired {
 			why = "encryptionRequired is false"
 		}
-		return nil, &handshakeError{fmt.Errorf("sdk: dial service %q: router %s answered with OpenZiti's end-to-end scheme, "+
-			"which the service does not allow (%s)", svc.Name, rc.name, why)}
+		return nil, &handshakeError{fmt.Errorf("sdk: dial service %q: router %s answered with %s, "+
+			"which the service does not allow (%s)", svc.Name, rc.name, scheme, why)}
 	}
 	cs := newCircuitStream(st)
 	conn := &Conn{inner: cs, stream: cs, circuitID: resp.CircuitID,
@@ -279,7 +288,10 @@ func (c *Client) dialVia(ctx context.Context, rc *routerConn, svc Service, req e
 			return nil, err
 		}
 	case svc.EncryptionRequired:
-		if err := c.encryptClient(ctx, conn, svc); err != nil {
+		if len(resp.HostHello) == 0 {
+			start = nil // the host runs the key exchange in-band
+		}
+		if err := c.encryptClient(ctx, conn, svc, start, resp.HostHello); err != nil {
 			return nil, err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -411,7 +412,9 @@ func TestListenerClose(t *testing.T) {
 	}
 }
 
-// A service that requires encryption is encrypted end to end: the router sees no plaintext.
+// A service that requires encryption is encrypted end to end: the router sees no plaintext,
+// whether the hellos of the key exchange travel in the dial and its answer or in-band (the
+// host got no ClientHello).
 func TestEncrypted(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -421,37 +424,40 @@ func TestEncrypted(t *testing.T) {
 	host, client := e.sdk("host"), e.sdk("client")
 	ls, lp := listen(t, host, "secret", ListenOptions{}), listen(t, host, "plain", ListenOptions{})
 	serveEcho(t, lp)
-	encrypted := make(chan bool, 1)
-	go func() {
-		conn, err := ls.Accept()
-		if err != nil {
-			return
+	for _, inBand := range []bool{false, true} {
+		r.inBand.Store(inBand)
+		encrypted := make(chan bool, 1)
+		go func() {
+			conn, err := ls.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			encrypted <- conn.(*Conn).Encrypted() && conn.(*Conn).Scheme() == SchemeZmesh
+			data, _ := io.ReadAll(conn)
+			conn.Write(bytes.ToUpper(data))
+		}()
+		secret := fmt.Sprintf("attack at dawn (in-band %v), in plain sight of the routers", inBand)
+		conn, err := client.Dial(testCtx(t), "secret")
+		check(t, err)
+		// Two zmesh ends choose zmesh's scheme.
+		if !conn.Encrypted() || conn.Scheme() != SchemeZmesh || !<-encrypted {
+			t.Fatalf("in-band %v: not encrypted with zmesh's scheme: %q", inBand, conn.Scheme())
 		}
-		defer conn.Close()
-		encrypted <- conn.(*Conn).Encrypted() && conn.(*Conn).Scheme() == SchemeZmesh
-		data, _ := io.ReadAll(conn)
-		conn.Write(bytes.ToUpper(data))
-	}()
-	secret := "attack at dawn, in plain sight of the routers"
-	conn, err := client.Dial(testCtx(t), "secret")
-	check(t, err)
-	defer conn.Close()
-	// Two zmesh ends choose zmesh's scheme.
-	if !conn.Encrypted() || conn.Scheme() != SchemeZmesh || !<-encrypted {
-		t.Fatalf("not encrypted with zmesh's scheme: %q", conn.Scheme())
-	}
-	conn.Write([]byte(secret))
-	conn.CloseWrite()
-	got, err := io.ReadAll(conn)
-	if err != nil || string(got) != strings.ToUpper(secret) {
-		t.Fatalf("%q %v", got, err)
-	}
-	if r.sawPlaintext([]byte(secret)) {
-		t.Error("the router saw the plaintext of an encrypted service")
-	}
-	expectEcho(t, client, "plain", secret, "plain")
-	if !r.sawPlaintext([]byte(secret)) {
-		t.Error("the router did not see the plaintext of a plain service: the check above proves nothing")
+		conn.Write([]byte(secret))
+		conn.CloseWrite()
+		got, err := io.ReadAll(conn)
+		conn.Close()
+		if err != nil || string(got) != strings.ToUpper(secret) {
+			t.Fatalf("in-band %v: %q %v", inBand, got, err)
+		}
+		if r.sawPlaintext([]byte(secret)) {
+			t.Errorf("in-band %v: the router saw the plaintext of an encrypted service", inBand)
+		}
+		expectEcho(t, client, "plain", secret, "plain")
+		if !r.sawPlaintext([]byte(secret)) {
+			t.Error("the router did not see the plaintext of a plain service: the check above proves nothing")
+		}
 	}
 }
 

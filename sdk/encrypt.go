@@ -50,8 +50,9 @@ func (c *Client) verifyPeer(chain []*x509.Certificate, want string) error {
 }
 
 // encryptClient runs the dialing end's key exchange over conn's stream, expecting the
-// hosting identity the router named; ctx can abort it.
-func (c *Client) encryptClient(ctx context.Context, conn *Conn, svc Service) error {
+// hosting identity the router named: from start, with the host's ServerHello answering its
+// ClientHello, or in-band when start is nil. ctx can abort it.
+func (c *Client) encryptClient(ctx context.Context, conn *Conn, svc Service, start *e2ee.ClientStart, serverHello []byte) error {
 	cfg, err := c.e2eeConfig(conn.circuitID, svc.ID, conn.remote.Identity)
 	if err != nil {
 		conn.stream.Close()
@@ -61,7 +62,12 @@ func (c *Client) encryptClient(ctx context.Context, conn *Conn, svc Service) err
 	// host accepted this one (which saves the dial a round trip).
 	cfg.FalseStart = true
 	stop := context.AfterFunc(ctx, func() { conn.stream.Close() })
-	ec, err := e2ee.Client(conn.stream, cfg)
+	var ec *e2ee.Conn
+	if start != nil {
+		ec, err = start.Finish(conn.stream, cfg, serverHello)
+	} else {
+		ec, err = e2ee.Client(conn.stream, cfg)
+	}
 	if !stop() {
 		if err == nil {
 			ec.Close()
@@ -69,7 +75,7 @@ func (c *Client) encryptClient(ctx context.Context, conn *Conn, svc Service) err
 		return ctx.Err()
 	}
 	if err != nil {
-		return &handshakeError{err} // e2ee.Client closed the stream
+		return &handshakeError{err} // the handshake closed the stream
 	}
 	conn.inner, conn.scheme = ec, SchemeZmesh
 	return nil
@@ -93,17 +99,40 @@ func encryptZiti(conn *Conn, key *e2ee.ZitiKey, peerKey []byte, dialing bool) er
 	return nil
 }
 
-// encryptServer runs the hosting end's key exchange over conn's stream, expecting the
-// dialing identity the router named.
-func (c *Client) encryptServer(conn *Conn, serviceID string) error {
+// acceptHello answers the dialing end's ClientHello for conn, expecting the dialing identity
+// the router named: it returns the ServerHello for the answer to the router, and the
+// handshake that finishes over conn's stream (encryptServer).
+func (c *Client) acceptHello(conn *Conn, serviceID string, clientHello []byte) (*e2ee.ServerStart, []byte, error) {
 	cfg, err := c.e2eeConfig(conn.circuitID, serviceID, conn.remote.Identity)
 	if err != nil {
-		conn.stream.Close()
-		return &handshakeError{err}
+		return nil, nil, &handshakeError{err}
 	}
-	ec, err := e2ee.Server(conn.stream, cfg)
+	start, hello, err := e2ee.AcceptHello(conn.stream, cfg, clientHello)
 	if err != nil {
-		return &handshakeError{err}
+		return nil, nil, &handshakeError{err}
+	}
+	return start, hello, nil
+}
+
+// encryptServer runs the hosting end's key exchange over conn's stream, expecting the
+// dialing identity the router named: the rest of start, when it answered a ClientHello, else
+// all of it in-band.
+func (c *Client) encryptServer(conn *Conn, serviceID string, start *e2ee.ServerStart) error {
+	var ec *e2ee.Conn
+	if start != nil {
+		var err error
+		if ec, err = start.Finish(); err != nil {
+			return &handshakeError{err}
+		}
+	} else {
+		cfg, err := c.e2eeConfig(conn.circuitID, serviceID, conn.remote.Identity)
+		if err != nil {
+			conn.stream.Close()
+			return &handshakeError{err}
+		}
+		if ec, err = e2ee.Server(conn.stream, cfg); err != nil {
+			return &handshakeError{err}
+		}
 	}
 	conn.inner, conn.scheme = ec, SchemeZmesh
 	return nil

@@ -123,6 +123,7 @@ type fakeRouter struct {
 	refuseDial atomic.Value  // string: a refusal code for every dial
 	wrongHost  atomic.Bool   // name another host in dial responses
 	wrongInit  atomic.Bool   // name another initiator in connect requests
+	inBand     atomic.Bool   // drop the dialer's ClientHello from connect requests (the key exchange runs in-band)
 	hellos     atomic.Int32  // accepted hellos
 	pings      atomic.Int32  // answered pings
 	dials      atomic.Int32  // dial requests
@@ -311,7 +312,11 @@ func (r *fakeRouter) serveStream(mux *smux.Session, st *smux.Stream, identityID 
 		if r.wrongInit.Load() {
 			initiator = "someone-else"
 		}
-		host, resp, err := r.e.connect(term, edgeproto.Request{Op: edgeproto.OpConnect, TerminatorID: term.id, CircuitID: circuit, InitiatorID: initiator, E2EE: req.E2EE})
+		offer := req.E2EE
+		if offer != nil && r.inBand.Load() {
+			offer = &edgeproto.E2EEOffer{Zmesh: offer.Zmesh, ZitiKey: offer.ZitiKey}
+		}
+		host, resp, err := r.e.connect(term, edgeproto.Request{Op: edgeproto.OpConnect, TerminatorID: term.id, CircuitID: circuit, InitiatorID: initiator, E2EE: offer})
 		if err != nil {
 			edgeproto.Write(st, edgeproto.Response{Code: edgeproto.CodeFailed, Error: err.Error()})
 			return
@@ -325,7 +330,7 @@ func (r *fakeRouter) serveStream(mux *smux.Session, st *smux.Stream, identityID 
 		if r.wrongHost.Load() {
 			hostID = "someone-else"
 		}
-		if err := edgeproto.Write(st, edgeproto.Response{OK: true, CircuitID: circuit, HostID: hostID, HostZitiKey: resp.HostZitiKey}); err != nil {
+		if err := edgeproto.Write(st, edgeproto.Response{OK: true, CircuitID: circuit, HostID: hostID, HostZitiKey: resp.HostZitiKey, HostHello: resp.HostHello}); err != nil {
 			host.Close()
 			return
 		}

@@ -321,7 +321,9 @@ func (l *Listener) maintain() {
 
 // serveConnect answers a router's connect request to one of the listener's binds and hands
 // the stream to Accept. When the service requires encryption it chooses the scheme: zmesh's
-// when the dialing end offered it or made no offer (the key exchange runs first), else
+// when the dialing end offered it or made no offer (the answer carries the ServerHello to
+// the offer's ClientHello and the key exchange finishes first, or all of it runs first
+// when the offer had none), else
 // OpenZiti's when the dialing end offered a key and the service's openZitiEncryption allows
 // it (the answer carries this end's), else it refuses. The stream stays referenced by this
 // goroutine, or by the pending set, until then.
@@ -350,7 +352,15 @@ func (l *Listener) serveConnect(st *smux.Stream, req edgeproto.Request) {
 	}()
 	resp := edgeproto.Response{OK: true}
 	var zitiKey *e2ee.ZitiKey
-	if offer := req.E2EE; l.svc.EncryptionRequired && offer != nil && !offer.Zmesh {
+	var start *e2ee.ServerStart
+	if offer := req.E2EE; l.svc.EncryptionRequired && offer != nil && offer.Zmesh && len(offer.ZmeshHello) > 0 {
+		var err error
+		if start, resp.HostHello, err = l.c.acceptHello(conn, l.svc.ID, offer.ZmeshHello); err != nil {
+			l.log.Warn("refused a connection", "circuit", req.CircuitID, "initiator", req.InitiatorID, "err", err)
+			refuse(st, edgeproto.CodeFailed, err.Error())
+			return
+		}
+	} else if l.svc.EncryptionRequired && offer != nil && !offer.Zmesh {
 		if len(offer.ZitiKey) != e2ee.ZitiKeySize {
 			l.log.Warn("refused a connection: no usable end-to-end scheme offered", "circuit", req.CircuitID, "initiator", req.InitiatorID, "zitiKeyBytes", len(offer.ZitiKey))
 			refuse(st, edgeproto.CodeInvalid, fmt.Sprintf("service %q requires end-to-end encryption: the dialing end must offer zmesh's scheme or a %d-byte OpenZiti key (it offered a key of %d bytes)",
@@ -381,7 +391,7 @@ func (l *Listener) serveConnect(st *smux.Stream, req edgeproto.Request) {
 			return
 		}
 	case l.svc.EncryptionRequired:
-		if err := l.c.encryptServer(conn, l.svc.ID); err != nil {
+		if err := l.c.encryptServer(conn, l.svc.ID, start); err != nil {
 			l.log.Warn("refused a connection", "circuit", req.CircuitID, "initiator", req.InitiatorID, "err", err)
 			return
 		}

@@ -85,7 +85,7 @@ func New(m *model.Model, graph *paths.Graph, routers Routers, log *slog.Logger) 
 // Create answers a router's CircuitRequest.
 func (s *Service) Create(ctx context.Context, ingress string, req *ctrlproto.CircuitRequest) *ctrlproto.CircuitReply {
 	reply := &ctrlproto.CircuitReply{RequestID: req.RequestID}
-	c, term, hostKey, err := s.create(ctx, ingress, req)
+	c, term, host, err := s.create(ctx, ingress, req)
 	if err != nil {
 		var ce *ctrlproto.Error
 		if !errors.As(err, &ce) {
@@ -99,7 +99,8 @@ func (s *Service) Create(ctx context.Context, ingress string, req *ctrlproto.Cir
 		return reply
 	}
 	reply.CircuitID, reply.Path = c.ID, c.Path
-	reply.ServiceID, reply.EncryptionRequired, reply.HostZitiKey = c.ServiceID, c.encrypted, hostKey
+	reply.ServiceID, reply.EncryptionRequired = c.ServiceID, c.encrypted
+	reply.HostZitiKey, reply.HostHello = host.zitiKey, host.hello
 	reply.Terminator = ctrlproto.TerminatorRef{ID: term.ID, RouterID: term.RouterID, Binding: term.Binding, Address: term.Address, HostID: term.HostID}
 	return reply
 }
@@ -108,30 +109,35 @@ func fail(code, format string, args ...any) error {
 	return &ctrlproto.Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// create makes the circuit; it returns, besides, the hosting end's key when that end took
-// OpenZiti's end-to-end scheme.
-func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.CircuitRequest) (*Circuit, *model.Terminator, []byte, error) {
+// hostAnswer is the hosting end's answer to an end-to-end offer, from the egress's
+// RouteReply: its OpenZiti key when it took OpenZiti's scheme, its ServerHello when it took
+// zmesh's and answered the offer's ClientHello; neither when it runs zmesh's in-band.
+type hostAnswer struct{ zitiKey, hello []byte }
+
+// create makes the circuit; it returns, besides, the hosting end's answer to the
+// end-to-end offer.
+func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.CircuitRequest) (*Circuit, *model.Terminator, hostAnswer, error) {
 	svc, err := s.service(req)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, hostAnswer{}, err
 	}
 	initiator, err := s.authorize(ingress, svc, req)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, hostAnswer{}, err
 	}
 	if svc.EncryptionRequired && len(req.ClientCert) > 0 {
-		return nil, nil, nil, fail(ctrlproto.ErrCodeInvalid, "service %q requires end-to-end encryption, which a client of a transport listener cannot do: use an SDK or a tunnel", svc.Name)
+		return nil, nil, hostAnswer{}, fail(ctrlproto.ErrCodeInvalid, "service %q requires end-to-end encryption, which a client of a transport listener cannot do: use an SDK or a tunnel", svc.Name)
 	}
 	offer, err := checkOffer(svc, req.E2EE)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, hostAnswer{}, err
 	}
 	if len(req.AppData) > ctrlproto.MaxAppData {
-		return nil, nil, nil, fail(ctrlproto.ErrCodeInvalid, "app data of %d bytes; at most %d", len(req.AppData), ctrlproto.MaxAppData)
+		return nil, nil, hostAnswer{}, fail(ctrlproto.ErrCodeInvalid, "app data of %d bytes; at most %d", len(req.AppData), ctrlproto.MaxAppData)
 	}
 	terms, err := s.m.CachedTerminatorsOf(svc.ID)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, hostAnswer{}, err
 	}
 	byID := map[string]*model.Terminator{}
 	var candidates []paths.Terminator
@@ -149,11 +155,11 @@ func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.Cir
 		candidates = append(candidates, paths.Terminator{ID: t.ID, Router: t.RouterID, Cost: t.Cost, Precedence: t.Precedence})
 	}
 	if len(candidates) == 0 {
-		return nil, nil, nil, fail(ctrlproto.ErrCodeNoTerminator, "service %q has no terminator on a connected router", svc.Name)
+		return nil, nil, hostAnswer{}, fail(ctrlproto.ErrCodeNoTerminator, "service %q has no terminator on a connected router", svc.Name)
 	}
 	choice, err := s.graph.Choose(ingress, svc.TerminatorStrategy, candidates)
 	if err != nil {
-		return nil, nil, nil, fail(ctrlproto.ErrCodeNoPath, "service %q: %v", svc.Name, err)
+		return nil, nil, hostAnswer{}, fail(ctrlproto.ErrCodeNoPath, "service %q: %v", svc.Name, err)
 	}
 	term := byID[choice.Terminator.ID]
 	c := &Circuit{ID: newCircuitID(), ServiceID: svc.ID, Terminator: term.ID, Initiator: initiator, Created: time.Now(), clientCert: req.ClientCert}
@@ -161,9 +167,9 @@ func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.Cir
 	for _, h := range choice.Path {
 		c.Path = append(c.Path, h.Router)
 	}
-	hostKey, err := s.install(ctx, c, term)
+	host, err := s.install(ctx, c, term)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, hostAnswer{}, err
 	}
 	c.appData, c.offer = nil, nil
 	s.mu.Lock()
@@ -174,9 +180,9 @@ func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.Cir
 	// circuit to end; this check, after it, does.
 	if len(c.clientCert) > 0 && !s.certStillAuthenticates(c) {
 		s.Remove(c.ID, "the client certificate was revoked")
-		return nil, nil, nil, fail(ctrlproto.ErrCodeInvalidSession, "the client certificate no longer authenticates identity %s", c.Initiator)
+		return nil, nil, hostAnswer{}, fail(ctrlproto.ErrCodeInvalidSession, "the client certificate no longer authenticates identity %s", c.Initiator)
 	}
-	return c, term, hostKey, nil
+	return c, term, host, nil
 }
 
 // checkOffer applies the service's policy to the initiator's end-to-end offer and returns
@@ -187,8 +193,13 @@ func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.Cir
 // unsigned, an offer of only that is refused and its key dropped from one that also offers
 // zmesh's, so that no router can steer two zmesh ends onto it.
 func checkOffer(svc *model.Service, o *ctrlproto.E2EEOffer) (*ctrlproto.E2EEOffer, error) {
-	if o != nil && len(o.ZitiKey) != 0 && len(o.ZitiKey) != ctrlproto.ZitiKeySize {
+	switch {
+	case o != nil && len(o.ZitiKey) != 0 && len(o.ZitiKey) != ctrlproto.ZitiKeySize:
 		return nil, fail(ctrlproto.ErrCodeInvalidE2EEOffer, "e2ee.zitiKey is %d bytes; a crypto_kx public key is %d", len(o.ZitiKey), ctrlproto.ZitiKeySize)
+	case o != nil && len(o.ZmeshHello) > ctrlproto.MaxZmeshHello:
+		return nil, fail(ctrlproto.ErrCodeInvalidE2EEOffer, "e2ee.zmeshHello is %d bytes; at most %d", len(o.ZmeshHello), ctrlproto.MaxZmeshHello)
+	case o != nil && len(o.ZmeshHello) != 0 && !o.Zmesh:
+		return nil, fail(ctrlproto.ErrCodeInvalidE2EEOffer, "e2ee.zmeshHello without e2ee.zmesh")
 	}
 	switch {
 	case !svc.EncryptionRequired:
@@ -202,7 +213,7 @@ func checkOffer(svc *model.Service, o *ctrlproto.E2EEOffer) (*ctrlproto.E2EEOffe
 	case !o.Zmesh:
 		return nil, fail(ctrlproto.ErrCodeOpenZitiEncryptionNotAllowed, "openZitiEncryption is false: OpenZiti's end-to-end encryption is not allowed on service %q", svc.Name)
 	}
-	return &ctrlproto.E2EEOffer{Zmesh: true}, nil
+	return &ctrlproto.E2EEOffer{Zmesh: true, ZmeshHello: o.ZmeshHello}, nil
 }
 
 // endRevoked ends the circuits dialed with a certificate that no longer authenticates the
@@ -320,11 +331,12 @@ func (s *Service) checkEdgeRouter(identity, router string, svc *model.Service) e
 
 // install routes the circuit on every router of its path, egress first. The ingress gets no
 // Route unless it is also the egress: it installs its entry when the reply arrives. On a
-// failure the routes already installed are removed. It returns the egress's HostZitiKey.
-func (s *Service) install(ctx context.Context, c *Circuit, term *model.Terminator) ([]byte, error) {
+// failure the routes already installed are removed. It returns the egress's answer to the
+// end-to-end offer.
+func (s *Service) install(ctx context.Context, c *Circuit, term *model.Terminator) (hostAnswer, error) {
 	n := len(c.Path)
 	var done []string
-	var hostKey []byte
+	var host hostAnswer
 	for i := n - 1; i >= 0; i-- {
 		if i == 0 && n > 1 {
 			break
@@ -344,15 +356,33 @@ func (s *Service) install(ctx context.Context, c *Circuit, term *model.Terminato
 		if err == nil {
 			done = append(done, c.Path[i])
 			if i == n-1 {
-				hostKey, err = checkHostKey(c.Path[i], c.offer, reply.HostZitiKey)
+				host, err = checkHostAnswer(c.Path[i], c.offer, reply)
 			}
 		}
 		if err != nil {
 			s.unroute(c.ID, done, "the circuit could not be set up")
-			return nil, err
+			return hostAnswer{}, err
 		}
 	}
-	return hostKey, nil
+	return host, nil
+}
+
+// checkHostAnswer checks the egress's answer to the end-to-end offer: at most one of an
+// OpenZiti key (checkHostKey) and a ServerHello, which must answer the offer's ClientHello.
+func checkHostAnswer(egress string, offer *ctrlproto.E2EEOffer, reply *ctrlproto.RouteReply) (hostAnswer, error) {
+	key, err := checkHostKey(egress, offer, reply.HostZitiKey)
+	if err != nil || len(reply.HostHello) == 0 {
+		return hostAnswer{zitiKey: key}, err
+	}
+	switch {
+	case len(key) > 0:
+		return hostAnswer{}, fail(ctrlproto.ErrCodeRouteFailed, "router %s: the hosting end answered with both an OpenZiti key and a ServerHello", egress)
+	case offer == nil || len(offer.ZmeshHello) == 0:
+		return hostAnswer{}, fail(ctrlproto.ErrCodeRouteFailed, "router %s: the hosting end answered with a ServerHello (hostHello), but the circuit's offer had no ClientHello", egress)
+	case len(reply.HostHello) > ctrlproto.MaxHostHello:
+		return hostAnswer{}, fail(ctrlproto.ErrCodeRouteFailed, "router %s: the hosting end's ServerHello is %d bytes; at most %d", egress, len(reply.HostHello), ctrlproto.MaxHostHello)
+	}
+	return hostAnswer{hello: reply.HostHello}, nil
 }
 
 // checkHostKey checks the egress's HostZitiKey: a crypto_kx public key, answering the offer

@@ -249,11 +249,11 @@ func TestCleanFaultSkipsTheTerminator(t *testing.T) {
 }
 
 // routeRouter is a connected router that answers Routes with hostKey as its HostZitiKey and
-// records the egress Xgress of each.
+// hostHello as its HostHello, and records the egress Xgress of each.
 type routeRouter struct {
-	ch      *ctrlproto.Channel
-	hostKey []byte
-	egress  chan *ctrlproto.Xgress
+	ch                 *ctrlproto.Channel
+	hostKey, hostHello []byte
+	egress             chan *ctrlproto.Xgress
 }
 
 func newRouteRouter(t *testing.T) *routeRouter {
@@ -266,7 +266,7 @@ func newRouteRouter(t *testing.T) *routeRouter {
 	routerEnd.Handle(ctrlproto.TypeRoute, func(_ context.Context, m ctrlproto.Message) (ctrlproto.Message, error) {
 		r := m.(*ctrlproto.Route)
 		rr.egress <- r.Forward.Xgress
-		return &ctrlproto.RouteReply{CircuitID: r.CircuitID, HostZitiKey: rr.hostKey}, nil
+		return &ctrlproto.RouteReply{CircuitID: r.CircuitID, HostZitiKey: rr.hostKey, HostHello: rr.hostHello}, nil
 	})
 	routerEnd.Handle(ctrlproto.TypeUnroute, func(context.Context, ctrlproto.Message) (ctrlproto.Message, error) { return nil, nil })
 	ctrlEnd.Start()
@@ -282,8 +282,8 @@ func (rr *routeRouter) Channel(string) (*ctrlproto.Channel, bool) { return rr.ch
 // malformed offer or one of no scheme is refused; no offer on an encrypted service means
 // zmesh's scheme; OpenZiti's scheme only where openZitiEncryption allows it (its key dropped
 // from the egress's offer otherwise, and a host key refused; required when only it was
-// offered); a service without encryption
-// passes no offer and takes no host key.
+// offered); zmesh's ClientHello passed to the egress and its ServerHello back, which must
+// answer one; a service without encryption passes no offer and takes no host key or hello.
 func TestE2EEOffers(t *testing.T) {
 	t.Parallel()
 	_, m := newService(t)
@@ -324,6 +324,10 @@ func TestE2EEOffers(t *testing.T) {
 		{"a long key", "plain", &ctrlproto.E2EEOffer{ZitiKey: key(33)}, ctrlproto.ErrCodeInvalidE2EEOffer, []string{"e2ee.zitiKey"}},
 		{"only OpenZiti's scheme where it is not allowed", "secret", &ctrlproto.E2EEOffer{ZitiKey: key(32)},
 			ctrlproto.ErrCodeOpenZitiEncryptionNotAllowed, []string{"openZitiEncryption is false", `"secret"`}},
+		{"a long ClientHello", "secret", &ctrlproto.E2EEOffer{Zmesh: true, ZmeshHello: key(ctrlproto.MaxZmeshHello + 1)},
+			ctrlproto.ErrCodeInvalidE2EEOffer, []string{"e2ee.zmeshHello", "257"}},
+		{"a ClientHello without zmesh's scheme", "ziti", &ctrlproto.E2EEOffer{ZitiKey: key(32), ZmeshHello: key(40)},
+			ctrlproto.ErrCodeInvalidE2EEOffer, []string{"e2ee.zmeshHello without e2ee.zmesh"}},
 	} {
 		reply := ask(c.svc, c.offer)
 		if reply.ErrorCode != c.code {
@@ -340,9 +344,9 @@ func TestE2EEOffers(t *testing.T) {
 	}
 
 	// route asks for a circuit and returns its reply and the offer the egress got.
-	route := func(svc string, offer *ctrlproto.E2EEOffer, hostKey []byte) (*ctrlproto.CircuitReply, *ctrlproto.E2EEOffer) {
+	route := func(svc string, offer *ctrlproto.E2EEOffer, hostKey, hostHello []byte) (*ctrlproto.CircuitReply, *ctrlproto.E2EEOffer) {
 		t.Helper()
-		rr.hostKey = hostKey
+		rr.hostKey, rr.hostHello = hostKey, hostHello
 		reply := ask(svc, offer)
 		select {
 		case x := <-rr.egress:
@@ -355,44 +359,55 @@ func TestE2EEOffers(t *testing.T) {
 	zmeshOnly := &ctrlproto.E2EEOffer{Zmesh: true}
 	both := &ctrlproto.E2EEOffer{Zmesh: true, ZitiKey: key(32)}
 	zitiOnly := &ctrlproto.E2EEOffer{ZitiKey: key(32)}
+	hello := &ctrlproto.E2EEOffer{Zmesh: true, ZmeshHello: key(40)}
+	bothHello := &ctrlproto.E2EEOffer{Zmesh: true, ZitiKey: key(32), ZmeshHello: key(40)}
 	kept := 0
 	for _, c := range []struct {
-		name    string
-		svc     string
-		offer   *ctrlproto.E2EEOffer
-		hostKey []byte
-		egress  *ctrlproto.E2EEOffer // what the egress gets
-		code    string               // of the reply
+		name      string
+		svc       string
+		offer     *ctrlproto.E2EEOffer
+		hostKey   []byte
+		hostHello []byte
+		egress    *ctrlproto.E2EEOffer // what the egress gets
+		code      string               // of the reply
 	}{
 		// openZitiEncryption false: zmesh's scheme only.
-		{"no offer means zmesh's scheme", "secret", nil, nil, zmeshOnly, ""},
-		{"zmesh's scheme", "secret", zmeshOnly, nil, zmeshOnly, ""},
-		{"the key dropped", "secret", both, nil, zmeshOnly, ""},
-		{"a host key refused", "secret", both, key(32), zmeshOnly, ctrlproto.ErrCodeRouteFailed},
+		{"no offer means zmesh's scheme", "secret", nil, nil, nil, zmeshOnly, ""},
+		{"zmesh's scheme", "secret", zmeshOnly, nil, nil, zmeshOnly, ""},
+		{"the key dropped", "secret", both, nil, nil, zmeshOnly, ""},
+		{"a host key refused", "secret", both, key(32), nil, zmeshOnly, ctrlproto.ErrCodeRouteFailed},
+		{"zmesh's ClientHello answered", "secret", hello, nil, key(300), hello, ""},
+		{"the key dropped, the ClientHello kept", "secret", bothHello, nil, key(300), hello, ""},
+		{"a ClientHello answered in-band", "secret", hello, nil, nil, hello, ""},
+		{"a ServerHello answering no ClientHello", "secret", zmeshOnly, nil, key(300), zmeshOnly, ctrlproto.ErrCodeRouteFailed},
 		// openZitiEncryption true: the offer as made.
-		{"OpenZiti's scheme allowed", "ziti", zitiOnly, key(32), zitiOnly, ""},
-		{"both offered", "ziti", both, nil, both, ""},
-		{"no offer on an OpenZiti service", "ziti", nil, nil, zmeshOnly, ""},
-		{"a host key answering zmesh's offer", "ziti", zmeshOnly, key(32), zmeshOnly, ctrlproto.ErrCodeRouteFailed},
-		{"a short host key", "ziti", zitiOnly, key(16), zitiOnly, ctrlproto.ErrCodeRouteFailed},
-		{"no host key answering only OpenZiti's scheme", "ziti", zitiOnly, nil, zitiOnly, ctrlproto.ErrCodeEncryptionRequired},
-		// no encryption: no offer passed, no host key taken.
-		{"no offer", "plain", nil, nil, nil, ""},
-		{"an offer dropped", "plain", both, nil, nil, ""},
-		{"a host key on a plain service", "plain", both, key(32), nil, ctrlproto.ErrCodeRouteFailed},
+		{"OpenZiti's scheme allowed", "ziti", zitiOnly, key(32), nil, zitiOnly, ""},
+		{"both offered", "ziti", both, nil, nil, both, ""},
+		{"no offer on an OpenZiti service", "ziti", nil, nil, nil, zmeshOnly, ""},
+		{"a host key answering zmesh's offer", "ziti", zmeshOnly, key(32), nil, zmeshOnly, ctrlproto.ErrCodeRouteFailed},
+		{"a short host key", "ziti", zitiOnly, key(16), nil, zitiOnly, ctrlproto.ErrCodeRouteFailed},
+		{"no host key answering only OpenZiti's scheme", "ziti", zitiOnly, nil, nil, zitiOnly, ctrlproto.ErrCodeEncryptionRequired},
+		{"a host key and a ServerHello", "ziti", bothHello, key(32), key(300), bothHello, ctrlproto.ErrCodeRouteFailed},
+		{"a ServerHello over the bound", "ziti", bothHello, nil, key(ctrlproto.MaxHostHello + 1), bothHello, ctrlproto.ErrCodeRouteFailed},
+		// no encryption: no offer passed, no host key or hello taken.
+		{"no offer", "plain", nil, nil, nil, nil, ""},
+		{"an offer dropped", "plain", bothHello, nil, nil, nil, ""},
+		{"a host key on a plain service", "plain", both, key(32), nil, nil, ctrlproto.ErrCodeRouteFailed},
+		{"a ServerHello on a plain service", "plain", hello, nil, key(300), nil, ctrlproto.ErrCodeRouteFailed},
 	} {
-		reply, got := route(c.svc, c.offer, c.hostKey)
+		reply, got := route(c.svc, c.offer, c.hostKey, c.hostHello)
 		if reply.ErrorCode != c.code {
 			t.Errorf("%s: %s %q, want code %q", c.name, reply.ErrorCode, reply.ErrorMessage, c.code)
 		}
-		if (got == nil) != (c.egress == nil) || got != nil && (got.Zmesh != c.egress.Zmesh || !bytes.Equal(got.ZitiKey, c.egress.ZitiKey)) {
+		if (got == nil) != (c.egress == nil) || got != nil && (got.Zmesh != c.egress.Zmesh || !bytes.Equal(got.ZitiKey, c.egress.ZitiKey) ||
+			!bytes.Equal(got.ZmeshHello, c.egress.ZmeshHello)) {
 			t.Errorf("%s: the egress got offer %+v, want %+v", c.name, got, c.egress)
 		}
 		if c.code != "" {
 			continue
 		}
 		kept++
-		if reply.EncryptionRequired != (c.svc != "plain") || !bytes.Equal(reply.HostZitiKey, c.hostKey) {
+		if reply.EncryptionRequired != (c.svc != "plain") || !bytes.Equal(reply.HostZitiKey, c.hostKey) || !bytes.Equal(reply.HostHello, c.hostHello) {
 			t.Errorf("%s: reply %+v", c.name, reply)
 		}
 	}

@@ -68,14 +68,14 @@ func decodeBody(t Type, body []byte) (Message, error) {
 var codecFields = map[reflect.Type][]string{
 	reflect.TypeFor[CircuitRequest](): {"requestId", "sessionToken", "serviceId", "serviceName", "ingressIdentityId", "clientCert",
 		"terminatorIdentity", "appData", "e2ee"},
-	reflect.TypeFor[E2EEOffer](): {"zmesh", "zitiKey"},
+	reflect.TypeFor[E2EEOffer](): {"zmesh", "zitiKey", "zmeshHello"},
 	reflect.TypeFor[CircuitReply](): {"requestId", "circuitId", "path", "terminator", "serviceId", "encryptionRequired",
-		"hostZitiKey", "errorCode", "errorMessage"},
+		"hostZitiKey", "hostHello", "errorCode", "errorMessage"},
 	reflect.TypeFor[TerminatorRef](): {"id", "routerId", "binding", "address", "hostId"},
 	reflect.TypeFor[Route]():         {"circuitId", "forward", "reverse", "timeout"},
 	reflect.TypeFor[Hop]():           {"router", "xgress"},
 	reflect.TypeFor[Xgress]():        {"binding", "address", "initiatorId", "appData", "e2ee"},
-	reflect.TypeFor[RouteReply]():    {"circuitId", "hostZitiKey", "errorCode", "errorMessage"},
+	reflect.TypeFor[RouteReply]():    {"circuitId", "hostZitiKey", "hostHello", "errorCode", "errorMessage"},
 	reflect.TypeFor[Fault]():         {"circuitId", "reason", "unrouted", "clean"},
 	reflect.TypeFor[Unroute]():       {"circuitId", "reason"},
 }
@@ -248,6 +248,7 @@ func (e *enc) e2ee(o *E2EEOffer) {
 	e.open()
 	e.boolOmit("zmesh", o.Zmesh)
 	e.bytesOmit("zitiKey", o.ZitiKey)
+	e.bytesOmit("zmeshHello", o.ZmeshHello)
 	e.close()
 }
 
@@ -300,6 +301,7 @@ func (m *CircuitReply) appendJSON(b []byte) ([]byte, bool) {
 	e.strOmit("serviceId", m.ServiceID)
 	e.boolOmit("encryptionRequired", m.EncryptionRequired)
 	e.bytesOmit("hostZitiKey", m.HostZitiKey)
+	e.bytesOmit("hostHello", m.HostHello)
 	e.outcome(m.Outcome)
 	e.close()
 	return e.b, e.ok
@@ -338,6 +340,7 @@ func (m *RouteReply) appendJSON(b []byte) ([]byte, bool) {
 	e.open()
 	e.uint("circuitId", m.CircuitID)
 	e.bytesOmit("hostZitiKey", m.HostZitiKey)
+	e.bytesOmit("hostHello", m.HostHello)
 	e.outcome(m.Outcome)
 	e.close()
 	return e.b, e.ok
@@ -576,7 +579,7 @@ func (d *decoder) outcome(o *Outcome, k int) bool {
 
 var (
 	circuitRequestKeys = []string{"requestId", "sessionToken", "serviceId", "serviceName", "ingressIdentityId", "clientCert", "terminatorIdentity", "e2ee"}
-	e2eeOfferKeys      = []string{"zmesh", "zitiKey"}
+	e2eeOfferKeys      = []string{"zmesh", "zitiKey", "zmeshHello"}
 )
 
 // e2ee reads an offer object.
@@ -584,10 +587,14 @@ func (d *decoder) e2ee(v **E2EEOffer) bool {
 	o := new(E2EEOffer)
 	*v = o
 	return d.object(e2eeOfferKeys, func(k int) bool {
-		if k == 0 {
+		switch k {
+		case 0:
 			return d.bool(&o.Zmesh)
+		case 1:
+			return d.base64(&o.ZitiKey)
+		default:
+			return d.base64(&o.ZmeshHello)
 		}
-		return d.base64(&o.ZitiKey)
 	})
 }
 
@@ -615,7 +622,7 @@ func (m *CircuitRequest) decodeJSON(d *decoder) bool {
 }
 
 var (
-	circuitReplyKeys  = []string{"requestId", "circuitId", "path", "terminator", "serviceId", "encryptionRequired", "hostZitiKey", "errorCode", "errorMessage"}
+	circuitReplyKeys  = []string{"requestId", "circuitId", "path", "terminator", "serviceId", "encryptionRequired", "hostZitiKey", "hostHello", "errorCode", "errorMessage"}
 	terminatorRefKeys = []string{"id", "routerId", "binding", "address", "hostId"}
 )
 
@@ -639,8 +646,10 @@ func (m *CircuitReply) decodeJSON(d *decoder) bool {
 			return d.bool(&m.EncryptionRequired)
 		case 6:
 			return d.base64(&m.HostZitiKey)
+		case 7:
+			return d.base64(&m.HostHello)
 		default:
-			return d.outcome(&m.Outcome, k-7)
+			return d.outcome(&m.Outcome, k-8)
 		}
 	})
 }
@@ -685,7 +694,7 @@ func (m *Route) decodeJSON(d *decoder) bool {
 	})
 }
 
-var routeReplyKeys = []string{"circuitId", "hostZitiKey", "errorCode", "errorMessage"}
+var routeReplyKeys = []string{"circuitId", "hostZitiKey", "hostHello", "errorCode", "errorMessage"}
 
 func (m *RouteReply) decodeJSON(d *decoder) bool {
 	return d.object(routeReplyKeys, func(k int) bool {
@@ -694,8 +703,10 @@ func (m *RouteReply) decodeJSON(d *decoder) bool {
 			return d.uint(&m.CircuitID)
 		case 1:
 			return d.base64(&m.HostZitiKey)
+		case 2:
+			return d.base64(&m.HostHello)
 		default:
-			return d.outcome(&m.Outcome, k-2)
+			return d.outcome(&m.Outcome, k-3)
 		}
 	})
 }

@@ -141,7 +141,17 @@ type E2EEOffer struct {
 	Zmesh bool `json:"zmesh,omitempty"`
 	// ZitiKey offers OpenZiti's scheme: the initiator's crypto_kx (X25519) public key.
 	ZitiKey []byte `json:"zitiKey,omitempty"`
+	// ZmeshHello, with Zmesh, is the initiator's ClientHello of zmesh's key exchange, so that
+	// the hosting end answers it with HostHello in the route's reply instead of in-band.
+	ZmeshHello []byte `json:"zmeshHello,omitempty"`
 }
+
+// MaxZmeshHello bounds E2EEOffer.ZmeshHello, MaxHostHello a HostHello (a ServerHello carries
+// the host's certificate chain).
+const (
+	MaxZmeshHello = 256
+	MaxHostHello  = 32 << 10
+)
 
 // ZitiKeySize is the length of an E2EEOffer.ZitiKey and of a HostZitiKey.
 const ZitiKeySize = 32
@@ -166,6 +176,10 @@ type CircuitReply struct {
 	// HostZitiKey is the hosting end's crypto_kx public key when it took OpenZiti's scheme
 	// (copied from the egress's RouteReply); empty when it took zmesh's or none.
 	HostZitiKey []byte `json:"hostZitiKey,omitempty"`
+	// HostHello is the hosting end's ServerHello answering the offer's ZmeshHello (copied
+	// from the egress's RouteReply); empty when it took another scheme or runs zmesh's
+	// in-band.
+	HostHello []byte `json:"hostHello,omitempty"`
 	Outcome
 }
 
@@ -222,6 +236,9 @@ type RouteReply struct {
 	// HostZitiKey is the hosting end's crypto_kx public key when it took OpenZiti's scheme
 	// (egress only).
 	HostZitiKey []byte `json:"hostZitiKey,omitempty"`
+	// HostHello is the hosting end's ServerHello answering the offer's ZmeshHello (egress
+	// only).
+	HostHello []byte `json:"hostHello,omitempty"`
 	Outcome
 }
 

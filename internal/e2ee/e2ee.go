@@ -35,6 +35,13 @@
 // after ClientAuth and checks ServerFinished, which precedes the server's first record, in its
 // first Read.
 //
+// ClientHello and ServerHello may instead travel outside the circuit, in the dial request and
+// its answer (StartClient, AcceptHello, then each end's Finish), so that the key exchange adds
+// no round trip to the dial. The messages and the transcript are the same: ClientHello names no
+// context, so the client can make it before the circuit (whose id is the context) exists. What
+// carries the hellos learns nothing a router on the circuit would not: they hold public keys,
+// certificates and signatures.
+//
 // A stream record is a frame of type data (0x20) or close-write (0x21) whose body is the AEAD
 // ciphertext and tag of at most RecordSize plaintext bytes; its 4-byte header is the additional
 // data and its nonce is the direction's IV XOR the record's implicit 64-bit sequence number. A

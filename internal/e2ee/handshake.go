@@ -57,40 +57,132 @@ func Server(conn net.Conn, cfg Config) (*Conn, error) {
 }
 
 func handshake(conn net.Conn, cfg *Config, client bool) (*Conn, error) {
-	c, err := runHandshake(conn, cfg, client)
-	if err != nil {
+	if err := cfg.check(); err != nil {
 		conn.Close()
+		return nil, err
+	}
+	h := newHandshake(conn, cfg)
+	run := h.runServer
+	if client {
+		run = h.runClient
+	}
+	return h.complete(run, client)
+}
+
+// ClientStart is a client handshake whose ClientHello travels outside the circuit, in the
+// dial request, and whose ServerHello comes back in the answer: the key exchange then costs
+// the dial no round trip of its own. The messages and the transcript are those of Client,
+// which is why the context (the circuit id) need not be known when the hello is made.
+type ClientStart struct {
+	ephemeral *ecdh.PrivateKey
+	offer     []Cipher
+	hello     []byte // the ClientHello body
+}
+
+// StartClient makes a ClientHello offering the ciphers cipher allows (as Config.Cipher does).
+func StartClient(cipher Cipher) (*ClientStart, error) {
+	if cipher > CipherChaCha20Poly1305 {
+		return nil, fmt.Errorf("e2ee: unknown cipher %v", cipher)
+	}
+	ephemeral, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("e2ee: generate ephemeral key: %w", err)
+	}
+	s := &ClientStart{ephemeral: ephemeral, offer: cipherPreference(cipher)}
+	var hello cryptobyte.Builder
+	hello.AddUint8(protocolVersion)
+	hello.AddBytes(ephemeral.PublicKey().Bytes())
+	hello.AddUint8LengthPrefixed(func(b *cryptobyte.Builder) {
+		for _, c := range s.offer {
+			b.AddUint8(uint8(c))
+		}
+	})
+	s.hello = hello.BytesOrPanic()
+	return s, nil
+}
+
+// Hello returns the ClientHello message, framed as on the circuit, for the server's
+// AcceptHello.
+func (s *ClientStart) Hello() []byte { return frame(msgClientHello, s.hello) }
+
+// Finish checks serverHello, the server's answer from AcceptHello, and runs the rest of the
+// handshake over conn as Client does: it sends ClientAuth and, unless cfg.FalseStart, waits
+// for ServerFinished. cfg.Cipher must be the one StartClient was given. On error, conn is
+// closed. A ClientStart is finished at most once.
+func (s *ClientStart) Finish(conn net.Conn, cfg Config, serverHello []byte) (*Conn, error) {
+	if err := cfg.check(); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	h := newHandshake(conn, &cfg)
+	h.ephemeral, h.offer = s.ephemeral, s.offer
+	h.addToTranscript(msgClientHello, s.hello)
+	return h.complete(func() error {
+		body, err := unframe(msgServerHello, serverHello)
+		if err != nil {
+			return err
+		}
+		return h.clientAfterHello(body)
+	}, true)
+}
+
+// ServerStart is a server handshake that answered a ClientHello which came outside conn.
+type ServerStart struct{ h *handshakeState }
+
+// AcceptHello answers clientHello (a ClientStart's Hello) with the ServerHello message to
+// return outside conn, as Server would have sent it; ServerStart.Finish runs the rest over
+// conn. conn is not used, nor closed on error, before Finish.
+func AcceptHello(conn net.Conn, cfg Config, clientHello []byte) (*ServerStart, []byte, error) {
+	if err := cfg.check(); err != nil {
+		return nil, nil, err
+	}
+	h := newHandshake(conn, &cfg)
+	body, err := unframe(msgClientHello, clientHello)
+	if err != nil {
+		return nil, nil, err
+	}
+	if body, err = h.serverHello(body); err != nil {
+		return nil, nil, err
+	}
+	return &ServerStart{h}, frame(msgServerHello, body), nil
+}
+
+// Finish receives and verifies ClientAuth over conn and sends ServerFinished, as Server does.
+// On error, conn is closed.
+func (s *ServerStart) Finish() (*Conn, error) {
+	return s.h.complete(s.h.serverAfterHello, false)
+}
+
+func newHandshake(conn net.Conn, cfg *Config) *handshakeState {
+	h := &handshakeState{conn: conn, cfg: cfg, transcript: sha256.New()}
+	h.transcript.Write([]byte(protocolLabel))
+	h.transcript.Write(binary.BigEndian.AppendUint16(nil, uint16(len(cfg.Context))))
+	h.transcript.Write([]byte(cfg.Context))
+	return h
+}
+
+// complete runs the part of the handshake that uses conn under the handshake's deadline and
+// sets up the record layer; on error it closes conn.
+func (h *handshakeState) complete(run func() error, client bool) (*Conn, error) {
+	c, err := h.runOnConn(run, client)
+	if err != nil {
+		h.conn.Close()
 		return nil, err
 	}
 	return c, nil
 }
 
-// runHandshake validates cfg, runs one end of the handshake under its deadline and sets up the
-// record layer.
-func runHandshake(conn net.Conn, cfg *Config, client bool) (*Conn, error) {
-	if err := cfg.check(); err != nil {
-		return nil, err
-	}
-	if err := conn.SetDeadline(time.Now().Add(cfg.HandshakeTimeout)); err != nil {
+func (h *handshakeState) runOnConn(run func() error, client bool) (*Conn, error) {
+	if err := h.conn.SetDeadline(time.Now().Add(h.cfg.HandshakeTimeout)); err != nil {
 		return nil, fmt.Errorf("e2ee: set handshake deadline: %w", err)
 	}
-	h := &handshakeState{conn: conn, cfg: cfg, transcript: sha256.New()}
-	h.transcript.Write([]byte(protocolLabel))
-	h.transcript.Write(binary.BigEndian.AppendUint16(nil, uint16(len(cfg.Context))))
-	h.transcript.Write([]byte(cfg.Context))
-	var err error
-	if client {
-		err = h.runClient()
-	} else {
-		err = h.runServer()
-	}
-	if err != nil {
+	if err := run(); err != nil {
 		return nil, err
 	}
-	if err := conn.SetDeadline(time.Time{}); err != nil {
+	if err := h.conn.SetDeadline(time.Time{}); err != nil {
 		return nil, fmt.Errorf("e2ee: clear handshake deadline: %w", err)
 	}
-	return newConn(conn, cfg, h, client)
+	return newConn(h.conn, h.cfg, h, client)
 }
 
 // handshakeState is one end's view of a handshake in progress.
@@ -100,6 +192,7 @@ type handshakeState struct {
 	transcript hash.Hash
 
 	ephemeral *ecdh.PrivateKey
+	offer     []Cipher // the client's
 	shared    []byte
 	cipher    Cipher
 	peerChain []*x509.Certificate
@@ -111,28 +204,25 @@ type handshakeState struct {
 // runClient: send ClientHello, receive and verify ServerHello, send ClientAuth, receive and
 // check ServerFinished.
 func (h *handshakeState) runClient() error {
-	var err error
-	if h.ephemeral, err = ecdh.X25519().GenerateKey(rand.Reader); err != nil {
-		return fmt.Errorf("e2ee: generate ephemeral key: %w", err)
-	}
-	offer := cipherPreference(h.cfg.Cipher)
-	var hello cryptobyte.Builder
-	hello.AddUint8(protocolVersion)
-	hello.AddBytes(h.ephemeral.PublicKey().Bytes())
-	hello.AddUint8LengthPrefixed(func(b *cryptobyte.Builder) {
-		for _, c := range offer {
-			b.AddUint8(uint8(c))
-		}
-	})
-	body := hello.BytesOrPanic()
-	h.addToTranscript(msgClientHello, body)
-	if err := h.writeMessage(msgClientHello, body); err != nil {
+	start, err := StartClient(h.cfg.Cipher)
+	if err != nil {
 		return err
 	}
+	h.ephemeral, h.offer = start.ephemeral, start.offer
+	h.addToTranscript(msgClientHello, start.hello)
+	if err := h.writeMessage(msgClientHello, start.hello); err != nil {
+		return err
+	}
+	body, err := h.readMessage(msgServerHello)
+	if err != nil {
+		return err
+	}
+	return h.clientAfterHello(body)
+}
 
-	if body, err = h.readMessage(msgServerHello); err != nil {
-		return err
-	}
+// clientAfterHello verifies ServerHello, sends ClientAuth and, without false start, checks
+// ServerFinished.
+func (h *handshakeState) clientAfterHello(body []byte) error {
 	s := cryptobyte.String(body)
 	var version, chosen uint8
 	var serverKey []byte
@@ -142,7 +232,7 @@ func (h *handshakeState) runClient() error {
 	if version != protocolVersion {
 		return fmt.Errorf("e2ee: server speaks protocol version %d, not %d", version, protocolVersion)
 	}
-	if h.cipher = Cipher(chosen); !slices.Contains(offer, h.cipher) {
+	if h.cipher = Cipher(chosen); !slices.Contains(h.offer, h.cipher) {
 		return fmt.Errorf("e2ee: server chose %v, which was not offered", h.cipher)
 	}
 	if err := h.computeShared(serverKey); err != nil {
@@ -154,7 +244,7 @@ func (h *handshakeState) runClient() error {
 
 	var auth cryptobyte.Builder
 	addChain(&auth, h.cfg.Certificates)
-	body, err = h.sign(msgClientAuth, auth.BytesOrPanic(), clientRole)
+	body, err := h.sign(msgClientAuth, auth.BytesOrPanic(), clientRole)
 	if err != nil {
 		return err
 	}
@@ -185,25 +275,37 @@ func (h *handshakeState) runServer() error {
 	if err != nil {
 		return err
 	}
+	if body, err = h.serverHello(body); err != nil {
+		return err
+	}
+	if err := h.writeMessage(msgServerHello, body); err != nil {
+		return err
+	}
+	return h.serverAfterHello()
+}
+
+// serverHello checks a ClientHello body and returns the signed ServerHello body.
+func (h *handshakeState) serverHello(body []byte) ([]byte, error) {
 	s := cryptobyte.String(body)
 	var version uint8
 	var clientKey, offered []byte
 	if !s.ReadUint8(&version) || !s.ReadBytes(&clientKey, keyLen) ||
 		!s.ReadUint8LengthPrefixed((*cryptobyte.String)(&offered)) || !s.Empty() {
-		return errors.New("e2ee: malformed ClientHello")
+		return nil, errors.New("e2ee: malformed ClientHello")
 	}
 	if version != protocolVersion {
-		return fmt.Errorf("e2ee: client speaks protocol version %d, not %d", version, protocolVersion)
+		return nil, fmt.Errorf("e2ee: client speaks protocol version %d, not %d", version, protocolVersion)
 	}
 	h.addToTranscript(msgClientHello, body)
+	var err error
 	if h.cipher, err = chooseCipher(h.cfg.Cipher, offered); err != nil {
-		return err
+		return nil, err
 	}
 	if h.ephemeral, err = ecdh.X25519().GenerateKey(rand.Reader); err != nil {
-		return fmt.Errorf("e2ee: generate ephemeral key: %w", err)
+		return nil, fmt.Errorf("e2ee: generate ephemeral key: %w", err)
 	}
 	if err := h.computeShared(clientKey); err != nil {
-		return err
+		return nil, err
 	}
 
 	var hello cryptobyte.Builder
@@ -211,14 +313,13 @@ func (h *handshakeState) runServer() error {
 	hello.AddBytes(h.ephemeral.PublicKey().Bytes())
 	hello.AddUint8(uint8(h.cipher))
 	addChain(&hello, h.cfg.Certificates)
-	if body, err = h.sign(msgServerHello, hello.BytesOrPanic(), serverRole); err != nil {
-		return err
-	}
-	if err := h.writeMessage(msgServerHello, body); err != nil {
-		return err
-	}
+	return h.sign(msgServerHello, hello.BytesOrPanic(), serverRole)
+}
 
-	if body, err = h.readMessage(msgClientAuth); err != nil {
+// serverAfterHello receives and verifies ClientAuth and sends ServerFinished.
+func (h *handshakeState) serverAfterHello() error {
+	body, err := h.readMessage(msgClientAuth)
+	if err != nil {
 		return err
 	}
 	if err := h.verifyPeer(msgClientAuth, body, 0, clientRole); err != nil {
@@ -347,8 +448,7 @@ func (h *handshakeState) writeMessage(typ uint8, body []byte) error {
 	if len(body) > maxHandshakeMessage {
 		return fmt.Errorf("e2ee: handshake message %d of %d bytes exceeds %d (certificate chain too long?)", typ, len(body), maxHandshakeMessage)
 	}
-	msg := append([]byte{typ, byte(len(body) >> 16), byte(len(body) >> 8), byte(len(body))}, body...)
-	if _, err := h.conn.Write(msg); err != nil {
+	if _, err := h.conn.Write(frame(typ, body)); err != nil {
 		return fmt.Errorf("e2ee: send handshake message %d: %w", typ, err)
 	}
 	return nil
@@ -357,41 +457,53 @@ func (h *handshakeState) writeMessage(typ uint8, body []byte) error {
 // readMessage receives the handshake message of type want and returns its body: in stream
 // mode a header then the body; in datagram mode one whole message.
 func (h *handshakeState) readMessage(want uint8) ([]byte, error) {
-	var msg []byte
 	if h.cfg.Datagram {
 		buf := make([]byte, headerLen+maxHandshakeMessage+1)
 		n, err := h.conn.Read(buf)
 		if err != nil {
 			return nil, handshakeReadError(want, err)
 		}
-		msg = buf[:n]
-	} else {
-		msg = make([]byte, headerLen)
-		if _, err := io.ReadFull(h.conn, msg); err != nil {
-			return nil, handshakeReadError(want, err)
-		}
+		return unframe(want, buf[:n])
 	}
-	if len(msg) < headerLen {
-		return nil, fmt.Errorf("e2ee: short handshake message")
+	header := make([]byte, headerLen)
+	if _, err := io.ReadFull(h.conn, header); err != nil {
+		return nil, handshakeReadError(want, err)
 	}
-	typ, length := msg[0], int(msg[1])<<16|int(msg[2])<<8|int(msg[3])
+	typ, length := header[0], int(header[1])<<16|int(header[2])<<8|int(header[3])
 	if typ != want {
 		return nil, fmt.Errorf("e2ee: got handshake message %d, expected %d", typ, want)
 	}
 	if length > maxHandshakeMessage {
 		return nil, fmt.Errorf("e2ee: handshake message %d of %d bytes exceeds %d", typ, length, maxHandshakeMessage)
 	}
-	if h.cfg.Datagram {
-		if len(msg) != headerLen+length {
-			return nil, fmt.Errorf("e2ee: handshake message %d has %d bytes, its header says %d", typ, len(msg)-headerLen, length)
-		}
-		return msg[headerLen:], nil
-	}
 	body := make([]byte, length)
 	if _, err := io.ReadFull(h.conn, body); err != nil {
 		return nil, handshakeReadError(want, err)
 	}
 	return body, nil
+}
+
+// frame returns the handshake message of type typ with body, header first.
+func frame(typ uint8, body []byte) []byte {
+	return append([]byte{typ, byte(len(body) >> 16), byte(len(body) >> 8), byte(len(body))}, body...)
+}
+
+// unframe checks that msg, which came outside the circuit, is one whole handshake message of
+// type want, and returns its body.
+func unframe(want uint8, msg []byte) ([]byte, error) {
+	if len(msg) < headerLen {
+		return nil, fmt.Errorf("e2ee: short handshake message")
+	}
+	typ, length := msg[0], int(msg[1])<<16|int(msg[2])<<8|int(msg[3])
+	switch {
+	case typ != want:
+		return nil, fmt.Errorf("e2ee: got handshake message %d, expected %d", typ, want)
+	case length > maxHandshakeMessage:
+		return nil, fmt.Errorf("e2ee: handshake message %d of %d bytes exceeds %d", typ, length, maxHandshakeMessage)
+	case len(msg) != headerLen+length:
+		return nil, fmt.Errorf("e2ee: handshake message %d has %d bytes, its header says %d", typ, len(msg)-headerLen, length)
+	}
+	return msg[headerLen:], nil
 }
 
 func handshakeReadError(want uint8, err error) error {

@@ -83,6 +83,9 @@ type Request struct {
 type E2EEOffer struct {
 	Zmesh   bool   `json:"zmesh,omitempty"`   // zmesh's signed key exchange
 	ZitiKey []byte `json:"zitiKey,omitempty"` // OpenZiti's scheme: the dialer's crypto_kx public key
+	// ZmeshHello, with Zmesh: the dialer's ClientHello, which the host answers in
+	// Response.HostHello instead of in-band.
+	ZmeshHello []byte `json:"zmeshHello,omitempty"`
 }
 
 // Response answers a Request.
@@ -98,6 +101,9 @@ type Response struct {
 	// HostZitiKey (dial, connect): the hosting end took OpenZiti's end-to-end scheme with
 	// this crypto_kx public key; empty when it took zmesh's or none.
 	HostZitiKey []byte `json:"hostZitiKey,omitempty"`
+	// HostHello (dial, connect): the hosting end's ServerHello answering the offer's
+	// ZmeshHello; empty when it took another scheme or runs zmesh's in-band.
+	HostHello []byte `json:"hostHello,omitempty"`
 	// bind
 	TerminatorID string `json:"terminatorId,omitempty"`
 	// ping

@@ -1,0 +1,132 @@
+package dataplane
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/e2ee"
+	"github.com/zmesh/zmesh/internal/testutil"
+	"github.com/zmesh/zmesh/sdk"
+	"github.com/zmesh/zmesh/tunnel"
+)
+
+// helloTamper makes the egress router rewrite the ClientHello of every offer it passes on:
+// nil drops it, as a router that does not know the field would.
+func helloTamper(rewrite func([]byte) []byte) *e2eeTamper {
+	return &e2eeTamper{offer: func(o *ctrlproto.E2EEOffer) *ctrlproto.E2EEOffer {
+		if o == nil {
+			return nil
+		}
+		c := *o
+		c.ZmeshHello = rewrite(o.ZmeshHello)
+		return &c
+	}}
+}
+
+// The hellos of zmesh's key exchange travel in the circuit request and its answer; where
+// the host gets no ClientHello it runs the key exchange in-band, and where a router alters
+// it the key exchange fails. Both for an SDK dialing an SDK host through routers E and H,
+// and for router A's tunnel dialing router H's tunnel host.
+func TestE2EEHellos(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		tamper *e2eeTamper
+		ok     bool
+	}{
+		{"carried in the dial", nil, true},
+		{"dropped: in-band", helloTamper(func([]byte) []byte { return nil }), true},
+		{"altered", helloTamper(func(h []byte) []byte {
+			h = bytes.Clone(h)
+			h[len(h)-3] ^= 1 // a byte of the client's X25519 key
+			return h
+		}), false},
+	}
+
+	t.Run("sdk", func(t *testing.T) {
+		t.Parallel()
+		n, svc, dialerCert, ctx, got := sdkEchoNet(t, false)
+		dialer := openSDK(t, n, dialerCert)
+		h := n.routers["H"].r
+		for _, c := range cases {
+			h.overlay.tamper.Store(c.tamper)
+			conn, err := dialer.Dial(ctx, svc.Name)
+			if !c.ok {
+				if err == nil {
+					// The host may be the one that fails: the dialer's first Read then does.
+					conn.Write([]byte("x"))
+					conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+					_, err = io.ReadAll(conn)
+					conn.Close()
+				}
+				if err == nil {
+					t.Fatalf("%s: the circuit carried data", c.name)
+				}
+				select {
+				case a := <-got:
+					t.Fatalf("%s: the host accepted a conn (%v)", c.name, a.err)
+				default:
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			conn.Write([]byte("zmesh to zmesh"))
+			conn.CloseWrite()
+			conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+			back, err := io.ReadAll(conn)
+			conn.Close()
+			if err != nil || string(back) != "ZMESH TO ZMESH" || conn.Scheme() != sdk.SchemeZmesh {
+				t.Fatalf("%s: read %q (%v) with scheme %q", c.name, back, err, conn.Scheme())
+			}
+			if a := <-got; a.err != nil || a.conn.(*sdk.Conn).Scheme() != sdk.SchemeZmesh {
+				t.Fatalf("%s: the host's end: %v, scheme %q", c.name, a.err, a.conn.(*sdk.Conn).Scheme())
+			}
+		}
+	})
+
+	t.Run("tunnel", func(t *testing.T) {
+		t.Parallel()
+		ctx, n, svc, got := tunnelNet(t, false)
+		a, h := n.routers["A"].r, n.routers["H"].r
+		for _, c := range cases {
+			h.overlay.tamper.Store(c.tamper)
+			conn, err := a.overlay.Dial(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, EncryptionRequired: true, Dial: true}, tunnel.AppData{})
+			if !c.ok {
+				if err == nil || !strings.Contains(err.Error(), "key exchange") {
+					t.Fatalf("%s: dial: %v; want a failed key exchange", c.name, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if _, ok := conn.(*e2ee.Conn); !ok {
+				t.Fatalf("%s: the tunnel's dial is a %T, not zmesh's scheme", c.name, conn)
+			}
+			conn.Write([]byte("tunnel to tunnel"))
+			conn.(interface{ CloseWrite() error }).CloseWrite()
+			back, err := io.ReadAll(conn)
+			conn.Close()
+			if err != nil || string(back) != "TUNNEL TO TUNNEL" {
+				t.Fatalf("%s: read %q (%v)", c.name, back, err)
+			}
+			testutil.Eventually(t, c.name+": the host's end", func() bool {
+				select {
+				case r := <-got:
+					if _, ok := r.conn.(*e2ee.Conn); !ok || r.err != nil || string(r.data) != "tunnel to tunnel" {
+						t.Fatalf("%s: the host's end is a %T and read %q (%v)", c.name, r.conn, r.data, r.err)
+					}
+					return true
+				default:
+					return false
+				}
+			})
+		}
+	})
+}
