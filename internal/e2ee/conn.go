@@ -30,11 +30,13 @@ const (
 	maxRecordLen  = headerLen + maxCiphertext
 
 	// writeBatch is how many full records Write seals before one underlying Write; readAhead
-	// is how many fit in the buffer a Read fills from the underlying conn. The buffers start
-	// at one record and grow to that when the traffic calls for it, so that a Conn carrying
-	// little costs little memory.
-	writeBatch = 4
-	readAhead  = 4
+	// is how many fit in the buffer a Read fills from the underlying conn. In stream mode the
+	// buffers start small (the read buffer at minReadBuffer) and grow to that as the records
+	// call for it, so that a Conn carrying little, such as a short or idle circuit, costs
+	// little memory and a handshake allocates no buffer it does not use.
+	writeBatch    = 4
+	readAhead     = 4
+	minReadBuffer = 1 << 10
 
 	maxMaxDatagram = 1 << 20
 
@@ -104,8 +106,7 @@ func newConn(conn net.Conn, cfg *Config, h *handshakeState, client bool) (*Conn,
 		c.wbuf = make([]byte, 0, datagramHeaderLen+c.maxDatagram+tagSize)
 		c.rbuf = make([]byte, datagramHeaderLen+c.maxDatagram+tagSize)
 	} else {
-		c.wbuf = make([]byte, 0, maxRecordLen)
-		c.rbuf = make([]byte, maxRecordLen)
+		c.rbuf = make([]byte, minReadBuffer)
 	}
 	return c, nil
 }
@@ -175,6 +176,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 			}
 			sealed += len(chunk)
 		}
+		c.wbuf = batch[:0] // keeps what sealing grew it to
 		if err := c.send(batch); err != nil {
 			return written, err
 		}
@@ -270,6 +272,7 @@ func (c *Conn) sendCloseWrite() error {
 		rec, err = c.sealDatagram(c.wbuf[:0], recordCloseWrite, nil)
 	} else {
 		rec, err = c.seal(c.wbuf[:0], recordCloseWrite, nil)
+		c.wbuf = rec[:0]
 	}
 	if err != nil {
 		c.werr = err
@@ -433,15 +436,20 @@ func (c *Conn) deliver(typ byte, plaintext []byte, inP bool) (int, error) {
 	}
 }
 
-// fill reads from conn until rbuf holds at least n unopened bytes.
+// fill reads from conn until rbuf holds at least n unopened bytes (n is at most one
+// record), growing rbuf for a record larger than it.
 func (c *Conn) fill(n int) error {
 	if c.roff == c.rend {
 		c.roff, c.rend = 0, 0
 	}
 	for c.rend-c.roff < n {
 		if c.roff+n > len(c.rbuf) {
-			c.rend = copy(c.rbuf, c.rbuf[c.roff:c.rend])
-			c.roff = 0
+			if n > len(c.rbuf) {
+				c.growReadBuffer(n)
+			} else {
+				c.rend = copy(c.rbuf, c.rbuf[c.roff:c.rend])
+				c.roff = 0
+			}
 		}
 		k, err := c.conn.Read(c.rbuf[c.rend:])
 		c.rend += k
@@ -449,13 +457,19 @@ func (c *Conn) fill(n int) error {
 			return c.readError(err)
 		}
 		if c.rend == len(c.rbuf) && len(c.rbuf) < readAhead*maxRecordLen {
-			// The peer sends faster than one record per read: read ahead.
-			grown := make([]byte, readAhead*maxRecordLen)
-			c.rend = copy(grown, c.rbuf[c.roff:c.rend])
-			c.rbuf, c.roff = grown, 0
+			// The peer sends faster than the buffer holds per read: read ahead.
+			c.growReadBuffer(0)
 		}
 	}
 	return nil
+}
+
+// growReadBuffer doubles rbuf, or more if it must hold n bytes, up to readAhead records,
+// keeping the unopened bytes at its start.
+func (c *Conn) growReadBuffer(n int) {
+	grown := make([]byte, min(max(2*len(c.rbuf), n), readAhead*maxRecordLen))
+	c.rend = copy(grown, c.rbuf[c.roff:c.rend])
+	c.rbuf, c.roff = grown, 0
 }
 
 // recordBuffered reports whether rbuf holds a whole record, which Read can open without

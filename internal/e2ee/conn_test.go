@@ -243,3 +243,37 @@ func TestSteadyStateAllocs(t *testing.T) {
 		})
 	}
 }
+
+// TestBuffersFollowTheRecords: a Conn carrying small records keeps small buffers (a short or
+// idle circuit costs little memory), and grows them when a large write comes, carrying it
+// whole.
+func TestBuffersFollowTheRecords(t *testing.T) {
+	t.Parallel()
+	ccfg, scfg := configs(t)
+	cc, sc := tcpPair(t)
+	client, server := mustHandshake(t, cc, sc, ccfg, scfg)
+	buf := make([]byte, 100)
+	for range 10 {
+		if _, err := client.Write([]byte("small")); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := server.Read(buf); err != nil || string(buf[:n]) != "small" {
+			t.Fatalf("read %q, %v", buf[:n], err)
+		}
+	}
+	if len(server.rbuf) > minReadBuffer || cap(client.wbuf) > minReadBuffer {
+		t.Fatalf("after small records: read buffer %d bytes, write buffer %d; want at most %d", len(server.rbuf), cap(client.wbuf), minReadBuffer)
+	}
+	large := make([]byte, 3*RecordSize+5)
+	for i := range large {
+		large[i] = byte(i * 7)
+	}
+	go client.Write(large)
+	got := make([]byte, len(large))
+	if _, err := io.ReadFull(server, got); err != nil || !bytes.Equal(got, large) {
+		t.Fatalf("the large write arrived altered (%v)", err)
+	}
+	if len(server.rbuf) < maxRecordLen {
+		t.Fatalf("the read buffer is %d bytes after full records", len(server.rbuf))
+	}
+}
