@@ -438,8 +438,12 @@ func TestEncrypted(t *testing.T) {
 			conn.Write(bytes.ToUpper(data))
 		}()
 		secret := fmt.Sprintf("attack at dawn (in-band %v), in plain sight of the routers", inBand)
+		hellos := r.hostHellos.Load()
 		conn, err := client.Dial(testCtx(t), "secret")
 		check(t, err)
+		if folded := r.hostHellos.Load() > hellos; folded == inBand {
+			t.Fatalf("in-band %v: the dial's answer carried the host's ServerHello: %v", inBand, folded)
+		}
 		// Two zmesh ends choose zmesh's scheme.
 		if !conn.Encrypted() || conn.Scheme() != SchemeZmesh || !<-encrypted {
 			t.Fatalf("in-band %v: not encrypted with zmesh's scheme: %q", inBand, conn.Scheme())
@@ -459,6 +463,24 @@ func TestEncrypted(t *testing.T) {
 			t.Error("the router did not see the plaintext of a plain service: the check above proves nothing")
 		}
 	}
+}
+
+// A ServerHello in the answer to a dial of a service without end-to-end encryption, which
+// only a router could have put there, fails the dial before anything is written.
+func TestServerHelloOnPlainServiceRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.router("r")
+	e.service("plain", false)
+	host, client := e.sdk("host"), e.sdk("client")
+	serveEcho(t, listen(t, host, "plain", ListenOptions{}))
+	r.forgeHello.Store(true)
+	_, err := client.Dial(testCtx(t), "plain")
+	if err == nil || !strings.Contains(err.Error(), "zmesh's end-to-end key exchange, which the service does not allow (encryptionRequired is false)") {
+		t.Fatalf("dial: %v; want the forged ServerHello refused", err)
+	}
+	r.forgeHello.Store(false)
+	expectEcho(t, client, "plain", "after", "plain")
 }
 
 // The key exchange fails when the host is not the identity the router named (Dial fails), or

@@ -124,6 +124,8 @@ type fakeRouter struct {
 	wrongHost  atomic.Bool   // name another host in dial responses
 	wrongInit  atomic.Bool   // name another initiator in connect requests
 	inBand     atomic.Bool   // drop the dialer's ClientHello from connect requests (the key exchange runs in-band)
+	forgeHello atomic.Bool   // answer dials with a ServerHello of the router's making
+	hostHellos atomic.Int32  // dial answers that carried the host's ServerHello
 	hellos     atomic.Int32  // accepted hellos
 	pings      atomic.Int32  // answered pings
 	dials      atomic.Int32  // dial requests
@@ -330,7 +332,14 @@ func (r *fakeRouter) serveStream(mux *smux.Session, st *smux.Stream, identityID 
 		if r.wrongHost.Load() {
 			hostID = "someone-else"
 		}
-		if err := edgeproto.Write(st, edgeproto.Response{OK: true, CircuitID: circuit, HostID: hostID, HostZitiKey: resp.HostZitiKey, HostHello: resp.HostHello}); err != nil {
+		hello := resp.HostHello
+		if len(hello) > 0 {
+			r.hostHellos.Add(1)
+		}
+		if r.forgeHello.Load() {
+			hello = []byte{2, 0, 0, 1, 1}
+		}
+		if err := edgeproto.Write(st, edgeproto.Response{OK: true, CircuitID: circuit, HostID: hostID, HostZitiKey: resp.HostZitiKey, HostHello: hello}); err != nil {
 			host.Close()
 			return
 		}

@@ -137,7 +137,8 @@ type CircuitRequest struct {
 // E2EEOffer is what a circuit's initiating end offers for end-to-end encryption; the
 // hosting end chooses.
 type E2EEOffer struct {
-	// Zmesh offers zmesh's signed key exchange, run in-band once the circuit is up.
+	// Zmesh offers zmesh's signed key exchange: in-band once the circuit is up, unless
+	// ZmeshHello carries its first message.
 	Zmesh bool `json:"zmesh,omitempty"`
 	// ZitiKey offers OpenZiti's scheme: the initiator's crypto_kx (X25519) public key.
 	ZitiKey []byte `json:"zitiKey,omitempty"`
@@ -147,10 +148,10 @@ type E2EEOffer struct {
 }
 
 // MaxZmeshHello bounds E2EEOffer.ZmeshHello, MaxHostHello a HostHello (a ServerHello carries
-// the host's certificate chain).
+// the host's certificate chain: a 4-byte header and at most 32 KiB).
 const (
 	MaxZmeshHello = 256
-	MaxHostHello  = 32 << 10
+	MaxHostHello  = 4 + 32<<10
 )
 
 // ZitiKeySize is the length of an E2EEOffer.ZitiKey and of a HostZitiKey.

@@ -74,7 +74,8 @@ func handshake(conn net.Conn, cfg *Config, client bool) (*Conn, error) {
 // the dial no round trip of its own. The messages and the transcript are those of Client,
 // which is why the context (the circuit id) need not be known when the hello is made.
 type ClientStart struct {
-	ephemeral *ecdh.PrivateKey
+	ephemeral *ecdh.PrivateKey // nil once finished
+	cipher    Cipher
 	offer     []Cipher
 	hello     []byte // the ClientHello body
 }
@@ -88,7 +89,7 @@ func StartClient(cipher Cipher) (*ClientStart, error) {
 	if err != nil {
 		return nil, fmt.Errorf("e2ee: generate ephemeral key: %w", err)
 	}
-	s := &ClientStart{ephemeral: ephemeral, offer: cipherPreference(cipher)}
+	s := &ClientStart{ephemeral: ephemeral, cipher: cipher, offer: cipherPreference(cipher)}
 	var hello cryptobyte.Builder
 	hello.AddUint8(protocolVersion)
 	hello.AddBytes(ephemeral.PublicKey().Bytes())
@@ -110,12 +111,21 @@ func (s *ClientStart) Hello() []byte { return frame(msgClientHello, s.hello) }
 // for ServerFinished. cfg.Cipher must be the one StartClient was given. On error, conn is
 // closed. A ClientStart is finished at most once.
 func (s *ClientStart) Finish(conn net.Conn, cfg Config, serverHello []byte) (*Conn, error) {
-	if err := cfg.check(); err != nil {
+	err := cfg.check()
+	switch {
+	case err != nil:
+	case s.ephemeral == nil:
+		err = errors.New("e2ee: the ClientStart was finished already")
+	case cfg.Cipher != s.cipher:
+		err = fmt.Errorf("e2ee: the config forces cipher %v, the ClientHello was made for %v", cfg.Cipher, s.cipher)
+	}
+	if err != nil {
 		conn.Close()
 		return nil, err
 	}
 	h := newHandshake(conn, &cfg)
 	h.ephemeral, h.offer = s.ephemeral, s.offer
+	s.ephemeral = nil
 	h.addToTranscript(msgClientHello, s.hello)
 	return h.complete(func() error {
 		body, err := unframe(msgServerHello, serverHello)
@@ -143,6 +153,9 @@ func AcceptHello(conn net.Conn, cfg Config, clientHello []byte) (*ServerStart, [
 	}
 	if body, err = h.serverHello(body); err != nil {
 		return nil, nil, err
+	}
+	if len(body) > maxHandshakeMessage {
+		return nil, nil, fmt.Errorf("e2ee: ServerHello of %d bytes exceeds %d (certificate chain too long?)", len(body), maxHandshakeMessage)
 	}
 	return &ServerStart{h}, frame(msgServerHello, body), nil
 }

@@ -152,3 +152,61 @@ func TestFoldedHandshakeClosesConn(t *testing.T) {
 		t.Fatal("the server's conn is still open after its Finish failed")
 	}
 }
+
+// TestFoldedHandshakeMatchesInBand: a ClientStart finishes with the ServerHello an in-band
+// Server sends for its hello, so the two paths are the same messages and transcript; a
+// ClientStart is finished once, with the cipher its hello offered.
+func TestFoldedHandshakeMatchesInBand(t *testing.T) {
+	ccfg, scfg := configs(t)
+	cc, sc := tcpPair(t)
+	start, err := StartClient(ccfg.Cipher)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() {
+		server, err := Server(sc, scfg)
+		if err == nil {
+			if _, err = io.Copy(server, server); err == nil {
+				err = server.CloseWrite()
+			}
+		}
+		served <- err
+	}()
+	if _, err := cc.Write(start.Hello()); err != nil {
+		t.Fatal(err)
+	}
+	header := make([]byte, headerLen)
+	if _, err := io.ReadFull(cc, header); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, int(header[1])<<16|int(header[2])<<8|int(header[3]))
+	if _, err := io.ReadFull(cc, body); err != nil {
+		t.Fatal(err)
+	}
+	client, err := start.Finish(cc, ccfg, append(header, body...))
+	if err != nil {
+		t.Fatalf("Finish with the in-band server's ServerHello: %v", err)
+	}
+	client.Write([]byte("same"))
+	client.CloseWrite()
+	if back, err := io.ReadAll(client); err != nil || string(back) != "same" {
+		t.Fatalf("read %q, %v", back, err)
+	}
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+
+	c2, _ := tcpPair(t)
+	if _, err := start.Finish(c2, ccfg, append(header, body...)); err == nil || !strings.Contains(err.Error(), "finished already") {
+		t.Fatalf("a second Finish: %v", err)
+	}
+	other, err := StartClient(CipherChaCha20Poly1305)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c3, _ := tcpPair(t)
+	if _, err := other.Finish(c3, ccfg, append(header, body...)); err == nil || !strings.Contains(err.Error(), "ClientHello was made for") {
+		t.Fatalf("Finish with another cipher: %v", err)
+	}
+}
