@@ -27,6 +27,20 @@ func helloTamper(rewrite func([]byte) []byte) *e2eeTamper {
 	}}
 }
 
+// dialed checks a dial's outcome in case name: it reports whether the dial succeeded, as
+// it must when ok; else it must fail on the host's signature, which does not verify at the
+// dialer when a router altered the ClientHello the host answered.
+func dialed(t *testing.T, name string, ok bool, err error) bool {
+	t.Helper()
+	switch {
+	case ok && err != nil:
+		t.Fatalf("%s: %v", name, err)
+	case !ok && (err == nil || !strings.Contains(err.Error(), "signature")):
+		t.Fatalf("%s: dial: %v; want a failed signature", name, err)
+	}
+	return ok
+}
+
 // The hellos of zmesh's key exchange travel in the circuit request and its answer; where
 // the host gets no ClientHello it runs the key exchange in-band, and where a router alters
 // the key in it the host's signature fails at the dialer (which shows the host answered
@@ -56,16 +70,8 @@ func TestE2EEHellos(t *testing.T) {
 		for _, c := range cases {
 			h.overlay.tamper.Store(c.tamper)
 			conn, err := dialer.Dial(ctx, svc.Name)
-			if !c.ok {
-				// The host's signature over the ClientHello it got does not verify at the
-				// dialer, which fails the dial before the host can accept anything.
-				if err == nil || !strings.Contains(err.Error(), "signature") {
-					t.Fatalf("%s: dial: %v; want a failed signature", c.name, err)
-				}
+			if !dialed(t, c.name, c.ok, err) {
 				continue
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", c.name, err)
 			}
 			conn.Write([]byte("zmesh to zmesh"))
 			conn.CloseWrite()
@@ -93,14 +99,8 @@ func TestE2EEHellos(t *testing.T) {
 		for _, c := range cases {
 			h.overlay.tamper.Store(c.tamper)
 			conn, err := a.overlay.Dial(ctx, tunnel.Service{ID: svc.ID, Name: svc.Name, EncryptionRequired: true, Dial: true}, tunnel.AppData{})
-			if !c.ok {
-				if err == nil || !strings.Contains(err.Error(), "signature") {
-					t.Fatalf("%s: dial: %v; want a failed signature", c.name, err)
-				}
+			if !dialed(t, c.name, c.ok, err) {
 				continue
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", c.name, err)
 			}
 			if _, ok := conn.(*e2ee.Conn); !ok {
 				t.Fatalf("%s: the tunnel's dial is a %T, not zmesh's scheme", c.name, conn)
