@@ -122,7 +122,7 @@ func (r *Router) route(ctx context.Context, m *ctrlproto.Route) *ctrlproto.Route
 		reply.Outcome = ctrlproto.Failed(code, err.Error())
 		return reply
 	}
-	reply.HostZitiKey, reply.HostHello = host.zitiKey, host.hello
+	reply.HostAnswer = host
 	id := m.CircuitID
 	e := xgress.NewEndpoint(id, xgress.Terminator, conn, r.fw, r.pool, func(err error) { r.endDone(id, xgress.Terminator, err) })
 	r.mu.Lock()
@@ -157,9 +157,9 @@ func (r *Router) hop(h ctrlproto.Hop) (xgress.Hop, error) {
 }
 
 // dial connects to a terminator's address through the dial pool, or to the SDK client that
-// hosts it (binding edge). It returns, besides, the hosting end's crypto_kx public key when
-// that end took OpenZiti's end-to-end scheme (nil otherwise).
-func (r *Router) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64, timeout time.Duration) (net.Conn, hostAnswer, error) {
+// hosts it (binding edge), or to the tunnel's host mode. It returns, besides, the hosting
+// end's answer to the initiator's end-to-end offer.
+func (r *Router) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64, timeout time.Duration) (net.Conn, ctrlproto.HostAnswer, error) {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
@@ -168,7 +168,7 @@ func (r *Router) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64
 		defer cancel()
 		if isZitiAddress(x.Address) {
 			c, key, err := r.ziti.dial(ctx, x, circuitID)
-			return c, hostAnswer{zitiKey: key}, err
+			return c, ctrlproto.HostAnswer{HostZitiKey: key}, err
 		}
 		return r.sdk.connect(ctx, x, circuitID)
 	}
@@ -179,14 +179,8 @@ func (r *Router) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c, err := r.dials.Dial(ctx, xgress.DialRequest{Binding: x.Binding, Address: x.Address})
-	return c, hostAnswer{}, err
+	return c, ctrlproto.HostAnswer{}, err
 }
-
-// hostAnswer is a hosting end's answer to the initiator's end-to-end offer, for the
-// RouteReply: its OpenZiti key when it took OpenZiti's scheme, its ServerHello when it took
-// zmesh's and answered the offer's ClientHello; neither when it runs zmesh's in-band or the
-// circuit is not encrypted end to end.
-type hostAnswer struct{ zitiKey, hello []byte }
 
 // HandleFrame takes a frame from a link: the forwarder moves it on. A payload of a circuit
 // that has no route here is answered with a Close, so that its sender stops.

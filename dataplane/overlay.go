@@ -442,17 +442,17 @@ func (b *tunnelBind) Close() error {
 // offered it or made no offer (answering the offer's ClientHello with the ServerHello it
 // returns, else running the key exchange in-band), else OpenZiti's, whose public key it
 // returns, when the router identity's service list says the service allows it.
-func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn, hostAnswer, error) {
+func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn, ctrlproto.HostAnswer, error) {
 	o.mu.Lock()
 	b := o.binds[x.Address]
 	o.mu.Unlock()
 	if b == nil {
-		return nil, hostAnswer{}, fmt.Errorf("the tunnel hosts no service %s here any more", x.Address)
+		return nil, ctrlproto.HostAnswer{}, fmt.Errorf("the tunnel hosts no service %s here any more", x.Address)
 	}
 	var app tunnel.AppData
 	if len(x.AppData) > 0 {
 		if err := json.Unmarshal(x.AppData, &app); err != nil {
-			return nil, hostAnswer{}, fmt.Errorf("the circuit's app data: %w", err)
+			return nil, ctrlproto.HostAnswer{}, fmt.Errorf("the circuit's app data: %w", err)
 		}
 	}
 	offer := o.tamperedOffer(x.E2EE)
@@ -461,15 +461,15 @@ func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn
 	}
 	if b.svc.EncryptionRequired && !offer.Zmesh {
 		if len(offer.ZitiKey) == 0 {
-			return nil, hostAnswer{}, fmt.Errorf("service %q requires end-to-end encryption and the initiator offered no scheme (zmesh or zitiKey)", b.svc.Name)
+			return nil, ctrlproto.HostAnswer{}, fmt.Errorf("service %q requires end-to-end encryption and the initiator offered no scheme (zmesh or zitiKey)", b.svc.Name)
 		}
 		if !o.openZiti(b.svc.ID) {
-			return nil, hostAnswer{}, fmt.Errorf("openZitiEncryption is false: OpenZiti's end-to-end encryption is not allowed on service %q", b.svc.Name)
+			return nil, ctrlproto.HostAnswer{}, fmt.Errorf("openZitiEncryption is false: OpenZiti's end-to-end encryption is not allowed on service %q", b.svc.Name)
 		}
 	}
 	circuitEnd, tunnelEnd, err := socketpair.New()
 	if err != nil {
-		return nil, hostAnswer{}, err
+		return nil, ctrlproto.HostAnswer{}, err
 	}
 	hand := func(c net.Conn) {
 		select {
@@ -480,7 +480,7 @@ func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn
 	}
 	if !b.svc.EncryptionRequired {
 		go hand(tunnelEnd)
-		return circuitEnd, hostAnswer{}, nil
+		return circuitEnd, ctrlproto.HostAnswer{}, nil
 	}
 	if !offer.Zmesh {
 		key, err := e2ee.NewZitiKey()
@@ -491,15 +491,15 @@ func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn
 		if err != nil {
 			circuitEnd.Close()
 			tunnelEnd.Close()
-			return nil, hostAnswer{}, err
+			return nil, ctrlproto.HostAnswer{}, err
 		}
 		go hand(c)
-		return circuitEnd, hostAnswer{zitiKey: key.Public()}, nil
+		return circuitEnd, ctrlproto.HostAnswer{HostZitiKey: key.Public()}, nil
 	}
-	fail := func(err error) (net.Conn, hostAnswer, error) {
+	fail := func(err error) (net.Conn, ctrlproto.HostAnswer, error) {
 		circuitEnd.Close()
 		tunnelEnd.Close()
-		return nil, hostAnswer{}, err
+		return nil, ctrlproto.HostAnswer{}, err
 	}
 	cfg, err := o.e2ee(x.InitiatorID, edgeproto.E2EEContext(circuitID, b.svc.ID))
 	if err != nil {
@@ -507,13 +507,13 @@ func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn
 	}
 	// The key exchange goes on once the circuit is up: the initiator speaks first.
 	serve := func() (*e2ee.Conn, error) { return e2ee.Server(tunnelEnd, cfg) }
-	var host hostAnswer
+	var host ctrlproto.HostAnswer
 	if len(offer.ZmeshHello) > 0 {
 		start, hello, err := e2ee.AcceptHello(tunnelEnd, cfg, offer.ZmeshHello)
 		if err != nil {
 			return fail(fmt.Errorf("end-to-end key exchange with %s: %w", x.InitiatorID, err))
 		}
-		serve, host.hello = start.Finish, hello
+		serve, host.HostHello = start.Finish, hello
 	}
 	go func() {
 		c, err := serve()

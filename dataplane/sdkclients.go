@@ -382,7 +382,7 @@ func (s *sdkServer) clientCount() int {
 
 // connect opens a stream, for a circuit, to the SDK client hosting the terminator at
 // x.Address; it returns the stream and the client's answer to the end-to-end offer.
-func (s *sdkServer) connect(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64) (net.Conn, hostAnswer, error) {
+func (s *sdkServer) connect(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64) (net.Conn, ctrlproto.HostAnswer, error) {
 	s.mu.Lock()
 	b := s.binds[x.Address]
 	var termID string
@@ -391,17 +391,17 @@ func (s *sdkServer) connect(ctx context.Context, x *ctrlproto.Xgress, circuitID 
 	}
 	s.mu.Unlock()
 	if b == nil || termID == "" {
-		return nil, hostAnswer{}, fmt.Errorf("no SDK client hosts %s here any more", x.Address)
+		return nil, ctrlproto.HostAnswer{}, fmt.Errorf("no SDK client hosts %s here any more", x.Address)
 	}
 	st, err := b.conn.sess.OpenStream()
 	if err != nil {
-		return nil, hostAnswer{}, fmt.Errorf("open a stream to the hosting client: %w", err)
+		return nil, ctrlproto.HostAnswer{}, fmt.Errorf("open a stream to the hosting client: %w", err)
 	}
 	b.conn.keep(st, b.sessionToken)
-	fail := func(err error) (net.Conn, hostAnswer, error) {
+	fail := func(err error) (net.Conn, ctrlproto.HostAnswer, error) {
 		b.conn.drop(st)
 		st.Close()
-		return nil, hostAnswer{}, err
+		return nil, ctrlproto.HostAnswer{}, err
 	}
 	deadline := time.Now().Add(edgeproto.HandshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -420,7 +420,7 @@ func (s *sdkServer) connect(ctx context.Context, x *ctrlproto.Xgress, circuitID 
 		return fail(err)
 	}
 	st.SetDeadline(time.Time{})
-	return &sdkStreamConn{Stream: st, ec: b.conn}, hostAnswer{zitiKey: resp.HostZitiKey, hello: resp.HostHello}, nil
+	return &sdkStreamConn{Stream: st, ec: b.conn}, ctrlproto.HostAnswer{HostZitiKey: resp.HostZitiKey, HostHello: resp.HostHello}, nil
 }
 
 // removed closes what used API sessions and sessions that went away.

@@ -288,9 +288,6 @@ func (c *Client) dialVia(ctx context.Context, rc *routerConn, svc Service, req e
 			return nil, err
 		}
 	case svc.EncryptionRequired:
-		if len(resp.HostHello) == 0 {
-			start = nil // the host runs the key exchange in-band
-		}
 		if err := c.encryptClient(ctx, conn, svc, start, resp.HostHello); err != nil {
 			return nil, err
 		}

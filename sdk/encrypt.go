@@ -50,8 +50,8 @@ func (c *Client) verifyPeer(chain []*x509.Certificate, want string) error {
 }
 
 // encryptClient runs the dialing end's key exchange over conn's stream, expecting the
-// hosting identity the router named: from start, with the host's ServerHello answering its
-// ClientHello, or in-band when start is nil. ctx can abort it.
+// hosting identity the router named: from start with the host's ServerHello, which answered
+// start's ClientHello, or all of it in-band when the host sent none. ctx can abort it.
 func (c *Client) encryptClient(ctx context.Context, conn *Conn, svc Service, start *e2ee.ClientStart, serverHello []byte) error {
 	cfg, err := c.e2eeConfig(conn.circuitID, svc.ID, conn.remote.Identity)
 	if err != nil {
@@ -63,7 +63,7 @@ func (c *Client) encryptClient(ctx context.Context, conn *Conn, svc Service, sta
 	cfg.FalseStart = true
 	stop := context.AfterFunc(ctx, func() { conn.stream.Close() })
 	var ec *e2ee.Conn
-	if start != nil {
+	if len(serverHello) > 0 {
 		ec, err = start.Finish(conn.stream, cfg, serverHello)
 	} else {
 		ec, err = e2ee.Client(conn.stream, cfg)

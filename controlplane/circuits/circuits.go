@@ -99,8 +99,7 @@ func (s *Service) Create(ctx context.Context, ingress string, req *ctrlproto.Cir
 		return reply
 	}
 	reply.CircuitID, reply.Path = c.ID, c.Path
-	reply.ServiceID, reply.EncryptionRequired = c.ServiceID, c.encrypted
-	reply.HostZitiKey, reply.HostHello = host.zitiKey, host.hello
+	reply.ServiceID, reply.EncryptionRequired, reply.HostAnswer = c.ServiceID, c.encrypted, host
 	reply.Terminator = ctrlproto.TerminatorRef{ID: term.ID, RouterID: term.RouterID, Binding: term.Binding, Address: term.Address, HostID: term.HostID}
 	return reply
 }
@@ -109,35 +108,30 @@ func fail(code, format string, args ...any) error {
 	return &ctrlproto.Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// hostAnswer is the hosting end's answer to an end-to-end offer, from the egress's
-// RouteReply: its OpenZiti key when it took OpenZiti's scheme, its ServerHello when it took
-// zmesh's and answered the offer's ClientHello; neither when it runs zmesh's in-band.
-type hostAnswer struct{ zitiKey, hello []byte }
-
 // create makes the circuit; it returns, besides, the hosting end's answer to the
 // end-to-end offer.
-func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.CircuitRequest) (*Circuit, *model.Terminator, hostAnswer, error) {
+func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.CircuitRequest) (*Circuit, *model.Terminator, ctrlproto.HostAnswer, error) {
 	svc, err := s.service(req)
 	if err != nil {
-		return nil, nil, hostAnswer{}, err
+		return nil, nil, ctrlproto.HostAnswer{}, err
 	}
 	initiator, err := s.authorize(ingress, svc, req)
 	if err != nil {
-		return nil, nil, hostAnswer{}, err
+		return nil, nil, ctrlproto.HostAnswer{}, err
 	}
 	if svc.EncryptionRequired && len(req.ClientCert) > 0 {
-		return nil, nil, hostAnswer{}, fail(ctrlproto.ErrCodeInvalid, "service %q requires end-to-end encryption, which a client of a transport listener cannot do: use an SDK or a tunnel", svc.Name)
+		return nil, nil, ctrlproto.HostAnswer{}, fail(ctrlproto.ErrCodeInvalid, "service %q requires end-to-end encryption, which a client of a transport listener cannot do: use an SDK or a tunnel", svc.Name)
 	}
 	offer, err := checkOffer(svc, req.E2EE)
 	if err != nil {
-		return nil, nil, hostAnswer{}, err
+		return nil, nil, ctrlproto.HostAnswer{}, err
 	}
 	if len(req.AppData) > ctrlproto.MaxAppData {
-		return nil, nil, hostAnswer{}, fail(ctrlproto.ErrCodeInvalid, "app data of %d bytes; at most %d", len(req.AppData), ctrlproto.MaxAppData)
+		return nil, nil, ctrlproto.HostAnswer{}, fail(ctrlproto.ErrCodeInvalid, "app data of %d bytes; at most %d", len(req.AppData), ctrlproto.MaxAppData)
 	}
 	terms, err := s.m.CachedTerminatorsOf(svc.ID)
 	if err != nil {
-		return nil, nil, hostAnswer{}, err
+		return nil, nil, ctrlproto.HostAnswer{}, err
 	}
 	byID := map[string]*model.Terminator{}
 	var candidates []paths.Terminator
@@ -155,11 +149,11 @@ func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.Cir
 		candidates = append(candidates, paths.Terminator{ID: t.ID, Router: t.RouterID, Cost: t.Cost, Precedence: t.Precedence})
 	}
 	if len(candidates) == 0 {
-		return nil, nil, hostAnswer{}, fail(ctrlproto.ErrCodeNoTerminator, "service %q has no terminator on a connected router", svc.Name)
+		return nil, nil, ctrlproto.HostAnswer{}, fail(ctrlproto.ErrCodeNoTerminator, "service %q has no terminator on a connected router", svc.Name)
 	}
 	choice, err := s.graph.Choose(ingress, svc.TerminatorStrategy, candidates)
 	if err != nil {
-		return nil, nil, hostAnswer{}, fail(ctrlproto.ErrCodeNoPath, "service %q: %v", svc.Name, err)
+		return nil, nil, ctrlproto.HostAnswer{}, fail(ctrlproto.ErrCodeNoPath, "service %q: %v", svc.Name, err)
 	}
 	term := byID[choice.Terminator.ID]
 	c := &Circuit{ID: newCircuitID(), ServiceID: svc.ID, Terminator: term.ID, Initiator: initiator, Created: time.Now(), clientCert: req.ClientCert}
@@ -169,7 +163,7 @@ func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.Cir
 	}
 	host, err := s.install(ctx, c, term)
 	if err != nil {
-		return nil, nil, hostAnswer{}, err
+		return nil, nil, ctrlproto.HostAnswer{}, err
 	}
 	c.appData, c.offer = nil, nil
 	s.mu.Lock()
@@ -180,7 +174,7 @@ func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.Cir
 	// circuit to end; this check, after it, does.
 	if len(c.clientCert) > 0 && !s.certStillAuthenticates(c) {
 		s.Remove(c.ID, "the client certificate was revoked")
-		return nil, nil, hostAnswer{}, fail(ctrlproto.ErrCodeInvalidSession, "the client certificate no longer authenticates identity %s", c.Initiator)
+		return nil, nil, ctrlproto.HostAnswer{}, fail(ctrlproto.ErrCodeInvalidSession, "the client certificate no longer authenticates identity %s", c.Initiator)
 	}
 	return c, term, host, nil
 }
@@ -199,7 +193,7 @@ func checkOffer(svc *model.Service, o *ctrlproto.E2EEOffer) (*ctrlproto.E2EEOffe
 	case o != nil && len(o.ZmeshHello) > ctrlproto.MaxZmeshHello:
 		return nil, fail(ctrlproto.ErrCodeInvalidE2EEOffer, "e2ee.zmeshHello is %d bytes; at most %d", len(o.ZmeshHello), ctrlproto.MaxZmeshHello)
 	case o != nil && len(o.ZmeshHello) != 0 && !o.Zmesh:
-		return nil, fail(ctrlproto.ErrCodeInvalidE2EEOffer, "e2ee.zmeshHello without e2ee.zmesh")
+		return nil, fail(ctrlproto.ErrCodeInvalidE2EEOffer, "e2ee.zmeshHello without e2ee.zmesh: a ClientHello needs zmesh's scheme offered (set e2ee.zmesh to true, or leave e2ee.zmeshHello out)")
 	}
 	switch {
 	case !svc.EncryptionRequired:
@@ -333,10 +327,10 @@ func (s *Service) checkEdgeRouter(identity, router string, svc *model.Service) e
 // Route unless it is also the egress: it installs its entry when the reply arrives. On a
 // failure the routes already installed are removed. It returns the egress's answer to the
 // end-to-end offer.
-func (s *Service) install(ctx context.Context, c *Circuit, term *model.Terminator) (hostAnswer, error) {
+func (s *Service) install(ctx context.Context, c *Circuit, term *model.Terminator) (ctrlproto.HostAnswer, error) {
 	n := len(c.Path)
 	var done []string
-	var host hostAnswer
+	var host ctrlproto.HostAnswer
 	for i := n - 1; i >= 0; i-- {
 		if i == 0 && n > 1 {
 			break
@@ -361,7 +355,7 @@ func (s *Service) install(ctx context.Context, c *Circuit, term *model.Terminato
 		}
 		if err != nil {
 			s.unroute(c.ID, done, "the circuit could not be set up")
-			return hostAnswer{}, err
+			return ctrlproto.HostAnswer{}, err
 		}
 	}
 	return host, nil
@@ -369,20 +363,20 @@ func (s *Service) install(ctx context.Context, c *Circuit, term *model.Terminato
 
 // checkHostAnswer checks the egress's answer to the end-to-end offer: at most one of an
 // OpenZiti key (checkHostKey) and a ServerHello, which must answer the offer's ClientHello.
-func checkHostAnswer(egress string, offer *ctrlproto.E2EEOffer, reply *ctrlproto.RouteReply) (hostAnswer, error) {
+func checkHostAnswer(egress string, offer *ctrlproto.E2EEOffer, reply *ctrlproto.RouteReply) (ctrlproto.HostAnswer, error) {
 	key, err := checkHostKey(egress, offer, reply.HostZitiKey)
 	if err != nil || len(reply.HostHello) == 0 {
-		return hostAnswer{zitiKey: key}, err
+		return ctrlproto.HostAnswer{HostZitiKey: key}, err
 	}
 	switch {
 	case len(key) > 0:
-		return hostAnswer{}, fail(ctrlproto.ErrCodeRouteFailed, "router %s: the hosting end answered with both an OpenZiti key and a ServerHello", egress)
+		return ctrlproto.HostAnswer{}, fail(ctrlproto.ErrCodeRouteFailed, "router %s: the hosting end answered with both an OpenZiti key and a ServerHello", egress)
 	case offer == nil || len(offer.ZmeshHello) == 0:
-		return hostAnswer{}, fail(ctrlproto.ErrCodeRouteFailed, "router %s: the hosting end answered with a ServerHello (hostHello), but the circuit's offer had no ClientHello", egress)
+		return ctrlproto.HostAnswer{}, fail(ctrlproto.ErrCodeRouteFailed, "router %s: the hosting end answered with a ServerHello (hostHello), but the circuit's offer had no ClientHello", egress)
 	case len(reply.HostHello) > ctrlproto.MaxHostHello:
-		return hostAnswer{}, fail(ctrlproto.ErrCodeRouteFailed, "router %s: the hosting end's ServerHello is %d bytes; at most %d", egress, len(reply.HostHello), ctrlproto.MaxHostHello)
+		return ctrlproto.HostAnswer{}, fail(ctrlproto.ErrCodeRouteFailed, "router %s: the hosting end's ServerHello is %d bytes; at most %d", egress, len(reply.HostHello), ctrlproto.MaxHostHello)
 	}
-	return hostAnswer{hello: reply.HostHello}, nil
+	return ctrlproto.HostAnswer{HostHello: reply.HostHello}, nil
 }
 
 // checkHostKey checks the egress's HostZitiKey: a crypto_kx public key, answering the offer

@@ -266,7 +266,7 @@ func newRouteRouter(t *testing.T) *routeRouter {
 	routerEnd.Handle(ctrlproto.TypeRoute, func(_ context.Context, m ctrlproto.Message) (ctrlproto.Message, error) {
 		r := m.(*ctrlproto.Route)
 		rr.egress <- r.Forward.Xgress
-		return &ctrlproto.RouteReply{CircuitID: r.CircuitID, HostZitiKey: rr.hostKey, HostHello: rr.hostHello}, nil
+		return &ctrlproto.RouteReply{CircuitID: r.CircuitID, HostAnswer: ctrlproto.HostAnswer{HostZitiKey: rr.hostKey, HostHello: rr.hostHello}}, nil
 	})
 	routerEnd.Handle(ctrlproto.TypeUnroute, func(context.Context, ctrlproto.Message) (ctrlproto.Message, error) { return nil, nil })
 	ctrlEnd.Start()

@@ -65,7 +65,7 @@ func randomMessage(tb testing.TB, r *rand.Rand, t Type) Message {
 		return m
 	case TypeCircuitReply:
 		m := &CircuitReply{RequestID: s(), CircuitID: u(), Outcome: outcome(), ServiceID: s(), EncryptionRequired: r.IntN(2) == 0,
-			HostZitiKey: key(), HostHello: key(),
+			HostAnswer: HostAnswer{HostZitiKey: key(), HostHello: key()},
 			Terminator: TerminatorRef{ID: s(), RouterID: s(), Binding: s(), Address: s(), HostID: s()}}
 		for range r.IntN(3) {
 			m.Path = append(m.Path, s())
@@ -75,7 +75,7 @@ func randomMessage(tb testing.TB, r *rand.Rand, t Type) Message {
 		return &Route{CircuitID: u(), Forward: Hop{Router: s(), Xgress: xgress()}, Reverse: Hop{Router: s(), Xgress: xgress()},
 			Timeout: time.Duration(int64(u()))}
 	case TypeRouteReply:
-		return &RouteReply{CircuitID: u(), HostZitiKey: key(), HostHello: key(), Outcome: outcome()}
+		return &RouteReply{CircuitID: u(), HostAnswer: HostAnswer{HostZitiKey: key(), HostHello: key()}, Outcome: outcome()}
 	case TypeFault:
 		return &Fault{CircuitID: u(), Reason: s(), Unrouted: r.IntN(2) == 0, Clean: r.IntN(2) == 0}
 	case TypeUnroute:

@@ -174,13 +174,7 @@ type CircuitReply struct {
 	// end-to-end key exchange with Terminator.HostID before carrying the client's bytes.
 	ServiceID          string `json:"serviceId,omitempty"`
 	EncryptionRequired bool   `json:"encryptionRequired,omitempty"`
-	// HostZitiKey is the hosting end's crypto_kx public key when it took OpenZiti's scheme
-	// (copied from the egress's RouteReply); empty when it took zmesh's or none.
-	HostZitiKey []byte `json:"hostZitiKey,omitempty"`
-	// HostHello is the hosting end's ServerHello answering the offer's ZmeshHello (copied
-	// from the egress's RouteReply); empty when it took another scheme or runs zmesh's
-	// in-band.
-	HostHello []byte `json:"hostHello,omitempty"`
+	HostAnswer                // copied from the egress's RouteReply
 	Outcome
 }
 
@@ -233,14 +227,21 @@ type Xgress struct {
 
 // RouteReply answers Route (router → controller).
 type RouteReply struct {
-	CircuitID uint64 `json:"circuitId"`
-	// HostZitiKey is the hosting end's crypto_kx public key when it took OpenZiti's scheme
-	// (egress only).
-	HostZitiKey []byte `json:"hostZitiKey,omitempty"`
-	// HostHello is the hosting end's ServerHello answering the offer's ZmeshHello (egress
-	// only).
-	HostHello []byte `json:"hostHello,omitempty"`
+	CircuitID  uint64 `json:"circuitId"`
+	HostAnswer        // egress only
 	Outcome
+}
+
+// HostAnswer is the hosting end's answer to the initiator's end-to-end offer, which the
+// egress returns in its RouteReply and the controller passes on in the CircuitReply: at most
+// one of the two is set, and neither when the hosting end runs zmesh's key exchange in-band
+// or the circuit is not encrypted end to end.
+type HostAnswer struct {
+	// HostZitiKey is the hosting end's crypto_kx public key when it took OpenZiti's scheme.
+	HostZitiKey []byte `json:"hostZitiKey,omitempty"`
+	// HostHello is the hosting end's ServerHello answering the offer's ZmeshHello, when it
+	// took zmesh's scheme.
+	HostHello []byte `json:"hostHello,omitempty"`
 }
 
 func (*RouteReply) MessageType() Type { return TypeRouteReply }

@@ -83,7 +83,7 @@ type ClientStart struct {
 // StartClient makes a ClientHello offering the ciphers cipher allows (as Config.Cipher does).
 func StartClient(cipher Cipher) (*ClientStart, error) {
 	if cipher > CipherChaCha20Poly1305 {
-		return nil, fmt.Errorf("e2ee: unknown cipher %v", cipher)
+		return nil, fmt.Errorf("e2ee: unknown cipher %v; allowed: %v, %v, %v", cipher, CipherAuto, CipherAES256GCM, CipherChaCha20Poly1305)
 	}
 	ephemeral, err := ecdh.X25519().GenerateKey(rand.Reader)
 	if err != nil {
@@ -154,8 +154,8 @@ func AcceptHello(conn net.Conn, cfg Config, clientHello []byte) (*ServerStart, [
 	if body, err = h.serverHello(body); err != nil {
 		return nil, nil, err
 	}
-	if len(body) > maxHandshakeMessage {
-		return nil, nil, fmt.Errorf("e2ee: ServerHello of %d bytes exceeds %d (certificate chain too long?)", len(body), maxHandshakeMessage)
+	if err := checkBody(msgServerHello, body); err != nil {
+		return nil, nil, err
 	}
 	return &ServerStart{h}, frame(msgServerHello, body), nil
 }
@@ -176,16 +176,12 @@ func newHandshake(conn net.Conn, cfg *Config) *handshakeState {
 
 // complete runs the part of the handshake that uses conn under the handshake's deadline and
 // sets up the record layer; on error it closes conn.
-func (h *handshakeState) complete(run func() error, client bool) (*Conn, error) {
-	c, err := h.runOnConn(run, client)
-	if err != nil {
-		h.conn.Close()
-		return nil, err
-	}
-	return c, nil
-}
-
-func (h *handshakeState) runOnConn(run func() error, client bool) (*Conn, error) {
+func (h *handshakeState) complete(run func() error, client bool) (c *Conn, err error) {
+	defer func() {
+		if err != nil {
+			h.conn.Close()
+		}
+	}()
 	if err := h.conn.SetDeadline(time.Now().Add(h.cfg.HandshakeTimeout)); err != nil {
 		return nil, fmt.Errorf("e2ee: set handshake deadline: %w", err)
 	}
@@ -458,8 +454,8 @@ func (h *handshakeState) signedContent(role string) []byte {
 
 // writeMessage sends one handshake message in one Write, which datagram mode relies on.
 func (h *handshakeState) writeMessage(typ uint8, body []byte) error {
-	if len(body) > maxHandshakeMessage {
-		return fmt.Errorf("e2ee: handshake message %d of %d bytes exceeds %d (certificate chain too long?)", typ, len(body), maxHandshakeMessage)
+	if err := checkBody(typ, body); err != nil {
+		return err
 	}
 	if _, err := h.conn.Write(frame(typ, body)); err != nil {
 		return fmt.Errorf("e2ee: send handshake message %d: %w", typ, err)
@@ -482,12 +478,9 @@ func (h *handshakeState) readMessage(want uint8) ([]byte, error) {
 	if _, err := io.ReadFull(h.conn, header); err != nil {
 		return nil, handshakeReadError(want, err)
 	}
-	typ, length := header[0], int(header[1])<<16|int(header[2])<<8|int(header[3])
-	if typ != want {
-		return nil, fmt.Errorf("e2ee: got handshake message %d, expected %d", typ, want)
-	}
-	if length > maxHandshakeMessage {
-		return nil, fmt.Errorf("e2ee: handshake message %d of %d bytes exceeds %d", typ, length, maxHandshakeMessage)
+	length, err := checkHeader(want, header)
+	if err != nil {
+		return nil, err
 	}
 	body := make([]byte, length)
 	if _, err := io.ReadFull(h.conn, body); err != nil {
@@ -496,25 +489,44 @@ func (h *handshakeState) readMessage(want uint8) ([]byte, error) {
 	return body, nil
 }
 
+// checkBody refuses a handshake message body of this end's over the bound.
+func checkBody(typ uint8, body []byte) error {
+	if len(body) > maxHandshakeMessage {
+		return fmt.Errorf("e2ee: handshake message %d of %d bytes exceeds %d (certificate chain too long?)", typ, len(body), maxHandshakeMessage)
+	}
+	return nil
+}
+
 // frame returns the handshake message of type typ with body, header first.
 func frame(typ uint8, body []byte) []byte {
 	return append([]byte{typ, byte(len(body) >> 16), byte(len(body) >> 8), byte(len(body))}, body...)
 }
 
-// unframe checks that msg, which came outside the circuit, is one whole handshake message of
-// type want, and returns its body.
+// checkHeader checks a handshake message's header against the type expected and the bound,
+// and returns the body's length.
+func checkHeader(want uint8, header []byte) (int, error) {
+	typ, length := header[0], int(header[1])<<16|int(header[2])<<8|int(header[3])
+	switch {
+	case typ != want:
+		return 0, fmt.Errorf("e2ee: got handshake message %d, expected %d", typ, want)
+	case length > maxHandshakeMessage:
+		return 0, fmt.Errorf("e2ee: handshake message %d of %d bytes exceeds %d", typ, length, maxHandshakeMessage)
+	}
+	return length, nil
+}
+
+// unframe checks that msg (from a datagram, or from outside the circuit) is one whole
+// handshake message of type want, and returns its body.
 func unframe(want uint8, msg []byte) ([]byte, error) {
 	if len(msg) < headerLen {
 		return nil, fmt.Errorf("e2ee: short handshake message")
 	}
-	typ, length := msg[0], int(msg[1])<<16|int(msg[2])<<8|int(msg[3])
-	switch {
-	case typ != want:
-		return nil, fmt.Errorf("e2ee: got handshake message %d, expected %d", typ, want)
-	case length > maxHandshakeMessage:
-		return nil, fmt.Errorf("e2ee: handshake message %d of %d bytes exceeds %d", typ, length, maxHandshakeMessage)
-	case len(msg) != headerLen+length:
-		return nil, fmt.Errorf("e2ee: handshake message %d has %d bytes, its header says %d", typ, len(msg)-headerLen, length)
+	length, err := checkHeader(want, msg[:headerLen])
+	if err != nil {
+		return nil, err
+	}
+	if len(msg) != headerLen+length {
+		return nil, fmt.Errorf("e2ee: handshake message %d has %d bytes, its header says %d", want, len(msg)-headerLen, length)
 	}
 	return msg[headerLen:], nil
 }
