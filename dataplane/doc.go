@@ -32,10 +32,13 @@
 //     Frame.Extend (xgress/wire.go), numbers it (window.recordSent) and hands it to its Hop,
 //     the router's forwarder.
 //  2. Forwarder.Forward (dataplane/forwarder.go) looks the circuit's route up, and
-//     Forwarder.forward notes the payload's time for idle checks and passes the frame to the
-//     hop toward the terminator: linkHop.Forward (dataplane/circuits.go).
-//  3. Link.Send (link/send.go) queues the frame on the link's payload queue.
-//  4. The payload connection's writer writes it with the frames queued behind it: on a link
+//     Forwarder.next notes the payload's time for idle checks and returns the hop toward the
+//     terminator: a link, which gets the frame with Link.SendNow.
+//  3. Link.SendNow (link/send.go) writes a small frame itself when nothing is queued or being
+//     written on the link's payload connections (conn.writeNow, behind a batch header of
+//     one frame on a striped link), and otherwise queues it on the link's payload queue
+//     (Link.queue), as Link.Send always does.
+//  4. The payload connection's writer writes a queued frame with the frames queued behind it: on a link
 //     of one payload connection, Link.writeLoop and conn.writeBatch (link/send.go), which
 //     gathers them with batcher.next; on a striped link, Link.writeStripedLoop,
 //     stripe.take and stripe.batch (link/stripe.go) and conn.writeStripeBatch, behind a batch
@@ -47,19 +50,24 @@
 //     (link/receive.go), then stripe.deposit and stripe.handOver (link/stripe.go), in order.
 //  6. Router.HandleFrame (dataplane/circuits.go) calls Forwarder.ForwardFrom
 //     (dataplane/forwarder.go), which looks the route up once, drops the frame unless it came
-//     from the circuit's hop toward its origin, and passes it on with Forwarder.forward:
-//     toward the terminator, EndpointHop.Forward (dataplane/forwarder.go).
-//  7. Endpoint.Receive (xgress/endpoint.go) queues the payload; the first opens the
+//     from the circuit's hop toward its origin, and passes it to the hop Forwarder.next
+//     returns: toward the terminator, EndpointHop.Forward (dataplane/forwarder.go). A frame
+//     for another link is queued with Link.Send: a link's reader never writes to a link.
+//  7. Endpoint.Receive (xgress/endpoint.go) takes the payload; the first opens the
 //     terminator (endState.open), which starts its Endpoint.readLoop for the other
-//     direction, and a writer starts unless one runs (endState.startWriter).
+//     direction. A small payload that finds no writer running is written at once, without
+//     waiting (Endpoint.canWriteNow, Endpoint.writeNow); what the connection does not take
+//     goes to a writer. Otherwise the payload is queued, and a writer starts unless one
+//     runs (endState.startWriter).
 //  8. Endpoint.writeLoop writes the queued payloads to the service's connection in order.
 //
 // The ack, back to the client's side:
 //
 //  9. Endpoint.writeLoop on B, once a batch is written, hands an Ack (every byte below its
 //     Seq was written) to the forwarder with Endpoint.sendAck; it takes steps 2 to 6 toward
-//     the initiator, where Link.Send puts it on the link's ack connection when the link is
-//     split.
+//     the initiator, where Link.SendNow puts it on the link's ack connection when the link
+//     is split. The bytes Endpoint.writeNow wrote are acknowledged with the writer's next
+//     batch, or by a writer started for it once ackAfter bytes are owed.
 //  10. On A, EndpointHop.Forward hands it to Endpoint.Receive, whose window.ack
 //     (xgress/window.go) frees window and wakes Endpoint.readLoop in window.acquire (step 1).
 //

@@ -42,9 +42,11 @@ type Forwarder struct {
 // NewForwarder returns an empty forwarder.
 func NewForwarder() *Forwarder { return &Forwarder{now: time.Now} }
 
-// Forward sends a frame to the next hop of its circuit, toward the end it did not come from.
-// Frames of circuits without a route are dropped and counted; the caller learns of the fault
-// through Dropped and the link handler's reply.
+// Forward sends a frame from an endpoint on this router to the next hop of its circuit,
+// toward the other end. Frames of circuits without a route are dropped and counted; the
+// caller learns of the fault through Dropped and the link handler's reply. A frame for a
+// link may be written on the caller's goroutine (link.Link.SendNow): endpoints may wait
+// on the network, links' readers may not, and they forward with ForwardFrom.
 func (fw *Forwarder) Forward(f *xgress.Frame) {
 	v, ok := fw.routes.Load(f.Circuit)
 	if !ok {
@@ -52,11 +54,18 @@ func (fw *Forwarder) Forward(f *xgress.Frame) {
 		f.Release()
 		return
 	}
-	fw.forward(v.(*route), f)
+	r := v.(*route)
+	hop := fw.next(r, f)
+	if lh, ok := hop.(linkHop); ok {
+		lh.l.SendNow(f)
+	} else if hop != nil {
+		hop.Forward(f)
+	}
 }
 
-// forward sends f along route r.
-func (fw *Forwarder) forward(r *route, f *xgress.Frame) {
+// next returns the hop of route r toward the end f travels to, and counts f; it releases f
+// and returns nil when the route has no such hop.
+func (fw *Forwarder) next(r *route, f *xgress.Frame) xgress.Hop {
 	if f.Type == xgress.Payload {
 		r.lastSeen.Store(fw.now().UnixNano())
 	}
@@ -64,10 +73,10 @@ func (fw *Forwarder) forward(r *route, f *xgress.Frame) {
 	if hop == nil {
 		fw.Dropped.Add(1)
 		f.Release()
-		return
+		return nil
 	}
 	fw.Forwarded.Add(1)
-	hop.Forward(f)
+	return hop
 }
 
 // ForwardFrom is Forward for a frame that arrived from hop from (a link): it is dropped
@@ -90,7 +99,9 @@ func (fw *Forwarder) ForwardFrom(f *xgress.Frame, from xgress.Hop) (routed bool)
 	if r.tap != nil {
 		r.tap(f)
 	}
-	fw.forward(r, f)
+	if hop := fw.next(r, f); hop != nil {
+		hop.Forward(f)
+	}
 	return true
 }
 

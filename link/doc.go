@@ -34,7 +34,10 @@
 // writers number the batches they take, and the peer's readers hand the batches over in
 // number order (stripe.go), so that the Handler sees every frame in the order it was sent
 // and circuits share the link as fairly as on one connection, while encryption, decryption
-// and system calls run on several goroutines on each side.
+// and system calls run on several goroutines on each side. A sender that may wait on the
+// network (an endpoint, not a link's reader) sends with SendNow: a small frame that finds
+// nothing queued or being written is written by the sender itself, so that an interactive
+// round trip does not wait for a writer goroutine to wake at each hop.
 //
 // # Latency probes
 //

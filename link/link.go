@@ -54,7 +54,12 @@ type conn struct {
 	index int // of a payload connection among the link's payload connections
 	s     stream
 	queue chan *xgress.Frame // shared by the payload connections of a link
-	bw    *bufio.Writer
+	// wmu is held by whoever writes to the stream: the writer, for a batch, or a sender
+	// writing a frame itself (SendNow). pending counts the frames of queue not yet written;
+	// a sender writes itself only when it is 0, so that it never overtakes them.
+	wmu     sync.Mutex
+	pending *atomic.Int64 // shared like queue
+	bw      *bufio.Writer
 	// corkSize is the most the stream gathers for one system call, and reads ahead (see
 	// tlscork.Conn).
 	corkSize int
@@ -92,11 +97,13 @@ func newLink(reg *Registry, id, peerID, dialerID, transport string, streams ...s
 	}
 	payloads := max(len(streams)-1, 1)
 	queue := make(chan *xgress.Frame, reg.opts.QueueLength) // the payload connections'
+	pending := new(atomic.Int64)
 	for i, s := range streams {
 		c := &conn{
 			role:         RoleSingle,
 			s:            s,
 			queue:        queue,
+			pending:      pending,
 			corkSize:     corkSize,
 			writeTimeout: reg.opts.WriteTimeout,
 			bw:           bufio.NewWriterSize(s, s.bufferSize()),
@@ -107,6 +114,7 @@ func newLink(reg *Registry, id, peerID, dialerID, transport string, streams ...s
 		case i == payloads:
 			c.role, c.corkSize = RoleAck, ackCorkSize
 			c.queue = make(chan *xgress.Frame, reg.opts.QueueLength)
+			c.pending = new(atomic.Int64)
 		default:
 			c.role, c.index = RolePayload, i
 		}

@@ -28,18 +28,83 @@ import (
 // link share one. When it is full Send blocks until a writer makes room or the link closes.
 // On a closing or closed link Send releases f and returns an error wrapping ErrLinkClosed.
 func (l *Link) Send(f *xgress.Frame) error {
-	c := l.ack
-	if f.Type == xgress.Payload || f.Type == xgress.Close {
-		c = l.payloads[0]
+	return l.queue(l.connFor(f.Type), f)
+}
+
+// SendNow is Send for a sender that may wait on the network: a small Payload or Ack, when
+// nothing is queued or being written on its connections, is written and flushed by the
+// caller, which spares the hand-off to the writer that an interactive round trip would pay
+// at every hop. The caller may then block for up to Options.WriteTimeout, so a link's own
+// reader must never use it: two routers whose readers each wait for the other's would
+// stall. Everything else is queued as Send does.
+func (l *Link) SendNow(f *xgress.Frame) error {
+	c := l.connFor(f.Type)
+	if f.Type == xgress.Close || len(f.Data) > maxNowData || c.pending.Load() != 0 {
+		return l.queue(c, f)
 	}
+	if c = l.idleConn(c); c == nil {
+		return l.queue(l.connFor(f.Type), f)
+	}
+	// Under wmu: no writer is in the middle of a batch on c, and the stream is not ended.
+	if c.pending.Load() != 0 || l.closing.Load() {
+		c.wmu.Unlock()
+		return l.queue(c, f)
+	}
+	if c.striped {
+		c.putStripeHeader(l.stripe.number(1), 1)
+	}
+	err := c.writeNow(f)
+	c.wmu.Unlock()
+	if err != nil {
+		err = fmt.Errorf("write %s: %w", c, err)
+		l.shutdown(err, abort)
+		return fmt.Errorf("send on link %s to router %q: %w: %w", l.id, l.peerID, ErrLinkClosed, err)
+	}
+	return nil
+}
+
+// maxNowData is the most data a frame SendNow writes itself carries: interactive traffic
+// is small, while bulk data is written fastest by the writers, which batch it and write in
+// parallel with the endpoint's reading.
+const maxNowData = 1 << 10
+
+// idleConn returns c, or for a striped payload connection any of the link's payload
+// connections, with its wmu locked, or nil when all are being written.
+func (l *Link) idleConn(c *conn) *conn {
+	if !c.striped {
+		if c.wmu.TryLock() {
+			return c
+		}
+		return nil
+	}
+	for _, c := range l.payloads {
+		if c.wmu.TryLock() {
+			return c
+		}
+	}
+	return nil
+}
+
+// connFor returns the connection that carries frames of type t.
+func (l *Link) connFor(t xgress.Type) *conn {
+	if t == xgress.Payload || t == xgress.Close {
+		return l.payloads[0]
+	}
+	return l.ack
+}
+
+// queue queues f on c, as Send describes.
+func (l *Link) queue(c *conn, f *xgress.Frame) error {
 	select {
 	case <-l.stop:
 	default:
+		c.pending.Add(1)
 		select {
 		case c.queue <- f:
 			return nil
 		case <-l.stop:
 		}
+		c.pending.Add(-1)
 	}
 	t := f.Type
 	f.Release()
@@ -53,9 +118,11 @@ func (l *Link) Send(f *xgress.Frame) error {
 // a reader that waited for its writer could deadlock two routers whose writers each wait for
 // the other's reader.
 func (l *Link) trySend(c *conn, f *xgress.Frame) {
+	c.pending.Add(1)
 	select {
 	case c.queue <- f:
 	default:
+		c.pending.Add(-1)
 		f.Release()
 	}
 }
@@ -78,19 +145,45 @@ func (l *Link) writeLoop(c *conn) {
 	}
 }
 
-// writeBatch writes f and every frame queued behind it, then flushes, within the
-// connection's write timeout (Options.WriteTimeout).
+// writeBatch writes f, taken from the queue, and every frame queued behind it, then flushes,
+// within the connection's write timeout (Options.WriteTimeout).
 func (c *conn) writeBatch(f *xgress.Frame) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	if err := c.s.SetWriteDeadline(time.Now().Add(c.writeTimeout)); err != nil {
+		c.pending.Add(-1)
 		f.Release()
 		return err
 	}
 	c.s.cork(c.corkSize)
 	b := batcher{queue: c.queue}
 	for ; f != nil; f = b.next() {
-		if err := c.writeFrame(f); err != nil {
+		err := c.writeFrame(f)
+		c.pending.Add(-1)
+		if err != nil {
 			return err
 		}
+	}
+	return c.flush()
+}
+
+// writeNow writes f alone and flushes, within the write timeout, behind the batch header in
+// c.hdrOut on a striped connection. The caller holds wmu.
+func (c *conn) writeNow(f *xgress.Frame) error {
+	if err := c.s.SetWriteDeadline(time.Now().Add(c.writeTimeout)); err != nil {
+		f.Release()
+		return err
+	}
+	c.s.cork(c.corkSize)
+	if c.striped {
+		if _, err := c.bw.Write(c.hdrOut[:]); err != nil {
+			f.Release()
+			return err
+		}
+		c.bytesOut.Add(stripeHeaderSize)
+	}
+	if err := c.writeFrame(f); err != nil {
+		return err
 	}
 	return c.flush()
 }
@@ -166,7 +259,9 @@ func (c *conn) end(mode closeMode) {
 	if mode == closeRemote {
 		<-c.readDone
 	}
+	c.wmu.Lock() // after a SendNow that began before the link closed
 	c.s.CloseWrite()
+	c.wmu.Unlock()
 }
 
 // discard releases the queued frames.
@@ -174,6 +269,7 @@ func (c *conn) discard() {
 	for {
 		select {
 		case f := <-c.queue:
+			c.pending.Add(-1)
 			f.Release()
 		default:
 			return
@@ -203,8 +299,9 @@ func (l *Link) writeStripedLoop(c *conn) {
 }
 
 // writeStripeBatch writes the batch header and the frames of c.out, then flushes, within
-// the connection's write timeout.
+// the connection's write timeout, and unlocks wmu, which take locked.
 func (c *conn) writeStripeBatch() error {
+	defer c.wmu.Unlock()
 	err := c.s.SetWriteDeadline(time.Now().Add(c.writeTimeout))
 	if err == nil {
 		c.s.cork(c.corkSize)
@@ -217,6 +314,7 @@ func (c *conn) writeStripeBatch() error {
 		} else {
 			err = c.writeFrame(f)
 		}
+		c.pending.Add(-1)
 		c.out[i] = nil
 	}
 	c.out = c.out[:0]
@@ -226,9 +324,9 @@ func (c *conn) writeStripeBatch() error {
 	return c.flush()
 }
 
-// putStripeHeader writes the header of the batch in c.out, whose first frame is number
-// first, into c.hdrOut.
-func (c *conn) putStripeHeader(first uint64) {
+// putStripeHeader writes the header of a batch of n frames, the first numbered first, into
+// c.hdrOut.
+func (c *conn) putStripeHeader(first uint64, n int) {
 	binary.BigEndian.PutUint64(c.hdrOut[:8], first)
-	binary.BigEndian.PutUint32(c.hdrOut[8:], uint32(len(c.out)))
+	binary.BigEndian.PutUint32(c.hdrOut[8:], uint32(n))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/zmesh/zmesh/xgress"
 )
@@ -19,7 +20,8 @@ import (
 //     bytes) as a batch, and numbers the batch's frames, one after the other, while it holds
 //     taking, so that numbers follow the order frames were queued in. It writes the batch
 //     behind a header: the number of its first frame (8 bytes) and its frame count (4
-//     bytes), big-endian.
+//     bytes), big-endian. A sender that writes a frame itself (SendNow) makes it a batch of
+//     one, on whichever payload connection no writer is writing on.
 //   - Receiving, each payload reader reads whole batches and leaves them in its ring of
 //     stripeDepth batches; whichever reader finds the batch with the next number in a ring
 //     hands it, and every batch that follows it in number, to the handler. So the handler
@@ -47,8 +49,8 @@ var errStripe = errors.New("striped payload connections out of order")
 // stripe holds the order of the frames of a link's payload connections.
 type stripe struct {
 	// Sending.
-	taking   sync.Mutex // held by the writer taking and numbering the next batch
-	numbered uint64     // frames numbered so far; under taking
+	taking   sync.Mutex    // held by the writer taking and numbering the next batch
+	numbered atomic.Uint64 // frames numbered so far
 
 	// Receiving.
 	mu      sync.Mutex
@@ -86,8 +88,9 @@ func newStripe(conns int) *stripe {
 }
 
 // take waits until a frame is queued on c's (shared) queue, takes it and the frames queued
-// behind it into c.out, numbers them and puts the batch header in c.hdrOut. It takes nothing
-// and returns false once stop is closed.
+// behind it into c.out, numbers them and puts the batch header in c.hdrOut, with c.wmu
+// locked until writeStripeBatch has written them. It takes nothing and returns false once
+// stop is closed.
 func (s *stripe) take(c *conn, stop <-chan struct{}) bool {
 	s.taking.Lock()
 	defer s.taking.Unlock()
@@ -113,8 +116,10 @@ func (s *stripe) takeQueued(c *conn) bool {
 	}
 }
 
-// batch makes f and the frames queued behind it c's next batch; taking is held.
+// batch makes f and the frames queued behind it c's next batch, and locks c.wmu for its
+// writing; taking is held.
 func (s *stripe) batch(c *conn, f *xgress.Frame) {
+	c.wmu.Lock()
 	c.out = append(c.out[:0], f)
 	size := len(f.Data)
 	b := batcher{queue: c.queue}
@@ -125,8 +130,16 @@ func (s *stripe) batch(c *conn, f *xgress.Frame) {
 		c.out = append(c.out, f)
 		size += len(f.Data)
 	}
-	c.putStripeHeader(s.numbered)
-	s.numbered += uint64(len(c.out))
+	c.putStripeHeader(s.number(len(c.out)), len(c.out))
+}
+
+// number numbers n frames about to be written on a payload connection, and returns the
+// number of the first. The caller holds that connection's wmu until they are written, so
+// that each connection carries its batches in number order; a writer holds taking too, so
+// that numbers follow the order of the queue. A sender writing a frame itself (SendNow)
+// does so only with nothing queued, so its frame follows every frame it queued before.
+func (s *stripe) number(n int) uint64 {
+	return s.numbered.Add(uint64(n)) - uint64(n)
 }
 
 // readStripeHeader reads a batch header into c.hdrIn and returns the number of the batch's

@@ -57,6 +57,11 @@ type Endpoint struct {
 	raw      syscall.RawConn
 	readable func(fd uintptr) bool
 	peek     [1]byte
+	// tryWrite writes nowData without waiting and leaves in nowN what it wrote (writeNow),
+	// made once like readable, so that it costs no allocation.
+	tryWrite func(fd uintptr) bool
+	nowData  []byte
+	nowN     int
 
 	// writer is writeLoop as a value, made once: a `go e.writeLoop()` would allocate its
 	// closure at each burst of payloads.
@@ -69,6 +74,7 @@ type Endpoint struct {
 	queued    int      // bytes in queue
 	expect    uint64   // Seq the next payload must carry
 	delivered uint64   // bytes written to conn
+	ackedTo   uint64   // delivered, as last acknowledged
 }
 
 // endState is where an endpoint stands, guarded by its mu: flags, each set once and never
@@ -162,6 +168,15 @@ func NewEndpoint(circuit uint64, origin Origin, conn net.Conn, out Hop, pool *Po
 				n, _, err := syscall.Recvfrom(int(fd), e.peek[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 				return n > 0 || !errors.Is(err, syscall.EAGAIN)
 			}
+		}
+	}
+	switch conn.(type) {
+	case *net.TCPConn, *net.UnixConn: // a type that wraps one may do more on Write
+		e.tryWrite = func(fd uintptr) bool {
+			// A failed or refused write is the writer's to retry and report.
+			n, _ := syscall.Write(int(fd), e.nowData)
+			e.nowN = max(n, 0)
+			return true // one try, no wait
 		}
 	}
 	return e
@@ -337,9 +352,18 @@ func (e *Endpoint) Receive(f *Frame) {
 			e.fail(fmt.Errorf("%w: more than %d bytes queued", errOverrun, MaxWindow+MaxData))
 			return
 		}
+		read := e.state.open()
+		if e.canWriteNow(f) {
+			e.state.startWriter()
+			e.mu.Unlock()
+			if read {
+				go e.readLoop()
+			}
+			e.writeNow(f)
+			return
+		}
 		e.queue = append(e.queue, f)
 		start := e.state.startWriter()
-		read := e.state.open()
 		e.mu.Unlock()
 		if start {
 			go e.writer()
@@ -360,16 +384,71 @@ func (e *Endpoint) Receive(f *Frame) {
 	}
 }
 
+// Small payloads that find no writer running are written at once by Receive's caller,
+// without waiting, so that an interactive round trip does not wait for a writer goroutine to
+// wake up at each end. Their acknowledgement waits until ackAfter bytes are owed, or the
+// writer's next batch: the sender's window, at least MinWindow, has room for that many
+// unacknowledged bytes, so the sender never waits for it. Datagrams are left to the writer:
+// a datagram sender waits for the acknowledgement of every byte.
+const (
+	maxWriteNow = 1 << 10
+	ackAfter    = MinWindow / 4
+)
+
+// canWriteNow reports whether payload f, just arrived, may be written by Receive's caller:
+// it carries a little stream data and nothing else, in order, and no writer is running or
+// queued. Called with mu held.
+func (e *Endpoint) canWriteNow(f *Frame) bool {
+	return e.tryWrite != nil && !e.datagram && len(f.Data) > 0 && len(f.Data) <= maxWriteNow &&
+		f.Flags == 0 && f.Seq == e.expect && len(e.queue) == 0 && !e.state.writing()
+}
+
+// writeNow writes what the connection takes of f without waiting, and leaves the rest to a
+// writer, as it does the acknowledgement once ackAfter bytes are owed. The caller has
+// marked the writer running (canWriteNow and startWriter, under mu).
+func (e *Endpoint) writeNow(f *Frame) {
+	e.nowData, e.nowN = f.Data, 0
+	e.raw.Write(e.tryWrite)
+	n := e.nowN
+	e.nowData = nil
+	e.mu.Lock()
+	e.queued -= n
+	e.expect += uint64(n)
+	e.delivered += uint64(n)
+	if n < len(f.Data) {
+		f.Data, f.Seq = f.Data[n:], f.Seq+uint64(n)
+		e.queue = append(e.queue, f)
+	} else {
+		f.Release()
+	}
+	start := len(e.queue) > 0 || e.delivered-e.ackedTo >= ackAfter
+	if !start {
+		e.state.stopWriter()
+	}
+	e.mu.Unlock()
+	if start {
+		go e.writer()
+	}
+}
+
 // maxKeptQueue is the most frames a stopped writer's queues keep room for (2 KiB each): a
 // batch of full frames holds at most a window's worth, 64 of them; a burst of small
 // datagrams may hold thousands.
 const maxKeptQueue = 256
 
 // writeLoop writes queued payloads to the connection in order and acknowledges them, one ack
-// per batch that carried data, until the queue is empty.
+// per batch that carried data, until the queue is empty; it acknowledges what writeNow owes
+// too.
 func (e *Endpoint) writeLoop() {
 	for {
 		e.mu.Lock()
+		if len(e.queue) == 0 && e.delivered > e.ackedTo && !e.state.closed() {
+			delivered := e.delivered
+			e.ackedTo = delivered
+			e.mu.Unlock()
+			e.sendAck(delivered)
+			continue
+		}
 		if len(e.queue) == 0 || e.state.closed() {
 			// The queue and the spare are both kept for the next batch: a writer that stops
 			// whenever it has caught up, as it does between bursts, allocates no queue. Not
@@ -428,11 +507,13 @@ func (e *Endpoint) writeLoop() {
 		e.expect += written
 		e.delivered += written
 		delivered := e.delivered
+		ack := delivered > e.ackedTo
+		e.ackedTo = delivered
 		if eof {
 			e.state.wroteEOF()
 		}
 		e.mu.Unlock()
-		if written > 0 {
+		if ack {
 			// A batch of no data (an EOF, an empty opening payload) moves no window:
 			// acknowledging it would cost the link a frame for nothing.
 			e.sendAck(delivered)

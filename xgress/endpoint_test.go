@@ -653,7 +653,8 @@ func TestStartWithinReleases(t *testing.T) {
 
 // TestNoAckWithoutData: a terminator acknowledges the payloads that carried data, and not an
 // empty opening payload or an EOF, which move no window: each would cost the link a frame
-// for every circuit.
+// for every circuit. The EOF's batch does carry the ack of "hi", which Receive wrote itself
+// and left owed (see writeNow).
 func TestNoAckWithoutData(t *testing.T) {
 	t.Parallel()
 	conn, server := tcpPair(t)
