@@ -45,6 +45,8 @@ type routerOverlay struct {
 	ownChain func() ([]*x509.Certificate, error)
 	chains   *e2ee.ChainCache
 
+	relay tunnel.Relay // of the circuits it encrypts end to end
+
 	// tamper, set by tests only, makes the router tamper with end-to-end offers and answers
 	// as a hostile router would.
 	tamper atomic.Pointer[e2eeTamper]
@@ -309,7 +311,7 @@ func (r *Router) dialProxy(ctx context.Context, conn net.Conn, service string) {
 		conn.Close()
 		return
 	}
-	tunnel.Join(ctx, conn, c)
+	r.overlay.relay.Join(ctx, conn, c)
 }
 
 // proxyCircuit asks for a circuit to a service of the proxy mode, known by name only. The

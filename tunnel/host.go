@@ -73,6 +73,8 @@ type Host struct {
 	refused      atomic.Uint64
 	dialFailures atomic.Uint64
 	active       atomic.Int64
+
+	relay Relay
 }
 
 // HostStats is a snapshot of a Host's counters.
@@ -324,7 +326,7 @@ func (r *hostRun) carry(ctx context.Context, b *binding, c net.Conn, app AppData
 		if tg.Protocol == intercept.UDP {
 			r.relayUDP(ctx, c, conn, log.With("target", tg))
 		} else {
-			Join(ctx, c, conn)
+			r.h.relay.Join(ctx, c, conn)
 		}
 		return
 	}

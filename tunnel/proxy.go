@@ -19,6 +19,7 @@ type Proxy struct {
 	lns   []net.Listener
 	svc   []string
 	addrs map[string]string
+	relay Relay
 }
 
 // ListenProxy opens the listeners of services on host (127.0.0.1 when empty).
@@ -133,6 +134,6 @@ func (p *Proxy) ServeOverlay(ctx context.Context, overlay Overlay, log *slog.Log
 			conn.Close()
 			return
 		}
-		Join(ctx, conn, circuit)
+		p.relay.Join(ctx, conn, circuit)
 	})
 }

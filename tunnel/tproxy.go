@@ -123,6 +123,8 @@ type TProxy struct {
 	unmatched    atomic.Uint64
 	dialFailures atomic.Uint64
 	active       atomic.Int64
+
+	relay Relay
 }
 
 // TProxyStats is a snapshot of a TProxy's counters.
@@ -738,7 +740,7 @@ func (r *tproxyRun) carryTCP(ctx context.Context, c net.Conn) {
 		return
 	}
 	r.log.Debug("tunnel tproxy: carrying connection", "service", is.svc.Name, "src", src, "dst", dst, "hostname", hostname)
-	Join(ctx, c, circuit)
+	r.t.relay.Join(ctx, c, circuit)
 }
 
 func addrPort(a net.Addr) netip.AddrPort {
