@@ -21,6 +21,17 @@ func framesSent(l *Link, role Role) uint64 {
 	return n
 }
 
+// idle reports whether nothing is queued or being written on any connection of l.
+func idle(l *Link) bool {
+	for _, c := range l.conns {
+		if c.pending.Load() != 0 || !c.wmu.TryLock() {
+			return false
+		}
+		c.wmu.Unlock()
+	}
+	return true
+}
+
 // TestSendNowWritesOnIdleLink: on a link with nothing queued, SendNow writes a small payload
 // or ack before it returns, on one connection, several striped ones, or QUIC; a Close and a
 // large payload are left to the writers; each arrives.
@@ -41,8 +52,8 @@ func TestSendNowWritesOnIdleLink(t *testing.T) {
 			})
 			b := newNode(t, ca, "router-b", got, noProbes)
 			la, lb := connect(t, a, b, b.listen(t, tc.tr, 0), tc.conns > 0)
-			testutil.Eventually(t, "each end's first probe is answered", func() bool {
-				return la.Latency() > 0 && lb.Latency() > 0
+			testutil.Eventually(t, "each end's first probe is answered, and a's writers are idle", func() bool {
+				return la.Latency() > 0 && lb.Latency() > 0 && idle(la)
 			})
 			pool := a.reg.opts.Pool
 			payloadRole := RolePayload

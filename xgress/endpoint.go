@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -184,7 +185,9 @@ func NewEndpoint(circuit uint64, origin Origin, conn net.Conn, out Hop, pool *Po
 
 // SetDatagram makes the endpoint carry datagrams: each read of the connection (one datagram
 // of at most mtu bytes) becomes one frame and each frame one write, so that datagram
-// boundaries are kept. Call it before Start.
+// boundaries are kept. Call it before Start. The circuit's other end must carry datagrams
+// too: a stream end owes the acknowledgement of small payloads (writeNow), which a datagram
+// sender, waiting for room for a whole datagram, could wait for forever.
 func (e *Endpoint) SetDatagram(mtu int) {
 	e.datagram, e.mtu = true, min(max(mtu, 1), MaxData)
 }
@@ -417,7 +420,7 @@ func (e *Endpoint) writeNow(f *Frame) {
 	e.delivered += uint64(n)
 	if n < len(f.Data) {
 		f.Data, f.Seq = f.Data[n:], f.Seq+uint64(n)
-		e.queue = append(e.queue, f)
+		e.queue = slices.Insert(e.queue, 0, f) // ahead of anything queued meanwhile
 	} else {
 		f.Release()
 	}

@@ -93,6 +93,7 @@ func TestSmallPayloadWrittenByReceive(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, "the ack of the owed bytes", func() bool { return slices.Equal(rec.acks(), []uint64{ackAfter}) })
+	waitStopped(e) // the writer that sent it
 
 	payload(e, seq, []byte("tail"), 0)
 	payload(e, seq+4, nil, FlagEOF)
