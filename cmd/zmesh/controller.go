@@ -50,7 +50,7 @@ func newControllerRunCommand(lookupEnv env) *cobra.Command {
 func newLogger(w interface{ Write([]byte) (int, error) }, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q is not allowed; allowed: debug, info, warn, error", level)
+		return nil, usagef("--log-level %q is not allowed; allowed: debug, info, warn, error", level)
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }

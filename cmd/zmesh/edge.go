@@ -164,10 +164,7 @@ func (f *edgeFlags) client() (*apiclient.Client, error) {
 }
 
 func (f *edgeFlags) checkOutput() error {
-	if f.output != "text" && f.output != "json" {
-		return fmt.Errorf("--output %q is not allowed; allowed: text, json", f.output)
-	}
-	return nil
+	return checkFormat(f.output, "text", "json")
 }
 
 func enrollmentJWT(detail map[string]any) string {

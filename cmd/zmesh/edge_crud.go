@@ -343,7 +343,7 @@ func (e *edgeCall) value(fs *pflag.FlagSet, fd field, useDefault bool) (any, err
 				return c, nil
 			}
 		}
-		return nil, fmt.Errorf("%s %q is not allowed; allowed: %s", name, text, strings.Join(fd.choices, ", "))
+		return nil, usagef("%s %q is not allowed; allowed: %s", name, text, strings.Join(fd.choices, ", "))
 	case onOffValue:
 		switch strings.ToLower(text) {
 		case "on", "true":
@@ -351,20 +351,20 @@ func (e *edgeCall) value(fs *pflag.FlagSet, fd field, useDefault bool) (any, err
 		case "off", "false":
 			return false, nil
 		}
-		return nil, fmt.Errorf("%s %q is not allowed; allowed: on, off", name, text)
+		return nil, usagef("%s %q is not allowed; allowed: on, off", name, text)
 	case intValue:
 		n, err := strconv.Atoi(text)
 		if err != nil {
-			return nil, fmt.Errorf("%s %q is not a whole number", name, text)
+			return nil, usagef("%s %q is not a whole number", name, text)
 		}
 		if n < fd.min || n > fd.max {
-			return nil, fmt.Errorf("%s %d is out of range; allowed: %d to %d", name, n, fd.min, fd.max)
+			return nil, usagef("%s %d is out of range; allowed: %d to %d", name, n, fd.min, fd.max)
 		}
 		return n, nil
 	case durationValue:
 		d, err := time.ParseDuration(text)
 		if err != nil || d < 0 {
-			return nil, fmt.Errorf("%s %q is not a duration such as 90s or 30m", name, text)
+			return nil, usagef("%s %q is not a duration such as 90s or 30m", name, text)
 		}
 		return d.Milliseconds(), nil
 	case refValue:

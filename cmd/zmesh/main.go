@@ -23,7 +23,7 @@ func main() {
 		if !errors.As(err, &reported) {
 			fmt.Fprintln(os.Stderr, "zmesh:", err)
 		}
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 

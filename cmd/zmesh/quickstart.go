@@ -37,12 +37,12 @@ func newQuickstartCommand() *cobra.Command {
 				return err
 			}
 			if routers < 1 || routers > quickstart.MaxRouters {
-				return fmt.Errorf("--routers %d is not allowed; allowed: 1 to %d", routers, quickstart.MaxRouters)
+				return usagef("--routers %d is not allowed; allowed: 1 to %d", routers, quickstart.MaxRouters)
 			}
 			opts := quickstart.Options{Routers: routers, Version: version, Log: log}
 			if cmd.Flags().Changed("port-offset") {
 				if portOffset < 0 || portOffset > quickstart.MaxPortOffset {
-					return fmt.Errorf("--port-offset %d is not allowed; allowed: 0 to %d", portOffset, quickstart.MaxPortOffset)
+					return usagef("--port-offset %d is not allowed; allowed: 0 to %d", portOffset, quickstart.MaxPortOffset)
 				}
 				opts.PortOffset = &portOffset
 			}

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"fmt"
 	"io"
-	"runtime"
 
 	"github.com/spf13/cobra"
 )
@@ -31,6 +29,9 @@ func newRootCommand(stdout, stderr io.Writer, lookupEnv env) *cobra.Command {
 		newBenchCommand(selfExec), newBenchWorkerCommand(),
 		newQuickstartCommand(),
 	)
+	root.Version = version
+	root.SetVersionTemplate(currentBuild().String() + "\n")
+	applyConventions(root)
 	return root
 }
 
@@ -45,16 +46,4 @@ func newControllerCommand(lookupEnv env) *cobra.Command {
 	cmd.AddCommand(newValidateCommand("controller", lookupEnv, loadController), newControllerRunCommand(lookupEnv))
 	cmd.AddCommand(newControllerBackupCommand(), newControllerRestoreCommand(lookupEnv))
 	return cmd
-}
-
-func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version of this binary",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "zmesh %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-			return err
-		},
-	}
 }

@@ -34,8 +34,8 @@ func newValidateCommand(kind string, lookupEnv env, load loader) *cobra.Command 
 			"Warnings go to stderr and do not change the exit code.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "yaml" && output != "json" {
-				return fmt.Errorf("--output %q is not allowed; allowed: yaml, json", output)
+			if err := checkFormat(output, "yaml", "json"); err != nil {
+				return err
 			}
 			cfg, warnings, err := load(args[0], lookupEnv)
 			warnings, err = config.Strict(warnings, err)
