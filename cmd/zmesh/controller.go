@@ -15,13 +15,17 @@ func newControllerRunCommand(lookupEnv env) *cobra.Command {
 	var file string
 	var logLevel string
 	cmd := &cobra.Command{
-		Use:   "run --config FILE",
+		Use:   "run CONTROLLER.yml",
 		Short: "Run a standalone controller",
-		Long: "Run the controller described by FILE until interrupted. The first start creates the data\n" +
-			"directory, the store, the CA, the API's server certificate and the default administrator;\n" +
-			"later starts reuse them.",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Long: "Run the controller CONTROLLER.yml (or --config) describes until interrupted. The first start\n" +
+			"creates the data directory, the store, the CA, the API's server certificate and the default\n" +
+			"administrator; later starts reuse them.",
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			file, err := configArg(cmd, args, file)
+			if err != nil {
+				return err
+			}
 			log, err := newLogger(cmd.ErrOrStderr(), logLevel)
 			if err != nil {
 				return err
@@ -40,9 +44,8 @@ func newControllerRunCommand(lookupEnv env) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVarP(&file, "config", "c", "", "controller configuration file")
+	cmd.Flags().StringVarP(&file, "config", "c", "", "controller configuration file, instead of the argument")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	cmd.MarkFlagRequired("config")
 	return cmd
 }
 

@@ -79,6 +79,20 @@ func unknownSubcommand(c *cobra.Command, args []string) error {
 	return usagef("%s; run '%s --help' for its commands", msg, c.CommandPath())
 }
 
+// configArg returns the configuration file of a `run` command, given as its argument or with
+// --config (the same file if both).
+func configArg(cmd *cobra.Command, args []string, flag string) (string, error) {
+	switch {
+	case len(args) == 1 && flag != "" && flag != args[0]:
+		return "", usagef("two configuration files, %s and --config %s; give one (usage: %s)", args[0], flag, cmd.UseLine())
+	case len(args) == 1:
+		return args[0], nil
+	case flag != "":
+		return flag, nil
+	}
+	return "", usagef("no configuration file; give it as the argument or with --config (usage: %s)", cmd.UseLine())
+}
+
 // checkFormat refuses an --output value other than those allowed.
 func checkFormat(value string, allowed ...string) error {
 	for _, a := range allowed {

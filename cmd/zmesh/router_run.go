@@ -15,21 +15,26 @@ import (
 )
 
 func newRouterRunCommand(lookupEnv env) *cobra.Command {
-	var ctrlFile, logLevel string
+	var file, ctrlFile, logLevel string
 	cmd := &cobra.Command{
 		Use:   "run ROUTER.yml [--controller CONTROLLER.yml]",
 		Short: "Run an enrolled router",
-		Long: "Run the router ROUTER.yml describes until interrupted (SIGINT or SIGTERM): it connects to\n" +
-			"its controller, links with the other routers and carries circuits. With --controller the\n" +
-			"controller runs in the same process, exactly as `zmesh controller run` would run it.",
-		Args: cobra.ExactArgs(1),
+		Long: "Run the router ROUTER.yml (or --config) describes until interrupted (SIGINT or SIGTERM): it\n" +
+			"connects to its controller, links with the other routers and carries circuits. With\n" +
+			"--controller the controller runs in the same process, exactly as `zmesh controller run`\n" +
+			"would run it.",
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			file, err := configArg(cmd, args, file)
+			if err != nil {
+				return err
+			}
 			log, err := newLogger(cmd.ErrOrStderr(), logLevel)
 			if err != nil {
 				return err
 			}
-			cfg, warnings, err := config.LoadRouter(args[0], lookupEnv)
-			logWarnings(log, "router", args[0], warnings)
+			cfg, warnings, err := config.LoadRouter(file, lookupEnv)
+			logWarnings(log, "router", file, warnings)
 			if err != nil {
 				return err
 			}
@@ -74,7 +79,7 @@ func newRouterRunCommand(lookupEnv env) *cobra.Command {
 			go func() {
 				select {
 				case <-r.Ready():
-					fmt.Fprintf(cmd.OutOrStdout(), "router %s running (%s)\n", r.ID(), args[0])
+					fmt.Fprintf(cmd.OutOrStdout(), "router %s running (%s)\n", r.ID(), file)
 					for _, w := range cfg.Web {
 						var apis []string
 						for _, a := range w.APIs {
@@ -96,6 +101,7 @@ func newRouterRunCommand(lookupEnv env) *cobra.Command {
 			return ctrlErr
 		},
 	}
+	cmd.Flags().StringVarP(&file, "config", "c", "", "router configuration file, instead of the argument")
 	cmd.Flags().StringVar(&ctrlFile, "controller", "", "run the controller of this configuration file in the same process")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd
