@@ -565,9 +565,9 @@ func newEdgeListCommand(f *edgeFlags) *cobra.Command {
 					return err
 				}
 				if f.output == "json" {
-					return printJSON(cmd, items)
+					return printJSON(cmd, listAnswer(items, page))
 				}
-				return printTable(cmd.OutOrStdout(), t.columns, items, page)
+				return printTable(cmd.OutOrStdout(), cmd.ErrOrStderr(), t.columns, items, page)
 			},
 		}
 		cmd.Flags().StringVar(&filterFlag, "filter", "", "the filter, as an alternative to the argument")
@@ -705,8 +705,9 @@ func newEdgeDeleteCommand(f *edgeFlags) *cobra.Command {
 	})
 }
 
-// printTable writes a list as a table of the type's columns.
-func printTable(w io.Writer, columns []column, items []map[string]any, page *apiclient.Pagination) error {
+// printTable writes a list as a table of the type's columns, and how many of how many it
+// shows to footer (standard error), so that standard output holds the table alone.
+func printTable(w, footer io.Writer, columns []column, items []map[string]any, page *apiclient.Pagination) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	headers := make([]string, len(columns))
 	for i, c := range columns {
@@ -724,10 +725,24 @@ func printTable(w io.Writer, columns []column, items []map[string]any, page *api
 		return err
 	}
 	if page != nil {
-		_, err := fmt.Fprintf(w, "(%d of %d shown)\n", len(items), page.TotalCount)
+		_, err := fmt.Fprintf(footer, "(%d of %d shown)\n", len(items), page.TotalCount)
 		return err
 	}
 	return nil
+}
+
+// listAnswer is a list as `-o json` prints it: the API's envelope, with the page it holds.
+func listAnswer(items []map[string]any, page *apiclient.Pagination) any {
+	if items == nil {
+		items = []map[string]any{}
+	}
+	type meta struct {
+		Pagination *apiclient.Pagination `json:"pagination,omitempty"`
+	}
+	return struct {
+		Data []map[string]any `json:"data"`
+		Meta meta             `json:"meta"`
+	}{items, meta{page}}
 }
 
 // printDetail writes an entity as one field per line: id and name first, then the others by

@@ -49,15 +49,34 @@ func (edge edgeFunc) object(t *testing.T, args ...string) map[string]any {
 	return obj
 }
 
+// listJSON is what a list command prints with -o json.
+type listJSON struct {
+	Data []map[string]any `json:"data"`
+	Meta struct {
+		Pagination *struct {
+			Limit, Offset, TotalCount *int
+		} `json:"pagination"`
+	} `json:"meta"`
+}
+
+// decodeList decodes a list command's JSON output, which must carry its pagination.
+func decodeList(t *testing.T, what, out string) []map[string]any {
+	t.Helper()
+	var l listJSON
+	if err := json.Unmarshal([]byte(out), &l); err != nil || l.Data == nil {
+		t.Fatalf("%s: output is not {\"data\": [...]}: %v\n%s", what, err, out)
+	}
+	if p := l.Meta.Pagination; p == nil || p.Limit == nil || p.Offset == nil || p.TotalCount == nil || *p.TotalCount < len(l.Data) {
+		t.Fatalf("%s: meta.pagination is missing or wrong:\n%s", what, out)
+	}
+	return l.Data
+}
+
 // list runs an edge list command with JSON output and decodes its items.
 func (edge edgeFunc) list(t *testing.T, args ...string) []map[string]any {
 	t.Helper()
 	out := edge.must(t, append([]string{"list"}, append(args, "-o", "json")...)...)
-	var items []map[string]any
-	if err := json.Unmarshal([]byte(out), &items); err != nil {
-		t.Fatalf("zmesh edge list %s: output is not a JSON array: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return items
+	return decodeList(t, "zmesh edge list "+strings.Join(args, " "), out)
 }
 
 // hasFields reports the fields of want whose values got does not have. Objects in want
@@ -135,10 +154,10 @@ func (c crudCase) run(t *testing.T, edge edgeFunc) {
 	if len(items) != 1 || items[0]["id"] != id {
 		t.Errorf("list with a filter: %v", items)
 	}
-	table := edge.must(t, "list", c.typ, "--filter", "id = \""+id+"\"")
-	if lines := strings.Split(strings.TrimSpace(table), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[0], "ID") ||
-		!strings.Contains(lines[1], id) || lines[2] != "(1 of 1 shown)" {
-		t.Errorf("list table:\n%s", table)
+	table, footer, err := edge("list", c.typ, "--filter", "id = \""+id+"\"")
+	if lines := strings.Split(strings.TrimSpace(table), "\n"); err != nil || len(lines) != 2 || !strings.HasPrefix(lines[0], "ID") ||
+		!strings.Contains(lines[1], id) || footer != "(1 of 1 shown)\n" {
+		t.Errorf("list table (%v):\n%s\nstderr %q, want the table alone and (1 of 1 shown) on stderr", err, table, footer)
 	}
 
 	after := edge.object(t, append(append(c.updateCmd(), c.name), c.update...)...)

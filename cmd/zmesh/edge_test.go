@@ -73,9 +73,8 @@ func TestEdgeAndEnrollCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var list []map[string]any
-	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 3 {
-		t.Fatalf("list json: %v %s", err, out)
+	if list := decodeList(t, "zmesh edge list identities", out); len(list) != 3 {
+		t.Fatalf("list json: %d identities, want 3: %s", len(list), out)
 	}
 	out, _, err = edge("get", "identity", "laptop", "-o", "json")
 	var detail map[string]any

@@ -92,7 +92,7 @@ func newFabricListCommand(f *edgeFlags) *cobra.Command {
 					return err
 				}
 				if f.output == "json" {
-					return printJSON(cmd, items)
+					return printJSON(cmd, listAnswer(items, page))
 				}
 				if t.derive != nil {
 					now := time.Now()
@@ -100,7 +100,7 @@ func newFabricListCommand(f *edgeFlags) *cobra.Command {
 						t.derive(it, now)
 					}
 				}
-				return printTable(cmd.OutOrStdout(), t.columns, items, page)
+				return printTable(cmd.OutOrStdout(), cmd.ErrOrStderr(), t.columns, items, page)
 			},
 		}
 		cmd.Flags().StringVar(&filterFlag, "filter", "", "the filter, as an alternative to the argument")

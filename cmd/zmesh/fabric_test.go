@@ -20,9 +20,9 @@ func TestFabricCommands(t *testing.T) {
 	t.Parallel()
 	c := ctrltest.Start(t)
 	session := filepath.Join(t.TempDir(), "session.json")
-	fabric := func(args ...string) (string, error) {
-		out, _, err := run(t, nil, append([]string{"fabric", "--session-file", session}, args...)...)
-		return out, err
+	fabric := func(args ...string) (string, error) { // standard output, then standard error
+		out, errOut, err := run(t, nil, append([]string{"fabric", "--session-file", session}, args...)...)
+		return out + errOut, err
 	}
 	if _, err := fabric("list", "routers"); err == nil || !strings.Contains(err.Error(), "not logged in") {
 		t.Fatalf("list before login: %v", err)
@@ -65,9 +65,11 @@ func TestFabricCommands(t *testing.T) {
 		}
 	}
 	out, err := fabric("-o", "json", "list", "routers")
-	var routers []map[string]any
-	if err != nil || json.Unmarshal([]byte(out), &routers) != nil || len(routers) != 1 || routers[0]["connected"] != false {
-		t.Errorf("fabric -o json list routers: %v %s", err, out)
+	if err != nil {
+		t.Fatalf("fabric -o json list routers: %v", err)
+	}
+	if routers := decodeList(t, "fabric -o json list routers", out); len(routers) != 1 || routers[0]["connected"] != false {
+		t.Errorf("fabric -o json list routers: %s", out)
 	}
 	if _, err := fabric("delete", "circuit", "12345"); err == nil || !strings.Contains(err.Error(), "no circuit 12345") {
 		t.Errorf("delete an unknown circuit: %v", err)
@@ -99,7 +101,10 @@ func checkFabricCircuit(t *testing.T, session, proxyAddr, service, router string
 	}
 	testutil.Eventually(t, "the held connection's circuit listed", func() bool {
 		out, err := fabric("-o", "json", "list", "circuits")
-		return err == nil && json.Unmarshal([]byte(out), &circuits) == nil && len(circuits) == 1
+		var l struct {
+			Data json.RawMessage `json:"data"`
+		}
+		return err == nil && json.Unmarshal([]byte(out), &l) == nil && json.Unmarshal(l.Data, &circuits) == nil && len(circuits) == 1
 	})
 	if circuits[0].Service.Name != service {
 		t.Errorf("circuit %+v, want service %s", circuits[0], service)
