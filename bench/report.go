@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 )
 
-// Report is the outcome of a run, as printed by --json.
+// Report is the outcome of a run, as `zmesh bench -o json` prints it.
 type Report struct {
 	DurationSeconds float64 `json:"durationSeconds"`
 	Streams         int     `json:"streams"`

@@ -1,10 +1,14 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 )
+
+// ErrUnknownScenario is wrapped by Run's error when Options.Only names no scenario.
+var ErrUnknownScenario = errors.New("is not known")
 
 // selectScenarios returns the scenarios named in only, with the baselines they name, in the
 // order of all; every scenario when only is empty. It checks that names are unique and
@@ -37,7 +41,7 @@ func selectScenarios(all []Scenario, only []string) ([]Scenario, error) {
 	for _, name := range only {
 		sc, ok := byName[name]
 		if !ok {
-			return nil, fmt.Errorf("bench: scenario %q is not known; known: %s", name, strings.Join(names, ", "))
+			return nil, fmt.Errorf("bench: scenario %q %w; known: %s", name, ErrUnknownScenario, strings.Join(names, ", "))
 		}
 		for ; sc != nil && !want[sc.Name()]; sc = byName[sc.Baseline()] {
 			want[sc.Name()] = true

@@ -36,6 +36,7 @@ func selfExec() (bench.Exec, error) {
 func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 	var opts bench.Options
 	var asJSON, check bool
+	var output string
 	var logLevel string
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -69,10 +70,19 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Duration <= 0 || opts.Streams < 1 || opts.RTTSamples < 1 || opts.RTTConns < 1 || opts.WriteSize < 1 || opts.SetupWorkers < 1 || opts.Repeat < 1 {
-				return errors.New("--duration, --streams, --rtt-samples, --rtt-conns, --write-size, --setup-workers and --repeat must be positive")
+				return usageError{errors.New("--duration, --streams, --rtt-samples, --rtt-conns, --write-size, --setup-workers and --repeat must be positive")}
 			}
 			if opts.SetupDuration < 0 || opts.IdleCircuits < 0 || opts.SetupRate < 0 {
-				return errors.New("--setup-duration, --setup-rate and --idle-circuits must not be negative (0 skips the measurement)")
+				return usageError{errors.New("--setup-duration, --setup-rate and --idle-circuits must not be negative (0 skips the measurement)")}
+			}
+			if err := checkFormat(output, "text", "json"); err != nil {
+				return err
+			}
+			if asJSON {
+				if cmd.Flags().Changed("output") && output != "json" {
+					return usagef("--json and --output %s ask for two formats; give one", output)
+				}
+				output = "json"
 			}
 			opts.SkipSetup, opts.SkipIdle, opts.SkipSetupRate = opts.SetupDuration == 0, opts.IdleCircuits == 0, opts.SetupRate == 0
 			log, err := newLogger(cmd.ErrOrStderr(), logLevel)
@@ -89,9 +99,12 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 			rep, runErr := bench.Run(cmd.Context(), opts)
 			progress.clear()
 			if rep == nil {
+				if errors.Is(runErr, bench.ErrUnknownScenario) {
+					return usageError{runErr}
+				}
 				return runErr
 			}
-			if err := printBenchReport(cmd.OutOrStdout(), rep, asJSON); err != nil {
+			if err := printBenchReport(cmd.OutOrStdout(), rep, output == "json"); err != nil {
 				return err
 			}
 			if runErr != nil {
@@ -120,7 +133,8 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 	f.IntVar(&opts.IdleCircuits, "idle-circuits", 10000, "idle circuits the routers' memory is measured with (two-router paths); 0 skips it")
 	f.IntVar(&opts.Repeat, "repeat", 1, "rounds: every selected scenario measured this many times, each round with its baselines")
 	f.BoolVar(&check, "check", false, "exit with status 1 when the run missed one of zmesh's performance targets")
-	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON: -o json")
 	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	return cmd
 }

@@ -53,9 +53,16 @@ func runBench(t *testing.T, args ...string) (string, string, error) {
 	return stdout.String(), stderr.String(), err
 }
 
+// TestBenchJSON: -o json, or --json as bench had it first, prints the report as JSON.
 func TestBenchJSON(t *testing.T) {
 	t.Parallel()
-	stdout, stderr, err := runBench(t, "--duration", "200ms", "--scenarios", "io-copy", "--rtt-samples", "50", "--json")
+	for _, flags := range [][]string{{"-o", "json"}, {"--json"}} {
+		testBenchJSON(t, flags)
+	}
+}
+
+func testBenchJSON(t *testing.T, flags []string) {
+	stdout, stderr, err := runBench(t, append([]string{"--duration", "200ms", "--scenarios", "io-copy", "--rtt-samples", "50"}, flags...)...)
 	if err != nil {
 		t.Fatalf("bench: %v\nstderr: %s", err, stderr)
 	}
@@ -121,9 +128,11 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--setup-duration", "-1s"}, "must not be negative"},
 		{[]string{"--idle-circuits", "-1"}, "must not be negative"},
 		{[]string{"--setup-workers", "0"}, "must be positive"},
+		{[]string{"-o", "xml"}, `--output "xml" is not allowed; allowed: text, json`},
+		{[]string{"--json", "-o", "text"}, "--json and --output text ask for two formats"},
 	} {
-		if _, _, err := runBench(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("bench %q: %v, want an error with %q", tc.args, err, tc.want)
+		if _, _, err := runBench(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) || exitCode(err) != exitUsage {
+			t.Errorf("bench %q: %v (exit %d), want a usage error with %q", tc.args, err, exitCode(err), tc.want)
 		}
 	}
 }
