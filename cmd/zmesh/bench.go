@@ -33,11 +33,11 @@ func selfExec() (bench.Exec, error) {
 	return bench.Exec{Path: path, WorkerArgs: []string{benchWorkerCommand}}, nil
 }
 
-func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
+func newBenchCommand(exec func() (bench.Exec, error), lookupEnv env) *cobra.Command {
 	var opts bench.Options
 	var asJSON, check bool
 	var output string
-	var logLevel string
+	var lf logFlags
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure forwarding paths against plain Go baselines",
@@ -85,7 +85,7 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 				output = "json"
 			}
 			opts.SkipSetup, opts.SkipIdle, opts.SkipSetupRate = opts.SetupDuration == 0, opts.IdleCircuits == 0, opts.SetupRate == 0
-			log, err := newLogger(cmd.ErrOrStderr(), logLevel)
+			log, err := newLogger(cmd.ErrOrStderr(), lf, lookupEnv)
 			if err != nil {
 				return err
 			}
@@ -135,7 +135,7 @@ func newBenchCommand(exec func() (bench.Exec, error)) *cobra.Command {
 	f.BoolVar(&check, "check", false, "exit with status 1 when the run missed one of zmesh's performance targets")
 	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON: -o json")
-	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	lf.register(f)
 	return cmd
 }
 
@@ -152,14 +152,14 @@ func printBenchReport(w io.Writer, rep *bench.Report, asJSON bool) error {
 }
 
 // newBenchWorkerCommand is the hidden entry point of the benchmark's worker processes.
-func newBenchWorkerCommand() *cobra.Command {
+func newBenchWorkerCommand(lookupEnv env) *cobra.Command {
 	return &cobra.Command{
 		Use:                benchWorkerCommand + " ROLE [flags]",
 		Short:              "A process of zmesh bench: sink, relay or loadgen",
 		Hidden:             true,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			log, err := newLogger(cmd.ErrOrStderr(), "info")
+			log, err := newLogger(cmd.ErrOrStderr(), logFlags{}, lookupEnv)
 			if err != nil {
 				return err
 			}

@@ -45,7 +45,7 @@ func testBenchExec() (bench.Exec, error) {
 func runBench(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	cmd := newBenchCommand(testBenchExec)
+	cmd := newBenchCommand(testBenchExec, func(string) (string, bool) { return "", false })
 	cmd.SetOut(&stdout)
 	cmd.SetErr(&stderr)
 	cmd.SetArgs(args)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"net"
 
 	"github.com/spf13/cobra"
@@ -13,7 +12,7 @@ import (
 
 func newControllerRunCommand(lookupEnv env) *cobra.Command {
 	var file string
-	var logLevel string
+	var lf logFlags
 	cmd := &cobra.Command{
 		Use:   "run CONTROLLER.yml",
 		Short: "Run a standalone controller",
@@ -26,7 +25,7 @@ func newControllerRunCommand(lookupEnv env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			log, err := newLogger(cmd.ErrOrStderr(), logLevel)
+			log, err := newLogger(cmd.ErrOrStderr(), lf, lookupEnv)
 			if err != nil {
 				return err
 			}
@@ -45,15 +44,6 @@ func newControllerRunCommand(lookupEnv env) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&file, "config", "c", "", "controller configuration file, instead of the argument")
-	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	lf.register(cmd.Flags())
 	return cmd
-}
-
-// newLogger returns a text logger at the named level.
-func newLogger(w interface{ Write([]byte) (int, error) }, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, usagef("--log-level %q is not allowed; allowed: debug, info, warn, error", level)
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }

@@ -67,7 +67,8 @@ func newControllerBackupCommand() *cobra.Command {
 }
 
 func newControllerRestoreCommand(lookupEnv env) *cobra.Command {
-	var file, logLevel string
+	var file string
+	var lf logFlags
 	cmd := &cobra.Command{
 		Use:   "restore --config FILE BACKUP",
 		Short: "Replace a stopped controller's store with a backup",
@@ -78,7 +79,7 @@ func newControllerRestoreCommand(lookupEnv env) *cobra.Command {
 			"db.before-restore-<time> in the data directory (nothing is deleted).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			log, err := newLogger(cmd.ErrOrStderr(), logLevel)
+			log, err := newLogger(cmd.ErrOrStderr(), lf, lookupEnv)
 			if err != nil {
 				return err
 			}
@@ -100,7 +101,7 @@ func newControllerRestoreCommand(lookupEnv env) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&file, "config", "c", "", "controller configuration file")
-	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	lf.register(cmd.Flags())
 	cmd.MarkFlagRequired("config")
 	return cmd
 }

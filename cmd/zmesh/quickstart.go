@@ -15,8 +15,9 @@ import (
 // quickstartReady starts the one line `zmesh quickstart` prints once everything answers.
 const quickstartReady = "quickstart ready:"
 
-func newQuickstartCommand() *cobra.Command {
-	var dir, logLevel string
+func newQuickstartCommand(lookupEnv env) *cobra.Command {
+	var dir string
+	var lf logFlags
 	var routers, portOffset int
 	cmd := &cobra.Command{
 		Use:   "quickstart [--dir DIR] [--routers N]",
@@ -32,7 +33,7 @@ func newQuickstartCommand() *cobra.Command {
 			"moves every port when the defaults are taken; a directory keeps the offset it was made with.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(cmd.ErrOrStderr(), logLevel)
+			log, err := newLogger(cmd.ErrOrStderr(), lf, lookupEnv)
 			if err != nil {
 				return err
 			}
@@ -74,7 +75,7 @@ func newQuickstartCommand() *cobra.Command {
 	cmd.Flags().StringVar(&dir, "dir", "./zmesh-quickstart", "the directory of the network, created when missing and reused when present")
 	cmd.Flags().IntVar(&routers, "routers", 1, fmt.Sprintf("how many linked routers to run, 1 to %d", quickstart.MaxRouters))
 	cmd.Flags().IntVar(&portOffset, "port-offset", 0, fmt.Sprintf("add this to every port, 0 to %d (default: the directory's, 0 for a new one)", quickstart.MaxPortOffset))
-	cmd.Flags().StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	lf.register(cmd.Flags())
 	return cmd
 }
 

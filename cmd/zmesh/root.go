@@ -25,9 +25,9 @@ func newRootCommand(stdout, stderr io.Writer, lookupEnv env) *cobra.Command {
 		newEnrollCommand(),
 		newEdgeCommand(),
 		newFabricCommand(),
-		newTunnelCommand(),
-		newBenchCommand(selfExec), newBenchWorkerCommand(),
-		newQuickstartCommand(),
+		newTunnelCommand(lookupEnv),
+		newBenchCommand(selfExec, lookupEnv), newBenchWorkerCommand(lookupEnv),
+		newQuickstartCommand(lookupEnv),
 	)
 	root.Version = version
 	root.SetVersionTemplate(currentBuild().String() + "\n")

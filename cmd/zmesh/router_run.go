@@ -15,7 +15,8 @@ import (
 )
 
 func newRouterRunCommand(lookupEnv env) *cobra.Command {
-	var file, ctrlFile, logLevel string
+	var file, ctrlFile string
+	var lf logFlags
 	cmd := &cobra.Command{
 		Use:   "run ROUTER.yml [--controller CONTROLLER.yml]",
 		Short: "Run an enrolled router",
@@ -29,7 +30,7 @@ func newRouterRunCommand(lookupEnv env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			log, err := newLogger(cmd.ErrOrStderr(), logLevel)
+			log, err := newLogger(cmd.ErrOrStderr(), lf, lookupEnv)
 			if err != nil {
 				return err
 			}
@@ -103,6 +104,6 @@ func newRouterRunCommand(lookupEnv env) *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&file, "config", "c", "", "router configuration file, instead of the argument")
 	cmd.Flags().StringVar(&ctrlFile, "controller", "", "run the controller of this configuration file in the same process")
-	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	lf.register(cmd.Flags())
 	return cmd
 }

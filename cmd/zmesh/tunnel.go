@@ -21,16 +21,17 @@ import (
 // zmesh tunnel proxy|tproxy|host: the tunnel modes driven by an enrolled identity through
 // the SDK, without a router.
 
-func newTunnelCommand() *cobra.Command {
+func newTunnelCommand(lookupEnv env) *cobra.Command {
 	cmd := &cobra.Command{Use: "tunnel", Short: "Run a standalone tunneler with an identity file"}
-	var identity, logLevel string
+	var identity string
+	var lf logFlags
 	var udpIdle time.Duration
 	cmd.PersistentFlags().StringVar(&identity, "identity", "", "the `FILE` of an identity, as zmesh enroll wrote it (required)")
-	cmd.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	lf.register(cmd.PersistentFlags())
 	cmd.PersistentFlags().DurationVar(&udpIdle, "udp-idle-timeout", tunnel.DefaultUDPIdleTimeout, "end a UDP flow that carried nothing either way for so long")
 	// start loads the identity and returns the overlay; the SDK client closes with ctx.
 	start := func(cmd *cobra.Command) (context.Context, tunnel.Overlay, *slog.Logger, error) {
-		log, err := newLogger(cmd.ErrOrStderr(), logLevel)
+		log, err := newLogger(cmd.ErrOrStderr(), lf, lookupEnv)
 		if err != nil {
 			return nil, nil, nil, err
 		}
