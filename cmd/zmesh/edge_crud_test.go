@@ -375,6 +375,32 @@ func TestEdgeRouterJWT(t *testing.T) {
 	}
 }
 
+// TestIdentityJWTFileMeansOTT: --jwt-output-file alone enrolls with a one-time token, as
+// OpenZiti's CLI does; with --updb it keeps the method given.
+func TestIdentityJWTFileMeansOTT(t *testing.T) {
+	t.Parallel()
+	edge := loggedIn(t)
+	for _, tc := range []struct {
+		name   string
+		flags  []string
+		method string
+	}{
+		{"device-1", nil, "ott"},
+		{"bob", []string{"--updb", "bob-the-user"}, "updb"},
+	} {
+		file := filepath.Join(t.TempDir(), tc.name+".jwt")
+		edge.must(t, append([]string{"create", "identity", tc.name, "--jwt-output-file", file}, tc.flags...)...)
+		data, err := os.ReadFile(file)
+		if err != nil || strings.Count(string(data), ".") != 2 {
+			t.Fatalf("%s: token file %q, %v", tc.name, data, err)
+		}
+		en, _ := edge.object(t, "get", "identity", tc.name)["enrollment"].(map[string]any)
+		if len(en) != 1 || en[tc.method] == nil {
+			t.Errorf("%s: enrollment %v, want %s alone", tc.name, en, tc.method)
+		}
+	}
+}
+
 // TestEdgeErrors checks one error of each kind: those the CLI finds before calling the
 // controller name the flag and the allowed values; those of the controller show its code
 // and message.
@@ -409,7 +435,6 @@ func TestEdgeErrors(t *testing.T) {
 		{"missing flag", []string{"create", "posture-check", "domain", "d"}, "missing --domains", ""},
 		{"exclusive", []string{"create", "config", "c", "host.v1", "{}", "--json-file", "x.json"}, "--data and --json-file cannot be used together", ""},
 		{"argument and flag", []string{"create", "sp", "p", "Dial", "--type", "Bind"}, "argument Dial|Bind and --type are both given", ""},
-		{"needs", []string{"create", "identity", "i", "--jwt-output-file", "i.jwt"}, "--jwt-output-file needs one of --ott, --updb, --ottca", ""},
 		{"role", []string{"create", "sp", "p", "Dial", "-i", "staff"}, `--identity-roles "staff" is not a role; write #attribute, #all or @name-or-id`, ""},
 		{"role name", []string{"create", "sp", "p", "Dial", "-i", "@nobody"}, `--identity-roles: no identity is named or has id "nobody"`, ""},
 		{"reference", []string{"create", "service", "s", "-c", "nothing"}, `--configs: no config is named or has id "nothing"`, ""},

@@ -33,7 +33,7 @@ type field struct {
 	def                string   // the value create sends when the flag is absent
 	required           bool     // create needs it, or one of the flags exclusive with it
 	createOnly         bool     // the field cannot change after create: update does not offer it
-	needs              []string // flags of which one must be given with this one
+	needs              []string // boolean flags this one goes with; the first is set when none is given
 	aliases            []string // older names of the flag, still accepted
 }
 
