@@ -260,16 +260,18 @@ func (e *edgeCall) body(fs *pflag.FlagSet, fields []field, exclusive [][]string,
 		}
 	}
 	for _, fd := range fields {
-		// --jwt-output-file alone means --ott, as in OpenZiti's CLI.
-		if fs.Changed(fd.flag) && len(fd.needs) > 0 && !slices.ContainsFunc(fd.needs, fs.Changed) {
-			if err := fs.Set(fd.needs[0], "true"); err != nil {
-				return nil, fmt.Errorf("--%s: %w", fd.needs[0], err)
+		if fd.implies != "" && fs.Changed(fd.flag) && !slices.ContainsFunc(fd.needs, fs.Changed) {
+			if err := fs.Set(fd.implies, "true"); err != nil {
+				return nil, fmt.Errorf("--%s: %w", fd.implies, err)
 			}
 		}
 	}
 	body := map[string]any{}
 	for _, fd := range fields {
 		given := fs.Changed(fd.flag)
+		if given && len(fd.needs) > 0 && !slices.ContainsFunc(fd.needs, fs.Changed) {
+			return nil, fmt.Errorf("--%s needs one of --%s", fd.flag, strings.Join(fd.needs, ", --"))
+		}
 		if !given && create && fd.required && !slices.ContainsFunc(partners[fd.flag], fs.Changed) {
 			return nil, missing(fd, args, partners[fd.flag])
 		}

@@ -33,8 +33,10 @@ type field struct {
 	def                string   // the value create sends when the flag is absent
 	required           bool     // create needs it, or one of the flags exclusive with it
 	createOnly         bool     // the field cannot change after create: update does not offer it
-	needs              []string // boolean flags this one goes with; the first is set when none is given
-	aliases            []string // older names of the flag, still accepted
+	needs              []string // flags of which one must be given with this one
+	// implies is the boolean flag that giving this one sets when none of needs is given.
+	implies string
+	aliases []string // older names of the flag, still accepted
 }
 
 // argument is a positional argument of create after NAME; it fills the flag of that name.
@@ -116,6 +118,7 @@ func edgeTypes() []*entityType {
 				func() field {
 					f := jwtFileField()
 					f.needs, f.aliases = []string{"ott", "updb", "ottca"}, []string{"jwt-output"}
+					f.implies = "ott" // as OpenZiti's CLI does
 					return f
 				}(),
 			},
