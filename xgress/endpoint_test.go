@@ -554,6 +554,19 @@ func (r *recorder) Forward(f *Frame) {
 	r.mu.Unlock()
 }
 
+// acks returns the Seq of the acks r was given.
+func (r *recorder) acks() []uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var seqs []uint64
+	for _, f := range r.frames {
+		if f.Type == Ack {
+			seqs = append(seqs, f.Seq)
+		}
+	}
+	return seqs
+}
+
 func (r *recorder) first(t *testing.T) *Frame {
 	t.Helper()
 	var f *Frame
@@ -682,14 +695,7 @@ func TestNoAckWithoutData(t *testing.T) {
 		t.Fatalf("the service read %d bytes, %v; want EOF", n, err)
 	}
 	time.Sleep(50 * time.Millisecond) // an ack for the EOF would be sent by now
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	var acks []uint64
-	for _, f := range rec.frames {
-		if f.Type == Ack {
-			acks = append(acks, f.Seq)
-		}
-	}
+	acks := rec.acks()
 	if len(acks) != 1 || acks[0] != 2 {
 		t.Fatalf("acks %v, want one, for 2 bytes", acks)
 	}

@@ -25,6 +25,18 @@ func unixPair(t *testing.T) (net.Conn, net.Conn) {
 	return a, b
 }
 
+// unixTerminator returns a started terminator of circuit 7 on a Unix socket pair, its
+// connection, the service's end and the recorder of the frames it sends.
+func unixTerminator(t *testing.T) (e *Endpoint, conn, service net.Conn, rec *recorder) {
+	t.Helper()
+	conn, service = unixPair(t)
+	rec = &recorder{}
+	e = NewEndpoint(7, Terminator, conn, rec, NewPool(), nil)
+	t.Cleanup(func() { e.Close("") })
+	e.Start()
+	return e, conn, service, rec
+}
+
 // readNow reads what c holds without waiting.
 func readNow(t *testing.T, c net.Conn, p []byte) int {
 	t.Helper()
@@ -47,19 +59,6 @@ func readNow(t *testing.T, c net.Conn, p []byte) int {
 	return n
 }
 
-// acks returns the Seq of the acks r was given.
-func (r *recorder) acks() []uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var seqs []uint64
-	for _, f := range r.frames {
-		if f.Type == Ack {
-			seqs = append(seqs, f.Seq)
-		}
-	}
-	return seqs
-}
-
 // payload gives e a payload of circuit 7 from the initiator.
 func payload(e *Endpoint, seq uint64, data []byte, flags uint8) {
 	f := e.pool.Get(len(data))
@@ -73,11 +72,7 @@ func payload(e *Endpoint, seq uint64, data []byte, flags uint8) {
 // waits until ackAfter bytes are owed, or the end of the stream.
 func TestSmallPayloadWrittenByReceive(t *testing.T) {
 	t.Parallel()
-	conn, service := unixPair(t)
-	rec := &recorder{}
-	e := NewEndpoint(7, Terminator, conn, rec, NewPool(), nil)
-	t.Cleanup(func() { e.Close("") })
-	e.Start()
+	e, _, service, rec := unixTerminator(t)
 
 	buf := make([]byte, 2*maxWriteNow)
 	var seq uint64
@@ -115,11 +110,7 @@ func TestWriteNowLeavesTheRestToTheWriter(t *testing.T) {
 	for _, how := range []string{"full", "half"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
-			conn, service := unixPair(t)
-			rec := &recorder{}
-			e := NewEndpoint(7, Terminator, conn, rec, NewPool(), nil)
-			t.Cleanup(func() { e.Close("") })
-			e.Start()
+			e, conn, service, rec := unixTerminator(t)
 			msg := bytes.Repeat([]byte("0123456789abcdef"), maxWriteNow/16)
 
 			filler := 0

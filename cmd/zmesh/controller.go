@@ -21,11 +21,7 @@ func newControllerRunCommand(lookupEnv env) *cobra.Command {
 			"administrator; later starts reuse them.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			file, err := configArg(cmd, args, file)
-			if err != nil {
-				return err
-			}
-			log, err := newLogger(cmd.ErrOrStderr(), lf, lookupEnv)
+			file, log, err := runSetup(cmd, args, file, lf, lookupEnv)
 			if err != nil {
 				return err
 			}

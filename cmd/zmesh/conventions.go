@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 
@@ -91,6 +92,17 @@ func configArg(cmd *cobra.Command, args []string, flag string) (string, error) {
 		return flag, nil
 	}
 	return "", usagef("no configuration file; give it as the argument or with --config (usage: %s)", cmd.UseLine())
+}
+
+// runSetup is the start of a `run` command: its configuration file (configArg) and its
+// logger.
+func runSetup(cmd *cobra.Command, args []string, flag string, lf logFlags, lookupEnv env) (string, *slog.Logger, error) {
+	file, err := configArg(cmd, args, flag)
+	if err != nil {
+		return "", nil, err
+	}
+	log, err := newLogger(cmd.ErrOrStderr(), lf, lookupEnv)
+	return file, log, err
 }
 
 // checkFormat refuses an --output value other than those allowed.

@@ -26,11 +26,7 @@ func newRouterRunCommand(lookupEnv env) *cobra.Command {
 			"would run it.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			file, err := configArg(cmd, args, file)
-			if err != nil {
-				return err
-			}
-			log, err := newLogger(cmd.ErrOrStderr(), lf, lookupEnv)
+			file, log, err := runSetup(cmd, args, file, lf, lookupEnv)
 			if err != nil {
 				return err
 			}
