@@ -151,7 +151,10 @@ func (c *Client) raw(ctx context.Context, method, path, contentType string, body
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%s %s: %w", method, path, ctx.Err())
+		}
+		return nil, reachError(req.URL.Host, err)
 	}
 	return resp, nil
 }

@@ -223,7 +223,7 @@ func serverLeaf(ctx context.Context, host string) (*x509.Certificate, error) {
 	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}
 	conn, err := d.DialContext(ctx, "tcp", host)
 	if err != nil {
-		return nil, fmt.Errorf("connect to the controller at %s: %w", host, err)
+		return nil, reachError(host, err)
 	}
 	defer conn.Close()
 	certs := conn.(*tls.Conn).ConnectionState().PeerCertificates

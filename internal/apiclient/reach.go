@@ -1,0 +1,56 @@
+package apiclient
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"syscall"
+)
+
+// reachError says why the controller at host could not be reached, once, with what to check:
+// the transport's own error repeats the address in each layer (the URL, then the dial).
+func reachError(host string, err error) error {
+	var (
+		dnsErr     *net.DNSError
+		unknownCA  x509.UnknownAuthorityError
+		hostErr    x509.HostnameError
+		invalidErr x509.CertificateInvalidError
+		verifyErr  *tls.CertificateVerificationError
+	)
+	var hint string
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		hint = "nothing listens there: is the controller running, and is that its API address?"
+	case errors.As(err, &dnsErr):
+		hint = "the name does not resolve: check the controller's address"
+	case errors.Is(err, os.ErrDeadlineExceeded) || isTimeout(err):
+		hint = "no answer in time: check the address, the network and any firewall between"
+	case errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &invalidErr), errors.As(err, &verifyErr):
+		hint = "its certificate is not one this client trusts for that address: if the controller's CA changed, log in again (zmesh edge login)"
+	default:
+		return fmt.Errorf("cannot reach the controller at %s: %w", host, innermost(err))
+	}
+	return fmt.Errorf("cannot reach the controller at %s: %s (%w)", host, hint, innermost(err))
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// innermost drops the layers that repeat the address: the URL's and the dial's.
+func innermost(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		err = oe.Err
+	}
+	return err
+}
