@@ -54,7 +54,12 @@ func applyConventions(root *cobra.Command) {
 			c.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
 		} else if args := c.Args; args != nil {
 			c.Args = func(c *cobra.Command, a []string) error {
-				if err := args(c, a); err != nil {
+				err := args(c, a)
+				switch {
+				case err == nil:
+				case strings.Contains(err.Error(), "usage:"): // says it already
+					return usageError{err}
+				default:
 					return usageError{fmt.Errorf("%w (usage: %s)", err, c.UseLine())}
 				}
 				return nil

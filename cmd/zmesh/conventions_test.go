@@ -67,9 +67,20 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"router", "run", "--log-level", "loud", "r.yml"}, 2, `--log-level "loud" is not allowed`},
 		{[]string{"edge", "list", "services", "-o", "xml"}, 2, `--output "xml" is not allowed`},
 		{[]string{"router", "run", "/nonexistent/router.yml"}, 1, "/nonexistent/router.yml"},
+		{[]string{"edge", "list"}, 2, "list needs an entity type"},
+		{[]string{"edge", "list", "nosuch"}, 2, `"nosuch" is not an entity type`},
+		{[]string{"edge", "create", "posture-check"}, 2, "needs the kind of"},
+		{[]string{"fabric", "list", "nosuch"}, 2, `"nosuch" is not an entity type of fabric list`},
+		{[]string{"edge", "login", "notaurl", "-u", "a", "-p", "b"}, 2, "is not a controller URL"},
+		{[]string{"edge", "get", "service", "a", "b"}, 2, "usage: zmesh edge get service NAME|ID [flags]"},
+		{[]string{"tunnel", "proxy"}, 2, "--service is required"},
+		{[]string{"tunnel", "proxy", "--service", "echo:2010"}, 2, "--identity is required"},
 	}
 	for _, tc := range cases {
 		_, errOut, code := status(t, tc.args...)
+		if strings.Count(errOut, "usage:") > 1 {
+			t.Errorf("zmesh %s: the usage line twice: %q", strings.Join(tc.args, " "), errOut)
+		}
 		if code != tc.code || !strings.Contains(errOut, tc.msg) {
 			t.Errorf("zmesh %s: exit %d, stderr %q; want exit %d and %q", strings.Join(tc.args, " "), code, errOut, tc.code, tc.msg)
 		}

@@ -71,7 +71,7 @@ func newEdgeLoginCommand(f *edgeFlags) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			u, err := url.Parse(args[0])
 			if err != nil || u.Scheme != "https" || u.Host == "" {
-				return fmt.Errorf("%q is not a controller URL such as https://ctrl.example.com:1280", args[0])
+				return usagef("%q is not a controller URL such as https://ctrl.example.com:1280", args[0])
 			}
 			base := "https://" + u.Host
 			leaf, err := apiclient.ServerCertificate(cmd.Context(), u.Host)

@@ -134,9 +134,9 @@ func (f *edgeFlags) verbCommand(verb, short string, plural bool) *cobra.Command 
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return fmt.Errorf("%s needs an entity type; allowed: %s", verb, allowed)
+				return usagef("%s needs an entity type; allowed: %s", verb, allowed)
 			}
-			return fmt.Errorf("%q is not an entity type; allowed: %s", args[0], allowed)
+			return usagef("%q is not an entity type; allowed: %s", args[0], allowed)
 		},
 	}
 }
@@ -155,9 +155,9 @@ func variantCommand(t *entityType, verb string, sub func(*variant) *cobra.Comman
 		Args:    cobra.ArbitraryArgs,
 		RunE: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return fmt.Errorf("%s %s needs the kind of %s; allowed: %s", verb, t.name, t.what, allowed)
+				return usagef("%s %s needs the kind of %s; allowed: %s", verb, t.name, t.what, allowed)
 			}
-			return fmt.Errorf("%q is not a kind of %s; allowed: %s", args[0], t.what, allowed)
+			return usagef("%q is not a kind of %s; allowed: %s", args[0], t.what, allowed)
 		},
 	}
 	for i := range t.variants {
@@ -256,7 +256,7 @@ func (e *edgeCall) body(fs *pflag.FlagSet, fields []field, exclusive [][]string,
 			}
 		}
 		if len(given) > 1 {
-			return nil, fmt.Errorf("%s cannot be used together; give one", strings.Join(given, " and "))
+			return nil, usagef("%s cannot be used together; give one", strings.Join(given, " and "))
 		}
 	}
 	for _, fd := range fields {
@@ -270,7 +270,7 @@ func (e *edgeCall) body(fs *pflag.FlagSet, fields []field, exclusive [][]string,
 	for _, fd := range fields {
 		given := fs.Changed(fd.flag)
 		if given && len(fd.needs) > 0 && !slices.ContainsFunc(fd.needs, fs.Changed) {
-			return nil, fmt.Errorf("--%s needs one of --%s", fd.flag, strings.Join(fd.needs, ", --"))
+			return nil, usagef("--%s needs one of --%s", fd.flag, strings.Join(fd.needs, ", --"))
 		}
 		if !given && create && fd.required && !slices.ContainsFunc(partners[fd.flag], fs.Changed) {
 			return nil, missing(fd, args, partners[fd.flag])
@@ -298,7 +298,7 @@ func missing(fd field, args []argument, partners []string) error {
 	for _, p := range partners {
 		ways = append(ways, "--"+p)
 	}
-	return fmt.Errorf("missing %s", strings.Join(ways, " or "))
+	return usagef("missing %s", strings.Join(ways, " or "))
 }
 
 // setPath sets the dotted path in body to v, starting nested objects from current.
@@ -476,7 +476,7 @@ func newEdgeCreateCommand(f *edgeFlags) *cobra.Command {
 				for i, text := range pos[1:] {
 					a := args[i]
 					if fs.Changed(a.flag) {
-						return fmt.Errorf("argument %s and --%s are both given; give one", a.name, a.flag)
+						return usagef("argument %s and --%s are both given; give one", a.name, a.flag)
 					}
 					if err := fs.Set(a.flag, text); err != nil {
 						return fmt.Errorf("argument %s: %w", a.name, err)
@@ -835,7 +835,7 @@ func filterOf(flag string, args []string) (string, error) {
 		return flag, nil
 	}
 	if flag != "" {
-		return "", fmt.Errorf("the filter is given twice, as argument and with --filter; give one")
+		return "", usagef("the filter is given twice, as argument and with --filter; give one")
 	}
 	return args[0], nil
 }

@@ -410,6 +410,15 @@ func TestEdgeErrors(t *testing.T) {
 	edge.must(t, "create", "config", "web-host", "host.v1", `{"protocol":"tcp","address":"127.0.0.1","port":80}`)
 	edge.must(t, "create", "service", "web", "-c", "web-host")
 
+	// The cases that are command lines the CLI cannot run, which exit with status 2; the
+	// others ran and failed.
+	usage := map[string]bool{
+		"unknown type": true, "no type": true, "unknown posture kind": true, "no name": true,
+		"too many arguments": true, "output": true, "choice": true, "semantic": true, "on off": true,
+		"number": true, "range": true, "duration": true, "missing argument": true, "missing data": true,
+		"missing flag": true, "exclusive": true, "argument and flag": true, "filter twice": true,
+		"create only": true,
+	}
 	for _, c := range []struct {
 		name string
 		args []string
@@ -454,6 +463,9 @@ func TestEdgeErrors(t *testing.T) {
 		}
 		if code := apiclient.CodeOf(err); code != c.code {
 			t.Errorf("%s: code %q, want %q", c.name, code, c.code)
+		}
+		if want := map[bool]int{true: exitUsage, false: exitFailure}[usage[c.name]]; exitCode(err) != want {
+			t.Errorf("%s: exit status %d, want %d", c.name, exitCode(err), want)
 		}
 	}
 }

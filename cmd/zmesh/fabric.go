@@ -147,9 +147,9 @@ func typeVerb(verb, short, allowed string) *cobra.Command {
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return fmt.Errorf("fabric %s needs an entity type; allowed: %s", verb, allowed)
+				return usagef("fabric %s needs an entity type; allowed: %s", verb, allowed)
 			}
-			return fmt.Errorf("%q is not an entity type of fabric %s; allowed: %s", args[0], verb, allowed)
+			return usagef("%q is not an entity type of fabric %s; allowed: %s", args[0], verb, allowed)
 		},
 	}
 }

@@ -52,7 +52,7 @@ func newLogger(w io.Writer, lf logFlags, lookupEnv env) (*slog.Logger, error) {
 // from, for errors.
 func setting(flagValue, flag, envName, def string, lookupEnv env) (value, from string) {
 	if flagValue != "" {
-		return flagValue, flag
+		return strings.ToLower(flagValue), flag
 	}
 	if v, ok := lookupEnv(envName); ok && v != "" {
 		return strings.ToLower(v), "$" + envName

@@ -36,7 +36,7 @@ func newTunnelCommand(lookupEnv env) *cobra.Command {
 			return nil, nil, nil, err
 		}
 		if identity == "" {
-			return nil, nil, nil, fmt.Errorf("--identity is required: the identity file of an enrolled identity")
+			return nil, nil, nil, usagef("--identity is required: the identity file of an enrolled identity")
 		}
 		c, err := sdk.Load(identity, sdk.Options{Logger: log})
 		if err != nil {
@@ -64,7 +64,7 @@ func newTunnelCommand(lookupEnv env) *cobra.Command {
 				list = append(list, config.TunnelService{Service: s[:cut], Port: port})
 			}
 			if len(list) == 0 {
-				return fmt.Errorf("--service is required: <service>:<port>, once per service")
+				return usagef("--service is required: <service>:<port>, once per service")
 			}
 			ctx, overlay, log, err := start(cmd)
 			if err != nil {

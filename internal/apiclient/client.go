@@ -154,7 +154,11 @@ func (c *Client) raw(ctx context.Context, method, path, contentType string, body
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%s %s: %w", method, path, ctx.Err())
 		}
-		return nil, reachError(req.URL.Host, err)
+		if unreached(err) {
+			return nil, reachError(req.URL.Host, err)
+		}
+		// The request may have reached the controller: say which one it was.
+		return nil, fmt.Errorf("%s %s at %s: %w", method, path, req.URL.Host, innermost(err))
 	}
 	return resp, nil
 }

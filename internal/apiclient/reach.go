@@ -30,11 +30,29 @@ func reachError(host string, err error) error {
 	case errors.Is(err, os.ErrDeadlineExceeded) || isTimeout(err):
 		hint = "no answer in time: check the address, the network and any firewall between"
 	case errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &invalidErr), errors.As(err, &verifyErr):
-		hint = "its certificate is not one this client trusts for that address: if the controller's CA changed, log in again (zmesh edge login)"
+		hint = "its certificate is not one this client accepts for that address (expired, or of another CA: if the controller's CA changed, log in again with zmesh edge login)"
 	default:
 		return fmt.Errorf("cannot reach the controller at %s: %w", host, innermost(err))
 	}
 	return fmt.Errorf("cannot reach the controller at %s: %s (%w)", host, hint, innermost(err))
+}
+
+// unreached reports whether err came before a request could reach the controller: the
+// connection or its TLS handshake failed. Other errors (a reset, EOF or timeout once the
+// request was sent) may come after the controller acted on it.
+func unreached(err error) bool {
+	var (
+		oe        *net.OpError
+		dnsErr    *net.DNSError
+		unknownCA x509.UnknownAuthorityError
+		hostErr   x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		verify    *tls.CertificateVerificationError
+		record    tls.RecordHeaderError
+	)
+	return errors.As(err, &oe) && oe.Op == "dial" || errors.As(err, &dnsErr) ||
+		errors.As(err, &unknownCA) || errors.As(err, &hostErr) || errors.As(err, &invalid) ||
+		errors.As(err, &verify) || errors.As(err, &record)
 }
 
 func isTimeout(err error) bool {
