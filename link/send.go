@@ -38,12 +38,13 @@ func (l *Link) Send(f *xgress.Frame) error {
 // reader must never use it: two routers whose readers each wait for the other's would
 // stall. Everything else is queued as Send does.
 func (l *Link) SendNow(f *xgress.Frame) error {
-	c := l.connFor(f.Type)
-	if f.Type == xgress.Close || len(f.Data) > maxNowData || c.pending.Load() != 0 {
-		return l.queue(c, f)
+	home := l.connFor(f.Type)
+	if f.Type == xgress.Close || len(f.Data) > maxNowData || home.pending.Load() != 0 {
+		return l.queue(home, f)
 	}
-	if c = l.idleConn(c); c == nil {
-		return l.queue(l.connFor(f.Type), f)
+	c := l.idleConn(home)
+	if c == nil {
+		return l.queue(home, f)
 	}
 	// Under wmu: no writer is in the middle of a batch on c, and the stream is not ended.
 	if c.pending.Load() != 0 || l.closing.Load() {

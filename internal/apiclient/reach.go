@@ -14,13 +14,7 @@ import (
 // reachError says why the controller at host could not be reached, once, with what to check:
 // the transport's own error repeats the address in each layer (the URL, then the dial).
 func reachError(host string, err error) error {
-	var (
-		dnsErr     *net.DNSError
-		unknownCA  x509.UnknownAuthorityError
-		hostErr    x509.HostnameError
-		invalidErr x509.CertificateInvalidError
-		verifyErr  *tls.CertificateVerificationError
-	)
+	var dnsErr *net.DNSError
 	var hint string
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
@@ -29,7 +23,7 @@ func reachError(host string, err error) error {
 		hint = "the name does not resolve: check the controller's address"
 	case errors.Is(err, os.ErrDeadlineExceeded) || isTimeout(err):
 		hint = "no answer in time: check the address, the network and any firewall between"
-	case errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &invalidErr), errors.As(err, &verifyErr):
+	case certRefused(err):
 		hint = "its certificate is not one this client accepts for that address (expired, or of another CA: if the controller's CA changed, log in again with zmesh edge login)"
 	default:
 		return fmt.Errorf("cannot reach the controller at %s: %w", host, innermost(err))
@@ -42,17 +36,24 @@ func reachError(host string, err error) error {
 // request was sent) may come after the controller acted on it.
 func unreached(err error) bool {
 	var (
-		oe        *net.OpError
-		dnsErr    *net.DNSError
+		oe     *net.OpError
+		dnsErr *net.DNSError
+		record tls.RecordHeaderError
+	)
+	return errors.As(err, &oe) && oe.Op == "dial" || errors.As(err, &dnsErr) ||
+		certRefused(err) || errors.As(err, &record)
+}
+
+// certRefused reports whether err is this client refusing the controller's certificate.
+func certRefused(err error) bool {
+	var (
 		unknownCA x509.UnknownAuthorityError
 		hostErr   x509.HostnameError
 		invalid   x509.CertificateInvalidError
 		verify    *tls.CertificateVerificationError
-		record    tls.RecordHeaderError
 	)
-	return errors.As(err, &oe) && oe.Op == "dial" || errors.As(err, &dnsErr) ||
-		errors.As(err, &unknownCA) || errors.As(err, &hostErr) || errors.As(err, &invalid) ||
-		errors.As(err, &verify) || errors.As(err, &record)
+	return errors.As(err, &unknownCA) || errors.As(err, &hostErr) || errors.As(err, &invalid) ||
+		errors.As(err, &verify)
 }
 
 func isTimeout(err error) bool {
