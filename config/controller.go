@@ -26,7 +26,25 @@ type Controller struct {
 	Web []WebListener `json:"web" yaml:"web"`
 	// ExtJWT holds what concerns external JWT signers.
 	ExtJWT ControllerExtJWT `json:"extJwt,omitzero" yaml:"extJwt,omitempty"`
+	// Certificates are the lifetimes of the certificates the network's CA issues.
+	Certificates CertLifetimes `json:"certificates" yaml:"certificates"`
 }
+
+// CertLifetimes are how long the certificates issued at enrollment and at extension are
+// valid: the edge routers' client and server certificates, and the identities' client
+// certificates. Clients renew theirs before the end.
+type CertLifetimes struct {
+	Routers    time.Duration `json:"routers" yaml:"routers"`
+	Identities time.Duration `json:"identities" yaml:"identities"`
+}
+
+// Bounds of the certificate lifetimes: the shortest is for tests of renewal; the longest
+// stays within the CA's own ten years.
+const (
+	DefaultCertLifetime = 365 * day
+	MinCertLifetime     = time.Minute
+	MaxCertLifetime     = 5 * 365 * day
+)
 
 // ControllerExtJWT holds what concerns external JWT signers. CABundle is a PEM file of CA
 // certificates trusted, besides the system's roots, for https key-set endpoints (an
@@ -152,6 +170,10 @@ func (r *reader) controller(path string, data []byte) *Controller {
 	ext := top.child("extJwt")
 	cfg.ExtJWT.CABundle = ext.filePath("caBundle", "", dir)
 	ext.finish()
+	certs := top.child("certificates")
+	cfg.Certificates.Routers = certs.duration("routers", DefaultCertLifetime, MinCertLifetime, MaxCertLifetime)
+	cfg.Certificates.Identities = certs.duration("identities", DefaultCertLifetime, MinCertLifetime, MaxCertLifetime)
+	certs.finish()
 	var points []webPoint
 	cfg.Web, points = r.webListeners(top, WebAPIs()...)
 	r.controllerWebChecks(cfg, points)

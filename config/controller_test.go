@@ -32,6 +32,9 @@ func TestControllerDefaults(t *testing.T) {
 		{"", "sessionTimeout", `"30m"`},
 		{"", "sessionMaxLifetime", `"24h"`},
 		{"", "web", `[]`},
+		{"", "certificates.routers", `"8760h"`},
+		{"", "certificates.identities", `"8760h"`},
+		{"certificates: {routers: 2m, identities: 90m}", "certificates", `{"identities":"1h30m","routers":"2m"}`},
 		{"", "extJwt", `<absent>`},
 		{"extJwt: {caBundle: idp-ca.pem}", "extJwt.caBundle", `"/etc/zmesh/idp-ca.pem"`},
 		{"extJwt: {caBundle: /etc/ssl/corp.pem}", "extJwt.caBundle", `"/etc/ssl/corp.pem"`},
@@ -70,6 +73,8 @@ func TestControllerBounds(t *testing.T) {
 	}
 	checkBound(t, durationBound("sessionTimeout: %s", "sessionTimeout", time.Minute, 24*time.Hour), parse)
 	checkBound(t, durationBound("sessionTimeout: 1m\nsessionMaxLifetime: %s", "sessionMaxLifetime", time.Minute, 365*24*time.Hour), parse)
+	checkBound(t, durationBound("certificates: {routers: %s}", "certificates.routers", time.Minute, 5*365*24*time.Hour), parse)
+	checkBound(t, durationBound("certificates: {identities: %s}", "certificates.identities", time.Minute, 5*365*24*time.Hour), parse)
 
 	// Credentials are bounded by their length in characters; the effective password is hidden,
 	// so acceptance is what is checked for it.

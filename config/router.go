@@ -75,10 +75,21 @@ type Identity struct {
 	ServerKey      string          `json:"server_key,omitempty" yaml:"server_key,omitempty"`
 	CA             string          `json:"ca" yaml:"ca"`
 	AltServerCerts []AltServerCert `json:"alt_server_certs" yaml:"alt_server_certs"`
+	// RenewAt is the fraction of the client certificate's lifetime after which the router
+	// extends its certificates (an edge router's: the controller issued them).
+	RenewAt float64 `json:"renew_at" yaml:"renew_at"`
 
 	line          int  // where the section stands, for cross-section errors
 	serverCertBad bool // server_cert is given but its value was wrong, and that is reported
 }
+
+// Bounds of identity.renew_at. Halfway leaves as long again to retry, should the controller
+// be away when the time comes.
+const (
+	DefaultRenewAt = 0.5
+	MinRenewAt     = 0.05
+	MaxRenewAt     = 0.95
+)
 
 // AltServerCert is a further server certificate, chosen by SNI.
 type AltServerCert struct {

@@ -93,6 +93,7 @@ func (r *reader) identity(top *mapping, dir string) Identity {
 		alt.finish()
 		id.AltServerCerts = append(id.AltServerCerts, a)
 	}
+	id.RenewAt = m.number("renew_at", DefaultRenewAt, MinRenewAt, MaxRenewAt)
 	m.finish()
 	return id
 }

@@ -105,12 +105,14 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 		return nil, err
 	}
 	c.model = model.New(c.store, c.ca, log, model.Options{
-		SessionTimeout:     cfg.SessionTimeout,
-		SessionMaxLifetime: cfg.SessionMaxLifetime,
-		Issuer:             "https://" + cfg.API.Advertise,
-		SigningKey:         key,
-		SigningKID:         certid.Fingerprint(c.cert.Leaf),
-		JWKSRoots:          jwksRoots,
+		SessionTimeout:       cfg.SessionTimeout,
+		SessionMaxLifetime:   cfg.SessionMaxLifetime,
+		RouterCertValidity:   cfg.Certificates.Routers,
+		IdentityCertValidity: cfg.Certificates.Identities,
+		Issuer:               "https://" + cfg.API.Advertise,
+		SigningKey:           key,
+		SigningKID:           certid.Fingerprint(c.cert.Leaf),
+		JWKSRoots:            jwksRoots,
 	})
 	c.sessions = sessionsync.New(c.model, log, sessionsync.Options{})
 	if err := c.model.EnsureBuiltinConfigTypes(); err != nil {
@@ -131,7 +133,7 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 	}
 	c.routers = routers.New(routers.Config{
 		Model: c.model, CA: c.ca, Cert: ctrlCert,
-		ControllerID: controllerID, Endpoints: []string{ctrlEndpoint(cfg)}, Log: log,
+		ControllerID: controllerID, Endpoints: []string{ctrlEndpoint(cfg)}, ClientAPI: cfg.API.Advertise, Log: log,
 		Handlers: func(id string, ch *ctrlproto.Channel) { c.circuits.Register(id, ch, c.mesh) },
 		OnConnect: func(rt *routers.Router) {
 			c.sessions.Connected(rt.ID, rt.Channel) // does not block: the state is sent by its own goroutine
@@ -140,6 +142,7 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 			c.mesh.Connected(rt)
 		},
 		OnDisconnect: func(rt *routers.Router) { c.mesh.Disconnected(rt) },
+		OnExtended:   func(rt *routers.Router) { c.mesh.Extended(rt) },
 	})
 	graph := paths.NewGraph()
 	c.circuits = circuits.New(c.model, graph, c.routers, log)

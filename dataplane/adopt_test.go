@@ -155,11 +155,11 @@ func TestLinkPeersByCurrentCertificate(t *testing.T) {
 	t.Parallel()
 	n, _, _ := line(t, "tls", true)
 	a, b := n.routers["A"].r, n.routers["B"].r
-	if err := a.authorizePeer(b.id, b.ident.Server.Leaf); err != nil {
+	if err := a.authorizePeer(b.id, b.ident.Certs.Server().Leaf); err != nil {
 		t.Fatalf("B's server certificate: %v", err)
 	}
 	// A certificate of the network that is not B's: C's, under B's name.
-	if err := a.authorizePeer(b.id, n.routers["C"].r.ident.Client.Leaf); err == nil {
+	if err := a.authorizePeer(b.id, n.routers["C"].r.ident.Certs.Client().Leaf); err == nil {
 		t.Fatal("another router's certificate was accepted as B's")
 	}
 	// B re-enrolled: its old certificates stop making links.
@@ -168,14 +168,14 @@ func TestLinkPeersByCurrentCertificate(t *testing.T) {
 	}
 	n.routers["B"].stop()
 	testutil.Eventually(t, "A to hear B is offline", func() bool { return !a.dialer.PeerOnline(b.id) })
-	if err := a.authorizePeer(b.id, b.ident.Server.Leaf); err == nil {
+	if err := a.authorizePeer(b.id, b.ident.Certs.Server().Leaf); err == nil {
 		t.Fatal("B's certificate from before its re-enrollment still makes links")
 	}
 	// C merely stopped: its certificates still count while it is offline.
 	c := n.routers["C"].r
 	n.routers["C"].stop()
 	testutil.Eventually(t, "A to hear C is offline", func() bool { return !a.dialer.PeerOnline(c.id) })
-	if err := a.authorizePeer(c.id, c.ident.Client.Leaf); err != nil {
+	if err := a.authorizePeer(c.id, c.ident.Certs.Client().Leaf); err != nil {
 		t.Fatalf("C's certificates are kept while C is offline: %v", err)
 	}
 }

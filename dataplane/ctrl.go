@@ -17,6 +17,7 @@ import (
 	"github.com/zmesh/zmesh/internal/atomicfile"
 	"github.com/zmesh/zmesh/internal/certid"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/link"
 )
 
 // The router's control channel: it dials the controller with its enrolled client
@@ -51,15 +52,17 @@ type ctrlClient struct {
 	mu        sync.Mutex
 	ch        *ctrlproto.Channel
 	endpoints []string // from the last HelloReply or EndpointsUpdate
+	clientAPI string   // the controller's client API, <host>:<port>, from the last HelloReply
 	connected chan struct{}
 }
 
-func newCtrlClient(cfg config.Ctrl, client tls.Certificate, cas *x509.CertPool, hello func() *ctrlproto.Hello, handlers func(*ctrlproto.Channel), onConnect func(), log *slog.Logger) *ctrlClient {
+func newCtrlClient(cfg config.Ctrl, certs *link.Certificates, cas *x509.CertPool, hello func() *ctrlproto.Hello, handlers func(*ctrlproto.Channel), onConnect func(), log *slog.Logger) *ctrlClient {
 	return &ctrlClient{
 		cfg: cfg,
 		// The controller is the one server whose certificate carries its policy: a router's
 		// certificate from the same CA is refused, whatever its names.
-		tls:       &tls.Config{Certificates: []tls.Certificate{client}, RootCAs: cas, MinVersion: tls.VersionTLS13, VerifyConnection: certid.VerifyController},
+		tls: &tls.Config{GetClientCertificate: certs.GetClientCertificate, RootCAs: cas, MinVersion: tls.VersionTLS13,
+			VerifyConnection: certid.VerifyController},
 		hello:     hello,
 		handlers:  handlers,
 		onConnect: onConnect,
@@ -201,6 +204,7 @@ func (c *ctrlClient) open(ctx context.Context, addr string, dial func(context.Co
 	}
 	c.saveEndpoints(reply.Endpoints)
 	c.mu.Lock()
+	c.clientAPI = reply.ClientAPI
 	c.ch = ch
 	close(c.connected)
 	c.mu.Unlock()
@@ -214,6 +218,14 @@ func (c *ctrlClient) open(ctx context.Context, addr string, dial func(context.Co
 // Call it before Run.
 func (r *Router) ConnectLocally(connect func(cert *x509.Certificate) (net.Conn, error)) {
 	r.localCtrl = connect
+}
+
+// clientAPIHost returns the client API's <host>:<port> of the controller the router last
+// connected to; "" before the first connection.
+func (c *ctrlClient) clientAPIHost() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.clientAPI
 }
 
 // saveEndpoints keeps the controller's endpoint list and writes it to ctrl.endpointsFile.

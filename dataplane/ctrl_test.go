@@ -11,6 +11,7 @@ import (
 	"github.com/zmesh/zmesh/internal/certid"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
 	"github.com/zmesh/zmesh/internal/ctrltest"
+	"github.com/zmesh/zmesh/link"
 )
 
 // TestCtrlDialRefusesRouterAsController: the control channel's dial refuses a router's
@@ -20,7 +21,7 @@ func TestCtrlDialRefusesRouterAsController(t *testing.T) {
 	t.Parallel()
 	c := ctrltest.Start(t)
 	r := ctrltest.EnrollRouter(t, c.Model, "r1", "127.0.0.1")
-	cc := newCtrlClient(config.Ctrl{}, r.Client, c.Ctrl.CA().Pool(), func() *ctrlproto.Hello { return &ctrlproto.Hello{} },
+	cc := newCtrlClient(config.Ctrl{}, link.NewCertificates(r.Client, r.Server), c.Ctrl.CA().Pool(), func() *ctrlproto.Hello { return &ctrlproto.Hello{} },
 		func(*ctrlproto.Channel) {}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 
 	conn, err := cc.dialTLS(t.Context(), c.Imposter(t))

@@ -3,19 +3,22 @@ package dataplane
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/zmesh/zmesh/internal/ops/health"
 )
 
 // The router's health checks (healthChecks section), run by the health package:
 // controllerPing pings the controller over the control channel, link.health counts the
-// router's links. Each runs every interval after its initial delay; the web listener's
+// router's links, certificates says when they expire and fails when renewal is overdue
+// (renew.go). Each runs every interval after its initial delay; the web listener's
 // `health-checks` API serves their latest results and the registry exports them.
 
 // Ids of the checks, as the health-checks API names them.
 const (
 	checkControllerPing = "controllerPing"
 	checkLinkHealth     = "link.health"
+	checkCertificates   = "certificates"
 )
 
 // newHealthChecks returns the router's checks, in the order the API lists them. They read
@@ -53,5 +56,7 @@ func newHealthChecks(r *Router) *health.Checker {
 			}
 			return details, nil
 		}}
-	return health.New(ping, links)
+	// Reads memory only; certificates change over days.
+	certs := health.Check{ID: checkCertificates, Interval: time.Minute, Timeout: time.Minute, Run: r.certificatesCheck}
+	return health.New(ping, links, certs)
 }

@@ -87,6 +87,7 @@ func newRouterMetrics(r *Router) *routerMetrics {
 			return float64(q)
 		}
 	}
+	m.reg.MustRegister(r.certMetrics()...)
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

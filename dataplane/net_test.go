@@ -39,6 +39,10 @@ type testNet struct {
 	m       *model.Model
 	routers map[string]*testRouter
 	session string // an administrator's API session on the current controller
+	// ctlCfg, when set, is the controller's configuration (ctrltest.Config changed);
+	// renewAt, when set, is every router's identity.renew_at.
+	ctlCfg  *config.Controller
+	renewAt string
 }
 
 type testRouter struct {
@@ -59,7 +63,14 @@ func testLogger(t testing.TB) *slog.Logger {
 
 func newTestNet(t testing.TB) *testNet {
 	t.Helper()
-	n := &testNet{t: t, dir: t.TempDir(), routers: map[string]*testRouter{}}
+	return newTestNetWith(t, nil, "")
+}
+
+// newTestNetWith is newTestNet with the controller's configuration ctlCfg (nil: the
+// default) and the routers' identity.renew_at renewAt ("": the default).
+func newTestNetWith(t testing.TB, ctlCfg *config.Controller, renewAt string) *testNet {
+	t.Helper()
+	n := &testNet{t: t, dir: t.TempDir(), routers: map[string]*testRouter{}, ctlCfg: ctlCfg, renewAt: renewAt}
 	n.startController()
 	t.Cleanup(n.stop)
 	return n
@@ -89,7 +100,7 @@ func (n *testNet) stop() {
 func (n *testNet) startController() {
 	n.t.Helper()
 	if n.ctl == nil {
-		n.ctl = ctrltest.Start(n.t)
+		n.ctl = ctrltest.StartWith(n.t, ctrltest.Options{Config: n.ctlCfg})
 	} else {
 		n.ctl = n.ctl.Restart(n.t)
 	}
@@ -176,6 +187,10 @@ func (n *testNet) addRouter(name string, tunneler bool, yaml string) *testRouter
 	write("server.cert", certs.ServerCert)
 	write("ca.cert", certs.CA)
 	tr := &testRouter{name: name, id: er.ID, file: filepath.Join(dir, "router.yml")}
+	renewAt := ""
+	if n.renewAt != "" {
+		renewAt = "\n  renew_at: " + n.renewAt
+	}
 	n.routers[name] = tr
 	// The ports are chosen free and released; another test may take one first, so a start
 	// that meets a taken port tries other ports.
@@ -193,14 +208,14 @@ identity:
   cert: client.cert
   server_cert: server.cert
   key: key.pem
-  ca: ca.cert
+  ca: ca.cert%s
 ctrl:
   endpoint: tls:%s
 edge:
   csr:
     sans:
       dns: [localhost]
-%s`, n.ctrlAdr, text)))
+%s`, renewAt, n.ctrlAdr, text)))
 		err := tr.tryStart(t)
 		if err == nil {
 			return tr

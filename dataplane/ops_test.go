@@ -111,8 +111,8 @@ func getHealth(t *testing.T, cl *http.Client, base string) (int, healthBody) {
 			}
 		}
 	}
-	if !slices.Equal(ids, []string{checkControllerPing, checkLinkHealth}) || healthy != h.Data.Healthy {
-		t.Fatalf("checks %v, healthy=%v; want controllerPing and link.health, healthy when both are", ids, h.Data.Healthy)
+	if !slices.Equal(ids, []string{checkControllerPing, checkLinkHealth, checkCertificates}) || healthy != h.Data.Healthy {
+		t.Fatalf("checks %v, healthy=%v; want controllerPing, link.health and certificates, healthy when all are", ids, h.Data.Healthy)
 	}
 	return resp.StatusCode, h
 }
@@ -194,10 +194,10 @@ trace:
 	cl, base := webClient(t, a)
 
 	var h healthBody
-	testutil.Eventually(t, "both checks to have run and passed", func() bool {
+	testutil.Eventually(t, "the checks to have run and passed", func() bool {
 		var code int
 		code, h = getHealth(t, cl, base)
-		return code == 200 && h.Data.Checks[0].LastCheckTime != "" && h.Data.Checks[1].LastCheckTime != ""
+		return code == 200 && h.Data.Checks[0].LastCheckTime != "" && h.Data.Checks[1].LastCheckTime != "" && h.Data.Checks[2].LastCheckTime != ""
 	})
 	for _, c := range h.Data.Checks {
 		if c.ConsecutiveFailures != 0 {
@@ -207,8 +207,21 @@ trace:
 	if links := string(h.Data.Checks[1].Details); links != "[]" {
 		t.Fatalf("link.health details %s, want the router's links: none", links)
 	}
+	var certs map[string]struct {
+		NotAfter time.Time `json:"notAfter"`
+		DaysLeft float64   `json:"daysLeft"`
+	}
+	if err := json.Unmarshal(h.Data.Checks[2].Details, &certs); err != nil || certs["client"].DaysLeft < 300 || certs["server"].NotAfter.IsZero() {
+		t.Fatalf("certificates details %s (%v), want a year left on both certificates", h.Data.Checks[2].Details, err)
+	}
 
 	before := getMetrics(t, cl, base)
+	if exp, ok := value(before, "zmesh_certificate_expiry_timestamp_seconds", "certificate", "server"); !ok || exp < float64(time.Now().Add(300*24*time.Hour).Unix()) {
+		t.Errorf("zmesh_certificate_expiry_timestamp_seconds{certificate=server} = %v (%v), want a year from now", exp, ok)
+	}
+	if n, ok := value(before, "zmesh_certificate_renewals_total", "result", "failed"); !ok || n != 0 {
+		t.Errorf("zmesh_certificate_renewals_total{result=failed} = %v (%v), want 0", n, ok)
+	}
 	for _, name := range []string{"zmesh_circuits_active", "zmesh_xgress_dial_queue_depth", "zmesh_xgress_dial_workers_busy",
 		"zmesh_forwarder_frames_dropped_total", "zmesh_links", "go_goroutines", "process_cpu_seconds_total"} {
 		if _, ok := value(before, name); !ok {

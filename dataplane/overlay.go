@@ -40,10 +40,10 @@ type routerOverlay struct {
 	mu    sync.Mutex
 	binds map[string]*tunnelBind // by terminator address (the service id)
 
-	// ownChain is the router identity's chain, parsed once; chains caches the peer chains
-	// the end-to-end key exchanges verified.
-	ownChain func() ([]*x509.Certificate, error)
-	chains   *e2ee.ChainCache
+	// own is the router identity's chain, parsed once per client certificate (renewal
+	// replaces it); chains caches the peer chains the end-to-end key exchanges verified.
+	own    atomic.Pointer[ownChain]
+	chains *e2ee.ChainCache
 
 	relay tunnel.Relay // of the circuits it encrypts end to end
 
@@ -77,19 +77,36 @@ func (o *routerOverlay) tamperedHostKey(key []byte) []byte {
 }
 
 func newRouterOverlay(r *Router) *routerOverlay {
-	o := &routerOverlay{r: r, binds: map[string]*tunnelBind{}, chains: e2ee.NewChainCache(r.ident.CAs, 0)}
-	o.ownChain = sync.OnceValues(func() ([]*x509.Certificate, error) {
-		var chain []*x509.Certificate
-		for _, der := range r.ident.Client.Certificate {
-			c, err := x509.ParseCertificate(der)
-			if err != nil {
-				return nil, fmt.Errorf("the router's identity certificate: %w", err)
-			}
-			chain = append(chain, c)
+	return &routerOverlay{r: r, binds: map[string]*tunnelBind{}, chains: e2ee.NewChainCache(r.ident.CAs, 0)}
+}
+
+// ownChain is the router's client certificate as end-to-end encryption presents it.
+type ownChain struct {
+	leaf  *x509.Certificate // of the certificate parsed, to know when it changed
+	chain []*x509.Certificate
+	key   crypto.Signer
+}
+
+// identity returns the chain and key of the router's current client certificate.
+func (o *routerOverlay) identity() (*ownChain, error) {
+	cert := o.r.ident.Certs.Client()
+	if own := o.own.Load(); own != nil && own.leaf == cert.Leaf {
+		return own, nil
+	}
+	key, ok := cert.PrivateKey.(crypto.Signer)
+	if !ok {
+		return nil, errors.New("the router's identity key cannot sign")
+	}
+	own := &ownChain{leaf: cert.Leaf, key: key}
+	for _, der := range cert.Certificate {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, fmt.Errorf("the router's identity certificate: %w", err)
 		}
-		return chain, nil
-	})
-	return o
+		own.chain = append(own.chain, c)
+	}
+	o.own.Store(own)
+	return own, nil
 }
 
 // offer is what the router's tunnel offered for end-to-end encryption, with the secrets kept
@@ -338,16 +355,11 @@ func (o *routerOverlay) proxyCircuit(ctx context.Context, service string) (*ctrl
 
 // e2ee returns the router identity's end-to-end configuration, expecting identity peer.
 func (o *routerOverlay) e2ee(peer, context string) (e2ee.Config, error) {
-	cert := o.r.ident.Client
-	key, ok := cert.PrivateKey.(crypto.Signer)
-	if !ok {
-		return e2ee.Config{}, errors.New("the router's identity key cannot sign")
-	}
-	chain, err := o.ownChain()
+	own, err := o.identity()
 	if err != nil {
 		return e2ee.Config{}, err
 	}
-	return e2ee.Config{Certificates: chain, PrivateKey: key, Context: context, Chains: o.chains,
+	return e2ee.Config{Certificates: own.chain, PrivateKey: own.key, Context: context, Chains: o.chains,
 		VerifyPeer: func(peerChain []*x509.Certificate) error { return o.verifyPeer(peerChain, peer) }}, nil
 }
 

@@ -69,6 +69,7 @@ type Router struct {
 	linksUp       int                 // links reported up and not yet down; guarded by mu
 	linkGone      sync.Cond           // signalled, with mu, when a link is down
 
+	renewal renewal         // of the certificates (renew.go)
 	metrics *routerMetrics  // the registry (metrics.go)
 	checks  *health.Checker // the health checks (health.go)
 }
@@ -136,7 +137,7 @@ func loadIdentity(id config.Identity) (link.Identity, error) {
 	if err != nil {
 		return link.Identity{}, fmt.Errorf("identity.cert: %w", err)
 	}
-	return link.Identity{RouterID: leaf.Subject.CommonName, Client: client, Server: server, CAs: cas}, nil
+	return link.Identity{RouterID: leaf.Subject.CommonName, Certs: link.NewCertificates(client, server), CAs: cas}, nil
 }
 
 // ID returns the router's id.
@@ -214,11 +215,10 @@ func (r *Router) Run(ctx context.Context) error {
 	fc := r.cfg.Forwarder
 	r.dials = xgress.NewDialPool(ctx, xgress.DialPoolOptions{QueueLength: fc.XgressDialQueueLength, Workers: fc.XgressDialWorkerCount,
 		Dwell: fc.XgressDialDwellTime})
-	r.ctrl = newCtrlClient(r.cfg.Ctrl, r.ident.Client, r.ident.CAs, r.hello, r.handlers, r.connected, r.log)
+	r.ctrl = newCtrlClient(r.cfg.Ctrl, r.ident.Certs, r.ident.CAs, r.hello, r.handlers, r.connected, r.log)
 	r.ctrl.trace = trace
 	if r.localCtrl != nil {
-		// tls.LoadX509KeyPair (loadIdentity) fills in Leaf.
-		r.ctrl.local = func() (net.Conn, error) { return r.localCtrl(r.ident.Client.Leaf) }
+		r.ctrl.local = func() (net.Conn, error) { return r.localCtrl(r.ident.Certs.Client().Leaf) }
 	}
 	r.ctrl.loadEndpoints()
 
@@ -254,6 +254,7 @@ func (r *Router) Run(ctx context.Context) error {
 	wg.Go(func() { r.idleLoop(ctx) })
 	wg.Go(func() { r.faultLoop(ctx) })
 	wg.Go(func() { r.metricsLoop(ctx) })
+	wg.Go(func() { r.renewLoop(ctx) })
 	// The first runs of checks without an initial delay are not waited for: the router is
 	// up, and its checks say "not checked yet" until then.
 	wg.Go(func() { r.checks.Start(ctx)() })

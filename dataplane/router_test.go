@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/internal/testutil"
 )
 
@@ -16,6 +17,9 @@ type lineConfig struct {
 	dialer string
 	// a, b and c are added to the configuration of each router (top-level sections).
 	a, b, c string
+	// ctl and renewAt are newTestNetWith's.
+	ctl     *config.Controller
+	renewAt string
 }
 
 // line builds routers A–B–C: A dials B (group ab) and runs the proxy tunnel for service
@@ -27,7 +31,7 @@ func line(t testing.TB, transport string, split bool) (*testNet, *streamServer, 
 
 func buildLine(t testing.TB, lc lineConfig) (*testNet, *streamServer, string) {
 	t.Helper()
-	n := newTestNet(t)
+	n := newTestNetWith(t, lc.ctl, lc.renewAt)
 	splitText := "false"
 	if lc.split {
 		splitText = "true"

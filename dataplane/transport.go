@@ -50,10 +50,10 @@ func (r *Router) listenClients(ctx context.Context, wg *sync.WaitGroup, kind str
 		return "", fmt.Errorf("listeners: %s %s: %w", kind, bind, err)
 	}
 	tc := &tls.Config{
-		Certificates: []tls.Certificate{r.ident.Server},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    r.ident.CAs,
-		MinVersion:   tls.VersionTLS13,
+		GetCertificate: r.ident.Certs.GetCertificate,
+		ClientAuth:     tls.RequireAndVerifyClientCert,
+		ClientCAs:      r.ident.CAs,
+		MinVersion:     tls.VersionTLS13,
 	}
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	wg.Go(func() {

@@ -15,7 +15,8 @@ import (
 // while it is offline, so that links keep forming between routers when the controller is away.
 
 // trustWait is how long a link handshake waits to learn a peer's certificates: the
-// controller's announcement may come just after the peer's dial.
+// controller's announcement may come just after the peer's dial, or just after the peer
+// renewed them.
 const trustWait = 3 * time.Second
 
 // trustPeer records the current certificates of a router.
@@ -39,13 +40,16 @@ func (r *Router) authorizePeer(routerID string, leaf *x509.Certificate) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for {
-		if fps, ok := r.trust[routerID]; ok {
-			if slices.Contains(fps, fp) {
-				return nil
-			}
-			return fmt.Errorf("certificate %s is not a current certificate of router %s", fp, routerID)
+		fps, known := r.trust[routerID]
+		if slices.Contains(fps, fp) {
+			return nil
 		}
+		// An unknown certificate may be one the peer just renewed, announced by the
+		// controller a moment later: wait for that, as for a peer not known yet.
 		if !time.Now().Before(deadline) {
+			if known {
+				return fmt.Errorf("certificate %s is not a current certificate of router %s", fp, routerID)
+			}
 			return fmt.Errorf("router %s is not known to this router's controller", routerID)
 		}
 		r.trusted.Wait()

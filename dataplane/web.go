@@ -26,7 +26,7 @@ func (r *Router) startWeb(ctx context.Context, wg *sync.WaitGroup) error {
 			config.APIHealthChecks: r.checks,
 			config.APIMetrics:      web.Metrics(r.metrics.reg, r.log),
 		},
-		Certificate: r.ident.Server,
+		Certificate: r.ident.Certs.Server(),
 		Log:         r.log,
 	})
 	if err != nil {

@@ -28,8 +28,7 @@ func (c *testCA) identity(t testing.TB, id string) Identity {
 	t.Helper()
 	return Identity{
 		RouterID: id,
-		Client:   c.ca.Cert(t, id, pki.Client),
-		Server:   c.ca.Cert(t, id, pki.Server),
+		Certs:    NewCertificates(c.ca.Cert(t, id, pki.Client), c.ca.Cert(t, id, pki.Server)),
 		CAs:      c.ca.Pool(),
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // ALPN is the application protocol links negotiate, over TLS and over QUIC.
@@ -15,14 +16,75 @@ const ALPN = "zmesh-link/1"
 // the network CA.
 type Identity struct {
 	RouterID string
-	Client   tls.Certificate // presented when dialing another router
-	Server   tls.Certificate // presented by link listeners
-	CAs      *x509.CertPool  // the network CA
+	Certs    *Certificates  // the client certificate presented when dialing, the server one by listeners
+	CAs      *x509.CertPool // the network CA
 	// Authorize, when set, is asked about every peer's certificate once it verified against
 	// the CA and names the router: it accepts only the router's current certificates, so that
 	// another certificate of the network (an identity's, an older one of the router) cannot
 	// make a link.
 	Authorize func(routerID string, leaf *x509.Certificate) error
+}
+
+// Certificates hold a router's current client and server certificates. Renewal replaces
+// both at once; TLS handshakes read them when they happen, so that connections made before
+// keep theirs and every later one presents the new ones.
+type Certificates struct {
+	pair atomic.Pointer[certPair]
+}
+
+type certPair struct{ client, server tls.Certificate }
+
+// NewCertificates returns the holder of client and server.
+func NewCertificates(client, server tls.Certificate) *Certificates {
+	c := &Certificates{}
+	c.Set(client, server)
+	return c
+}
+
+// Set replaces both certificates.
+func (c *Certificates) Set(client, server tls.Certificate) {
+	c.pair.Store(&certPair{withLeaf(client), withLeaf(server)})
+}
+
+// withLeaf parses the leaf of c when it is missing; Check reports one that does not parse.
+func withLeaf(c tls.Certificate) tls.Certificate {
+	if c.Leaf == nil && len(c.Certificate) > 0 {
+		c.Leaf, _ = x509.ParseCertificate(c.Certificate[0])
+	}
+	return c
+}
+
+// Client returns the current client certificate.
+func (c *Certificates) Client() tls.Certificate { return c.pair.Load().client }
+
+// Server returns the current server certificate.
+func (c *Certificates) Server() tls.Certificate { return c.pair.Load().server }
+
+// GetClientCertificate is for tls.Config: the current client certificate.
+func (c *Certificates) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	return &c.pair.Load().client, nil
+}
+
+// GetCertificate is for tls.Config: the current server certificate.
+func (c *Certificates) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return &c.pair.Load().server, nil
+}
+
+// Check verifies that both certificates are certificates naming routerID.
+func (c *Certificates) Check(routerID string) error {
+	p := c.pair.Load()
+	for _, cert := range []struct {
+		name string
+		cert tls.Certificate
+	}{{"client", p.client}, {"server", p.server}} {
+		if cert.cert.Leaf == nil {
+			return fmt.Errorf("%s certificate: empty or not a certificate", cert.name)
+		}
+		if cn := cert.cert.Leaf.Subject.CommonName; cn != routerID {
+			return fmt.Errorf("%s certificate names %q, not the router id %q", cert.name, cn, routerID)
+		}
+	}
+	return nil
 }
 
 // check verifies that the identity is complete and that both certificates name RouterID.
@@ -33,40 +95,24 @@ func (id Identity) check() error {
 	if id.CAs == nil {
 		return errors.New("link identity: no CA pool")
 	}
-	for _, c := range []struct {
-		name string
-		cert tls.Certificate
-	}{{"client", id.Client}, {"server", id.Server}} {
-		leaf, err := leafOf(c.cert)
-		if err != nil {
-			return fmt.Errorf("link identity: %s certificate: %w", c.name, err)
-		}
-		if leaf.Subject.CommonName != id.RouterID {
-			return fmt.Errorf("link identity: %s certificate names %q, not the router id %q", c.name, leaf.Subject.CommonName, id.RouterID)
-		}
+	if id.Certs == nil {
+		return errors.New("link identity: no certificates")
+	}
+	if err := id.Certs.Check(id.RouterID); err != nil {
+		return fmt.Errorf("link identity: %w", err)
 	}
 	return nil
-}
-
-func leafOf(c tls.Certificate) (*x509.Certificate, error) {
-	if c.Leaf != nil {
-		return c.Leaf, nil
-	}
-	if len(c.Certificate) == 0 {
-		return nil, errors.New("empty")
-	}
-	return x509.ParseCertificate(c.Certificate[0])
 }
 
 // serverTLS is the configuration of link listeners: TLS 1.3, and a client certificate that
 // chains to the CA is required; the peer's router id is its CommonName.
 func (id Identity) serverTLS() *tls.Config {
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{id.Server},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    id.CAs,
-		NextProtos:   []string{ALPN},
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: id.Certs.GetCertificate,
+		ClientAuth:     tls.RequireAndVerifyClientCert,
+		ClientCAs:      id.CAs,
+		NextProtos:     []string{ALPN},
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 || cs.PeerCertificates[0].Subject.CommonName == "" {
 				return errors.New("the client certificate names no router")
@@ -84,10 +130,10 @@ func (id Identity) serverTLS() *tls.Config {
 // standard verification is replaced by verifyPeer, which checks the chain and that name.
 func (id Identity) clientTLS(peerID string) *tls.Config {
 	return &tls.Config{
-		MinVersion:         tls.VersionTLS13,
-		Certificates:       []tls.Certificate{id.Client},
-		NextProtos:         []string{ALPN},
-		InsecureSkipVerify: true, // verification is done by VerifyConnection
+		MinVersion:           tls.VersionTLS13,
+		GetClientCertificate: id.Certs.GetClientCertificate,
+		NextProtos:           []string{ALPN},
+		InsecureSkipVerify:   true, // verification is done by VerifyConnection
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if err := verifyPeer(cs.PeerCertificates, id.CAs, peerID); err != nil {
 				return err

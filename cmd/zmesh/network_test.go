@@ -359,14 +359,11 @@ func TestSmallNetwork(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			csr, err := routerCSR(key, sc.Subject, sansOf(sc))
+			csr, err := apiclient.RouterCSR(key, er1, &config.CSR{SANs: sansOf(sc)}, true)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var out apiclient.RouterCerts
-			_, err = apiclient.New(base, roots, &c).Do(ctx, "POST", apiclient.ClientAPI+"/enroll/extend/router",
-				map[string]string{"certCsr": string(csr), "serverCertCsr": string(csr)}, &out)
-			return &out, err
+			return apiclient.ExtendRouter(ctx, strings.TrimPrefix(base, "https://"), roots, c, csr, csr)
 		}
 		next, err := extend(cert)
 		if err != nil || !strings.Contains(next.Cert, "BEGIN CERTIFICATE") {

@@ -50,6 +50,16 @@ func (m *Mesh) Connected(rt *routers.Router) {
 	}
 }
 
+// Extended tells the other routers the new certificates of a router that extended them, so
+// that its next links are made with those.
+func (m *Mesh) Extended(rt *routers.Router) {
+	for _, other := range m.routers.All() {
+		if other.ID != rt.ID {
+			m.tell(other, &ctrlproto.PeerState{RouterID: rt.ID, Online: true, Fingerprints: rt.Fingerprints()})
+		}
+	}
+}
+
 // tell sends a router a one-way message.
 func (m *Mesh) tell(to *routers.Router, msg ctrlproto.Message) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

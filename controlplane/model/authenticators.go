@@ -162,7 +162,7 @@ func (m *Model) ExtendCert(s *APISession, id string, csrPEM []byte) ([]byte, err
 	if s.CertFingerprint != a.Fingerprint {
 		return nil, errorf(CodeUnauthorized, "a certificate is extended from an API session authenticated with that certificate")
 	}
-	cert, pemBytes, err := m.ca.SignCSR(csrPEM, pki.SignRequest{CommonName: s.IdentityID, Usage: pki.Client, Validity: IdentityCertValidity})
+	cert, pemBytes, err := m.ca.SignCSR(csrPEM, pki.SignRequest{CommonName: s.IdentityID, Usage: pki.Client, Validity: m.opts.IdentityCertValidity})
 	if err != nil {
 		return nil, csrError(err)
 	}

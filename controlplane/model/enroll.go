@@ -16,8 +16,9 @@ import (
 	"github.com/zmesh/zmesh/internal/certid"
 )
 
-// IdentityCertValidity is the lifetime of the client certificates enrollment issues.
-const IdentityCertValidity = 365 * 24 * time.Hour
+// DefaultCertValidity is the lifetime of the certificates enrollment and extension issue
+// when Options leaves it zero.
+const DefaultCertValidity = 365 * 24 * time.Hour
 
 // enrollment finds the pending enrollment of token for method and checks it is still valid.
 func (m *Model) enrollment(tx *store.Tx, token, method string) (*Enrollment, error) {
@@ -51,7 +52,7 @@ func (m *Model) EnrollOTT(token string, csrPEM []byte) ([]byte, error) {
 		if err != nil {
 			return err
 		}
-		cert, pemBytes, err := m.ca.SignCSR(csrPEM, pki.SignRequest{CommonName: e.IdentityID, Usage: pki.Client, Validity: IdentityCertValidity})
+		cert, pemBytes, err := m.ca.SignCSR(csrPEM, pki.SignRequest{CommonName: e.IdentityID, Usage: pki.Client, Validity: m.opts.IdentityCertValidity})
 		if err != nil {
 			return csrError(err)
 		}

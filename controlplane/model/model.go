@@ -24,6 +24,10 @@ type Options struct {
 	SessionMaxLifetime time.Duration
 	// EnrollmentDuration is how long an enrollment token stays valid.
 	EnrollmentDuration time.Duration
+	// RouterCertValidity and IdentityCertValidity are the lifetimes of the certificates
+	// issued to edge routers and to identities, at enrollment and at extension; 0: a year.
+	RouterCertValidity   time.Duration
+	IdentityCertValidity time.Duration
 	// Issuer is the URL of the client API's host, https://<api.advertise>; enrollment tokens
 	// name it as their issuer.
 	Issuer string
@@ -85,6 +89,12 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, opts Options) *Model {
 	}
 	if opts.EnrollmentDuration == 0 {
 		opts.EnrollmentDuration = DefaultEnrollmentDuration
+	}
+	if opts.RouterCertValidity == 0 {
+		opts.RouterCertValidity = DefaultCertValidity
+	}
+	if opts.IdentityCertValidity == 0 {
+		opts.IdentityCertValidity = DefaultCertValidity
 	}
 	m := &Model{st: st, ca: ca, opts: opts, log: log, c: newCollections(), limiter: newLimiter(opts.Now), auth: newAuthState(opts),
 		updbLimits: newAccountLimiter(opts.Now, true), mfaLimits: newAccountLimiter(opts.Now, false),

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
@@ -15,13 +14,11 @@ import (
 // Edge routers join the network by enrollment: creating an edge router stores a pending
 // erott enrollment whose token the operator hands to the router; the router sends a client
 // and a server CSR with it and gets both certificates. The client certificate is what the
-// router presents to the controller from then on; extending it replaces it at once.
+// router presents to the controller from then on; extending it replaces it at once (the
+// connections the router made with the previous one stay its own).
 
 // EnrollErOtt is the enrollment method of edge routers.
 const EnrollErOtt = "erott"
-
-// RouterCertValidity is the lifetime of the certificates router enrollment issues.
-const RouterCertValidity = 365 * 24 * time.Hour
 
 // RouterCerts are the certificates an edge router enrollment or extension issues, in PEM.
 type RouterCerts struct {
@@ -93,7 +90,7 @@ func (m *Model) EnrollErOtt(token string, clientCSR, serverCSR []byte) (*RouterC
 		if err != nil {
 			return missing(err, "edge router", e.EdgeRouterID)
 		}
-		if out, err = m.issueRouterCerts(tx, r, clientCSR, serverCSR); err != nil {
+		if out, err = m.issueRouterCerts(tx, r, clientCSR, serverCSR, false); err != nil {
 			return err
 		}
 		m.added(tx) // the router may now carry sessions
@@ -121,7 +118,7 @@ func (m *Model) ExtendRouter(chain []*x509.Certificate, clientCSR, serverCSR []b
 		if err != nil {
 			return err
 		}
-		out, err = m.issueRouterCerts(tx, r, clientCSR, serverCSR)
+		out, err = m.issueRouterCerts(tx, r, clientCSR, serverCSR, true)
 		return err
 	})
 	return out, err
@@ -137,20 +134,26 @@ func (m *Model) EdgeRouterByCert(cert *x509.Certificate) (*EdgeRouter, error) {
 	return out, err
 }
 
-func (m *Model) issueRouterCerts(tx *store.Tx, r *EdgeRouter, clientCSR, serverCSR []byte) (*RouterCerts, error) {
+// issueRouterCerts signs the router's CSRs and records the certificates as its own;
+// extended says that the router asked with its current client certificate.
+func (m *Model) issueRouterCerts(tx *store.Tx, r *EdgeRouter, clientCSR, serverCSR []byte, extended bool) (*RouterCerts, error) {
 	if len(clientCSR) == 0 {
 		return nil, invalid("certCsr", nil, "is required: the CSR of the router's client certificate")
 	}
 	if len(serverCSR) == 0 {
 		return nil, invalid("serverCertCsr", nil, "is required: the CSR of the router's server certificate")
 	}
-	client, clientPEM, err := m.ca.SignCSR(clientCSR, pki.SignRequest{CommonName: r.ID, Usage: pki.Client, Validity: RouterCertValidity})
+	client, clientPEM, err := m.ca.SignCSR(clientCSR, pki.SignRequest{CommonName: r.ID, Usage: pki.Client, Validity: m.opts.RouterCertValidity})
 	if err != nil {
 		return nil, csrError(err)
 	}
-	server, serverPEM, err := m.ca.SignCSR(serverCSR, pki.SignRequest{CommonName: r.ID, Usage: pki.Server, Validity: RouterCertValidity})
+	server, serverPEM, err := m.ca.SignCSR(serverCSR, pki.SignRequest{CommonName: r.ID, Usage: pki.Server, Validity: m.opts.RouterCertValidity})
 	if err != nil {
 		return nil, csrError(err)
+	}
+	change := RouterChange{}
+	if extended {
+		change = RouterChange{Extended: true, Previous: r.Fingerprint}
 	}
 	r.IsVerified = true
 	r.CertPEM, r.Fingerprint = string(clientPEM), certid.Fingerprint(client)
@@ -159,7 +162,7 @@ func (m *Model) issueRouterCerts(tx *store.Tx, r *EdgeRouter, clientCSR, serverC
 	if err := m.c.edgeRouters.Put(tx, r); err != nil {
 		return nil, conflict(err)
 	}
-	m.routerChanged(tx, r.ID)
+	m.routerChanged(tx, r.ID, change)
 	return &RouterCerts{Cert: clientPEM, ServerCert: serverPEM, CA: m.ca.PEM()}, nil
 }
 
@@ -180,7 +183,7 @@ func (m *Model) ReEnrollEdgeRouter(id string) (*Enrollment, error) {
 		if err := m.c.edgeRouters.Put(tx, r); err != nil {
 			return err
 		}
-		m.routerChanged(tx, id)
+		m.routerChanged(tx, id, RouterChange{})
 		m.added(tx) // the router no longer carries new sessions; existing ones are not tied to it
 		out, err = m.createRouterEnrollment(tx, r)
 		return err
@@ -223,29 +226,38 @@ func routerNameConflict(err error, name string) error {
 	return err
 }
 
+// RouterChange says how an edge router's credentials changed. Extended: the router extended
+// its certificates itself, presenting its client certificate of fingerprint Previous; the
+// connections it made with that certificate are still the router's.
+type RouterChange struct {
+	Extended bool
+	Previous string
+}
+
 // routerHooks are the functions OnEdgeRouterChange registered.
 type routerHooks struct {
 	mu  sync.Mutex
-	fns []func(routerID string)
+	fns []func(routerID string, change RouterChange)
 }
 
 // OnEdgeRouterChange registers f to be called with an edge router's id after a committed
 // change of its credentials: enrollment, extension, re-enrollment or deletion. The control
-// channel uses it to drop a connection whose certificate no longer identifies the router.
+// channel uses it to drop a connection whose certificate no longer identifies the router,
+// and to keep one whose router extended its certificates.
 // f runs on the goroutine that made the change and must not block.
-func (m *Model) OnEdgeRouterChange(f func(routerID string)) {
+func (m *Model) OnEdgeRouterChange(f func(routerID string, change RouterChange)) {
 	m.routerHooks.mu.Lock()
 	m.routerHooks.fns = append(m.routerHooks.fns, f)
 	m.routerHooks.mu.Unlock()
 }
 
-func (m *Model) routerChanged(tx *store.Tx, id string) {
+func (m *Model) routerChanged(tx *store.Tx, id string, change RouterChange) {
 	tx.OnCommit(func() {
 		m.routerHooks.mu.Lock()
 		fns := m.routerHooks.fns
 		m.routerHooks.mu.Unlock()
 		for _, f := range fns {
-			f(id)
+			f(id, change)
 		}
 	})
 }

@@ -188,7 +188,7 @@ func (m *Model) edgeRouterKind() kind[EdgeRouter, *EdgeRouter] {
 			return m.syncRouterIdentity(tx, r)
 		},
 		deleted: func(tx *store.Tx, id string) error {
-			m.routerChanged(tx, id)
+			m.routerChanged(tx, id, RouterChange{})
 			if err := m.deleteAll(m.c.enrollments.IDsWith, "edgeRouterId", m.c.enrollments.Delete)(tx, id); err != nil {
 				return err
 			}

@@ -207,7 +207,7 @@ func (m *Model) EnrollWithToken(ctx context.Context, raw, signerID string, csrPE
 		if !withCert {
 			return nil
 		}
-		cert, pemBytes, err := m.ca.SignCSR(csrPEM, pki.SignRequest{CommonName: ident.ID, Usage: pki.Client, Validity: IdentityCertValidity})
+		cert, pemBytes, err := m.ca.SignCSR(csrPEM, pki.SignRequest{CommonName: ident.ID, Usage: pki.Client, Validity: m.opts.IdentityCertValidity})
 		if err != nil {
 			return csrError(err)
 		}

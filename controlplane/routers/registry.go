@@ -17,18 +17,22 @@ type Router struct {
 	Since    time.Time       // when its Hello was accepted
 	Channel  *ctrlproto.Channel
 
-	fingerprint       string            // of the certificate it connected with
-	serverFingerprint string            // of its current server certificate
-	revoked           bool              // its certificates stopped being its own (deleted, re-enrolled)
-	protocols         map[string]string // its SDK listeners, e.g. "tls" → "tls://host:3022"
-	metrics           atomic.Pointer[ctrlproto.Metrics]
+	certs     atomic.Pointer[[2]string] // fingerprints of its current client and server certificates
+	revoked   bool                      // its certificates stopped being its own (deleted, re-enrolled)
+	protocols map[string]string         // its SDK listeners, e.g. "tls" → "tls://host:3022"
+	metrics   atomic.Pointer[ctrlproto.Metrics]
 }
 
 // Fingerprints returns the fingerprints of the router's current client and server
 // certificates.
 func (rt *Router) Fingerprints() []string {
-	return []string{rt.fingerprint, rt.serverFingerprint}
+	fps := rt.certs.Load()
+	return []string{fps[0], fps[1]}
 }
+
+// fingerprint is that of the router's current client certificate: the one it connected with,
+// or the one it extended it to since.
+func (rt *Router) fingerprint() string { return rt.certs.Load()[0] }
 
 // Revoked reports whether the router was disconnected because the certificates it
 // connected with stopped being its own.

@@ -32,9 +32,10 @@ type Config struct {
 	CA    *pki.CA
 	// Cert is the listener's server certificate, issued by CA for the ctrl address.
 	Cert tls.Certificate
-	// ControllerID and Endpoints are sent in every HelloReply.
+	// ControllerID, Endpoints and ClientAPI are sent in every HelloReply.
 	ControllerID string
 	Endpoints    []string
+	ClientAPI    string
 	// Channel tunes each router's channel (request timeout, heartbeats).
 	Channel ctrlproto.Options
 	// HandshakeTimeout: DefaultHandshakeTimeout when zero.
@@ -46,6 +47,9 @@ type Config struct {
 	// OnConnect and OnDisconnect, when set, are called after a router's Hello was accepted
 	// and after its connection ended (unless a newer connection replaced it).
 	OnConnect, OnDisconnect func(*Router)
+	// OnExtended, when set, is called after a connected router extended its certificates:
+	// its Fingerprints are the new ones.
+	OnExtended func(*Router)
 }
 
 // Server accepts routers' control channels and keeps the registry of connected routers.
@@ -166,7 +170,8 @@ func (s *Server) serveRouter(ctx context.Context, conn net.Conn, leaf *x509.Cert
 	}
 	ch := ctrlproto.New(ctx, conn, s.log.With("router", r.ID), s.cfg.Channel)
 	log = log.With("router", r.ID, "name", r.Name)
-	rt := &Router{ID: r.ID, Name: r.Name, Channel: ch, fingerprint: r.Fingerprint, serverFingerprint: r.ServerFingerprint}
+	rt := &Router{ID: r.ID, Name: r.Name, Channel: ch}
+	rt.certs.Store(&[2]string{r.Fingerprint, r.ServerFingerprint})
 	hello := make(chan struct{})
 	greeted := false // the handler runs on the channel's reader only: no lock needed
 	ch.Handle(ctrlproto.TypeHello, func(_ context.Context, m ctrlproto.Message) (ctrlproto.Message, error) {
@@ -232,7 +237,7 @@ func (s *Server) hello(rt *Router, h *ctrlproto.Hello, log *slog.Logger) ctrlpro
 	}
 	// The router's record may have changed between authentication and registration,
 	// with no connection registered yet to close: check again.
-	if cur, err := s.cfg.Model.EdgeRouter(rt.ID); err != nil || cur.Fingerprint != rt.fingerprint {
+	if cur, err := s.cfg.Model.EdgeRouter(rt.ID); err != nil || cur.Fingerprint != rt.fingerprint() {
 		s.reg.remove(rt)
 		return s.refuse(log, "the certificate stopped identifying the router while it connected")
 	}
@@ -242,7 +247,7 @@ func (s *Server) hello(rt *Router, h *ctrlproto.Hello, log *slog.Logger) ctrlpro
 		// that it never outlives the controller's store.
 		s.wg.Go(func() { s.cfg.OnConnect(rt) })
 	}
-	return &ctrlproto.HelloReply{Accepted: true, ControllerID: s.cfg.ControllerID, Endpoints: s.cfg.Endpoints}
+	return &ctrlproto.HelloReply{Accepted: true, ControllerID: s.cfg.ControllerID, Endpoints: s.cfg.Endpoints, ClientAPI: s.cfg.ClientAPI}
 }
 
 // refuse answers a Hello with a refusal and closes the channel once it is sent.
@@ -253,9 +258,10 @@ func (s *Server) refuse(log *slog.Logger, format string, args ...any) ctrlproto.
 }
 
 // routerChanged is called by the model after an edge router's credentials changed; a
-// connection made with a certificate that is no longer the router's is closed, and a
-// deleted router's metrics report is forgotten.
-func (s *Server) routerChanged(id string) {
+// connection made with a certificate that is no longer the router's is closed, unless the
+// router extended that certificate itself, and a deleted router's metrics report is
+// forgotten.
+func (s *Server) routerChanged(id string, change model.RouterChange) {
 	r, err := s.cfg.Model.EdgeRouter(id)
 	deleted := model.CodeOf(err) == model.CodeNotFound
 	if deleted {
@@ -272,10 +278,19 @@ func (s *Server) routerChanged(id string) {
 	case err != nil:
 		s.log.Error("check a connected edge router after a change", "router", id, "err", err)
 		return
-	case r.Fingerprint != rt.fingerprint:
-		reason = "the certificate it connected with is no longer the router's"
-	default:
+	case r.Fingerprint == rt.fingerprint():
 		return
+	case change.Extended && change.Previous == rt.fingerprint():
+		// The router renewed the certificates of this connection: the connection stays,
+		// under the new ones, and the other routers learn them.
+		rt.certs.Store(&[2]string{r.Fingerprint, r.ServerFingerprint})
+		s.log.Info("router extended its certificates; its control channel stays", "router", id, "fingerprint", r.Fingerprint)
+		if s.cfg.OnExtended != nil {
+			go s.cfg.OnExtended(rt)
+		}
+		return
+	default:
+		reason = "the certificate it connected with is no longer the router's"
 	}
 	s.log.Info("closing a router's control channel", "router", id, "reason", reason)
 	rt.revoked = true

@@ -94,6 +94,9 @@ type HelloReply struct {
 	// Endpoints are the control channel addresses of the cluster's controllers,
 	// <transport>:<host>:<port>; the router saves them to its endpointsFile.
 	Endpoints []string `json:"endpoints"`
+	// ClientAPI is the <host>:<port> of the controller's client API, where the router
+	// extends its certificates.
+	ClientAPI string `json:"clientApi,omitempty"`
 }
 
 func (*HelloReply) MessageType() Type { return TypeHelloReply }

@@ -1,0 +1,261 @@
+package dataplane
+
+import (
+	"context"
+	"crypto"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/atomicfile"
+	"github.com/zmesh/zmesh/internal/certid"
+)
+
+// Certificate renewal. Once identity.renew_at of its client certificate's lifetime has
+// passed, the router extends its client and server certificates itself: it sends CSRs of its
+// current keys to the controller's client API (POST /enroll/extend/router, authenticated by
+// its current client certificate, at the address the controller gave in its HelloReply),
+// writes the new certificates over the identity files, and puts them in force for every
+// later handshake. Connections made before keep theirs: the controller keeps the control
+// channel the router opened with the previous certificate, and tells the other routers the
+// new ones before their next link.
+
+// Waits between failed renewals: doubling from the first to the last.
+const (
+	renewFirstRetry = 5 * time.Second
+	renewLastRetry  = 10 * time.Minute
+	renewTimeout    = 30 * time.Second
+	// tornPair is how far apart the client and server certificates' starts may be: they are
+	// issued together, so more means a renewal wrote one file and not the other.
+	tornPair = time.Minute
+)
+
+// renewal is the state of the router's certificate renewal, for its metrics and health check.
+type renewal struct {
+	mu      sync.Mutex
+	lastErr error // of the latest attempt; nil after a success
+	renewed int   // renewals done since the start
+	failed  int   // attempts failed since the start
+}
+
+// renewLoop renews the router's certificates whenever they are due, until ctx ends.
+func (r *Router) renewLoop(ctx context.Context) {
+	retry := renewFirstRetry
+	wait := time.Until(r.renewalDue())
+	for {
+		t := time.NewTimer(max(wait, 0))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		err := r.renew(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		r.renewal.mu.Lock()
+		r.renewal.lastErr = err
+		if err != nil {
+			r.renewal.failed++
+		} else {
+			r.renewal.renewed++
+		}
+		r.renewal.mu.Unlock()
+		if err != nil {
+			r.log.Warn("certificate renewal failed", "err", err, "retryIn", retry,
+				"expires", r.ident.Certs.Client().Leaf.NotAfter.UTC().Format(time.RFC3339))
+			wait, retry = retry, min(2*retry, renewLastRetry)
+			continue
+		}
+		retry = renewFirstRetry
+		// Certificates whose start the controller backdated by more than renew_at of their
+		// lifetime are due at once: wait renew_at of what is left instead.
+		leaf := r.ident.Certs.Client().Leaf
+		wait = max(time.Until(r.renewalDue()), time.Duration(float64(time.Until(leaf.NotAfter))*r.cfg.Identity.RenewAt))
+	}
+}
+
+// renewalDue is when the current certificates are to be renewed: identity.renew_at of the
+// client certificate's lifetime, or now when the server certificate is not of the same
+// issue.
+func (r *Router) renewalDue() time.Time {
+	client, server := r.ident.Certs.Client().Leaf, r.ident.Certs.Server().Leaf
+	if r.cfg.Identity.ServerCert != "" && client != server {
+		if d := client.NotBefore.Sub(server.NotBefore); d > tornPair || d < -tornPair {
+			r.log.Warn("the client and server certificates were not issued together; renewing both now",
+				"clientIssued", client.NotBefore.UTC().Format(time.RFC3339), "serverIssued", server.NotBefore.UTC().Format(time.RFC3339))
+			return time.Now()
+		}
+	}
+	life := client.NotAfter.Sub(client.NotBefore)
+	return client.NotBefore.Add(time.Duration(float64(life) * r.cfg.Identity.RenewAt))
+}
+
+// renew extends the router's certificates once.
+func (r *Router) renew(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, renewTimeout)
+	defer cancel()
+	if _, err := r.ctrl.channel(ctx); err != nil {
+		return fmt.Errorf("the controller's address is not known yet: %w", err)
+	}
+	host := r.ctrl.clientAPIHost()
+	if host == "" {
+		return errors.New("the controller did not give its client API's address")
+	}
+	client, server := r.ident.Certs.Client(), r.ident.Certs.Server()
+	clientKey, ok := client.PrivateKey.(crypto.Signer)
+	if !ok {
+		return errors.New("identity.key cannot sign a certificate request")
+	}
+	serverKey, ok := server.PrivateKey.(crypto.Signer)
+	if !ok {
+		return errors.New("the server key cannot sign a certificate request")
+	}
+	var csr *config.CSR
+	if r.cfg.Edge != nil {
+		csr = r.cfg.Edge.CSR
+	}
+	clientCSR, err := apiclient.RouterCSR(clientKey, r.id, csr, false)
+	if err != nil {
+		return err
+	}
+	serverCSR, err := apiclient.RouterCSR(serverKey, r.id, csr, true)
+	if err != nil {
+		return err
+	}
+	certs, err := apiclient.ExtendRouter(ctx, host, r.ident.CAs, client, clientCSR, serverCSR)
+	if err != nil {
+		return fmt.Errorf("extend the certificates at %s: %w", host, err)
+	}
+	newClient, err := r.issued([]byte(certs.Cert), clientKey, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return fmt.Errorf("the controller's client certificate: %w", err)
+	}
+	newServer, err := r.issued([]byte(certs.ServerCert), serverKey, x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return fmt.Errorf("the controller's server certificate: %w", err)
+	}
+	// The controller holds the new certificates as the router's from now on: the files
+	// come first, so that a router restarted at any point finds them. The client certificate
+	// first: with it alone, the router still reaches the controller and renews again.
+	id := r.cfg.Identity
+	if err := atomicfile.Write(id.Cert, []byte(certs.Cert), 0o644); err != nil {
+		return fmt.Errorf("identity.cert: %w", err)
+	}
+	if id.ServerCert != "" {
+		if err := atomicfile.Write(id.ServerCert, []byte(certs.ServerCert), 0o644); err != nil {
+			return fmt.Errorf("identity.server_cert: %w", err)
+		}
+	} else {
+		newServer = newClient // as loadIdentity does when there is no server certificate
+	}
+	r.ident.Certs.Set(newClient, newServer)
+	r.log.Info("certificates renewed", "expires", newClient.Leaf.NotAfter.UTC().Format(time.RFC3339),
+		"fingerprint", certid.Fingerprint(newClient.Leaf))
+	return nil
+}
+
+// issued parses a PEM certificate chain the controller issued for key, and checks that it is
+// the router's, for usage, from the network's CA.
+func (r *Router) issued(chainPEM []byte, key crypto.Signer, usage x509.ExtKeyUsage) (tls.Certificate, error) {
+	var cert tls.Certificate
+	for rest := chainPEM; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			break
+		}
+		if b.Type == "CERTIFICATE" {
+			cert.Certificate = append(cert.Certificate, b.Bytes)
+		}
+	}
+	if len(cert.Certificate) == 0 {
+		return cert, errors.New("no PEM certificate")
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return cert, err
+	}
+	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
+	if !ok || !pub.Equal(leaf.PublicKey) {
+		return cert, errors.New("it is not for the router's key")
+	}
+	if leaf.Subject.CommonName != r.id {
+		return cert, fmt.Errorf("it names %q, not the router %q", leaf.Subject.CommonName, r.id)
+	}
+	inter := x509.NewCertPool()
+	for _, der := range cert.Certificate[1:] {
+		if c, err := x509.ParseCertificate(der); err == nil {
+			inter.AddCert(c)
+		}
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: r.ident.CAs, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+		return cert, err
+	}
+	cert.PrivateKey, cert.Leaf = key, leaf
+	return cert, nil
+}
+
+// certMetrics are the renewal's metrics: when each certificate expires, and the renewals.
+func (r *Router) certMetrics() []prometheus.Collector {
+	expiry := func(which string, leaf func() *x509.Certificate) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "zmesh_certificate_expiry_timestamp_seconds",
+			Help:        "When the router's certificate expires, in seconds since the epoch: client (to the controller and other routers) or server (its listeners). The router renews both at identity.renew_at of their lifetime.",
+			ConstLabels: prometheus.Labels{"certificate": which}},
+			func() float64 { return float64(leaf().NotAfter.Unix()) })
+	}
+	renewals := func(result string, n func() int) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "zmesh_certificate_renewals_total",
+			Help:        "Renewals of the router's certificates since it started, by result: ok or failed (retried).",
+			ConstLabels: prometheus.Labels{"result": result}},
+			func() float64 {
+				r.renewal.mu.Lock()
+				defer r.renewal.mu.Unlock()
+				return float64(n())
+			})
+	}
+	return []prometheus.Collector{
+		expiry("client", func() *x509.Certificate { return r.ident.Certs.Client().Leaf }),
+		expiry("server", func() *x509.Certificate { return r.ident.Certs.Server().Leaf }),
+		renewals("ok", func() int { return r.renewal.renewed }),
+		renewals("failed", func() int { return r.renewal.failed }),
+	}
+}
+
+// certificatesCheck fails once the client certificate's renewal is overdue by half the time
+// that was left for it, or the certificate expired; its details say when each expires.
+func (r *Router) certificatesCheck(context.Context) (any, error) {
+	type certDetail struct {
+		NotAfter time.Time `json:"notAfter"`
+		DaysLeft float64   `json:"daysLeft"`
+	}
+	now := time.Now()
+	client, server := r.ident.Certs.Client().Leaf, r.ident.Certs.Server().Leaf
+	detail := func(c *x509.Certificate) certDetail {
+		return certDetail{NotAfter: c.NotAfter.UTC(), DaysLeft: float64(c.NotAfter.Sub(now)) / float64(24*time.Hour)}
+	}
+	details := map[string]certDetail{"client": detail(client), "server": detail(server)}
+	due := r.renewalDue()
+	r.renewal.mu.Lock()
+	lastErr := r.renewal.lastErr
+	r.renewal.mu.Unlock()
+	soonest := client.NotAfter
+	if server.NotAfter.Before(soonest) {
+		soonest = server.NotAfter
+	}
+	switch {
+	case !now.Before(soonest):
+		return details, fmt.Errorf("a certificate expired at %s", soonest.UTC().Format(time.RFC3339))
+	case now.After(due.Add(soonest.Sub(due) / 2)):
+		return details, fmt.Errorf("renewal overdue since %s; last attempt: %v", due.UTC().Format(time.RFC3339), lastErr)
+	}
+	return details, nil
+}
