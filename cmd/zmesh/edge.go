@@ -54,7 +54,8 @@ func newEdgeCommand() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&f.sessionFile, "session-file", defaultSessionFile(), "where the login session is kept")
 	cmd.PersistentFlags().StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	cmd.AddCommand(newEdgeLoginCommand(f), newEdgeCreateCommand(f), newEdgeListCommand(f), newEdgeGetCommand(f),
-		newEdgeUpdateCommand(f), newEdgeDeleteCommand(f), newEdgeMFACommand(f), newEdgeDisableCommand(f), newEdgeEnableCommand(f))
+		newEdgeUpdateCommand(f), newEdgeDeleteCommand(f), newEdgeMFACommand(f), newEdgeDisableCommand(f), newEdgeEnableCommand(f),
+		newEdgeReEnrollCommand(f))
 	return cmd
 }
 

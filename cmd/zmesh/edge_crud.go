@@ -515,9 +515,14 @@ func newEdgeCreateCommand(f *edgeFlags) *cobra.Command {
 
 // created reports a new entity and hands out its enrollment token when it has one.
 func (e *edgeCall) created(t *entityType, fs *pflag.FlagSet, name, id string, detail map[string]any) error {
-	msg := fmt.Sprintf("created %s %s (%s)", t.what, name, id)
-	if en := t.enrollment; en != nil {
-		file, _ := fs.GetString("jwt-output-file")
+	file, _ := fs.GetString("jwt-output-file")
+	return e.handOut(fmt.Sprintf("created %s %s (%s)", t.what, name, id), t.enrollment, file, detail)
+}
+
+// handOut reports msg and, when en is set, the enrollment token en finds in detail: alone on
+// stdout with text output, or in file when one is given; with -o json it prints detail.
+func (e *edgeCall) handOut(msg string, en *enrollment, file string, detail map[string]any) error {
+	if en != nil {
 		toStdout := file == "" && en.toStdout && e.f.output == "text"
 		if file != "" || toStdout {
 			token := en.jwt(detail)

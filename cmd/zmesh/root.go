@@ -37,7 +37,8 @@ func newRootCommand(stdout, stderr io.Writer, lookupEnv env) *cobra.Command {
 
 func newRouterCommand(lookupEnv env) *cobra.Command {
 	cmd := &cobra.Command{Use: "router", Short: "Run and check edge routers"}
-	cmd.AddCommand(newValidateCommand("router", lookupEnv, loadRouter), newRouterEnrollCommand(lookupEnv), newRouterRunCommand(lookupEnv))
+	cmd.AddCommand(newValidateCommand("router", lookupEnv, loadRouter), newRouterEnrollCommand(lookupEnv), newRouterReEnrollCommand(lookupEnv),
+		newRouterRunCommand(lookupEnv))
 	return cmd
 }
 

@@ -5,14 +5,9 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 
@@ -25,17 +20,33 @@ import (
 )
 
 func newRouterEnrollCommand(lookupEnv env) *cobra.Command {
+	return routerEnrollCommand(lookupEnv, "enroll", "Enroll an edge router with its enrollment token",
+		"Enroll the edge router a configuration file describes, with the enrollment token (JWT)\n"+
+			"of its edge router (zmesh edge create edge-router). The key named by identity.key is\n"+
+			"generated when the file is absent and reused when present (likewise identity.server_key\n"+
+			"when set). The client certificate is written to identity.cert, the server certificate,\n"+
+			"with the SANs of edge.csr.sans, to identity.server_cert, and the network's CAs to\n"+
+			"identity.ca.", false)
+}
+
+func newRouterReEnrollCommand(lookupEnv env) *cobra.Command {
+	return routerEnrollCommand(lookupEnv, "re-enroll", "Enroll an edge router again, with new keys, after `zmesh edge re-enroll edge-router`",
+		"Enroll an edge router again with the new enrollment token (JWT) that `zmesh edge re-enroll\n"+
+			"edge-router` gave it, when its key was lost or exposed or its certificates expired: new\n"+
+			"keys replace identity.key (and identity.server_key when set), then the certificates and\n"+
+			"CAs are written as `zmesh router enroll` writes them. Stop the router first; start it\n"+
+			"again afterwards. A running router renews its certificates by itself (identity.renew_at)\n"+
+			"and needs none of this.", true)
+}
+
+// routerEnrollCommand is `router enroll` and `router re-enroll`: the second makes new keys.
+func routerEnrollCommand(lookupEnv env, use, short, long string, newKeys bool) *cobra.Command {
 	var jwtFile string
 	cmd := &cobra.Command{
-		Use:   "enroll ROUTER.yml --jwt FILE",
-		Short: "Enroll an edge router with its enrollment token",
-		Long: "Enroll the edge router a configuration file describes, with the enrollment token (JWT)\n" +
-			"of its edge router (zmesh edge create edge-router). The key named by identity.key is\n" +
-			"generated when the file is absent and reused when present (likewise identity.server_key\n" +
-			"when set). The client certificate is written to identity.cert, the server certificate,\n" +
-			"with the SANs of edge.csr.sans, to identity.server_cert, and the network's CAs to\n" +
-			"identity.ca.",
-		Args: cobra.ExactArgs(1),
+		Use:   use + " ROUTER.yml --jwt FILE",
+		Short: short,
+		Long:  long,
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, warnings, err := config.LoadRouter(args[0], lookupEnv)
 			for _, w := range warnings {
@@ -55,7 +66,7 @@ func newRouterEnrollCommand(lookupEnv env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return enrollRouter(cmd, cfg, string(token), claims.Subject)
+			return enrollRouter(cmd, cfg, string(token), claims.Subject, newKeys)
 		},
 	}
 	cmd.Flags().StringVar(&jwtFile, "jwt", "", "file holding the edge router's enrollment token")
@@ -63,38 +74,55 @@ func newRouterEnrollCommand(lookupEnv env) *cobra.Command {
 	return cmd
 }
 
-func enrollRouter(cmd *cobra.Command, cfg *config.Router, token, routerID string) error {
+// enrollRouter enrolls the router with token; with newKeys, it makes new keys and writes
+// them over identity.key and identity.server_key once the enrollment succeeded.
+func enrollRouter(cmd *cobra.Command, cfg *config.Router, token, routerID string, newKeys bool) error {
 	id := cfg.Identity
-	key, err := loadOrCreateKey(id.Key)
+	keyOf := loadOrCreateKey
+	var made []keyFile
+	if newKeys {
+		keyOf = func(path string) (crypto.Signer, error) {
+			k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+			made = append(made, keyFile{path, k})
+			return k, err
+		}
+	}
+	key, err := keyOf(id.Key)
 	if err != nil {
 		return fmt.Errorf("identity.key: %w", err)
 	}
 	serverKey := key
 	if id.ServerKey != "" {
-		if serverKey, err = loadOrCreateKey(id.ServerKey); err != nil {
+		if serverKey, err = keyOf(id.ServerKey); err != nil {
 			return fmt.Errorf("identity.server_key: %w", err)
 		}
 	}
-	var subject pkix.Name
-	var sans config.SANs
-	if cfg.Edge != nil && cfg.Edge.CSR != nil {
-		c := cfg.Edge.CSR
-		subject = pkix.Name{Country: nonEmpty(c.Country), Province: nonEmpty(c.Province), Locality: nonEmpty(c.Locality),
-			Organization: nonEmpty(c.Organization), OrganizationalUnit: nonEmpty(c.OrganizationalUnit)}
-		sans = c.SANs
+	var csr *config.CSR
+	if cfg.Edge != nil {
+		csr = cfg.Edge.CSR
 	}
-	subject.CommonName = routerID
-	clientCSR, err := routerCSR(key, subject, config.SANs{})
+	clientCSR, err := apiclient.RouterCSR(key, routerID, csr, false)
 	if err != nil {
 		return err
 	}
-	serverCSR, err := routerCSR(serverKey, subject, sans)
+	serverCSR, err := apiclient.RouterCSR(serverKey, routerID, csr, true)
 	if err != nil {
 		return err
 	}
 	certs, err := apiclient.EnrollRouter(cmd.Context(), token, clientCSR, serverCSR, nil)
 	if err != nil {
 		return err
+	}
+	// The enrollment is done: the keys go first, so that the certificates are never written
+	// beside keys they are not for.
+	for _, k := range made {
+		pemKey, err := pki.MarshalPrivateKeyPEM(k.key)
+		if err != nil {
+			return err
+		}
+		if err := writeFileInDir(k.path, pemKey, 0o600); err != nil {
+			return fmt.Errorf("write the new key %s: %w", k.path, err)
+		}
 	}
 	for _, f := range []struct{ key, path, data string }{
 		{"identity.cert", id.Cert, certs.Cert},
@@ -109,11 +137,10 @@ func enrollRouter(cmd *cobra.Command, cfg *config.Router, token, routerID string
 	return nil
 }
 
-func nonEmpty(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return []string{s}
+// keyFile is a key made for a file.
+type keyFile struct {
+	path string
+	key  *ecdsa.PrivateKey
 }
 
 // loadOrCreateKey reads the PEM private key at path, or generates an ECDSA P-256 key and writes
@@ -150,23 +177,4 @@ func writeFileInDir(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return atomicfile.Write(path, data, mode)
-}
-
-func routerCSR(key crypto.Signer, subject pkix.Name, sans config.SANs) ([]byte, error) {
-	tmpl := &x509.CertificateRequest{Subject: subject, DNSNames: sans.DNS, EmailAddresses: sans.Email}
-	for _, ip := range sans.IP {
-		tmpl.IPAddresses = append(tmpl.IPAddresses, net.IP(ip.AsSlice()))
-	}
-	for _, u := range sans.URI {
-		parsed, err := url.Parse(u)
-		if err != nil {
-			return nil, fmt.Errorf("edge.csr.sans.uri %q: %w", u, err)
-		}
-		tmpl.URIs = append(tmpl.URIs, parsed)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
-	if err != nil {
-		return nil, fmt.Errorf("create CSR: %w", err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"crypto"
 	"crypto/ecdsa"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"os"
@@ -9,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/internal/ctrltest"
 	"github.com/zmesh/zmesh/internal/testutil"
 )
 
@@ -58,5 +62,55 @@ func TestRouterEnrollNeedsServerCert(t *testing.T) {
 	_, _, err := run(t, nil, "router", "enroll", cfg, "--jwt", jwtFile)
 	if err == nil || !strings.Contains(err.Error(), "identity.server_cert") {
 		t.Fatalf("enroll without server_cert: %v", err)
+	}
+}
+
+// TestRouterReEnroll: after `edge re-enroll edge-router`, `router re-enroll` makes new keys,
+// writes them over the old ones, and the certificates it writes are for them and are the
+// router's; the old certificate is not.
+func TestRouterReEnroll(t *testing.T) {
+	t.Parallel()
+	c := ctrltest.Start(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "router.yml")
+	writeFileAt(t, cfg, "v: 3\nidentity:\n  cert: client.cert\n  server_cert: server.cert\n  key: router.key\n  ca: ca.cert\n"+
+		"ctrl:\n  endpoint: tls:"+c.CtrlAddr+"\nedge:\n  csr:\n    sans:\n      dns: [localhost]\n")
+	er := &model.EdgeRouter{Name: "r1"}
+	if err := c.Model.CreateEdgeRouter(er); err != nil {
+		t.Fatal(err)
+	}
+	enroll := func(verb string) (crypto.PublicKey, *x509.Certificate) {
+		t.Helper()
+		e, err := c.Model.RouterEnrollment(er.ID)
+		if err != nil || e == nil {
+			t.Fatalf("the router's enrollment: %v", err)
+		}
+		jwt := filepath.Join(dir, verb+".jwt")
+		writeFileAt(t, jwt, e.JWT)
+		if _, stderr, err := run(t, nil, "router", verb, cfg, "--jwt", jwt); err != nil {
+			t.Fatalf("router %s: %v %s", verb, err, stderr)
+		}
+		pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "client.cert"), filepath.Join(dir, "router.key"))
+		if err != nil {
+			t.Fatalf("after router %s, the key and certificate: %v", verb, err)
+		}
+		if _, err := c.Model.EdgeRouterByCert(pair.Leaf); err != nil {
+			t.Fatalf("after router %s, the certificate is not the router's: %v", verb, err)
+		}
+		return pair.Leaf.PublicKey, pair.Leaf
+	}
+	oldKey, oldCert := enroll("enroll")
+	if _, err := c.Model.ReEnrollEdgeRouter(er.ID); err != nil {
+		t.Fatal(err)
+	}
+	newKey, _ := enroll("re-enroll")
+	if newKey.(*ecdsa.PublicKey).Equal(oldKey) {
+		t.Error("router re-enroll kept the old key")
+	}
+	if _, err := c.Model.EdgeRouterByCert(oldCert); err == nil {
+		t.Error("the certificate of before the re-enrollment is still the router's")
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "router.key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the new key file: %v %v", fi, err)
 	}
 }
