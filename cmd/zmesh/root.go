@@ -28,6 +28,7 @@ func newRootCommand(stdout, stderr io.Writer, lookupEnv env) *cobra.Command {
 		newTunnelCommand(lookupEnv),
 		newBenchCommand(selfExec, lookupEnv), newBenchWorkerCommand(lookupEnv),
 		newQuickstartCommand(lookupEnv),
+		newGenManCommand(),
 	)
 	root.Version = version
 	root.SetVersionTemplate(currentBuild().String() + "\n")
