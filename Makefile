@@ -16,13 +16,24 @@ UNITDIR     ?= $(SYSCONFDIR)/systemd/system
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+MAN1DIR     ?= $(PREFIX)/share/man/man1
 DATADIR     ?= $(PREFIX)/share/zmesh
 UNITS       := zmesh-router.service zmesh-controller.service
 # The units' User=zmesh and StateDirectory=zmesh (systemd's fixed place): not settings.
 ZMESH_USER  := zmesh
 STATEDIR    := /var/lib/zmesh
+# The man pages' date, and the package's file times: the last commit's, for reproducible builds.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 
-.PHONY: help build run test test-load interop bench lint fuzz clean install uninstall
+# The Debian package (`make deb`, docs/packaging.md): nfpm, run as a pinned build tool like
+# staticcheck; the version made from VERSION by deploy/deb/version.sh.
+NFPM        := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.48.0
+DEB_VERSION  = $(shell deploy/deb/version.sh '$(VERSION)')
+DEB_ARCH     = $(shell $(GO) env GOARCH)
+DEB          = bin/zmesh_$(DEB_VERSION)_$(DEB_ARCH).deb
+DEBROOT     := bin/deb-root
+
+.PHONY: help build run test test-load interop bench lint fuzz clean stage install uninstall deb test-deb
 
 help:
 	@echo "make build      build $(BIN)"
@@ -34,9 +45,12 @@ help:
 	@echo "make lint       gofmt, go vet, staticcheck"
 	@echo "make fuzz       fuzz the parsers: configuration, list filters, API bodies ($(FUZZTIME) each)"
 	@echo "make install    install $(BIN) to $(BINDIR), the systemd units to $(UNITDIR), shell"
-	@echo "                completions, and create $(SYSCONFDIR)/zmesh (0750) and the $(ZMESH_USER) user"
+	@echo "                completions, man pages, and create $(SYSCONFDIR)/zmesh (0750) and the $(ZMESH_USER) user"
 	@echo "                (PREFIX=$(PREFIX); DESTDIR=DIR stages everything under DIR, without root)"
 	@echo "make uninstall  remove what make install installed; keeps $(SYSCONFDIR)/zmesh, $(STATEDIR) and the user"
+	@echo "make deb        build the Debian package bin/zmesh_VERSION_ARCH.deb (docs/packaging.md)"
+	@echo "make test-deb   as root on a machine without zmesh: build the package, install, check, remove"
+	@echo "                and purge it with dpkg, and check what each leaves"
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/zmesh
@@ -48,27 +62,36 @@ GOSOURCES := $(shell find . \( -path ./.git -o -path ./zmesh-quickstart -o -path
 $(BIN): $(GOSOURCES)
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/zmesh
 
-# install copies files (the drop-in that co-locates the controller with the router goes to
-# $(DATADIR), for the administrator to copy: installed in the unit's .d directory it would take
-# effect at once); only a real install (no DESTDIR) run as root also creates the system
-# user the units run as, gives it $(SYSCONFDIR)/zmesh (root:$(ZMESH_USER) 0750, so the service
-# reads but cannot change its configuration) and $(STATEDIR) ($(ZMESH_USER) 0750, where
-# enrollment writes the router's keys before systemd first starts the unit), and tells
-# systemd about the units. The units name $(BINDIR)/zmesh.
-install: $(BIN)
-	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+# stage copies the files of an install under DESTDIR, the same for `make install` and for the
+# Debian package (`make deb`): the binary, the units with their paths set to BINDIR and
+# SYSCONFDIR (the drop-in that co-locates the controller with the router goes to $(DATADIR),
+# for the administrator to copy: installed in the unit's .d directory it would take effect at
+# once), the completions and the man pages (zmesh gen-man, gzipped) that $(BIN) produces.
+stage: $(BIN)
+	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR) $(DESTDIR)$(MAN1DIR)
 	install -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/zmesh
-	install -d -m 0750 $(DESTDIR)$(SYSCONFDIR)/zmesh
 	install -d -m 0755 $(DESTDIR)$(DATADIR)
 	for u in $(UNITS) zmesh-router.service.d/controller.conf; do \
 		case $$u in *.conf) dst=$(DESTDIR)$(DATADIR)/zmesh-router-controller.conf;; *) dst=$(DESTDIR)$(UNITDIR)/$$u;; esac; \
-		sed -e 's|/usr/local/bin/zmesh|$(BINDIR)/zmesh|g' -e 's|/etc/zmesh|$(SYSCONFDIR)/zmesh|g' deploy/systemd/$$u > $$dst.tmp && \
+		sed -e 's|/usr/local/bin/zmesh|$(BINDIR)/zmesh|g' -e 's|/usr/local/share/zmesh|$(DATADIR)|g' -e 's|/etc/zmesh|$(SYSCONFDIR)/zmesh|g' deploy/systemd/$$u > $$dst.tmp && \
 		chmod 0644 $$dst.tmp && mv $$dst.tmp $$dst || exit 1; \
 	done
 	$(abspath $(BIN)) completion bash > $(DESTDIR)$(BASHCOMPDIR)/zmesh
 	$(abspath $(BIN)) completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_zmesh
 	$(abspath $(BIN)) completion fish > $(DESTDIR)$(FISHCOMPDIR)/zmesh.fish
 	chmod 0644 $(DESTDIR)$(BASHCOMPDIR)/zmesh $(DESTDIR)$(ZSHCOMPDIR)/_zmesh $(DESTDIR)$(FISHCOMPDIR)/zmesh.fish
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(abspath $(BIN)) gen-man $(DESTDIR)$(MAN1DIR)
+	gzip -9nf $(DESTDIR)$(MAN1DIR)/zmesh.1 $(DESTDIR)$(MAN1DIR)/zmesh-*.1
+	chmod 0644 $(DESTDIR)$(MAN1DIR)/zmesh.1.gz $(DESTDIR)$(MAN1DIR)/zmesh-*.1.gz
+
+# install stages the files (under DESTDIR if set) and creates $(SYSCONFDIR)/zmesh; only a
+# real install (no DESTDIR) run as root also creates the system user the units run as, gives
+# it $(SYSCONFDIR)/zmesh (root:$(ZMESH_USER) 0750, so the service reads but cannot change its
+# configuration) and $(STATEDIR) ($(ZMESH_USER) 0750, where enrollment writes the router's
+# keys before systemd first starts the unit), and tells systemd about the units. The units
+# name $(BINDIR)/zmesh. deploy/deb/postinst does the same for the package.
+install: stage
+	install -d -m 0750 $(DESTDIR)$(SYSCONFDIR)/zmesh
 	@if [ -n "$(DESTDIR)" ]; then \
 		echo "staged under $(DESTDIR): no user created, no ownership changed, systemd not told"; \
 	elif [ "$$(id -u)" != 0 ]; then \
@@ -151,8 +174,32 @@ uninstall:
 	rm -f $(DESTDIR)$(DATADIR)/zmesh-router-controller.conf
 	if [ -d $(DESTDIR)$(DATADIR) ]; then rmdir $(DESTDIR)$(DATADIR); fi
 	rm -f $(DESTDIR)$(BASHCOMPDIR)/zmesh $(DESTDIR)$(ZSHCOMPDIR)/_zmesh $(DESTDIR)$(FISHCOMPDIR)/zmesh.fish
+	rm -f $(DESTDIR)$(MAN1DIR)/zmesh.1.gz $(DESTDIR)$(MAN1DIR)/zmesh-*.1.gz
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 	@echo "kept $(DESTDIR)$(SYSCONFDIR)/zmesh, $(DESTDIR)$(STATEDIR) and the user $(ZMESH_USER); docs/deploy-edge-router.md says how to remove them"
+
+# deb builds $(BIN) afresh (its version is the package's), stages it under $(DEBROOT) as
+# installed in /usr (units in /usr/lib/systemd/system, zsh's Debian completion directory) and
+# packs that with deploy/deb/nfpm.yaml and its maintainer scripts.
+deb: build
+	@debver='$(DEB_VERSION)'; [ -n "$$debver" ] || { echo "no Debian version for VERSION=$(VERSION)" >&2; exit 1; }
+	rm -rf $(DEBROOT)
+	$(MAKE) --no-print-directory stage VERSION='$(VERSION)' DESTDIR=$(abspath $(DEBROOT)) PREFIX=/usr \
+		UNITDIR=/usr/lib/systemd/system ZSHCOMPDIR=/usr/share/zsh/vendor-completions
+	rm -f $(DEB)
+	ZMESH_DEB_ROOT=$(DEBROOT) ZMESH_DEB_VERSION='$(DEB_VERSION)' ZMESH_DEB_ARCH=$(DEB_ARCH) SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) \
+		$(GO) run $(NFPM) package --config deploy/deb/nfpm.yaml --packager deb --target $(DEB)
+	@echo "built $(DEB)"
+
+# test-deb installs the package with dpkg on this machine, checks it, removes and purges it,
+# and leaves the machine as it found it (deploy/deb/test-deb.sh); root only, and it refuses a
+# machine that has zmesh already. First the version mapping's own table test.
+test-deb:
+	@if [ "$$(id -u)" != 0 ]; then echo "make test-deb installs a package with dpkg: run it as root (on a machine without zmesh)" >&2; exit 1; fi
+	deploy/deb/version_test.sh
+	deploy/deb/test-deb.sh --check-machine
+	$(MAKE) --no-print-directory deb
+	deploy/deb/test-deb.sh $(DEB) '$(VERSION)'
 
 clean:
 	rm -rf bin
