@@ -22,7 +22,8 @@ UNITS       := zmesh-router.service zmesh-controller.service
 # The units' User=zmesh and StateDirectory=zmesh (systemd's fixed place): not settings.
 ZMESH_USER  := zmesh
 STATEDIR    := /var/lib/zmesh
-# The man pages' date, and the package's file times: the last commit's, for reproducible builds.
+# The man pages' date and the package's file times: the last commit's, so that a build of a
+# commit gives the same package.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 
 # The Debian package (`make deb`, docs/packaging.md): nfpm, run as a pinned build tool like
@@ -186,6 +187,7 @@ deb: build
 	rm -rf $(DEBROOT)
 	$(MAKE) --no-print-directory stage VERSION='$(VERSION)' DESTDIR=$(abspath $(DEBROOT)) PREFIX=/usr \
 		UNITDIR=/usr/lib/systemd/system ZSHCOMPDIR=/usr/share/zsh/vendor-completions
+	if [ -n "$(SOURCE_DATE_EPOCH)" ]; then find $(DEBROOT) -exec touch -h -d @$(SOURCE_DATE_EPOCH) {} +; fi
 	rm -f $(DEB)
 	ZMESH_DEB_ROOT=$(DEBROOT) ZMESH_DEB_VERSION='$(DEB_VERSION)' ZMESH_DEB_ARCH=$(DEB_ARCH) SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) \
 		$(GO) run $(NFPM) package --config deploy/deb/nfpm.yaml --packager deb --target $(DEB)
