@@ -24,6 +24,12 @@ func TestGenMan(t *testing.T) {
 			t.Errorf("zmesh-router-run.1 lacks %q:\n%s", want, page)
 		}
 	}
+	if strings.Contains(string(page), "Auto generated") {
+		t.Errorf("zmesh-router-run.1 has cobra's history section:\n%s", page)
+	}
+	if root, err := os.ReadFile(filepath.Join(dir, "zmesh.1")); err != nil || !strings.Contains(string(root), `\fB--version\fP`) {
+		t.Errorf("zmesh.1 (%v) does not list --version:\n%s", err, root)
+	}
 	for _, name := range []string{"zmesh.1", "zmesh-version.1", "zmesh-edge-login.1", "zmesh-completion-bash.1"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Errorf("no %s: %v", name, err)
