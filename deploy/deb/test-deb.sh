@@ -100,6 +100,7 @@ if ! dpkg -i "$deb"; then
 	exit 1
 fi
 check "dpkg says zmesh is installed" equal "$(status)" installed
+echo "installed: $(zmesh version 2>&1)"
 check "zmesh is /usr/bin/zmesh in PATH" equal "$(command -v zmesh)" /usr/bin/zmesh
 want="zmesh $version ("
 check "zmesh version prints $want..." sh -c 'out=$(zmesh version) && case $out in "$1"*) ;; *) echo "  got: $out"; exit 1;; esac' - "$want"
@@ -133,6 +134,12 @@ check "/var/lib/zmesh is zmesh:zmesh 0750" equal "$(mode /var/lib/zmesh)" "zmesh
 # What an administrator would add: a configuration and a key.
 install -m 0640 -o root -g zmesh /dev/null /etc/zmesh/router.yml
 install -m 0600 -o zmesh -g zmesh /dev/null /var/lib/zmesh/router.key
+
+# Installed again (postinst's path on an upgrade): the user is kept, files and modes stay.
+check "dpkg -i over the installed package" sh -c 'dpkg -i "$1" >/dev/null' - "$deb"
+check "reinstall keeps the configuration and the state" test -f /etc/zmesh/router.yml -a -f /var/lib/zmesh/router.key
+check "reinstall keeps /etc/zmesh root:zmesh 0750" equal "$(mode /etc/zmesh)" "root:zmesh 750"
+check "reinstall keeps one user zmesh" equal "$(getent passwd | grep -c '^zmesh:')" 1
 listed=$(dpkg -L zmesh)
 
 # Remove: every file the package listed is gone, and each directory it listed unless another
