@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"crypto/tls"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/internal/ctrltest"
 	"github.com/zmesh/zmesh/internal/testutil"
+	"github.com/zmesh/zmesh/link"
 )
 
 // TestCertificateRenewal: routers whose certificates last two minutes renew them early
@@ -111,5 +116,60 @@ func TestCertificateRenewal(t *testing.T) {
 	n.startController()
 	for _, name := range routers {
 		testutil.Eventually(t, "router "+name+" online again", func() bool { return n.online(name) })
+	}
+}
+
+// TestRenewalDueAndCheck: renewal is due at identity.renew_at of the client certificate's
+// lifetime, at once for a torn pair; the certificates check passes before that, fails once
+// renewal is overdue by half the time that was left, and when a certificate expired.
+func TestRenewalDueAndCheck(t *testing.T) {
+	t.Parallel()
+	const day = 24 * time.Hour
+	now := time.Now()
+	// issue returns a certificate issued at `at` for `life` (the CA backdates it a minute).
+	issue := func(at time.Time, life time.Duration, usage pki.Usage) tls.Certificate {
+		ca, err := pki.Open(t.TempDir(), func() time.Time { return at })
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := testutil.NewKey(t)
+		cert, _, err := ca.SignCSR(testutil.CSR(t, key, "127.0.0.1"), pki.SignRequest{CommonName: "r1", Usage: usage, Validity: life})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
+	}
+	router := func(client, server tls.Certificate) *Router {
+		r := &Router{id: "r1", cfg: &config.Router{Identity: config.Identity{ServerCert: "server.cert", RenewAt: 0.5}},
+			log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		r.ident.Certs = link.NewCertificates(client, server)
+		return r
+	}
+	for _, tc := range []struct {
+		name           string
+		client, server tls.Certificate
+		dueIn          time.Duration // from now, give or take a minute
+		fails          string        // what the check's error says; "" passes
+	}{
+		{"fresh", issue(now, 10*day, pki.Client), issue(now, 10*day, pki.Server), 5 * day, ""},
+		{"due, not overdue", issue(now.Add(-6*day), 10*day, pki.Client), issue(now.Add(-6*day), 10*day, pki.Server), -day, ""},
+		{"overdue", issue(now.Add(-8*day), 10*day, pki.Client), issue(now.Add(-8*day), 10*day, pki.Server), -3 * day, "renewal overdue"},
+		{"expired", issue(now.Add(-11*day), 10*day, pki.Client), issue(now.Add(-11*day), 10*day, pki.Server), -6 * day, "expired"},
+		{"torn pair", issue(now, 10*day, pki.Client), issue(now.Add(-2*day), 10*day, pki.Server), 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := router(tc.client, tc.server)
+			if d := r.renewalDue().Sub(now.Add(tc.dueIn)); d > 2*time.Minute || d < -2*time.Minute {
+				t.Errorf("due %s, want about %s", r.renewalDue().Sub(now).Round(time.Minute), tc.dueIn)
+			}
+			details, err := r.certificatesCheck(t.Context())
+			switch {
+			case tc.fails == "" && err != nil, tc.fails != "" && (err == nil || !strings.Contains(err.Error(), tc.fails)):
+				t.Errorf("check: %v, want %q", err, tc.fails)
+			}
+			if details == nil {
+				t.Error("the check gives no details")
+			}
+		})
 	}
 }
