@@ -28,6 +28,8 @@ type Controller struct {
 	ExtJWT ControllerExtJWT `json:"extJwt,omitzero" yaml:"extJwt,omitempty"`
 	// Certificates are the lifetimes of the certificates the network's CA issues.
 	Certificates CertLifetimes `json:"certificates" yaml:"certificates"`
+	// Log is zmesh's own section: the log level and format.
+	Log Log `json:"log" yaml:"log"`
 }
 
 // CertLifetimes are how long the certificates issued at enrollment and at extension are
@@ -177,6 +179,7 @@ func (r *reader) controller(path string, data []byte) *Controller {
 	var points []webPoint
 	cfg.Web, points = r.webListeners(top, WebAPIs()...)
 	r.controllerWebChecks(cfg, points)
+	cfg.Log = r.log(top)
 	top.finish()
 	return cfg
 }

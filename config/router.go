@@ -31,6 +31,8 @@ type Router struct {
 	Profile      Profile       `json:"profile" yaml:"profile"`
 	Trace        *Trace        `json:"trace,omitempty" yaml:"trace,omitempty"`
 	Transport    *Transport    `json:"transport,omitempty" yaml:"transport,omitempty"`
+	// Log is zmesh's own section: the log level and format.
+	Log Log `json:"log" yaml:"log"`
 }
 
 // Ctrl says how the router reaches its controller.
@@ -448,6 +450,7 @@ func (r *reader) router(path string, data []byte) *Router {
 	cfg.Profile = r.profile(top, dir)
 	cfg.Trace = r.trace(top, dir)
 	cfg.Transport = r.transport(top)
+	cfg.Log = r.log(top)
 	top.finish()
 
 	r.crossChecks(cfg)

@@ -40,12 +40,12 @@ func TestUnknownKeys(t *testing.T) {
 			"r.yml:8: edge: section missing: the router runs fabric-only, without edge functionality or SDK connectivity (edeg is not read)",
 		}, true},
 		{"far from every key", parseRouterAny, minimalRouter + "apiProxy: {listener: 'x'}\nforwarder: {rateLimiter: 1}\n", []string{
-			"r.yml:8: apiProxy: unknown key; allowed: v, ctrl, identity, edge, link, listeners, dialers, forwarder, healthChecks, metrics, web, profile, trace, transport",
+			"r.yml:8: apiProxy: unknown key; allowed: v, ctrl, identity, edge, link, listeners, dialers, forwarder, healthChecks, metrics, web, profile, trace, transport, log",
 			"r.yml:9: forwarder.rateLimiter: unknown key; allowed: faultTxInterval, idleCircuitTimeout, idleTxInterval, latencyProbeInterval, linkDialQueueLength, linkDialWorkerCount, rateLimitedQueueLength, rateLimitedWorkerCount, xgressCloseCheckInterval, xgressDialDwellTime, xgressDialQueueLength, xgressDialWorkerCount",
 		}, nil, true},
 		{"merge keys", parseRouterAny, minimalRouter + "a: &x {b: 1}\nforwarder:\n  <<: *x\n", []string{
 			"r.yml:8: forwarder.b: unknown key; allowed: faultTxInterval, idleCircuitTimeout, idleTxInterval, latencyProbeInterval, linkDialQueueLength, linkDialWorkerCount, rateLimitedQueueLength, rateLimitedWorkerCount, xgressCloseCheckInterval, xgressDialDwellTime, xgressDialQueueLength, xgressDialWorkerCount",
-			"r.yml:8: a: unknown key; allowed: v, ctrl, identity, edge, link, listeners, dialers, forwarder, healthChecks, metrics, web, profile, trace, transport",
+			"r.yml:8: a: unknown key; allowed: v, ctrl, identity, edge, link, listeners, dialers, forwarder, healthChecks, metrics, web, profile, trace, transport, log",
 		}, nil, true},
 		{"typo in an options map", parseRouterAny, minimalRouter + "edge: {csr: {}}\nlisteners:\n  - binding: tunnel\n    options: {mdoe: tproxy}\n", []string{
 			"r.yml:11: listeners[0].options.mdoe: unknown key; did you mean mode?",

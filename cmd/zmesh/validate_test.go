@@ -70,7 +70,7 @@ func TestRouterValidateFailures(t *testing.T) {
 			"error: {file}:11: metrics.reportInterval: 25h is above the maximum 24h",
 		}},
 		{"unknown key and error", minimal + "apiProxy: {}\ndialers: [{binding: http}]\n", []string{
-			"error: {file}:8: apiProxy: unknown key; allowed: v, ctrl, identity, edge, link, listeners, dialers, forwarder, healthChecks, metrics, web, profile, trace, transport",
+			"error: {file}:8: apiProxy: unknown key; allowed: v, ctrl, identity, edge, link, listeners, dialers, forwarder, healthChecks, metrics, web, profile, trace, transport, log",
 			`error: {file}:9: dialers[0].binding: "http" is not allowed; allowed: proxy, proxy_udp, transport, transport_udp`,
 		}},
 	}
