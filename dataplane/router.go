@@ -55,9 +55,10 @@ type Router struct {
 	ends          map[uint64]*xgress.Endpoint // the circuit ends on this router
 	dialer        *link.Dialer
 	linkLns       []*link.Listener
-	proxyAddr     map[string]string // tunnel proxy service → listening address, once listening
-	transportAddr []string          // where the transport listeners listen
-	sdkAddr       []string          // where the SDK listeners listen
+	proxyAddr     map[string]string     // tunnel proxy service → listening address, once listening
+	proxies       map[int]*tunnel.Proxy // the proxy tunnels, by their index in cfg.Listeners
+	transportAddr []string              // where the transport listeners listen
+	sdkAddr       []string              // where the SDK listeners listen
 	ready         chan struct{}
 	stopped       chan struct{}       // closed when Run's context ends
 	stopErrs      []error             // what did not stop cleanly; guarded by mu
@@ -82,7 +83,7 @@ func New(cfg *config.Router, version string, log *slog.Logger) (*Router, error) 
 	}
 	r := &Router{cfg: cfg, id: ident.RouterID, version: version, log: log.With("router", ident.RouterID), ident: ident,
 		pool: xgress.NewPool(), fw: NewForwarder(), ends: map[uint64]*xgress.Endpoint{},
-		proxyAddr: map[string]string{}, ready: make(chan struct{}), stopped: make(chan struct{}),
+		proxyAddr: map[string]string{}, proxies: map[int]*tunnel.Proxy{}, ready: make(chan struct{}), stopped: make(chan struct{}),
 		ctrlOps: make(chan *ctrlOp, cfg.Forwarder.RateLimitedQueueLength)}
 	r.linkGone.L = &r.mu
 	r.trusted.L = &r.mu

@@ -20,7 +20,7 @@ import (
 // and the rest of the router goes on; one that fails to stop cleanly (the interception rules
 // could not be removed) is logged and makes Run return the error.
 func (r *Router) startTunnels(ctx context.Context, wg *sync.WaitGroup) error {
-	for _, l := range r.cfg.Listeners {
+	for i, l := range r.cfg.Listeners {
 		if l.Binding != config.BindingTunnel || l.Tunnel == nil {
 			continue
 		}
@@ -51,6 +51,7 @@ func (r *Router) startTunnels(ctx context.Context, wg *sync.WaitGroup) error {
 				return fmt.Errorf("listeners: %w", err)
 			}
 			r.mu.Lock()
+			r.proxies[i] = p
 			for _, s := range l.Tunnel.Services {
 				r.proxyAddr[s.Service] = p.Addr(s.Service)
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -14,12 +15,21 @@ import (
 )
 
 // Proxy is the tunnel's proxy mode: one TCP listener per configured <service>:<port>, each
-// accepted connection carried as a circuit to its service.
+// accepted connection carried as a circuit to its service. Update changes the list while it
+// serves: connections already accepted are never touched by it.
 type Proxy struct {
-	lns   []net.Listener
-	svc   []string
-	addrs map[string]string
+	host  string
 	relay Relay
+
+	mu     sync.Mutex
+	lns    map[config.TunnelService]net.Listener
+	order  []config.TunnelService // the current list, in its order
+	addrs  map[string]string
+	wg     sync.WaitGroup                                           // accept loops and carries, once serving
+	ctx    context.Context                                          // Serve's, once serving
+	carry  func(ctx context.Context, conn net.Conn, service string) // Serve's, once serving
+	closed bool                                                     // Close was called: no more listeners
+	done   chan struct{}                                            // closed by Close, once Serve asked for it
 }
 
 // ListenProxy opens the listeners of services on host (127.0.0.1 when empty).
@@ -27,59 +37,152 @@ func ListenProxy(host string, services []config.TunnelService) (*Proxy, error) {
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	p := &Proxy{addrs: map[string]string{}}
-	for _, s := range services {
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(s.Port)))
-		if err != nil {
-			p.Close()
-			return nil, fmt.Errorf("tunnel proxy for service %q: %w", s.Service, err)
-		}
-		p.lns = append(p.lns, ln)
-		p.svc = append(p.svc, s.Service)
-		p.addrs[s.Service] = ln.Addr().String()
+	p := &Proxy{host: host, lns: map[config.TunnelService]net.Listener{}, addrs: map[string]string{}}
+	if _, _, err := p.Update(services); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
 
 // Addr returns where the proxy listens for a service.
-func (p *Proxy) Addr(service string) string { return p.addrs[service] }
-
-// Serve accepts connections until ctx ends and hands each to carry, on its own goroutine.
-// It returns once the listeners are closed and every carry has returned.
-func (p *Proxy) Serve(ctx context.Context, carry func(ctx context.Context, conn net.Conn, service string)) {
-	var wg sync.WaitGroup
-	stop := context.AfterFunc(ctx, p.Close)
-	defer stop()
-	for i, ln := range p.lns {
-		service := p.svc[i]
-		wg.Go(func() {
-			var wait time.Duration // after a failed accept (e.g. out of file descriptors)
-			for {
-				conn, err := ln.Accept()
-				if err != nil {
-					if errors.Is(err, net.ErrClosed) {
-						return
-					}
-					wait = min(max(2*wait, 5*time.Millisecond), time.Second)
-					select {
-					case <-time.After(wait):
-					case <-ctx.Done():
-					}
-					continue
-				}
-				wait = 0
-				// TCP_NODELAY is on already: the net package sets it on every TCP connection.
-				wg.Go(func() { carry(ctx, conn, service) })
-			}
-		})
-	}
-	wg.Wait()
+func (p *Proxy) Addr(service string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.addrs[service]
 }
 
-// Close closes the listeners.
+// Services returns the <service>:<port> pairs the proxy listens for now.
+func (p *Proxy) Services() []config.TunnelService {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]config.TunnelService(nil), p.order...)
+}
+
+// Update makes services the proxy's list: it opens the listeners of the pairs not listened
+// for yet, then closes those of the pairs no longer listed, and returns both. Connections
+// accepted on a closed listener go on until they end. When a new listener cannot be opened,
+// nothing changes and the error names its service.
+func (p *Proxy) Update(services []config.TunnelService) (added, removed []config.TunnelService, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, nil, errors.New("tunnel proxy: stopped")
+	}
+	want := make(map[config.TunnelService]bool, len(services))
+	opened := map[config.TunnelService]net.Listener{}
+	for _, s := range services {
+		want[s] = true
+		if _, ok := p.lns[s]; ok || opened[s] != nil {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(p.host, strconv.Itoa(s.Port)))
+		if err != nil {
+			for _, ln := range opened {
+				ln.Close()
+			}
+			return nil, nil, fmt.Errorf("tunnel proxy for service %q: %w", s.Service, err)
+		}
+		opened[s] = ln
+	}
+	for _, s := range p.order {
+		if !want[s] {
+			p.lns[s].Close()
+			delete(p.lns, s)
+			removed = append(removed, s)
+		}
+	}
+	p.order = p.order[:0]
+	for _, s := range services {
+		if ln := opened[s]; ln != nil {
+			p.lns[s] = ln
+			added = append(added, s)
+			if p.ctx != nil {
+				p.accept(ln, s.Service)
+			}
+			delete(opened, s)
+		}
+		if _, ok := p.lns[s]; ok && !slices.Contains(p.order, s) {
+			p.order = append(p.order, s)
+		}
+	}
+	clear(p.addrs)
+	for _, s := range p.order {
+		p.addrs[s.Service] = p.lns[s].Addr().String()
+	}
+	return added, removed, nil
+}
+
+// Serve accepts connections until ctx ends and hands each to carry, on its own goroutine;
+// listeners Update adds are served likewise. It returns once the listeners are closed and
+// every carry has returned.
+func (p *Proxy) Serve(ctx context.Context, carry func(ctx context.Context, conn net.Conn, service string)) {
+	p.mu.Lock()
+	if !p.closed {
+		p.ctx, p.carry = ctx, carry
+		for _, s := range p.order {
+			p.accept(p.lns[s], s.Service)
+		}
+	}
+	p.mu.Unlock()
+	select {
+	case <-ctx.Done():
+	case <-p.closing():
+	}
+	p.Close()
+	p.wg.Wait()
+}
+
+// closing returns a channel closed once Close was called.
+func (p *Proxy) closing() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil {
+		p.done = make(chan struct{})
+		if p.closed {
+			close(p.done)
+		}
+	}
+	return p.done
+}
+
+// accept serves one listener until it is closed; p.mu held, Serve started.
+func (p *Proxy) accept(ln net.Listener, service string) {
+	ctx, carry := p.ctx, p.carry
+	p.wg.Go(func() {
+		var wait time.Duration // after a failed accept (e.g. out of file descriptors)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				wait = min(max(2*wait, 5*time.Millisecond), time.Second)
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+				}
+				continue
+			}
+			wait = 0
+			// TCP_NODELAY is on already: the net package sets it on every TCP connection.
+			p.wg.Go(func() { carry(ctx, conn, service) })
+		}
+	})
+}
+
+// Close closes the listeners; connections already accepted go on.
 func (p *Proxy) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.closed = true
 	for _, ln := range p.lns {
 		ln.Close()
+	}
+	if p.done != nil {
+		close(p.done)
 	}
 }
 

@@ -2,7 +2,11 @@ package tunnel
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,5 +68,105 @@ func TestProxyPortInUse(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	if _, err := ListenProxy("127.0.0.1", []config.TunnelService{{Service: "x", Port: port}}); err == nil {
 		t.Fatal("a taken port was accepted")
+	}
+}
+
+// TestProxyUpdate: Update opens a listener for a new pair and closes the one of a removed
+// pair, while a connection accepted on the removed port goes on until it ends; a new port
+// that cannot be opened changes nothing.
+func TestProxyUpdate(t *testing.T) {
+	t.Parallel()
+	p, err := ListenProxy("", []config.TunnelService{{Service: "a", Port: 0}, {Service: "b", Port: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	carried := make(chan string, 8)
+	go func() {
+		p.Serve(ctx, func(ctx context.Context, c net.Conn, service string) {
+			defer c.Close()
+			carried <- service
+			io.Copy(c, c) // an echo, until the client closes
+		})
+		close(done)
+	}()
+	echo := func(c net.Conn, msg string) error {
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte(msg)); err != nil {
+			return err
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return err
+		}
+		if string(buf) != msg {
+			return fmt.Errorf("echoed %q, want %q", buf, msg)
+		}
+		return nil
+	}
+	bAddr := p.Addr("b")
+	held, err := net.Dial("tcp", bAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := echo(held, "before"); err != nil {
+		t.Fatal(err)
+	}
+
+	added, removed, err := p.Update([]config.TunnelService{{Service: "a", Port: 0}, {Service: "c", Port: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(added, []config.TunnelService{{Service: "c"}}) || !slices.Equal(removed, []config.TunnelService{{Service: "b"}}) {
+		t.Fatalf("Update added %v and removed %v, want c and b", added, removed)
+	}
+	if p.Addr("b") != "" {
+		t.Errorf("Addr(b) = %q after b was removed", p.Addr("b"))
+	}
+	if c, err := net.Dial("tcp", bAddr); err == nil {
+		c.Close()
+		t.Error("the removed port still accepts connections")
+	}
+	c, err := net.Dial("tcp", p.Addr("c"))
+	if err != nil {
+		t.Fatalf("the added port: %v", err)
+	}
+	defer c.Close()
+	if err := echo(c, "to c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := echo(held, "after b was removed"); err != nil {
+		t.Fatalf("the connection on the removed port: %v", err)
+	}
+
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	port := taken.Addr().(*net.TCPAddr).Port
+	before := p.Services()
+	if _, _, err := p.Update([]config.TunnelService{{Service: "d", Port: port}}); err == nil || !strings.Contains(err.Error(), `service "d"`) {
+		t.Errorf("Update onto a taken port: %v, want an error naming service d", err)
+	}
+	if after := p.Services(); !slices.Equal(after, before) {
+		t.Errorf("a failed Update changed the list from %v to %v", before, after)
+	}
+	if err := echo(c, "still"); err != nil {
+		t.Fatal(err)
+	}
+
+	held.Close()
+	c.Close()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve did not return after the context ended")
+	}
+	if n := len(carried); n != 2 {
+		t.Errorf("%d connections carried, want 2", n)
 	}
 }

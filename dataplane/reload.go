@@ -1,0 +1,69 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/zmesh/zmesh/config"
+)
+
+// Reload applies what of cfg, the router's configuration file read again, can change while
+// the router runs, and returns the fields it applied, named as config.Changed names them; the
+// caller reports the other changes as taking effect at the next start. It applies the
+// services of each proxy tunnel (listeners[i].options.services) whose listener is otherwise
+// unchanged: ports of new pairs open, those of removed pairs close, connections in progress
+// go on. The identity's certificates are not reloaded here: a change to them takes effect at
+// the next start. An error names what could not be applied; the rest is applied still.
+func (r *Router) Reload(cfg *config.Router) (applied []string, err error) {
+	r.mu.Lock()
+	indexes := make([]int, 0, len(r.proxies))
+	for i := range r.proxies {
+		indexes = append(indexes, i)
+	}
+	r.mu.Unlock()
+	slices.Sort(indexes)
+	var errs []error
+	for _, i := range indexes {
+		if i >= len(cfg.Listeners) {
+			continue
+		}
+		old, l := r.cfg.Listeners[i], cfg.Listeners[i]
+		if l.Binding != config.BindingTunnel || l.Tunnel == nil || l.Tunnel.Mode != config.TunnelProxy || !sameAddress(old.Bind, l.Bind) {
+			continue // another listener now: that takes a restart
+		}
+		field := fmt.Sprintf("listeners[%d].options.services", i)
+		r.mu.Lock()
+		p := r.proxies[i]
+		r.mu.Unlock()
+		added, removed, err := p.Update(l.Tunnel.Services)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", field, err))
+			continue
+		}
+		applied = append(applied, field)
+		r.mu.Lock()
+		for _, s := range removed {
+			delete(r.proxyAddr, s.Service)
+		}
+		for _, s := range p.Services() {
+			r.proxyAddr[s.Service] = p.Addr(s.Service)
+		}
+		r.mu.Unlock()
+		for _, s := range removed {
+			r.log.Info("tunnel proxy port closed", "service", s.Service, "port", s.Port)
+		}
+		for _, s := range added {
+			r.log.Info("tunnel proxy port open", "service", s.Service, "listen", p.Addr(s.Service))
+		}
+	}
+	return applied, errors.Join(errs...)
+}
+
+// sameAddress reports whether two optional addresses are the same.
+func sameAddress(a, b *config.Address) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
