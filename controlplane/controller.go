@@ -37,6 +37,7 @@ import (
 	"github.com/zmesh/zmesh/internal/certid"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
 	"github.com/zmesh/zmesh/internal/ops/health"
+	"github.com/zmesh/zmesh/internal/ops/web"
 )
 
 // Build describes the binary, for the version endpoint.
@@ -67,7 +68,10 @@ type Controller struct {
 	webMu    sync.Mutex
 	webAddrs map[string][]net.Addr
 	cert     tls.Certificate
-	closed   bool
+	// webCert is what the web listeners present: the API's certificate, re-read from its
+	// files by ReloadWebCertificate.
+	webCert *web.CertificateHolder
+	closed  bool
 	// snapshotMu makes snapshots one at a time, so that their files stay bounded.
 	snapshotMu sync.Mutex
 }
@@ -93,6 +97,7 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 	if c.cert, err = c.ca.ServerCert(filepath.Join(cfg.DataDir, "pki"), apiHosts(cfg)); err != nil {
 		return nil, err
 	}
+	c.webCert = web.NewCertificateHolder(c.cert)
 	key, ok := c.cert.PrivateKey.(*ecdsa.PrivateKey)
 	if !ok {
 		return nil, fmt.Errorf("the API server key in %s is %T; enrollment tokens need an ECDSA key", filepath.Join(cfg.DataDir, "pki"), c.cert.PrivateKey)

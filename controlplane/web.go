@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,7 +59,7 @@ func (c *Controller) healthChecks(withCtrl bool) []health.Check {
 }
 
 // openWeb opens every bind point of the web section, to serve the APIs each listener names
-// over HTTPS (TLS 1.2 or later) with the API's server certificate: health-checks (checks),
+// over HTTPS (TLS 1.2 or later) with the API's server certificate (webCert): health-checks (checks),
 // metrics (the controller's registry and the checks' results). Nothing is opened when one
 // bind point cannot be. The bound addresses are recorded by listener name (webAddrs).
 func (c *Controller) openWeb(checks *health.Checker) (*web.Server, error) {
@@ -73,8 +74,8 @@ func (c *Controller) openWeb(checks *health.Checker) (*web.Server, error) {
 			config.APIHealthChecks: checks,
 			config.APIMetrics:      web.Metrics(prometheus.Gatherers{c.metrics.Gatherer(), checkMetrics}, c.log),
 		},
-		Certificate: c.cert,
-		Log:         c.log,
+		Holder: c.webCert,
+		Log:    c.log,
 	})
 	if err != nil {
 		return nil, err
@@ -83,4 +84,22 @@ func (c *Controller) openWeb(checks *health.Checker) (*web.Server, error) {
 	c.webAddrs = srv.Addrs()
 	c.webMu.Unlock()
 	return srv, nil
+}
+
+// ReloadWebCertificate reads the API's server certificate and key files again (server.cert
+// and server.key in the data directory's pki/) and has the web listeners present them from
+// the next handshake on; it reports whether the certificate changed. A certificate the
+// controller would not start with (not its CA's, not for its names, expiring within
+// pki.ServerCertRenewBefore) is refused with the reason, and the listeners keep theirs. The
+// API and control channel listeners keep their certificates until the next start.
+func (c *Controller) ReloadWebCertificate() (changed bool, err error) {
+	cert, err := c.ca.ReadServerCert(filepath.Join(c.cfg.DataDir, "pki"), apiHosts(c.cfg))
+	if err != nil {
+		return false, fmt.Errorf("web listeners' certificate: %w", err)
+	}
+	if cert.Leaf.Equal(c.webCert.Get().Leaf) {
+		return false, nil
+	}
+	c.webCert.Set(cert)
+	return true, nil
 }

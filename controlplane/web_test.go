@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -291,4 +294,54 @@ func connectRouter(t *testing.T, c *Controller, ctrlAddr string) (string, *ctrlp
 		t.Fatalf("Hello: %+v %v", reply, err)
 	}
 	return r.ID, ch
+}
+
+// TestReloadWebCertificate: the web listeners present the server certificate re-read from
+// its files, from the next handshake on, while the API listener keeps its own; a certificate
+// that does not load is refused and the listeners keep theirs.
+func TestReloadWebCertificate(t *testing.T) {
+	t.Parallel()
+	o := startOps(t)
+	c := o.ctrl
+	presented := func(url string) *x509.Certificate {
+		t.Helper()
+		conn, err := tls.Dial("tcp", strings.TrimPrefix(url, "https://"), &tls.Config{RootCAs: c.CA().Pool(), MinVersion: tls.VersionTLS12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0]
+	}
+	old := c.cert.Leaf
+	if changed, err := c.ReloadWebCertificate(); changed || err != nil {
+		t.Fatalf("a reload with the same files: changed %v, %v", changed, err)
+	}
+	dir := filepath.Join(c.cfg.DataDir, "pki")
+	for _, f := range []string{pki.ServerCertFile, pki.ServerKeyFile} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	renewed, err := c.CA().ServerCert(dir, apiHosts(c.cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := c.ReloadWebCertificate(); !changed || err != nil {
+		t.Fatalf("a reload with new files: changed %v, %v", changed, err)
+	}
+	if got := presented(o.health); !got.Equal(renewed.Leaf) {
+		t.Errorf("the web listener presents serial %v, not the new certificate", got.SerialNumber)
+	}
+	if got := presented(o.url); !got.Equal(old) {
+		t.Errorf("the API listener presents serial %v, not its own certificate", got.SerialNumber)
+	}
+	if err := os.WriteFile(filepath.Join(dir, pki.ServerCertFile), []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := c.ReloadWebCertificate(); changed || err == nil || !strings.Contains(err.Error(), pki.ServerCertFile) {
+		t.Errorf("a reload of a broken file: changed %v, %v; want an error naming the file", changed, err)
+	}
+	if got := presented(o.metrics); !got.Equal(renewed.Leaf) {
+		t.Errorf("after a refused reload the web listener presents serial %v", got.SerialNumber)
+	}
 }

@@ -74,6 +74,29 @@ func (ca *CA) ServerCertAt(certPath, keyPath string, hosts []string) (tls.Certif
 	return ca.issueServerCert(filepath.Dir(certPath), certPath, keyPath, key, dnsNames, ips)
 }
 
+// ReadServerCert reads dir/server.cert and dir/server.key as ServerCert would reuse them,
+// but never issues: a certificate it would not reuse (unreadable, not this CA's, not the
+// controller's, without one of the hosts, or expiring within ServerCertRenewBefore) is an
+// error saying why. A running controller reloads the certificate its web listeners present
+// with it.
+func (ca *CA) ReadServerCert(dir string, hosts []string) (tls.Certificate, error) {
+	certPath, keyPath := filepath.Join(dir, ServerCertFile), filepath.Join(dir, ServerKeyFile)
+	certPEM, err := os.ReadFile(certPath)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("pki: read server certificate: %w", err)
+	}
+	keyPEM, err := os.ReadFile(keyPath)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("pki: read server key: %w", err)
+	}
+	dnsNames, ips := splitHosts(hosts)
+	c, err := ca.checkServerCert(certPEM, keyPEM, dnsNames, ips)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("pki: server certificate %s: %w", certPath, err)
+	}
+	return c, nil
+}
+
 // errNotController is checkServerCert's answer for a certificate fit for reuse but for the
 // controller's certificate policy; ServerCertAt reissues it for the same key.
 var errNotController = errors.New("certificate lacks the controller's certificate policy")

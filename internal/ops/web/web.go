@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,8 +46,12 @@ type Options struct {
 	// APIs are the handlers of the APIs by binding (config.APIHealthChecks,
 	// config.APIMetrics). A listener naming a binding without a handler is an error.
 	APIs map[string]http.Handler
-	// Certificate is what every bind point presents, with its chain.
+	// Certificate is what every bind point presents, with its chain, unless Holder is set.
 	Certificate tls.Certificate
+	// Holder, when not nil, holds what every bind point presents instead of Certificate: a
+	// certificate that can be replaced while the listeners serve (new connections present
+	// the new one).
+	Holder *CertificateHolder
 	// Log receives the bind points as they open and the servers' errors (at debug level:
 	// failed TLS handshakes are the client's business).
 	Log *slog.Logger
@@ -93,12 +98,16 @@ func Listen(opts Options) (_ *Server, err error) {
 			mux.Handle(route, h)
 			apis = append(apis, api.Binding)
 		}
+		tlsConf := &tls.Config{Certificates: []tls.Certificate{opts.Certificate}, MinVersion: tls.VersionTLS12}
+		if opts.Holder != nil {
+			tlsConf = &tls.Config{GetCertificate: opts.Holder.get, MinVersion: tls.VersionTLS12}
+		}
 		// Scrapes and health probes are quick and small; the limits keep idle or slow
 		// clients from holding connections.
 		srv := &http.Server{
 			Handler: mux,
 			// A config per server: serving adds the HTTP/2 protocols to it.
-			TLSConfig:         &tls.Config{Certificates: []tls.Certificate{opts.Certificate}, MinVersion: tls.VersionTLS12},
+			TLSConfig:         tlsConf,
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       30 * time.Second,
 			WriteTimeout:      30 * time.Second,
@@ -118,6 +127,29 @@ func Listen(opts Options) (_ *Server, err error) {
 		}
 	}
 	return s, nil
+}
+
+// CertificateHolder holds a certificate that listeners present and that can be replaced
+// while they serve: a process reloading its certificate files swaps it here.
+type CertificateHolder struct {
+	cert atomic.Pointer[tls.Certificate]
+}
+
+// NewCertificateHolder returns a holder of cert.
+func NewCertificateHolder(cert tls.Certificate) *CertificateHolder {
+	h := &CertificateHolder{}
+	h.Set(cert)
+	return h
+}
+
+// Set makes cert the certificate presented from the next handshake on.
+func (h *CertificateHolder) Set(cert tls.Certificate) { h.cert.Store(&cert) }
+
+// Get returns the certificate presented now.
+func (h *CertificateHolder) Get() tls.Certificate { return *h.cert.Load() }
+
+func (h *CertificateHolder) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return h.cert.Load(), nil
 }
 
 // Addrs returns the bound addresses of the bind points, by listener name, in the order of

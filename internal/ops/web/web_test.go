@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
@@ -271,5 +272,45 @@ func TestServeReportsFailure(t *testing.T) {
 	err = s.Serve(context.Background())
 	if err == nil || !strings.Contains(err.Error(), `web[0] "ops" bind point 127.0.0.1:0`) || errors.Is(err, http.ErrServerClosed) {
 		t.Fatalf("Serve with a dead listener: %v", err)
+	}
+}
+
+// TestCertificateHolder: listeners serving from a holder present the certificate set last,
+// from the next handshake on.
+func TestCertificateHolder(t *testing.T) {
+	t.Parallel()
+	first, _, ca := certs(t)
+	second, err := ca.ServerCert(t.TempDir(), []string{"127.0.0.1", "ops.example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := NewCertificateHolder(first)
+	s, err := Listen(Options{
+		Listeners: []config.WebListener{{Name: "ops", BindPoints: []config.BindPoint{loopback}, APIs: []config.WebAPI{{Binding: config.APIHealthChecks}}}},
+		APIs:      map[string]http.Handler{config.APIHealthChecks: text("ok")},
+		Holder:    holder,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, s)
+	presented := func() *x509.Certificate {
+		t.Helper()
+		conn, err := tls.Dial("tcp", s.Addrs()["ops"][0].String(), &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0]
+	}
+	if got := presented(); !got.Equal(first.Leaf) {
+		t.Fatalf("presents %v, not the first certificate", got.DNSNames)
+	}
+	holder.Set(second)
+	if got := presented(); !got.Equal(second.Leaf) {
+		t.Fatalf("presents %v after Set, not the second certificate", got.DNSNames)
+	}
+	if !holder.Get().Leaf.Equal(second.Leaf) {
+		t.Error("Get does not return the certificate set")
 	}
 }
