@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"runtime"
 	"strings"
 
@@ -99,15 +98,15 @@ func configArg(cmd *cobra.Command, args []string, flag string) (string, error) {
 	return "", usagef("no configuration file; give it as the argument or with --config (usage: %s)", cmd.UseLine())
 }
 
-// runSetup is the start of a `run` command: its configuration file (configArg) and its
-// logger.
-func runSetup(cmd *cobra.Command, args []string, flag string, lf logFlags, lookupEnv env) (string, *slog.Logger, error) {
+// runSetup is the start of a `run` command: its configuration file (configArg) and what the
+// flags and the environment say of its logs (the file's log section comes next).
+func runSetup(cmd *cobra.Command, args []string, flag string, lf logFlags, lookupEnv env) (string, *logSetup, error) {
 	file, err := configArg(cmd, args, flag)
 	if err != nil {
 		return "", nil, err
 	}
-	log, err := newLogger(cmd.ErrOrStderr(), lf, lookupEnv)
-	return file, log, err
+	setup, err := newLogSetup(cmd.ErrOrStderr(), lf, lookupEnv)
+	return file, setup, err
 }
 
 // checkFormat refuses an --output value other than those allowed.

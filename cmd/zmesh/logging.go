@@ -1,18 +1,23 @@
 package main
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
+
+	"github.com/zmesh/zmesh/config"
 )
 
-// The logs of every command that logs: one default level (info) and format (text), the
-// environment's ZMESH_LOG_LEVEL and ZMESH_LOG_FORMAT over them, and the flags over those.
+// The logs of every command that logs: one default level (info) and format (text), a
+// daemon's file (its log section) over them, the environment's ZMESH_LOG_LEVEL and
+// ZMESH_LOG_FORMAT over that, and the flags over all.
 // Under journald the lines carry no time of their own: the journal stamps each.
 const (
 	envLogLevel  = "ZMESH_LOG_LEVEL"
@@ -23,41 +28,126 @@ const (
 type logFlags struct{ level, format string }
 
 func (lf *logFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&lf.level, "log-level", "", "log level: debug, info, warn, error (default info, or $"+envLogLevel+")")
-	fs.StringVar(&lf.format, "log-format", "", "log format: text or json (default text, or $"+envLogFormat+")")
+	fs.StringVar(&lf.level, "log-level", "", "log level: debug, info, warn, error (default info, or $"+envLogLevel+", or log.level of a daemon's file)")
+	fs.StringVar(&lf.format, "log-format", "", "log format: text or json (default text, or $"+envLogFormat+", or log.format of a daemon's file)")
 }
 
-// newLogger returns the logger lf and the environment ask for, writing to w.
-func newLogger(w io.Writer, lf logFlags, lookupEnv env) (*slog.Logger, error) {
-	level, levelFrom := setting(lf.level, "--log-level", envLogLevel, "info", lookupEnv)
-	format, formatFrom := setting(lf.format, "--log-format", envLogFormat, "text", lookupEnv)
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, usagef("%s %q is not allowed; allowed: debug, info, warn, error", levelFrom, level)
+// logSetup is what the flags and the environment say of the logs, checked: a level or format
+// they fix (levelFrom, formatFrom name the flag or variable), or none, which leaves the
+// choice to a daemon's configuration file (log section), else to the defaults.
+type logSetup struct {
+	w                     io.Writer
+	journal               bool
+	level                 slog.Level
+	levelFrom, formatFrom string // "" when neither the flag nor the environment says
+	format                string
+}
+
+// newLogSetup checks the flags' and the environment's level and format; a value that is not
+// allowed is a usage error naming where it came from.
+func newLogSetup(w io.Writer, lf logFlags, lookupEnv env) (*logSetup, error) {
+	s := &logSetup{w: w, journal: toJournal(w, lookupEnv)}
+	if level, from := setting(lf.level, "--log-level", envLogLevel, lookupEnv); from != "" {
+		if err := s.level.UnmarshalText([]byte(level)); err != nil {
+			return nil, usagef("%s %q is not allowed; allowed: %s", from, level, strings.Join(config.LogLevels(), ", "))
+		}
+		s.levelFrom = from
 	}
-	opts := &slog.HandlerOptions{Level: l}
-	if toJournal(w, lookupEnv) {
+	if format, from := setting(lf.format, "--log-format", envLogFormat, lookupEnv); from != "" {
+		if !slices.Contains(config.LogFormats(), format) {
+			return nil, usagef("%s %q is not allowed; allowed: %s", from, format, strings.Join(config.LogFormats(), ", "))
+		}
+		s.format, s.formatFrom = format, from
+	}
+	return s, nil
+}
+
+// defaultLog is the log section of a file that has none, and of the commands without a file.
+func defaultLog() config.Log {
+	return config.Log{Level: config.DefaultLogLevel, Format: config.DefaultLogFormat}
+}
+
+// logger returns the logger of a file whose log section is file: the flags and the
+// environment over it. Its level can change in place (daemonLog.reload).
+func (s *logSetup) logger(file config.Log) *daemonLog {
+	d := &daemonLog{level: new(slog.LevelVar), levelFixedBy: s.levelFrom}
+	if s.levelFrom != "" {
+		d.level.Set(s.level)
+	} else {
+		d.level.Set(parseLevel(file.Level))
+	}
+	format := file.Format
+	if s.formatFrom != "" {
+		format = s.format
+	}
+	opts := &slog.HandlerOptions{Level: d.level}
+	if s.journal {
 		opts.ReplaceAttr = dropTime
 	}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	if format == "json" {
+		d.Logger = slog.New(slog.NewJSONHandler(s.w, opts))
+	} else {
+		d.Logger = slog.New(slog.NewTextHandler(s.w, opts))
 	}
-	return nil, usagef("%s %q is not allowed; allowed: text, json", formatFrom, format)
+	return d
 }
 
-// setting returns the flag's value, else the environment's, else def, and where it came
-// from, for errors.
-func setting(flagValue, flag, envName, def string, lookupEnv env) (value, from string) {
+// newLogger returns the logger lf and the environment ask for, writing to w, for the
+// commands without a configuration file.
+func newLogger(w io.Writer, lf logFlags, lookupEnv env) (*slog.Logger, error) {
+	s, err := newLogSetup(w, lf, lookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	return s.logger(defaultLog()).Logger, nil
+}
+
+// daemonLog is a daemon's logger and its level, which a reload changes in place unless the
+// flag or the environment fixes it (levelFixedBy names which).
+type daemonLog struct {
+	*slog.Logger
+	level        *slog.LevelVar
+	levelFixedBy string
+}
+
+// reload applies the level of a reloaded file's log section, or says why it does not: a
+// flag or the environment fixes it. It reports whether the level changed.
+func (d *daemonLog) reload(file string, old, new config.Log) bool {
+	want := parseLevel(new.Level)
+	if d.levelFixedBy != "" {
+		if new.Level != old.Level {
+			d.Warn("log.level changed in "+file+" but "+d.levelFixedBy+" fixes the level: unchanged",
+				"file", new.Level, "level", d.level.Level().String())
+		}
+		return false
+	}
+	if d.level.Level() == want {
+		return false
+	}
+	d.level.Set(want)
+	d.Log(context.Background(), max(want, slog.LevelInfo), "log level changed", "level", new.Level, "file", file)
+	return true
+}
+
+// parseLevel reads a level the configuration has checked already.
+func parseLevel(s string) slog.Level {
+	var l slog.Level
+	if l.UnmarshalText([]byte(s)) != nil {
+		return slog.LevelInfo
+	}
+	return l
+}
+
+// setting returns the flag's value, else the environment's, and where it came from ("" when
+// from neither).
+func setting(flagValue, flag, envName string, lookupEnv env) (value, from string) {
 	if flagValue != "" {
 		return strings.ToLower(flagValue), flag
 	}
 	if v, ok := lookupEnv(envName); ok && v != "" {
 		return strings.ToLower(v), "$" + envName
 	}
-	return def, flag
+	return "", ""
 }
 
 // toJournal reports whether w is standard error and systemd connected it to the journal:

@@ -15,8 +15,14 @@ import (
 var version = "dev"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCommand(os.Stdout, os.Stderr, os.LookupEnv).ExecuteContext(ctx)
+	root := newRootCommand(os.Stdout, os.Stderr, os.LookupEnv)
+	ctx, stop := context.Background(), func() {}
+	// A daemon handles its signals itself (signals.go); other commands end on SIGINT and
+	// SIGTERM through their context.
+	if cmd, _, err := root.Find(os.Args[1:]); err != nil || !isDaemon(cmd) {
+		ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	}
+	err := root.ExecuteContext(ctx)
 	stop()
 	if err != nil {
 		var reported reportedError

@@ -10,6 +10,11 @@ import (
 type env func(string) (string, bool)
 
 func newRootCommand(stdout, stderr io.Writer, lookupEnv env) *cobra.Command {
+	return newRootCommandWith(stdout, stderr, lookupEnv, osSignals{})
+}
+
+// newRootCommandWith is newRootCommand with the signals the daemons hear (a test's own).
+func newRootCommandWith(stdout, stderr io.Writer, lookupEnv env, sigs signals) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "zmesh",
 		Short:         "zmesh: a zero-trust overlay network",
@@ -19,13 +24,13 @@ func newRootCommand(stdout, stderr io.Writer, lookupEnv env) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(
-		newRouterCommand(lookupEnv),
-		newControllerCommand(lookupEnv),
+		newRouterCommand(lookupEnv, sigs),
+		newControllerCommand(lookupEnv, sigs),
 		newVersionCommand(),
 		newEnrollCommand(),
 		newEdgeCommand(),
 		newFabricCommand(),
-		newTunnelCommand(lookupEnv),
+		newTunnelCommand(lookupEnv, sigs),
 		newBenchCommand(selfExec, lookupEnv), newBenchWorkerCommand(lookupEnv),
 		newQuickstartCommand(lookupEnv),
 		newGenManCommand(),
@@ -36,16 +41,16 @@ func newRootCommand(stdout, stderr io.Writer, lookupEnv env) *cobra.Command {
 	return root
 }
 
-func newRouterCommand(lookupEnv env) *cobra.Command {
+func newRouterCommand(lookupEnv env, sigs signals) *cobra.Command {
 	cmd := &cobra.Command{Use: "router", Short: "Run and check edge routers"}
 	cmd.AddCommand(newValidateCommand("router", lookupEnv, loadRouter), newRouterEnrollCommand(lookupEnv), newRouterReEnrollCommand(lookupEnv),
-		newRouterRunCommand(lookupEnv))
+		newRouterRunCommand(lookupEnv, sigs))
 	return cmd
 }
 
-func newControllerCommand(lookupEnv env) *cobra.Command {
+func newControllerCommand(lookupEnv env, sigs signals) *cobra.Command {
 	cmd := &cobra.Command{Use: "controller", Short: "Run and check controllers"}
-	cmd.AddCommand(newValidateCommand("controller", lookupEnv, loadController), newControllerRunCommand(lookupEnv))
+	cmd.AddCommand(newValidateCommand("controller", lookupEnv, loadController), newControllerRunCommand(lookupEnv, sigs))
 	cmd.AddCommand(newControllerBackupCommand(), newControllerRestoreCommand(lookupEnv))
 	return cmd
 }

@@ -19,9 +19,10 @@ import (
 )
 
 // zmesh tunnel proxy|tproxy|host: the tunnel modes driven by an enrolled identity through
-// the SDK, without a router.
+// the SDK, without a router. They are daemons without a file to reload: SIGHUP stops them
+// with the full cleanup (tproxy's rules removed), as SIGTERM does.
 
-func newTunnelCommand(lookupEnv env) *cobra.Command {
+func newTunnelCommand(lookupEnv env, sigs signals) *cobra.Command {
 	cmd := &cobra.Command{Use: "tunnel", Short: "Run a standalone tunneler with an identity file"}
 	var identity string
 	var lf logFlags
@@ -29,22 +30,25 @@ func newTunnelCommand(lookupEnv env) *cobra.Command {
 	cmd.PersistentFlags().StringVar(&identity, "identity", "", "the `FILE` of an identity, as zmesh enroll wrote it (required)")
 	lf.register(cmd.PersistentFlags())
 	cmd.PersistentFlags().DurationVar(&udpIdle, "udp-idle-timeout", tunnel.DefaultUDPIdleTimeout, "end a UDP flow that carried nothing either way for so long")
-	// start loads the identity and returns the overlay; the SDK client closes with ctx.
-	start := func(cmd *cobra.Command) (context.Context, tunnel.Overlay, *slog.Logger, error) {
+	// daemon runs f as a daemon (daemonRun), once the identity is loaded;
+	// the SDK client closes when f's context ends.
+	daemon := func(cmd *cobra.Command, f func(ctx context.Context, overlay tunnel.Overlay, log *slog.Logger) error) error {
 		log, err := newLogger(cmd.ErrOrStderr(), lf, lookupEnv)
 		if err != nil {
-			return nil, nil, nil, err
+			return err
 		}
 		if identity == "" {
-			return nil, nil, nil, usagef("--identity is required: the identity file of an enrolled identity")
+			return usagef("--identity is required: the identity file of an enrolled identity")
 		}
 		c, err := sdk.Load(identity, sdk.Options{Logger: log})
 		if err != nil {
-			return nil, nil, nil, err
+			return err
 		}
-		ctx := cmd.Context()
-		context.AfterFunc(ctx, func() { c.Close() })
-		return ctx, sdkoverlay.Overlay{C: c}, log, nil
+		d := daemonRun{log: log, stderr: cmd.ErrOrStderr(), sigs: sigs}
+		return d.run(cmd.Context(), func(ctx context.Context, _ func()) error {
+			context.AfterFunc(ctx, func() { c.Close() })
+			return f(ctx, sdkoverlay.Overlay{C: c}, log)
+		})
 	}
 
 	var services []string
@@ -66,22 +70,20 @@ func newTunnelCommand(lookupEnv env) *cobra.Command {
 			if len(list) == 0 {
 				return usagef("--service is required: <service>:<port>, once per service")
 			}
-			ctx, overlay, log, err := start(cmd)
-			if err != nil {
-				return err
-			}
-			p, err := tunnel.ListenProxy(bind, list)
-			if err != nil {
-				return err
-			}
-			for _, s := range list {
-				fmt.Fprintf(cmd.OutOrStdout(), "service %s on %s\n", s.Service, p.Addr(s.Service))
-			}
-			h := &tunnel.Host{}
-			done := make(chan error, 1)
-			go func() { done <- h.Run(ctx, overlay, tunnel.HostOptions{Logger: log, UDPIdleTimeout: udpIdle}) }()
-			p.ServeOverlay(ctx, overlay, log)
-			return ignoreCanceled(<-done)
+			return daemon(cmd, func(ctx context.Context, overlay tunnel.Overlay, log *slog.Logger) error {
+				p, err := tunnel.ListenProxy(bind, list)
+				if err != nil {
+					return err
+				}
+				for _, s := range list {
+					fmt.Fprintf(cmd.OutOrStdout(), "service %s on %s\n", s.Service, p.Addr(s.Service))
+				}
+				h := &tunnel.Host{}
+				done := make(chan error, 1)
+				go func() { done <- h.Run(ctx, overlay, tunnel.HostOptions{Logger: log, UDPIdleTimeout: udpIdle}) }()
+				p.ServeOverlay(ctx, overlay, log)
+				return ignoreCanceled(<-done)
+			})
 		},
 	}
 	proxy.Flags().StringArrayVar(&services, "service", nil, "a service and the local port to listen on for it, <service>:<port> (repeatable)")
@@ -103,13 +105,11 @@ func newTunnelCommand(lookupEnv env) *cobra.Command {
 			if opts.DNSSvcIPRange, err = netip.ParsePrefix(dnsRange); err != nil {
 				return fmt.Errorf("--dns-svc-ip-range %q is not a CIDR range such as 100.64.0.1/10", dnsRange)
 			}
-			ctx, overlay, log, err := start(cmd)
-			if err != nil {
-				return err
-			}
-			opts.Logger = log
-			t := &tunnel.TProxy{}
-			return ignoreCanceled(t.Run(ctx, overlay, opts))
+			return daemon(cmd, func(ctx context.Context, overlay tunnel.Overlay, log *slog.Logger) error {
+				opts.Logger = log
+				t := &tunnel.TProxy{}
+				return ignoreCanceled(t.Run(ctx, overlay, opts))
+			})
 		},
 	}
 	tproxy.Flags().StringVar(&resolverAddr, "resolver", "udp://127.0.0.1:53", "where the DNS server listens, udp://<ip>:<port>")
@@ -121,19 +121,17 @@ func newTunnelCommand(lookupEnv env) *cobra.Command {
 		Short: "Host the services the identity may bind that have a host.v1 or host.v2 config",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, overlay, log, err := start(cmd)
-			if err != nil {
-				return err
-			}
-			h := &tunnel.Host{}
-			return ignoreCanceled(h.Run(ctx, overlay, tunnel.HostOptions{Logger: log, UDPIdleTimeout: udpIdle}))
+			return daemon(cmd, func(ctx context.Context, overlay tunnel.Overlay, log *slog.Logger) error {
+				h := &tunnel.Host{}
+				return ignoreCanceled(h.Run(ctx, overlay, tunnel.HostOptions{Logger: log, UDPIdleTimeout: udpIdle}))
+			})
 		},
 	}
-	cmd.AddCommand(proxy, tproxy, host)
+	cmd.AddCommand(markDaemon(proxy), markDaemon(tproxy), markDaemon(host))
 	return cmd
 }
 
-// ignoreCanceled treats the end of the command's context (SIGINT, SIGTERM) as a clean stop.
+// ignoreCanceled treats the end of the command's context (a stop signal) as a clean stop.
 func ignoreCanceled(err error) error {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return nil
