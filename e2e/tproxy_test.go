@@ -75,7 +75,9 @@ const adminPassword = "e2e-admin-pass"
 // win) and udp-echo (10.201.0.0/24:5353/udp). From the client it resolves names through the
 // gateway's resolver, fetches pages over HTTP, round-trips datagrams, and resolves names no
 // service intercepts through the upstream of the tunnel's options.upstreams, a DNS server of
-// the test in the server namespace. Then it stops the gateway router with SIGTERM and checks
+// the test in the server namespace. Then it reloads the gateway router with SIGHUP after
+// setting log.level to debug in its file, and checks that debug lines follow and that its
+// interception state is unchanged. Last it stops the gateway router with SIGTERM and checks
 // that it exited with status 0, logged no error, and left no nftables table, policy rule or
 // route behind. The gateway router shares the controller's address, and its certificate
 // names it: the controller's clients tell them apart by the controller's certificate policy.
@@ -200,7 +202,8 @@ listeners:
 	// The gateway router runs as the systemd unit runs it: not root, with CAP_NET_ADMIN and
 	// CAP_NET_BIND_SERVICE only (nftables, routes, IP_TRANSPARENT, the resolver on port 53).
 	giveTo(t, nobody, dir, filepath.Dir(gwCfg))
-	gwRouter := start(t, gw, "gateway router", procOptions{unprivileged: true}, bin, "router", "run", gwCfg, "--log-level", "debug")
+	// Its file decides its log level (info, until the reload below): no --log-level.
+	gwRouter := start(t, gw, "gateway router", procOptions{unprivileged: true}, bin, "router", "run", gwCfg)
 
 	gwRouter.waitOutput(t, "tunnel tproxy: running")
 	t.Run("the gateway router runs with CAP_NET_ADMIN and CAP_NET_BIND_SERVICE only", func(t *testing.T) {
@@ -298,6 +301,44 @@ listeners:
 		t.FailNow()
 	}
 
+	t.Run("SIGHUP changes the gateway router's log level and leaves its rules in place", func(t *testing.T) {
+		before := interceptState(t, gw)
+		if strings.Contains(gwRouter.out.String(), "level=DEBUG") {
+			t.Fatal("the gateway router logged debug lines at the level info")
+		}
+		cfg, err := os.ReadFile(gwCfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// WriteFile keeps the file's owner and mode: the router (nobody) reads it again.
+		if err := os.WriteFile(gwCfg, append(cfg, "log:\n  level: debug\n"...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := gwRouter.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		gwRouter.waitOutput(t, `msg="log level changed" level=debug`)
+		reloaded := len(gwRouter.out.String())
+		// A connection through the interception logs at debug ("carrying connection").
+		hc := clientHTTP(client)
+		testutil.EventuallyNil(t, "a debug line after the reload", func() error {
+			if strings.Contains(gwRouter.out.String()[reloaded:], "level=DEBUG") {
+				return nil
+			}
+			if done, err := gwRouter.exited(); done {
+				t.Fatalf("the gateway router ended (%v) after SIGHUP", err)
+			}
+			_, err := get(ctx, hc, "http://web.zmesh.test/")
+			return errors.Join(errors.New("no debug line yet"), err)
+		})
+		if after := interceptState(t, gw); after.String() != before.String() {
+			t.Errorf("the interception state changed at the reload:\nbefore %s\nafter  %s", before, after)
+		}
+		if page, err := get(ctx, hc, "http://web.zmesh.test/"); err != nil || page != "zmesh e2e web: host web.zmesh.test path /\n" {
+			t.Errorf("GET http://web.zmesh.test/ after the reload: %q, %v", page, err)
+		}
+	})
+
 	t.Run("the gateway router stops cleanly and leaves nothing behind", func(t *testing.T) {
 		stopped := time.Now()
 		if err := gwRouter.stop(syscall.SIGTERM, 15*time.Second); err != nil {
@@ -305,7 +346,7 @@ listeners:
 		}
 		t.Logf("gateway router stopped in %v", time.Since(stopped).Round(time.Millisecond))
 		gwLog := gwRouter.out.String()
-		for _, s := range []string{"tunnel tproxy: stopped", "router stopped"} {
+		for _, s := range []string{`msg="stopping on SIGTERM"`, "tunnel tproxy: stopped", "router stopped"} {
 			if !strings.Contains(gwLog, s) {
 				t.Errorf("gateway router's log lacks %q", s)
 			}
