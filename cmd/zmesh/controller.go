@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 
 	"github.com/spf13/cobra"
 
@@ -39,14 +40,18 @@ func newControllerRunCommand(lookupEnv env, sigs signals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctrl, err := controlplane.Open(cfg, log, controlplane.Build{Version: version})
-			if err != nil {
-				return err
-			}
+			var opened atomic.Pointer[controlplane.Controller]
 			d := daemonRun{log: log, stderr: cmd.ErrOrStderr(), sigs: sigs, reload: func() {
-				reloadController(log, file, lookupEnv, cfg, ctrl, dlog, []string{"log.level"})
+				reloadController(log, file, lookupEnv, cfg, opened.Load(), dlog, []string{"log.level"})
 			}}
 			return d.run(cmd.Context(), func(ctx context.Context, ready func()) error {
+				// Opened under the daemon's signals: a stop while the store opens still
+				// closes it.
+				ctrl, err := controlplane.Open(cfg, log, controlplane.Build{Version: version})
+				if err != nil {
+					return err
+				}
+				opened.Store(ctrl)
 				return ctrl.Run(ctx, func(addr net.Addr) {
 					fmt.Fprintf(cmd.OutOrStdout(), "controller API at https://%s (listening on %s), data in %s\n", cfg.API.Advertise, addr, cfg.DataDir)
 					ready()

@@ -117,7 +117,7 @@ func (d *daemonLog) reload(file string, old, new config.Log) bool {
 	if d.levelFixedBy != "" {
 		if new.Level != old.Level {
 			d.Warn("log.level changed in "+file+" but "+d.levelFixedBy+" fixes the level: unchanged",
-				"file", new.Level, "level", d.level.Level().String())
+				"fileLevel", new.Level, "level", d.level.Level().String())
 		}
 		return false
 	}

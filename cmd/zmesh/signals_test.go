@@ -227,3 +227,32 @@ func TestLogLevelPrecedence(t *testing.T) {
 		})
 	}
 }
+
+// TestDaemonCommands: main leaves the signals of the daemons to them, and binds SIGINT and
+// SIGTERM to the context of the other commands; it tells them apart as cobra finds them.
+func TestDaemonCommands(t *testing.T) {
+	t.Parallel()
+	root := newRootCommand(&bytes.Buffer{}, &bytes.Buffer{}, envOf(nil))
+	for _, tc := range []struct {
+		args   []string
+		daemon bool
+	}{
+		{[]string{"router", "run", "--log-level", "debug", "r.yml", "--controller", "c.yml"}, true},
+		{[]string{"controller", "run", "-c", "c.yml"}, true},
+		{[]string{"tunnel", "tproxy", "--identity", "id.json"}, true},
+		{[]string{"tunnel", "proxy", "--identity", "id.json", "--service", "a:1"}, true},
+		{[]string{"tunnel", "host", "--identity", "id.json"}, true},
+		{[]string{"router", "validate", "r.yml"}, false},
+		{[]string{"edge", "list", "services"}, false},
+		{[]string{"quickstart"}, false},
+		{[]string{"tunnel"}, false},
+	} {
+		cmd, _, err := root.Find(tc.args)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if isDaemon(cmd) != tc.daemon {
+			t.Errorf("%v: daemon %v, want %v", tc.args, isDaemon(cmd), tc.daemon)
+		}
+	}
+}
