@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/internal/apiclient"
 	"github.com/zmesh/zmesh/internal/ctrltest"
 	"github.com/zmesh/zmesh/internal/testutil"
 )
@@ -253,6 +257,99 @@ func TestDaemonCommands(t *testing.T) {
 		}
 		if isDaemon(cmd) != tc.daemon {
 			t.Errorf("%v: daemon %v, want %v", tc.args, isDaemon(cmd), tc.daemon)
+		}
+	}
+}
+
+// TestRouterReload runs an enrolled router with a proxy tunnel as `zmesh router run` does:
+// SIGHUP with another services list in its file opens the new pair's port and closes the
+// removed one's, and names the identity's change as taking effect at the next start; SIGTERM
+// stops it with no error.
+func TestRouterReload(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ctrl := ctrltest.Start(t)
+	u, _ := url.Parse(ctrl.URL)
+	leaf, err := apiclient.ServerCertificate(ctx, u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &network{t: t, ctx: ctx, url: ctrl.URL, dir: t.TempDir(), admin: apiclient.PinnedClient(ctrl.URL, leaf)}
+	if _, err := n.admin.AuthenticatePassword(ctx, "admin", "admin-pass"); err != nil {
+		t.Fatal(err)
+	}
+	_, dir := n.router("r1")
+	file := filepath.Join(dir, "router.yml")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The control channel, where the file enrolled from names the API.
+	enrolled := []byte(strings.Replace(string(data), "endpoint: tls:"+u.Host, "endpoint: tls:"+ctrl.CtrlAddr, 1))
+	proxy := func(service string, port int) string {
+		return fmt.Sprintf("listeners:\n  - binding: tunnel\n    options:\n      mode: proxy\n      services: [\"%s:%d\"]\n", service, port)
+	}
+	portA, portB := freePort(t), freePort(t)
+	if err := os.WriteFile(file, append(slices.Clip(enrolled), proxy("a", portA)...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	sigs := &fakeSignals{}
+	stdout, stderr := &ctrltest.LogBuffer{}, &ctrltest.LogBuffer{}
+	cmd := newRootCommandWith(stdout, stderr, envOf(nil), sigs)
+	cmd.SetArgs([]string{"router", "run", file})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("router log:\n%s", stderr)
+		}
+	})
+	listening := func(port int) error {
+		c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	testutil.EventuallyNil(t, "the proxy port of a", func() error { return listening(portA) })
+
+	changed := strings.Replace(string(enrolled), "cert: certs/client.cert", "cert: certs/renewed.cert", 1) + proxy("b", portB)
+	if err := os.WriteFile(file, []byte(changed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sigs.send(t, syscall.SIGHUP)
+	testutil.Eventually(t, "the reload's identity warning", func() bool {
+		return strings.Contains(stderr.String(), `msg="identity.cert changed in `+file+`: takes effect at the next start"`)
+	})
+	if err := listening(portB); err != nil {
+		t.Errorf("the added service's port after the reload: %v", err)
+	}
+	if err := listening(portA); err == nil {
+		t.Error("the removed service's port still listens after the reload")
+	}
+	out := stderr.String()
+	opened := regexp.MustCompile(`msg="tunnel proxy port open" .*service=b listen=127.0.0.1:` + strconv.Itoa(portB))
+	closed := regexp.MustCompile(`msg="tunnel proxy port closed" .*service=a port=` + strconv.Itoa(portA))
+	if !opened.MatchString(out) || !closed.MatchString(out) {
+		t.Errorf("the reload's log does not name the ports opened and closed:\n%s", out)
+	}
+	if strings.Contains(out, "options.services changed") {
+		t.Errorf("the applied services are named as waiting for a restart:\n%s", out)
+	}
+
+	sigs.send(t, syscall.SIGTERM)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("router run ended with %v after SIGTERM", err)
+		}
+	case <-time.After(testutil.Patience):
+		t.Fatal("router run did not stop after SIGTERM")
+	}
+	for _, want := range []string{`msg="stopping on SIGTERM"`, `msg="router stopped"`} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("the router's log lacks %s", want)
 		}
 	}
 }
