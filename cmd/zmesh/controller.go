@@ -76,7 +76,7 @@ func reloadController(log *slog.Logger, file string, lookupEnv env, cfg *config.
 		return
 	}
 	if dlog != nil {
-		dlog.reload(file, cfg.Log, newCfg.Log)
+		dlog.reload(file, newCfg.Log)
 	}
 	if ctrl != nil && len(cfg.Web) > 0 {
 		switch changed, err := ctrl.ReloadWebCertificate(); {

@@ -110,14 +110,15 @@ type daemonLog struct {
 	levelFixedBy string
 }
 
-// reload applies the level of a reloaded file's log section, or says why it does not: a
-// flag or the environment fixes it. It reports whether the level changed.
-func (d *daemonLog) reload(file string, old, new config.Log) bool {
+// reload applies the level of a reloaded file's log section, or, when it differs from the
+// level in effect, says why it does not: a flag or the environment fixes it. It reports
+// whether the level changed.
+func (d *daemonLog) reload(file string, new config.Log) bool {
 	want := parseLevel(new.Level)
 	if d.levelFixedBy != "" {
-		if new.Level != old.Level {
-			d.Warn("log.level changed in "+file+" but "+d.levelFixedBy+" fixes the level: unchanged",
-				"fileLevel", new.Level, "level", d.level.Level().String())
+		if want != d.level.Level() {
+			d.Warn("log.level of "+file+" differs from the level in effect, which "+d.levelFixedBy+" fixes: unchanged",
+				"fileLevel", new.Level, "level", strings.ToLower(d.level.Level().String()))
 		}
 		return false
 	}

@@ -61,7 +61,7 @@ func newRouterRunCommand(lookupEnv env, sigs signals) *cobra.Command {
 				if err != nil {
 					log.Error("reload: "+file+" not applied; the router runs on unchanged", "err", err)
 				} else {
-					dlog.reload(file, cfg.Log, newCfg.Log)
+					dlog.reload(file, newCfg.Log)
 					applied := []string{"log.level"}
 					if r := router.Load(); r != nil {
 						done, err := r.Reload(newCfg)
