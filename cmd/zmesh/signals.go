@@ -23,7 +23,7 @@ import (
 // before it cleans up. Other commands end on SIGINT and SIGTERM through their context, and on
 // the other signals as Go programs do.
 
-// daemonAnnotation marks a daemon command, whose signals runDaemon handles: main does not
+// daemonAnnotation marks a daemon command, whose signals daemonRun.run handles: main does not
 // bind SIGINT and SIGTERM to its context.
 const daemonAnnotation = "zmesh.daemon"
 
