@@ -48,7 +48,9 @@ type Circuit struct {
 	appData    []byte               // for the egress; not kept after the route
 	offer      *ctrlproto.E2EEOffer // the initiator's, for the egress; not kept after the route
 	encrypted  bool                 // the service requires end-to-end encryption
-	Created    time.Time
+	// serviceName is the service's name when the circuit was made, for the routers' events.
+	serviceName string
+	Created     time.Time
 	// Adopted: made by an earlier run of the controller and reported by routers since; Path
 	// holds only the routers that reported it.
 	Adopted bool
@@ -100,6 +102,7 @@ func (s *Service) Create(ctx context.Context, ingress string, req *ctrlproto.Cir
 	}
 	reply.CircuitID, reply.Path = c.ID, c.Path
 	reply.ServiceID, reply.EncryptionRequired, reply.HostAnswer = c.ServiceID, c.encrypted, host
+	reply.ServiceName, reply.InitiatorID = c.serviceName, c.Initiator
 	reply.Terminator = ctrlproto.TerminatorRef{ID: term.ID, RouterID: term.RouterID, Binding: term.Binding, Address: term.Address, HostID: term.HostID}
 	return reply
 }
@@ -157,7 +160,7 @@ func (s *Service) create(ctx context.Context, ingress string, req *ctrlproto.Cir
 	}
 	term := byID[choice.Terminator.ID]
 	c := &Circuit{ID: newCircuitID(), ServiceID: svc.ID, Terminator: term.ID, Initiator: initiator, Created: time.Now(), clientCert: req.ClientCert}
-	c.appData, c.offer, c.encrypted = req.AppData, offer, svc.EncryptionRequired
+	c.appData, c.offer, c.encrypted, c.serviceName = req.AppData, offer, svc.EncryptionRequired, svc.Name
 	for _, h := range choice.Path {
 		c.Path = append(c.Path, h.Router)
 	}
@@ -337,7 +340,8 @@ func (s *Service) install(ctx context.Context, c *Circuit, term *model.Terminato
 		}
 		r := &ctrlproto.Route{CircuitID: c.ID, Timeout: RouteTimeout}
 		if i == n-1 {
-			r.Forward.Xgress = &ctrlproto.Xgress{Binding: term.Binding, Address: term.Address, InitiatorID: c.Initiator, AppData: c.appData, E2EE: c.offer}
+			r.Forward.Xgress = &ctrlproto.Xgress{Binding: term.Binding, Address: term.Address, InitiatorID: c.Initiator, AppData: c.appData, E2EE: c.offer,
+				ServiceID: c.ServiceID, ServiceName: c.serviceName}
 		} else {
 			r.Forward.Router = c.Path[i+1]
 		}

@@ -70,11 +70,11 @@ var codecFields = map[reflect.Type][]string{
 		"terminatorIdentity", "appData", "e2ee"},
 	reflect.TypeFor[E2EEOffer](): {"zmesh", "zitiKey", "zmeshHello"},
 	reflect.TypeFor[CircuitReply](): {"requestId", "circuitId", "path", "terminator", "serviceId", "encryptionRequired",
-		"hostZitiKey", "hostHello", "errorCode", "errorMessage"},
+		"serviceName", "initiatorId", "hostZitiKey", "hostHello", "errorCode", "errorMessage"},
 	reflect.TypeFor[TerminatorRef](): {"id", "routerId", "binding", "address", "hostId"},
 	reflect.TypeFor[Route]():         {"circuitId", "forward", "reverse", "timeout"},
 	reflect.TypeFor[Hop]():           {"router", "xgress"},
-	reflect.TypeFor[Xgress]():        {"binding", "address", "initiatorId", "appData", "e2ee"},
+	reflect.TypeFor[Xgress]():        {"binding", "address", "initiatorId", "appData", "e2ee", "serviceId", "serviceName"},
 	reflect.TypeFor[RouteReply]():    {"circuitId", "hostZitiKey", "hostHello", "errorCode", "errorMessage"},
 	reflect.TypeFor[Fault]():         {"circuitId", "reason", "unrouted", "clean"},
 	reflect.TypeFor[Unroute]():       {"circuitId", "reason"},
@@ -300,6 +300,8 @@ func (m *CircuitReply) appendJSON(b []byte) ([]byte, bool) {
 	e.close()
 	e.strOmit("serviceId", m.ServiceID)
 	e.boolOmit("encryptionRequired", m.EncryptionRequired)
+	e.strOmit("serviceName", m.ServiceName)
+	e.strOmit("initiatorId", m.InitiatorID)
 	e.bytesOmit("hostZitiKey", m.HostZitiKey)
 	e.bytesOmit("hostHello", m.HostHello)
 	e.outcome(m.Outcome)
@@ -319,6 +321,8 @@ func (e *enc) hop(k string, h *Hop) {
 		e.strOmit("initiatorId", x.InitiatorID)
 		e.rawOmit("appData", x.AppData)
 		e.e2ee(x.E2EE)
+		e.strOmit("serviceId", x.ServiceID)
+		e.strOmit("serviceName", x.ServiceName)
 		e.close()
 	}
 	e.close()
@@ -622,7 +626,7 @@ func (m *CircuitRequest) decodeJSON(d *decoder) bool {
 }
 
 var (
-	circuitReplyKeys  = []string{"requestId", "circuitId", "path", "terminator", "serviceId", "encryptionRequired", "hostZitiKey", "hostHello", "errorCode", "errorMessage"}
+	circuitReplyKeys  = []string{"requestId", "circuitId", "path", "terminator", "serviceId", "encryptionRequired", "serviceName", "initiatorId", "hostZitiKey", "hostHello", "errorCode", "errorMessage"}
 	terminatorRefKeys = []string{"id", "routerId", "binding", "address", "hostId"}
 )
 
@@ -645,11 +649,15 @@ func (m *CircuitReply) decodeJSON(d *decoder) bool {
 		case 5:
 			return d.bool(&m.EncryptionRequired)
 		case 6:
-			return d.base64(&m.HostZitiKey)
+			return d.str(&m.ServiceName)
 		case 7:
+			return d.str(&m.InitiatorID)
+		case 8:
+			return d.base64(&m.HostZitiKey)
+		case 9:
 			return d.base64(&m.HostHello)
 		default:
-			return d.outcome(&m.Outcome, k-8)
+			return d.outcome(&m.Outcome, k-10)
 		}
 	})
 }
@@ -657,7 +665,7 @@ func (m *CircuitReply) decodeJSON(d *decoder) bool {
 var (
 	routeKeys  = []string{"circuitId", "forward", "reverse", "timeout"}
 	hopKeys    = []string{"router", "xgress"}
-	xgressKeys = []string{"binding", "address", "initiatorId", "e2ee"}
+	xgressKeys = []string{"binding", "address", "initiatorId", "e2ee", "serviceId", "serviceName"}
 )
 
 func (d *decoder) hop(h *Hop) bool {
@@ -671,7 +679,7 @@ func (d *decoder) hop(h *Hop) bool {
 			if k == 3 {
 				return d.e2ee(&x.E2EE)
 			}
-			return d.str([]*string{&x.Binding, &x.Address, &x.InitiatorID}[k])
+			return d.str([]*string{&x.Binding, &x.Address, &x.InitiatorID, nil, &x.ServiceID, &x.ServiceName}[k])
 		})
 	})
 }

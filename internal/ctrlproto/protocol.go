@@ -177,7 +177,11 @@ type CircuitReply struct {
 	// end-to-end key exchange with Terminator.HostID before carrying the client's bytes.
 	ServiceID          string `json:"serviceId,omitempty"`
 	EncryptionRequired bool   `json:"encryptionRequired,omitempty"`
-	HostAnswer                // copied from the egress's RouteReply
+	// ServiceName and InitiatorID (the identity that dialed) name the circuit in the
+	// ingress's circuit events and per-service metrics.
+	ServiceName string `json:"serviceName,omitempty"`
+	InitiatorID string `json:"initiatorId,omitempty"`
+	HostAnswer         // copied from the egress's RouteReply
 	Outcome
 }
 
@@ -226,6 +230,10 @@ type Xgress struct {
 	AppData json.RawMessage `json:"appData,omitempty"`
 	// E2EE is the initiator's CircuitRequest.E2EE (egress only).
 	E2EE *E2EEOffer `json:"e2ee,omitempty"`
+	// ServiceID and ServiceName name the circuit's service (egress only), for the egress's
+	// circuit events and per-service metrics.
+	ServiceID   string `json:"serviceId,omitempty"`
+	ServiceName string `json:"serviceName,omitempty"`
 }
 
 // RouteReply answers Route (router → controller).
