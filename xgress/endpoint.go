@@ -76,6 +76,7 @@ type Endpoint struct {
 	expect    uint64   // Seq the next payload must carry
 	delivered uint64   // bytes written to conn
 	ackedTo   uint64   // delivered, as last acknowledged
+	spliced   uint64   // bytes read from conn and moved by Splice, which the window never sees
 }
 
 // endState is where an endpoint stands, guarded by its mu: flags, each set once and never
@@ -610,9 +611,11 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// Stats are an endpoint's counters, for tests and metrics.
+// Stats are an endpoint's counters, for tests and metrics. Sent and Acked count the bytes
+// that went into the circuit as payloads; Read counts every byte read from the connection,
+// those Sent and those Splice moved; Delivered counts the bytes written to the connection.
 type Stats struct {
-	Window, Sent, Acked, Delivered uint64
+	Window, Sent, Acked, Delivered, Read uint64
 }
 
 // Stats returns the endpoint's counters.
@@ -620,5 +623,5 @@ func (e *Endpoint) Stats() Stats {
 	size, sent, acked := e.win.state()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return Stats{Window: size, Sent: sent, Acked: acked, Delivered: e.delivered}
+	return Stats{Window: size, Sent: sent, Acked: acked, Delivered: e.delivered, Read: sent + e.spliced}
 }

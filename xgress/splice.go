@@ -53,6 +53,9 @@ func spliceLoop(src, dst *Endpoint, from, to *net.TCPConn, activity func(n int64
 		lr.N = spliceChunk
 		n, err := to.ReadFrom(lr)
 		if n > 0 {
+			src.mu.Lock()
+			src.spliced += uint64(n)
+			src.mu.Unlock()
 			dst.mu.Lock()
 			dst.delivered += uint64(n)
 			dst.mu.Unlock()
