@@ -281,12 +281,22 @@ type LinkCheck struct {
 	MinLinks     int           `json:"minLinks" yaml:"minLinks"`
 }
 
-// Metrics configures the metrics messages sent to the controller.
+// Metrics configures the metrics messages sent to the controller and, zmesh's additions to
+// the specification's section, what the router tells operators of its circuits.
 type Metrics struct {
 	ReportInterval       time.Duration `json:"reportInterval" yaml:"reportInterval"`
 	MessageQueueSize     int           `json:"messageQueueSize" yaml:"messageQueueSize"`
 	IntervalAgeThreshold time.Duration `json:"intervalAgeThreshold" yaml:"intervalAgeThreshold"`
+	// CircuitEvents logs one line per circuit created, ended or refused at an end here.
+	CircuitEvents bool `json:"circuitEvents" yaml:"circuitEvents"`
+	// ServiceLabelLimit is the most services the per-service metrics label by name; the
+	// others are counted under ServiceOther.
+	ServiceLabelLimit int `json:"serviceLabelLimit" yaml:"serviceLabelLimit"`
 }
+
+// ServiceOther is the service label of the circuits of services beyond
+// metrics.serviceLabelLimit.
+const ServiceOther = "_other"
 
 // Web APIs a router serves: its health checks as JSON (GET /health-checks) and its
 // Prometheus metrics (GET /metrics).

@@ -79,6 +79,7 @@ func routerBounds() []bound {
 		durationBound("metrics: {reportInterval: %s}", "metrics.reportInterval", time.Second, day),
 		intBound("metrics: {messageQueueSize: %s}", "metrics.messageQueueSize", 1, 10_000),
 		durationBound("metrics: {intervalAgeThreshold: %s}", "metrics.intervalAgeThreshold", 0, day),
+		intBound("metrics: {serviceLabelLimit: %s}", "metrics.serviceLabelLimit", 0, 10_000),
 		intBound("profile: {memory: {path: m.pprof, intervalMs: %s}}", "profile.memory.intervalMs", 100, maxMs),
 		intBound(placeholder(ww3, "profile_version: %s"), "transport.westworld3.profile_version", 0, maxInt32),
 		intBound(placeholder(ww3, "tx_portal_min_sz: %s"), "transport.westworld3.tx_portal_min_sz", 0, maxInt32),

@@ -501,6 +501,8 @@ func (r *reader) metrics(m *mapping) Metrics {
 		ReportInterval:       m.duration("reportInterval", time.Minute, time.Second, day),
 		MessageQueueSize:     m.integer("messageQueueSize", 10, 1, 10_000),
 		IntervalAgeThreshold: m.duration("intervalAgeThreshold", 80*time.Second, 0, day),
+		CircuitEvents:        m.boolean("circuitEvents", false),
+		ServiceLabelLimit:    m.integer("serviceLabelLimit", 100, 0, 10_000),
 	}
 	m.finish()
 	return mt

@@ -50,6 +50,7 @@ func (r *Router) requestCircuit(ctx context.Context, req *ctrlproto.CircuitReque
 	ch, err := r.ctrl.channel(rctx)
 	if err != nil {
 		r.metrics.circuitFailed(failRequest)
+		r.book.refused(0, xgress.Initiator, r.requestInfo(req), err.Error())
 		return nil, err
 	}
 	reply, err := ctrlproto.Call[*ctrlproto.CircuitReply](rctx, ch, req)
@@ -58,6 +59,7 @@ func (r *Router) requestCircuit(ctx context.Context, req *ctrlproto.CircuitReque
 	}
 	if err != nil {
 		r.metrics.circuitFailed(failRequest)
+		r.book.refused(0, xgress.Initiator, r.requestInfo(req), err.Error())
 		return nil, err
 	}
 	return reply, nil
@@ -68,18 +70,25 @@ func (r *Router) attachIngress(reply *ctrlproto.CircuitReply, conn net.Conn) err
 	id := reply.CircuitID
 	e := xgress.NewEndpoint(id, xgress.Initiator, conn, r.fw, r.pool, func(err error) { r.endDone(id, xgress.Initiator, err) })
 	toInitiator := EndpointHop{E: e}
+	fail := func(err error) error {
+		r.metrics.circuitFailed(failIngress)
+		r.book.abandon(id, xgress.Initiator)
+		r.book.refused(id, xgress.Initiator, replyInfo(reply), err.Error())
+		return err
+	}
+	// Recorded before it is routed: frames may end it from then on.
+	r.book.add(id, xgress.Initiator, e, replyInfo(reply))
 	if len(reply.Path) > 1 {
 		l := r.links.Get(reply.Path[1])
 		if l == nil {
-			r.metrics.circuitFailed(failIngress)
-			return fmt.Errorf("no link to router %s, the next on the path", reply.Path[1])
+			return fail(fmt.Errorf("no link to router %s, the next on the path", reply.Path[1]))
 		}
 		r.fw.Route(id, toInitiator, linkHop{l})
 		r.metrics.circuitsCreated.Inc()
 	} else if !r.fw.Attach(id, xgress.Initiator, toInitiator) {
-		r.metrics.circuitFailed(failIngress)
-		return errors.New("the egress side of the circuit is not routed here")
+		return fail(errors.New("the egress side of the circuit is not routed here"))
 	}
+	r.book.opened(id, xgress.Initiator)
 	// A circuit whose path is this router alone was counted when its egress end was routed.
 	r.mu.Lock()
 	terminator := r.ends[id] // this router's terminator end, on a one-router path
@@ -99,6 +108,9 @@ func (r *Router) route(ctx context.Context, m *ctrlproto.Route) *ctrlproto.Route
 	toInitiator, err := r.hop(m.Reverse)
 	if err != nil {
 		r.metrics.circuitFailed(failRoute)
+		if x := m.Forward.Xgress; x != nil {
+			r.book.refused(m.CircuitID, xgress.Terminator, routeInfo(x), err.Error())
+		}
 		reply.Outcome = ctrlproto.Failed(ctrlproto.ErrCodeRouteFailed, err.Error())
 		return reply
 	}
@@ -119,6 +131,7 @@ func (r *Router) route(ctx context.Context, m *ctrlproto.Route) *ctrlproto.Route
 			code = ctrlproto.ErrCodeBusy
 		}
 		r.metrics.circuitFailed(failEgress)
+		r.book.refused(m.CircuitID, xgress.Terminator, routeInfo(m.Forward.Xgress), err.Error())
 		reply.Outcome = ctrlproto.Failed(code, err.Error())
 		return reply
 	}
@@ -128,8 +141,10 @@ func (r *Router) route(ctx context.Context, m *ctrlproto.Route) *ctrlproto.Route
 	r.mu.Lock()
 	r.ends[id] = e
 	r.mu.Unlock()
+	r.book.add(id, xgress.Terminator, e, routeInfo(m.Forward.Xgress))
 	r.fw.Route(id, toInitiator, EndpointHop{E: e})
 	r.metrics.circuitsCreated.Inc()
+	r.book.opened(id, xgress.Terminator)
 	// The opening payload follows the controller's answer to the ingress within moments;
 	// the terminator reads once it arrives, and is closed when it does not come.
 	open := m.Timeout
@@ -206,6 +221,7 @@ func (r *Router) endDone(id uint64, origin xgress.Origin, err error) {
 	r.mu.Lock()
 	delete(r.ends, id)
 	r.mu.Unlock()
+	r.book.ended(id, origin, err)
 	toInitiator, _, ok := r.fw.Remove(id)
 	if !ok {
 		return

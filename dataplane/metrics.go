@@ -145,6 +145,7 @@ func newRouterMetrics(r *Router) *routerMetrics {
 		edgeGauge("zmesh_edge_binds", edgeBindsHelp, "openziti", func() float64 { return float64(len(r.ziti.terminators())) }),
 		newLinkCollector(r),
 		newTunnelCollector(r),
+		r.book,
 		health.NewCollector(r.checks),
 	)
 	return m

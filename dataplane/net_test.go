@@ -43,6 +43,8 @@ type testNet struct {
 	// renewAt, when set, is every router's identity.renew_at.
 	ctlCfg  *config.Controller
 	renewAt string
+	// logs, when it has a router's name, is that router's logger instead of testLogger's.
+	logs map[string]*slog.Logger
 }
 
 type testRouter struct {
@@ -52,6 +54,7 @@ type testRouter struct {
 	r      *Router
 	cancel context.CancelFunc
 	done   chan error
+	log    *slog.Logger // when set, the router's logger
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -186,7 +189,7 @@ func (n *testNet) addRouter(name string, tunneler bool, yaml string) *testRouter
 	write("client.cert", certs.Cert)
 	write("server.cert", certs.ServerCert)
 	write("ca.cert", certs.CA)
-	tr := &testRouter{name: name, id: er.ID, file: filepath.Join(dir, "router.yml")}
+	tr := &testRouter{name: name, id: er.ID, file: filepath.Join(dir, "router.yml"), log: n.logs[name]}
 	renewAt := ""
 	if n.renewAt != "" {
 		renewAt = "\n  renew_at: " + n.renewAt
@@ -242,7 +245,11 @@ func (tr *testRouter) tryStart(t testing.TB) error {
 	if err != nil {
 		return err
 	}
-	r, err := New(cfg, "test", testLogger(t).With("name", tr.name))
+	log := tr.log
+	if log == nil {
+		log = testLogger(t).With("name", tr.name)
+	}
+	r, err := New(cfg, "test", log)
 	if err != nil {
 		return err
 	}

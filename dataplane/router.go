@@ -72,6 +72,7 @@ type Router struct {
 
 	renewal renewal         // of the certificates (renew.go)
 	metrics *routerMetrics  // the registry (metrics.go)
+	book    *circuitBook    // circuit events and per-service metrics (circuitbook.go)
 	checks  *health.Checker // the health checks (health.go)
 }
 
@@ -100,6 +101,7 @@ func New(cfg *config.Router, version string, log *slog.Logger) (*Router, error) 
 		r.ziti.certsChanged(apis)
 	})
 	r.checks = newHealthChecks(r)
+	r.book = newCircuitBook(cfg.Metrics, r.log)
 	r.metrics = newRouterMetrics(r)
 	if cfg.Edge != nil && cfg.Edge.DB != "" {
 		if err := r.sessionCache.load(cfg.Edge.DB); err != nil {
