@@ -74,8 +74,8 @@ func (c *Controller) openWeb(checks *health.Checker) (*web.Server, error) {
 			config.APIHealthChecks: checks,
 			config.APIMetrics:      web.Metrics(prometheus.Gatherers{c.metrics.Gatherer(), checkMetrics}, c.log),
 		},
-		Holder: c.webCert,
-		Log:    c.log,
+		GetCertificate: c.webCert.GetCertificate,
+		Log:            c.log,
 	})
 	if err != nil {
 		return nil, err

@@ -218,6 +218,7 @@ edge:
   csr:
     sans:
       dns: [localhost]
+      ip: [127.0.0.1]
 %s`, renewAt, n.ctrlAdr, text)))
 		err := tr.tryStart(t)
 		if err == nil {

@@ -23,12 +23,14 @@ import (
 // seconds after they were issued) while a circuit through all three carries data.
 // The circuit's bytes all arrive intact, the control channels and links made before the
 // renewal stay up, the new certificates are on disk, a router joining afterwards links with
-// the renewed ones, and after a controller restart every router connects again with them.
+// the renewed ones, the web listener presents them, and after a controller restart every
+// router connects again with them.
 func TestCertificateRenewal(t *testing.T) {
 	t.Parallel()
 	ctl := ctrltest.Config(t)
 	ctl.Certificates.Routers = 2 * time.Minute
-	n, srv, addr := buildLine(t, lineConfig{transport: "tls", split: true, ctl: ctl, renewAt: "0.4"})
+	n, srv, addr := buildLine(t, lineConfig{transport: "tls", split: true, ctl: ctl, renewAt: "0.4", b: opsWeb})
+	firstServerB := n.routers["B"].r.ident.Certs.Server().Leaf
 	routers := []string{"A", "B", "C"}
 	type before struct {
 		leaf, serverFile []byte
@@ -99,6 +101,16 @@ func TestCertificateRenewal(t *testing.T) {
 		if data, err := os.ReadFile(filepath.Join(dir, "server.cert")); err != nil || bytes.Equal(data, was[name].serverFile) {
 			t.Errorf("router %s's server certificate file was not rewritten: %v", name, err)
 		}
+	}
+	// B's web listener presents a renewed server certificate.
+	cl2, base := webClient(t, n.routers["B"])
+	resp, err := cl2.Get(base + "/health-checks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if presented := resp.TLS.PeerCertificates[0]; presented.Equal(firstServerB) {
+		t.Error("B's web listener still presents its first server certificate")
 	}
 	if n.routers["A"].r.links.Get(n.routers["B"].id) != linkAB || n.routers["C"].r.links.Get(n.routers["B"].id) != linkCB {
 		t.Error("a link made before the renewal was replaced")

@@ -26,8 +26,9 @@ func (r *Router) startWeb(ctx context.Context, wg *sync.WaitGroup) error {
 			config.APIHealthChecks: r.checks,
 			config.APIMetrics:      web.Metrics(r.metrics.reg, r.log),
 		},
-		Certificate: r.ident.Certs.Server(),
-		Log:         r.log,
+		// The renewed certificate from the next handshake on.
+		GetCertificate: r.ident.Certs.GetCertificate,
+		Log:            r.log,
 	})
 	if err != nil {
 		return err

@@ -46,12 +46,13 @@ type Options struct {
 	// APIs are the handlers of the APIs by binding (config.APIHealthChecks,
 	// config.APIMetrics). A listener naming a binding without a handler is an error.
 	APIs map[string]http.Handler
-	// Certificate is what every bind point presents, with its chain, unless Holder is set.
+	// Certificate is what every bind point presents, with its chain, unless GetCertificate
+	// is set.
 	Certificate tls.Certificate
-	// Holder, when not nil, holds what every bind point presents instead of Certificate: a
-	// certificate that can be replaced while the listeners serve (new connections present
-	// the new one).
-	Holder *CertificateHolder
+	// GetCertificate, when not nil, gives what every bind point presents instead of
+	// Certificate, at each handshake: a certificate that can be replaced while the listeners
+	// serve (a CertificateHolder's, the router's renewed one).
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	// Log receives the bind points as they open and the servers' errors (at debug level:
 	// failed TLS handshakes are the client's business).
 	Log *slog.Logger
@@ -99,8 +100,8 @@ func Listen(opts Options) (_ *Server, err error) {
 			apis = append(apis, api.Binding)
 		}
 		tlsConf := &tls.Config{Certificates: []tls.Certificate{opts.Certificate}, MinVersion: tls.VersionTLS12}
-		if opts.Holder != nil {
-			tlsConf = &tls.Config{GetCertificate: opts.Holder.get, MinVersion: tls.VersionTLS12}
+		if opts.GetCertificate != nil {
+			tlsConf = &tls.Config{GetCertificate: opts.GetCertificate, MinVersion: tls.VersionTLS12}
 		}
 		// Scrapes and health probes are quick and small; the limits keep idle or slow
 		// clients from holding connections.
@@ -148,7 +149,8 @@ func (h *CertificateHolder) Set(cert tls.Certificate) { h.cert.Store(&cert) }
 // Get returns the certificate presented now.
 func (h *CertificateHolder) Get() tls.Certificate { return *h.cert.Load() }
 
-func (h *CertificateHolder) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+// GetCertificate is for Options.GetCertificate: the certificate presented now.
+func (h *CertificateHolder) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	return h.cert.Load(), nil
 }
 

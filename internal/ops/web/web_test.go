@@ -286,9 +286,9 @@ func TestCertificateHolder(t *testing.T) {
 	}
 	holder := NewCertificateHolder(first)
 	s, err := Listen(Options{
-		Listeners: []config.WebListener{{Name: "ops", BindPoints: []config.BindPoint{loopback}, APIs: []config.WebAPI{{Binding: config.APIHealthChecks}}}},
-		APIs:      map[string]http.Handler{config.APIHealthChecks: text("ok")},
-		Holder:    holder,
+		Listeners:      []config.WebListener{{Name: "ops", BindPoints: []config.BindPoint{loopback}, APIs: []config.WebAPI{{Binding: config.APIHealthChecks}}}},
+		APIs:           map[string]http.Handler{config.APIHealthChecks: text("ok")},
+		GetCertificate: holder.GetCertificate,
 	})
 	if err != nil {
 		t.Fatal(err)
