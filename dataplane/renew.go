@@ -148,19 +148,33 @@ func (r *Router) renew(ctx context.Context) error {
 	// come first, so that a router restarted at any point finds them. The client certificate
 	// first: with it alone, the router still reaches the controller and renews again.
 	id := r.cfg.Identity
-	if err := atomicfile.Write(id.Cert, []byte(certs.Cert), 0o644); err != nil {
-		return fmt.Errorf("identity.cert: %w", err)
-	}
-	if id.ServerCert != "" {
-		if err := atomicfile.Write(id.ServerCert, []byte(certs.ServerCert), 0o644); err != nil {
-			return fmt.Errorf("identity.server_cert: %w", err)
-		}
-	} else {
+	if id.ServerCert == "" {
 		newServer = newClient // as loadIdentity does when there is no server certificate
 	}
+	saveErr := r.saveIdentity([]byte(certs.Cert), []byte(certs.ServerCert))
+	// In use even when they could not be saved: the previous ones no longer are the
+	// router's, and the next attempt saves the certificates it gets.
 	r.ident.Certs.Set(newClient, newServer)
+	if saveErr != nil {
+		return fmt.Errorf("the renewed certificates are in use but not saved, and a restart would present the previous ones, which the controller no longer accepts: %w", saveErr)
+	}
 	r.log.Info("certificates renewed", "expires", newClient.Leaf.NotAfter.UTC().Format(time.RFC3339),
 		"fingerprint", certid.Fingerprint(newClient.Leaf))
+	return nil
+}
+
+// saveIdentity writes renewed certificates over identity.cert and identity.server_cert.
+func (r *Router) saveIdentity(clientPEM, serverPEM []byte) error {
+	id := r.cfg.Identity
+	if err := atomicfile.Write(id.Cert, clientPEM, 0o644); err != nil {
+		return fmt.Errorf("identity.cert: %w", err)
+	}
+	if id.ServerCert == "" {
+		return nil
+	}
+	if err := atomicfile.Write(id.ServerCert, serverPEM, 0o644); err != nil {
+		return fmt.Errorf("identity.server_cert: %w", err)
+	}
 	return nil
 }
 
