@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -28,11 +29,13 @@ import (
 // channel the router opened with the previous certificate, and tells the other routers the
 // new ones before their next link.
 
-// Waits between failed renewals: doubling from the first to the last.
+// Waits between failed renewals: doubling from the first to the last, give or take a tenth
+// so that routers enrolled together do not retry together.
 const (
 	renewFirstRetry = 5 * time.Second
 	renewLastRetry  = 10 * time.Minute
-	renewTimeout    = 30 * time.Second
+	// renewTimeout bounds the wait for the controller's address, then the extension.
+	renewTimeout = 30 * time.Second
 	// tornPair is how far apart the client and server certificates' starts may be: they are
 	// issued together, so more means a renewal wrote one file and not the other.
 	tornPair = time.Minute
@@ -44,12 +47,23 @@ type renewal struct {
 	lastErr error // of the latest attempt; nil after a success
 	renewed int   // renewals done since the start
 	failed  int   // attempts failed since the start
+	// unsaved are renewed certificates in use that could not be written yet (PEM); the next
+	// attempt writes them instead of extending again.
+	unsaved *[2][]byte
+	// lastNotAfter is when the certificates of the previous renewal end.
+	lastNotAfter time.Time
 }
 
 // renewLoop renews the router's certificates whenever they are due, until ctx ends.
 func (r *Router) renewLoop(ctx context.Context) {
 	retry := renewFirstRetry
-	wait := time.Until(r.renewalDue())
+	due, torn := r.renewalDue()
+	if torn {
+		client, server := r.ident.Certs.Pair()
+		r.log.Warn("the client and server certificates were not issued together; renewing both now",
+			"clientIssued", client.Leaf.NotBefore.UTC().Format(time.RFC3339), "serverIssued", server.Leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
+	wait := time.Until(due)
 	for {
 		t := time.NewTimer(max(wait, 0))
 		select {
@@ -73,45 +87,73 @@ func (r *Router) renewLoop(ctx context.Context) {
 		if err != nil {
 			r.log.Warn("certificate renewal failed", "err", err, "retryIn", retry,
 				"expires", r.ident.Certs.Client().Leaf.NotAfter.UTC().Format(time.RFC3339))
-			wait, retry = retry, min(2*retry, renewLastRetry)
+			wait = time.Duration(float64(retry) * (0.9 + 0.2*rand.Float64()))
+			retry = min(2*retry, renewLastRetry)
 			continue
 		}
 		retry = renewFirstRetry
-		// Certificates whose start the controller backdated by more than renew_at of their
-		// lifetime are due at once: wait renew_at of what is left instead.
-		leaf := r.ident.Certs.Client().Leaf
-		wait = max(time.Until(r.renewalDue()), time.Duration(float64(time.Until(leaf.NotAfter))*r.cfg.Identity.RenewAt))
+		wait = r.nextRenewal()
 	}
+}
+
+// nextRenewal is the wait after a renewal: until the new certificates are due, but at least
+// renew_at of what is left of them, since certificates whose start the controller backdated
+// by more than renew_at of their lifetime are due at once. Certificates that end no later
+// than their predecessors (capped at the network CA's own expiry) are not renewed again.
+func (r *Router) nextRenewal() time.Duration {
+	leaf := r.ident.Certs.Client().Leaf
+	due, _ := r.renewalDue()
+	wait := max(time.Until(due), time.Duration(float64(time.Until(leaf.NotAfter))*r.cfg.Identity.RenewAt))
+	r.renewal.mu.Lock()
+	defer r.renewal.mu.Unlock()
+	if r.renewal.lastNotAfter.IsZero() || leaf.NotAfter.After(r.renewal.lastNotAfter) {
+		r.renewal.lastNotAfter = leaf.NotAfter
+		return wait
+	}
+	r.log.Error("the renewed certificates end when the previous ones did: the network's CA expires then and cannot issue later ones",
+		"expires", leaf.NotAfter.UTC().Format(time.RFC3339))
+	return time.Until(leaf.NotAfter)
 }
 
 // renewalDue is when the current certificates are to be renewed: identity.renew_at of the
 // client certificate's lifetime, or now when the server certificate is not of the same
-// issue.
-func (r *Router) renewalDue() time.Time {
-	client, server := r.ident.Certs.Client().Leaf, r.ident.Certs.Server().Leaf
+// issue (torn).
+func (r *Router) renewalDue() (due time.Time, torn bool) {
+	clientCert, serverCert := r.ident.Certs.Pair()
+	client, server := clientCert.Leaf, serverCert.Leaf
 	if r.cfg.Identity.ServerCert != "" && client != server {
 		if d := client.NotBefore.Sub(server.NotBefore); d > tornPair || d < -tornPair {
-			r.log.Warn("the client and server certificates were not issued together; renewing both now",
-				"clientIssued", client.NotBefore.UTC().Format(time.RFC3339), "serverIssued", server.NotBefore.UTC().Format(time.RFC3339))
-			return time.Now()
+			return time.Now(), true
 		}
 	}
 	life := client.NotAfter.Sub(client.NotBefore)
-	return client.NotBefore.Add(time.Duration(float64(life) * r.cfg.Identity.RenewAt))
+	return client.NotBefore.Add(time.Duration(float64(life) * r.cfg.Identity.RenewAt)), false
 }
 
 // renew extends the router's certificates once.
 func (r *Router) renew(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, renewTimeout)
-	defer cancel()
-	if _, err := r.ctrl.channel(ctx); err != nil {
+	r.renewal.mu.Lock()
+	unsaved := r.renewal.unsaved
+	r.renewal.mu.Unlock()
+	if unsaved != nil {
+		if err := r.saveIdentity(unsaved[0], unsaved[1]); err != nil {
+			return fmt.Errorf("the renewed certificates in use are still not saved, and a restart would present the previous ones, which the controller no longer accepts: %w", err)
+		}
+		r.setUnsaved(nil)
+		r.log.Info("renewed certificates saved")
+		return nil
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, renewTimeout)
+	_, err := r.ctrl.channel(waitCtx)
+	cancel()
+	if err != nil {
 		return fmt.Errorf("the controller's address is not known yet: %w", err)
 	}
 	host := r.ctrl.clientAPIHost()
 	if host == "" {
 		return errors.New("the controller did not give its client API's address")
 	}
-	client, server := r.ident.Certs.Client(), r.ident.Certs.Server()
+	client, server := r.ident.Certs.Pair()
 	clientKey, ok := client.PrivateKey.(crypto.Signer)
 	if !ok {
 		return errors.New("identity.key cannot sign a certificate request")
@@ -132,7 +174,11 @@ func (r *Router) renew(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	certs, err := apiclient.ExtendRouter(ctx, host, r.ident.CAs, client, clientCSR, serverCSR)
+	// Not cut short by the router's stop: the controller may have put new certificates in
+	// force already, and this is the one answer that carries them.
+	extendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), renewTimeout)
+	defer cancel()
+	certs, err := apiclient.ExtendRouter(extendCtx, host, r.ident.CAs, client, clientCSR, serverCSR)
 	if err != nil {
 		return fmt.Errorf("extend the certificates at %s: %w", host, err)
 	}
@@ -153,14 +199,21 @@ func (r *Router) renew(ctx context.Context) error {
 	}
 	saveErr := r.saveIdentity([]byte(certs.Cert), []byte(certs.ServerCert))
 	// In use even when they could not be saved: the previous ones no longer are the
-	// router's, and the next attempt saves the certificates it gets.
+	// router's. The next attempts write them, without extending again.
 	r.ident.Certs.Set(newClient, newServer)
 	if saveErr != nil {
+		r.setUnsaved(&[2][]byte{[]byte(certs.Cert), []byte(certs.ServerCert)})
 		return fmt.Errorf("the renewed certificates are in use but not saved, and a restart would present the previous ones, which the controller no longer accepts: %w", saveErr)
 	}
 	r.log.Info("certificates renewed", "expires", newClient.Leaf.NotAfter.UTC().Format(time.RFC3339),
 		"fingerprint", certid.Fingerprint(newClient.Leaf))
 	return nil
+}
+
+func (r *Router) setUnsaved(pems *[2][]byte) {
+	r.renewal.mu.Lock()
+	r.renewal.unsaved = pems
+	r.renewal.mu.Unlock()
 }
 
 // saveIdentity writes renewed certificates over identity.cert and identity.server_cert.
@@ -245,27 +298,31 @@ func (r *Router) certMetrics() []prometheus.Collector {
 }
 
 // certificatesCheck fails once the client certificate's renewal is overdue by half the time
-// that was left for it, or the certificate expired; its details say when each expires.
+// that was left for it, when a certificate expired, and while renewed certificates in use
+// are not saved; its details say when each expires.
 func (r *Router) certificatesCheck(context.Context) (any, error) {
 	type certDetail struct {
 		NotAfter time.Time `json:"notAfter"`
 		DaysLeft float64   `json:"daysLeft"`
 	}
 	now := time.Now()
-	client, server := r.ident.Certs.Client().Leaf, r.ident.Certs.Server().Leaf
+	clientCert, serverCert := r.ident.Certs.Pair()
+	client, server := clientCert.Leaf, serverCert.Leaf
 	detail := func(c *x509.Certificate) certDetail {
 		return certDetail{NotAfter: c.NotAfter.UTC(), DaysLeft: float64(c.NotAfter.Sub(now)) / float64(24*time.Hour)}
 	}
 	details := map[string]certDetail{"client": detail(client), "server": detail(server)}
-	due := r.renewalDue()
+	due, _ := r.renewalDue()
 	r.renewal.mu.Lock()
-	lastErr := r.renewal.lastErr
+	lastErr, unsaved := r.renewal.lastErr, r.renewal.unsaved != nil
 	r.renewal.mu.Unlock()
 	soonest := client.NotAfter
 	if server.NotAfter.Before(soonest) {
 		soonest = server.NotAfter
 	}
 	switch {
+	case unsaved:
+		return details, fmt.Errorf("the renewed certificates in use are not saved: %v", lastErr)
 	case !now.Before(soonest):
 		return details, fmt.Errorf("a certificate expired at %s", soonest.UTC().Format(time.RFC3339))
 	case now.After(due.Add(soonest.Sub(due) / 2)):

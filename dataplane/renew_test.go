@@ -23,8 +23,8 @@ import (
 // seconds after they were issued) while a circuit through all three carries data.
 // The circuit's bytes all arrive intact, the control channels and links made before the
 // renewal stay up, the new certificates are on disk, a router joining afterwards links with
-// the renewed ones, the web listener presents them, and after a controller restart every
-// router connects again with them.
+// the renewed ones, the web listener presents them, a router restarted from its files links
+// again, and after a controller restart every router connects again with them.
 func TestCertificateRenewal(t *testing.T) {
 	t.Parallel()
 	ctl := ctrltest.Config(t)
@@ -35,6 +35,7 @@ func TestCertificateRenewal(t *testing.T) {
 	type before struct {
 		leaf, serverFile []byte
 		ctrlChannel      any
+		renewed          int
 	}
 	was := map[string]before{}
 	for _, name := range routers {
@@ -43,7 +44,10 @@ func TestCertificateRenewal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		was[name] = before{leaf: r.ident.Certs.Client().Leaf.Raw, serverFile: serverFile, ctrlChannel: r.ctrl.current()}
+		r.renewal.mu.Lock()
+		renewed := r.renewal.renewed
+		r.renewal.mu.Unlock()
+		was[name] = before{leaf: r.ident.Certs.Client().Leaf.Raw, serverFile: serverFile, ctrlChannel: r.ctrl.current(), renewed: renewed}
 	}
 	linkAB, linkCB := n.routers["A"].r.links.Get(n.routers["B"].id), n.routers["C"].r.links.Get(n.routers["B"].id)
 
@@ -61,7 +65,7 @@ func TestCertificateRenewal(t *testing.T) {
 		r := n.routers[name].r
 		r.renewal.mu.Lock()
 		defer r.renewal.mu.Unlock()
-		return r.renewal.renewed > 0
+		return r.renewal.renewed > was[name].renewed
 	}
 	deadline := time.Now().Add(2 * testutil.Patience)
 	for !renewed("A") || !renewed("B") || !renewed("C") {
@@ -124,6 +128,11 @@ func TestCertificateRenewal(t *testing.T) {
 `)
 	testutil.Eventually(t, "a link D–B after the renewals", func() bool { return n.linked("D", "B") })
 
+	// C restarts from its files: it connects and links again with the renewed certificates.
+	n.routers["C"].stop()
+	n.routers["C"].start(t)
+	testutil.Eventually(t, "a link C–B after C's restart", func() bool { return n.linked("C", "B") })
+
 	// The controller restarts: every router connects again, with its renewed certificate.
 	n.startController()
 	for _, name := range routers {
@@ -171,8 +180,12 @@ func TestRenewalDueAndCheck(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := router(tc.client, tc.server)
-			if d := r.renewalDue().Sub(now.Add(tc.dueIn)); d > 2*time.Minute || d < -2*time.Minute {
-				t.Errorf("due %s, want about %s", r.renewalDue().Sub(now).Round(time.Minute), tc.dueIn)
+			due, torn := r.renewalDue()
+			if d := due.Sub(now.Add(tc.dueIn)); d > 2*time.Minute || d < -2*time.Minute {
+				t.Errorf("due %s, want about %s", due.Sub(now).Round(time.Minute), tc.dueIn)
+			}
+			if torn != (tc.name == "torn pair") {
+				t.Errorf("torn %v", torn)
 			}
 			details, err := r.certificatesCheck(t.Context())
 			switch {

@@ -54,6 +54,12 @@ func withLeaf(c tls.Certificate) tls.Certificate {
 	return c
 }
 
+// Pair returns the current client and server certificates, read together.
+func (c *Certificates) Pair() (client, server tls.Certificate) {
+	p := c.pair.Load()
+	return p.client, p.server
+}
+
 // Client returns the current client certificate.
 func (c *Certificates) Client() tls.Certificate { return c.pair.Load().client }
 

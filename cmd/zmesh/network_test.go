@@ -18,6 +18,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/internal/apiclient"
 	"github.com/zmesh/zmesh/internal/ctrltest"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // network drives one controller over real HTTPS for TestSmallNetwork.
@@ -336,7 +337,7 @@ func TestSmallNetwork(t *testing.T) {
 		}
 	})
 
-	t.Run("router certificate extension: the new certificate works, the old one is refused", func(t *testing.T) {
+	t.Run("router certificate extension: the new certificate works, the previous one gets the same answer, older ones are refused", func(t *testing.T) {
 		cert, err := tls.LoadX509KeyPair(filepath.Join(er1Dir, "certs/client.cert"), filepath.Join(er1Dir, "certs/router.key"))
 		if err != nil {
 			t.Fatal(err)
@@ -369,8 +370,18 @@ func TestSmallNetwork(t *testing.T) {
 		if err != nil || !strings.Contains(next.Cert, "BEGIN CERTIFICATE") {
 			t.Fatalf("extend with the current certificate: %v", err)
 		}
-		if _, err := extend(cert); apiclient.CodeOf(err) != "INVALID_AUTH" {
-			t.Fatalf("extend with the previous certificate: %v", err)
+		// Asked again with the previous certificate and the same keys (the answer was lost),
+		// the controller answers with the certificates it issued, and issues none.
+		again, err := extend(cert)
+		if err != nil || again.Cert != next.Cert || again.ServerCert != next.ServerCert {
+			t.Fatalf("extend again with the previous certificate: %v, same certificates %v", err, err == nil && again.Cert == next.Cert)
+		}
+		otherCSR, err := apiclient.RouterCSR(testutil.NewKey(t), er1, nil, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := apiclient.ExtendRouter(ctx, strings.TrimPrefix(base, "https://"), roots, cert, otherCSR, otherCSR); apiclient.CodeOf(err) != "INVALID_AUTH" {
+			t.Fatalf("extend with the previous certificate for another key: %v", err)
 		}
 		newCert, err := tls.X509KeyPair([]byte(next.Cert), mustRead(t, filepath.Join(er1Dir, "certs/router.key")))
 		if err != nil {
@@ -378,6 +389,9 @@ func TestSmallNetwork(t *testing.T) {
 		}
 		if _, err := extend(newCert); err != nil {
 			t.Fatalf("extend with the new certificate: %v", err)
+		}
+		if _, err := extend(cert); apiclient.CodeOf(err) != "INVALID_AUTH" {
+			t.Fatalf("extend with the certificate of two extensions ago: %v", err)
 		}
 	})
 }

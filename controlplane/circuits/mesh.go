@@ -3,6 +3,7 @@ package circuits
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,6 +21,11 @@ type Mesh struct {
 	graph   *paths.Graph
 	routers interface{ All() []*routers.Router }
 	log     *slog.Logger
+
+	// announce orders what the routers are told of each other (online, offline, their
+	// certificates): a router's certificates read before an extension are never told after
+	// the extended ones.
+	announce sync.Mutex
 
 	mu sync.Mutex
 	// reports holds the up reports of links by link id and reporting router: a link enters
@@ -39,6 +45,8 @@ func NewMesh(graph *paths.Graph, rs interface{ All() []*routers.Router }, log *s
 // Connected tells the other routers that a router is online and which certificates are its
 // own, tells it the same of them, and tells it and them to dial each other.
 func (m *Mesh) Connected(rt *routers.Router) {
+	m.announce.Lock()
+	defer m.announce.Unlock()
 	for _, other := range m.routers.All() {
 		if other.ID == rt.ID {
 			continue
@@ -53,7 +61,13 @@ func (m *Mesh) Connected(rt *routers.Router) {
 // Extended tells the other routers the new certificates of a router that extended them, so
 // that its next links are made with those.
 func (m *Mesh) Extended(rt *routers.Router) {
-	for _, other := range m.routers.All() {
+	m.announce.Lock()
+	defer m.announce.Unlock()
+	all := m.routers.All()
+	if !slices.Contains(all, rt) {
+		return // gone since: Disconnected told the others
+	}
+	for _, other := range all {
 		if other.ID != rt.ID {
 			m.tell(other, &ctrlproto.PeerState{RouterID: rt.ID, Online: true, Fingerprints: rt.Fingerprints()})
 		}
@@ -89,6 +103,8 @@ func (m *Mesh) Disconnected(rt *routers.Router) {
 		}
 	}
 	m.mu.Unlock()
+	m.announce.Lock()
+	defer m.announce.Unlock()
 	for _, other := range m.routers.All() {
 		if other.ID != rt.ID {
 			m.tell(other, &ctrlproto.PeerState{RouterID: rt.ID, Online: false, Revoked: rt.Revoked()})

@@ -281,6 +281,7 @@ func newCollections() collections {
 		edgeRouters: store.NewCollection("edgeRouters", func(r *EdgeRouter) string { return r.ID },
 			store.Index[EdgeRouter]{Name: "name", Unique: true, Keys: func(r *EdgeRouter) []string { return one(r.Name) }},
 			store.Index[EdgeRouter]{Name: "fingerprint", Unique: true, Keys: func(r *EdgeRouter) []string { return one(r.Fingerprint) }},
+			store.Index[EdgeRouter]{Name: "previousFingerprint", Unique: true, Keys: func(r *EdgeRouter) []string { return one(r.PreviousFingerprint) }},
 		),
 		edgeRouterPolicies: store.NewCollection("edgeRouterPolicies", func(p *EdgeRouterPolicy) string { return p.ID },
 			store.Index[EdgeRouterPolicy]{Name: "name", Unique: true, Keys: func(p *EdgeRouterPolicy) []string { return one(p.Name) }},

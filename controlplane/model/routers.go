@@ -1,6 +1,7 @@
 package model
 
 import (
+	"crypto"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -33,6 +34,7 @@ func (m *Model) CreateEdgeRouter(r *EdgeRouter) error {
 	now := m.now()
 	r.Base = Base{ID: newID(), CreatedAt: now, UpdatedAt: now, Tags: r.Tags}
 	r.IsVerified, r.CertPEM, r.Fingerprint, r.ServerCertPEM, r.ServerFingerprint = false, "", "", "", ""
+	r.PreviousFingerprint = ""
 	return m.st.Update(func(tx *store.Tx) error {
 		if err := k.check(tx, r); err != nil {
 			return err
@@ -111,8 +113,12 @@ func (m *Model) ExtendRouter(chain []*x509.Certificate, clientCSR, serverCSR []b
 	}
 	var out *RouterCerts
 	err := m.st.Update(func(tx *store.Tx) error {
-		r, err := m.c.edgeRouters.Lookup(tx, "fingerprint", certid.Fingerprint(chain[0]))
+		fp := certid.Fingerprint(chain[0])
+		r, err := m.c.edgeRouters.Lookup(tx, "fingerprint", fp)
 		if errors.Is(err, store.ErrNotFound) {
+			if out, err = m.extendedAlready(tx, fp, clientCSR, serverCSR); out != nil || err != nil {
+				return err
+			}
 			return errorf(CodeInvalidAuth, "the client certificate is not the current certificate of any edge router")
 		}
 		if err != nil {
@@ -122,6 +128,36 @@ func (m *Model) ExtendRouter(chain []*x509.Certificate, clientCSR, serverCSR []b
 		return err
 	})
 	return out, err
+}
+
+// extendedAlready returns the current certificates of the router that last extended the
+// client certificate of fingerprint fp, when clientCSR and serverCSR are for the keys of
+// those certificates: the router asks again because the answer was lost. Nil otherwise.
+func (m *Model) extendedAlready(tx *store.Tx, fp string, clientCSR, serverCSR []byte) (*RouterCerts, error) {
+	r, err := m.c.edgeRouters.Lookup(tx, "previousFingerprint", fp)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, pair := range []struct {
+		csr  []byte
+		cert string
+	}{{clientCSR, r.CertPEM}, {serverCSR, r.ServerCertPEM}} {
+		req, err := pki.ParseCSR(pair.csr)
+		if err != nil {
+			return nil, nil
+		}
+		cert, err := pki.ParsePEMCert([]byte(pair.cert))
+		if err != nil {
+			return nil, nil
+		}
+		if pub, ok := cert.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !pub.Equal(req.PublicKey) {
+			return nil, nil
+		}
+	}
+	return &RouterCerts{Cert: []byte(r.CertPEM), ServerCert: []byte(r.ServerCertPEM), CA: m.ca.PEM()}, nil
 }
 
 // EdgeRouterByCert returns the enrolled edge router whose current client certificate is cert.
@@ -151,13 +187,18 @@ func (m *Model) issueRouterCerts(tx *store.Tx, r *EdgeRouter, clientCSR, serverC
 	if err != nil {
 		return nil, csrError(err)
 	}
-	change := RouterChange{}
+	previous := ""
 	if extended {
-		change = RouterChange{Extended: true, Previous: r.Fingerprint}
+		previous = r.Fingerprint
 	}
 	r.IsVerified = true
 	r.CertPEM, r.Fingerprint = string(clientPEM), certid.Fingerprint(client)
 	r.ServerCertPEM, r.ServerFingerprint = string(serverPEM), certid.Fingerprint(server)
+	r.PreviousFingerprint = previous
+	change := RouterChange{}
+	if extended {
+		change = RouterChange{Extended: true, Previous: previous, Current: [2]string{r.Fingerprint, r.ServerFingerprint}}
+	}
 	r.UpdatedAt = m.now()
 	if err := m.c.edgeRouters.Put(tx, r); err != nil {
 		return nil, conflict(err)
@@ -179,6 +220,7 @@ func (m *Model) ReEnrollEdgeRouter(id string) (*Enrollment, error) {
 			return err
 		}
 		r.IsVerified, r.CertPEM, r.Fingerprint, r.ServerCertPEM, r.ServerFingerprint = false, "", "", "", ""
+		r.PreviousFingerprint = ""
 		r.UpdatedAt = m.now()
 		if err := m.c.edgeRouters.Put(tx, r); err != nil {
 			return err
@@ -227,11 +269,13 @@ func routerNameConflict(err error, name string) error {
 }
 
 // RouterChange says how an edge router's credentials changed. Extended: the router extended
-// its certificates itself, presenting its client certificate of fingerprint Previous; the
-// connections it made with that certificate are still the router's.
+// its certificates itself, presenting its client certificate of fingerprint Previous, to
+// those of fingerprints Current (client, server); the connections it made with the previous
+// certificate are still the router's while Current is.
 type RouterChange struct {
 	Extended bool
 	Previous string
+	Current  [2]string
 }
 
 // routerHooks are the functions OnEdgeRouterChange registered.

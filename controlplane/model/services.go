@@ -61,6 +61,10 @@ type EdgeRouter struct {
 	Fingerprint       string `json:"fingerprint,omitempty"`
 	ServerCertPEM     string `json:"serverCertPem,omitempty"`
 	ServerFingerprint string `json:"serverFingerprint,omitempty"`
+	// PreviousFingerprint is that of the client certificate the router last extended; an
+	// extension asked again with it, for the same keys, is answered with the current
+	// certificates (the first answer may have been lost).
+	PreviousFingerprint string `json:"previousFingerprint,omitempty"`
 }
 
 // EdgeRouterPolicy lets identities connect to edge routers.

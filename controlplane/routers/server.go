@@ -59,6 +59,8 @@ type Server struct {
 	tls *tls.Config
 	reg registry
 	wg  sync.WaitGroup
+	// changeMu makes routerChanged decide on one change at a time.
+	changeMu sync.Mutex
 
 	// serving is Serve's context while it runs, for channels served in this process
 	// (ServeLocal); closed is set once Serve stops taking them.
@@ -262,6 +264,10 @@ func (s *Server) refuse(log *slog.Logger, format string, args ...any) ctrlproto.
 // router extended that certificate itself, and a deleted router's metrics report is
 // forgotten.
 func (s *Server) routerChanged(id string, change model.RouterChange) {
+	// Hooks of transactions committed one after the other may run in either order: each
+	// decides on the record as it is now, one at a time.
+	s.changeMu.Lock()
+	defer s.changeMu.Unlock()
 	r, err := s.cfg.Model.EdgeRouter(id)
 	deleted := model.CodeOf(err) == model.CodeNotFound
 	if deleted {
@@ -278,12 +284,14 @@ func (s *Server) routerChanged(id string, change model.RouterChange) {
 	case err != nil:
 		s.log.Error("check a connected edge router after a change", "router", id, "err", err)
 		return
+	case r.Fingerprint == "":
+		reason = "the edge router was re-enrolled"
 	case r.Fingerprint == rt.fingerprint():
 		return
-	case change.Extended && change.Previous == rt.fingerprint():
-		// The router renewed the certificates of this connection: the connection stays,
-		// under the new ones, and the other routers learn them.
-		rt.certs.Store(&[2]string{r.Fingerprint, r.ServerFingerprint})
+	case change.Extended && change.Previous == rt.fingerprint() && r.Fingerprint == change.Current[0]:
+		// The router renewed the certificates of this connection, and they are still its
+		// own: the connection stays, under the new ones, and the other routers learn them.
+		rt.certs.Store(&[2]string{change.Current[0], change.Current[1]})
 		s.log.Info("router extended its certificates; its control channel stays", "router", id, "fingerprint", r.Fingerprint)
 		if s.cfg.OnExtended != nil {
 			go s.cfg.OnExtended(rt)
