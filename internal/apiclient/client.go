@@ -101,7 +101,18 @@ func (c *Client) DoHeader(ctx context.Context, method, path string, header http.
 		}
 		rd = bytes.NewReader(data)
 	}
-	resp, err := c.raw(ctx, method, path, "application/json", rd, header)
+	return c.send(ctx, method, path, "application/json", rd, header, out)
+}
+
+// DoBody is Do with a body that is not JSON, sent as it is with its content type (the PEM
+// certificate of POST /cas/{id}/verify).
+func (c *Client) DoBody(ctx context.Context, method, path, contentType string, body []byte, out any) (*Pagination, error) {
+	return c.send(ctx, method, path, contentType, bytes.NewReader(body), nil, out)
+}
+
+// send makes a request and decodes its answer as Do does.
+func (c *Client) send(ctx context.Context, method, path, contentType string, rd io.Reader, header http.Header, out any) (*Pagination, error) {
+	resp, err := c.raw(ctx, method, path, contentType, rd, header)
 	if err != nil {
 		return nil, err
 	}
