@@ -63,6 +63,7 @@ func newControllerBackupCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&f.sessionFile, "session-file", defaultSessionFile(), "where zmesh edge login keeps the session")
+	f.addProfileFlag(cmd)
 	return cmd
 }
 

@@ -50,7 +50,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"edge"}, 0, ""},
 		{[]string{"edge", "frobnicate"}, 2, `unknown command "frobnicate" for "zmesh edge"`},
 		{[]string{"edge", "lis"}, 2, "did you mean list?"},
-		{[]string{"edge", "logout"}, 2, `unknown command "logout"`},
+		{[]string{"edge", "logout", "now"}, 2, "usage: zmesh edge logout"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate" for "zmesh"`},
 		{[]string{"fabric", "frobnicate"}, 2, `unknown command "frobnicate" for "zmesh fabric"`},
 		{[]string{"version", "--bogus"}, 2, "unknown flag: --bogus"},

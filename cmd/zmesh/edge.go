@@ -38,8 +38,17 @@ func defaultSessionFile() string {
 
 type edgeFlags struct {
 	sessionFile string
+	profile     string // the saved login to use; "" for the current one
 	output      string
 	types       []*entityType
+}
+
+// addProfileFlag adds --profile (and ziti's name for it, --cli-identity) to cmd's persistent flags.
+func (f *edgeFlags) addProfileFlag(cmd *cobra.Command) {
+	fs := cmd.PersistentFlags()
+	fs.StringVar(&f.profile, "profile", "", "the saved login to use (see zmesh edge use); default: the current one")
+	fs.StringVar(&f.profile, "cli-identity", "", "the same as --profile, as OpenZiti's CLI names it")
+	fs.MarkHidden("cli-identity")
 }
 
 func newEdgeCommand() *cobra.Command {
@@ -51,11 +60,12 @@ func newEdgeCommand() *cobra.Command {
 			return f.checkOutput()
 		},
 	}
-	cmd.PersistentFlags().StringVar(&f.sessionFile, "session-file", defaultSessionFile(), "where the login session is kept")
+	cmd.PersistentFlags().StringVar(&f.sessionFile, "session-file", defaultSessionFile(), "where the login sessions are kept")
+	f.addProfileFlag(cmd)
 	cmd.PersistentFlags().StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	cmd.AddCommand(newEdgeLoginCommand(f), newEdgeCreateCommand(f), newEdgeListCommand(f), newEdgeGetCommand(f),
 		newEdgeUpdateCommand(f), newEdgeDeleteCommand(f), newEdgeMFACommand(f), newEdgeDisableCommand(f), newEdgeEnableCommand(f),
-		newEdgeReEnrollCommand(f))
+		newEdgeReEnrollCommand(f), newEdgeLogoutCommand(f), newEdgeUseCommand(f))
 	return cmd
 }
 
@@ -67,7 +77,9 @@ func newEdgeLoginCommand(f *edgeFlags) *cobra.Command {
 		Short: "Log in to a controller and keep the session for later commands",
 		Long: "Log in to the controller at URL (https://host:port). The controller's CA is fetched from its\n" +
 			"EST endpoint and trusted after its fingerprint is shown and confirmed (or --yes). An identity\n" +
-			"with MFA also gives a code (--mfa-code, or asked for).",
+			"with MFA also gives a code (--mfa-code, or asked for). The login is kept as profile\n" +
+			"--profile NAME (default: the current profile, or \"default\" when there is none), which\n" +
+			"becomes the current one; zmesh edge use switches between profiles.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			u, err := url.Parse(args[0])
@@ -119,10 +131,23 @@ func newEdgeLoginCommand(f *edgeFlags) *cobra.Command {
 			if err := passMFA(cmd, client, sess, mfaCode); err != nil {
 				return err
 			}
-			if err := saveSession(f.sessionFile, edgeSession{URL: base, Token: sess.Token, Username: username, CA: caPEM.String()}); err != nil {
+			logins, err := loadLogins(f.sessionFile)
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "logged in to %s as %s\n", base, username)
+			profile := f.profile
+			if profile == "" {
+				profile = logins.Current
+			}
+			if profile == "" {
+				profile = defaultProfile
+			}
+			logins.Profiles[profile] = edgeSession{URL: base, Token: sess.Token, Username: username, CA: caPEM.String()}
+			logins.Current = profile
+			if err := logins.save(f.sessionFile); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "logged in to %s as %s (profile %s)\n", base, username, profile)
 			return nil
 		},
 	}
@@ -134,30 +159,20 @@ func newEdgeLoginCommand(f *edgeFlags) *cobra.Command {
 	return cmd
 }
 
-func saveSession(path string, s edgeSession) error {
-	data, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeFileInDir(path, data, 0o600)
-}
-
-// client returns a management client with the saved session.
+// client returns a management client with the saved session of the profile in use.
 func (f *edgeFlags) client() (*apiclient.Client, error) {
-	data, err := os.ReadFile(f.sessionFile)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, errors.New("not logged in: run zmesh edge login URL --username U first")
-	}
+	_, name, s, err := f.login()
 	if err != nil {
 		return nil, err
 	}
-	var s edgeSession
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("session file %s: %w", f.sessionFile, err)
-	}
+	return f.clientOf(name, s)
+}
+
+// clientOf returns a client with the saved session s of profile name.
+func (f *edgeFlags) clientOf(name string, s edgeSession) (*apiclient.Client, error) {
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM([]byte(s.CA)) {
-		return nil, fmt.Errorf("session file %s holds no CA; log in again", f.sessionFile)
+		return nil, fmt.Errorf("session file %s holds no CA for profile %s; log in again", f.sessionFile, name)
 	}
 	c := apiclient.New(s.URL, roots, nil)
 	c.Token = s.Token

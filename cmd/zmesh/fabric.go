@@ -59,6 +59,7 @@ func newFabricCommand() *cobra.Command {
 		},
 	}
 	cmd.PersistentFlags().StringVar(&f.sessionFile, "session-file", defaultSessionFile(), "where the login session of zmesh edge login is kept")
+	f.addProfileFlag(cmd)
 	cmd.PersistentFlags().StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	cmd.AddCommand(newFabricListCommand(f), newFabricDeleteCommand(f))
 	return cmd
