@@ -48,31 +48,48 @@ func (e *edgeCall) detail(t *entityType, id string) (map[string]any, error) {
 	return d, err
 }
 
-// what names the entities of a collection in messages.
-func (f *edgeFlags) what(coll string) (one, many string) {
+// typeOf is the type of a collection, nil for one that is not in the table.
+func (f *edgeFlags) typeOf(coll string) *entityType {
 	for _, t := range f.types {
 		if t.plural == coll {
-			return t.what, t.plural
+			return t
 		}
 	}
-	if coll == "cas" {
-		return "CA", "CAs"
+	return nil
+}
+
+// what names the entities of a collection in messages.
+func (f *edgeFlags) what(coll string) (one, many string) {
+	if t := f.typeOf(coll); t != nil {
+		return t.what, t.plural
 	}
 	return coll, coll
 }
 
-// resolve returns the id of the entity of collection coll whose id or name is nameOrID.
+// resolve returns the id of the entity of collection coll whose id or name is nameOrID
+// (whose id it is, for types whose entities have no name).
 func (e *edgeCall) resolve(coll, nameOrID string) (string, error) {
 	var items []struct {
 		ID string `json:"id"`
 	}
-	q := url.Values{"filter": {"id = " + filterQuote(nameOrID) + " or name = " + filterQuote(nameOrID)}}
+	unnamed := false
+	if t := e.f.typeOf(coll); t != nil {
+		unnamed = t.unnamed
+	}
+	filter := "id = " + filterQuote(nameOrID)
+	if !unnamed {
+		filter += " or name = " + filterQuote(nameOrID)
+	}
+	q := url.Values{"filter": {filter}}
 	if _, err := e.do("GET", "/"+coll+"?"+q.Encode(), nil, &items); err != nil {
 		return "", err
 	}
 	one, many := e.f.what(coll)
 	switch len(items) {
 	case 0:
+		if unnamed {
+			return "", fmt.Errorf("no %s has id %q", one, nameOrID)
+		}
 		return "", fmt.Errorf("no %s is named or has id %q", one, nameOrID)
 	case 1:
 		return items[0].ID, nil
@@ -110,10 +127,13 @@ func filterQuote(s string) string {
 	return b.String()
 }
 
-// typeNames lists the CLI names of the types, singular or plural.
-func (f *edgeFlags) typeNames(plural bool) string {
+// typeNames lists the CLI names of the types verb applies to, singular or plural.
+func (f *edgeFlags) typeNames(verb string, plural bool) string {
 	names := make([]string, 0, len(f.types))
 	for _, t := range f.types {
+		if !t.serves(verb) {
+			continue
+		}
 		if plural {
 			names = append(names, t.plural)
 		} else {
@@ -126,7 +146,7 @@ func (f *edgeFlags) typeNames(plural bool) string {
 // verbCommand is the parent of a verb's per-type commands. Run on its own it was given no
 // type or one it does not know.
 func (f *edgeFlags) verbCommand(verb, short string, plural bool) *cobra.Command {
-	allowed := f.typeNames(plural)
+	allowed := f.typeNames(verb, plural)
 	return &cobra.Command{
 		Use:   verb + " TYPE",
 		Short: short,
@@ -169,6 +189,9 @@ func variantCommand(t *entityType, verb string, sub func(*variant) *cobra.Comman
 // perType adds to verb one command per type, or per variant for types that have them.
 func perType(verb *cobra.Command, types []*entityType, withVariants bool, build func(*entityType, *variant) *cobra.Command) {
 	for _, t := range types {
+		if !t.serves(verb.Name()) {
+			continue
+		}
 		if withVariants && len(t.variants) > 0 {
 			verb.AddCommand(variantCommand(t, verb.Name(), func(v *variant) *cobra.Command { return build(t, v) }))
 			continue
@@ -191,7 +214,7 @@ func argCount(min, max int) cobra.PositionalArgs {
 // --name and none of the fields that only create sets.
 func (t *entityType) fieldsFor(v *variant, create bool) []field {
 	var out []field
-	if !create {
+	if !create && !t.unnamed {
 		out = append(out, field{flag: "name", kind: textValue, body: "name", usage: "new name"})
 	}
 	all := t.fields
@@ -464,16 +487,19 @@ func newEdgeCreateCommand(f *edgeFlags) *cobra.Command {
 			args, name, short, aliases = v.args, v.name, "Create "+an(t.what)+": "+v.short, nil
 		}
 		fields := t.fieldsFor(v, true)
-		use := name + " NAME"
+		use, first := name+" NAME", 1 // first: the index of the first argument after NAME
+		if t.unnamed {
+			use, first = name, 0
+		}
 		for _, a := range args {
 			use += " [" + a.name + "]"
 		}
 		cmd := &cobra.Command{
 			Use: use, Short: short, Aliases: aliases,
-			Args: argCount(1, 1+len(args)),
+			Args: argCount(first, first+len(args)),
 			RunE: func(cmd *cobra.Command, pos []string) error {
 				fs := cmd.Flags()
-				for i, text := range pos[1:] {
+				for i, text := range pos[first:] {
 					a := args[i]
 					if fs.Changed(a.flag) {
 						return usagef("argument %s and --%s are both given; give one", a.name, a.flag)
@@ -490,7 +516,11 @@ func newEdgeCreateCommand(f *edgeFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				body["name"] = pos[0]
+				entityName := ""
+				if !t.unnamed {
+					entityName = pos[0]
+					body["name"] = entityName
+				}
 				if v != nil {
 					body[t.discriminator] = v.value
 				}
@@ -502,9 +532,9 @@ func newEdgeCreateCommand(f *edgeFlags) *cobra.Command {
 				}
 				detail, err := e.detail(t, created.ID)
 				if err != nil {
-					return fmt.Errorf("created %s %s (%s), but reading it back failed: %w", t.what, pos[0], created.ID, err)
+					return fmt.Errorf("%s, but reading it back failed: %w", done("created", t, entityName, created.ID), err)
 				}
-				return e.created(t, fs, pos[0], created.ID, detail)
+				return e.created(t, fs, entityName, created.ID, detail)
 			},
 		}
 		addFlags(cmd, fields, true)
@@ -516,7 +546,16 @@ func newEdgeCreateCommand(f *edgeFlags) *cobra.Command {
 // created reports a new entity and hands out its enrollment token when it has one.
 func (e *edgeCall) created(t *entityType, fs *pflag.FlagSet, name, id string, detail map[string]any) error {
 	file, _ := fs.GetString("jwt-output-file")
-	return e.handOut(fmt.Sprintf("created %s %s (%s)", t.what, name, id), t.enrollment, file, detail)
+	return e.handOut(done("created", t, name, id), t.enrollment, file, detail)
+}
+
+// done is the line that reports what a command did to an entity: "created service web
+// (ID)", or "created terminator ID" for an entity without a name.
+func done(verb string, t *entityType, name, id string) string {
+	if t.unnamed || name == "" {
+		return verb + " " + t.what + " " + id
+	}
+	return fmt.Sprintf("%s %s %s (%s)", verb, t.what, name, id)
 }
 
 // handOut reports msg and, when en is set, the enrollment token en finds in detail: alone on
@@ -608,7 +647,7 @@ func (f *edgeFlags) byNameCommand(verbName, verbShort, short string, run func(cm
 	verb := f.verbCommand(verbName, verbShort, false)
 	perType(verb, f.types, false, func(t *entityType, _ *variant) *cobra.Command {
 		return &cobra.Command{
-			Use:     t.name + " NAME|ID",
+			Use:     t.name + " " + t.argName(),
 			Aliases: append([]string{t.plural}, t.aliases...),
 			Short:   short + an(t.what),
 			Args:    argCount(1, 1),
@@ -639,7 +678,7 @@ func newEdgeUpdateCommand(f *edgeFlags) *cobra.Command {
 		}
 		fields := t.fieldsFor(v, false)
 		cmd := &cobra.Command{
-			Use: name + " NAME|ID", Short: short, Aliases: aliases,
+			Use: name + " " + t.argName(), Short: short, Aliases: aliases,
 			Args: argCount(1, 1),
 			RunE: func(cmd *cobra.Command, pos []string) error {
 				e, err := f.call(cmd)
@@ -683,7 +722,8 @@ func newEdgeUpdateCommand(f *edgeFlags) *cobra.Command {
 				if f.output == "json" {
 					return printJSON(cmd, detail)
 				}
-				_, err = fmt.Fprintf(cmd.OutOrStdout(), "updated %s %v (%s)\n", t.what, detail["name"], id)
+				name, _ := detail["name"].(string)
+				_, err = fmt.Fprintln(cmd.OutOrStdout(), done("updated", t, name, id))
 				return err
 			},
 		}
@@ -691,6 +731,14 @@ func newEdgeUpdateCommand(f *edgeFlags) *cobra.Command {
 		return cmd
 	})
 	return verb
+}
+
+// argName is how commands name the argument that finds an entity of the type.
+func (t *entityType) argName() string {
+	if t.unnamed {
+		return "ID"
+	}
+	return "NAME|ID"
 }
 
 // variantName is the CLI name of the variant whose discriminator value is value.
@@ -712,7 +760,7 @@ func newEdgeDeleteCommand(f *edgeFlags) *cobra.Command {
 		if f.output == "json" {
 			return printJSON(cmd, map[string]string{"id": id})
 		}
-		_, err := fmt.Fprintf(cmd.OutOrStdout(), "deleted %s %s (%s)\n", t.what, name, id)
+		_, err := fmt.Fprintln(cmd.OutOrStdout(), done("deleted", t, name, id))
 		return err
 	})
 }

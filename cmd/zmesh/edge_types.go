@@ -1,6 +1,9 @@
 package main
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // valueKind says how the text of a flag becomes a value of the request body.
 type valueKind int
@@ -72,6 +75,16 @@ type entityType struct {
 	discriminator string // body field a variant sets
 	variants      []variant
 	enrollment    *enrollment
+	// verbs are the edge commands the management API serves for the type; nil: create,
+	// list, get, update and delete.
+	verbs []string
+	// unnamed: its entities have no name; commands find them by id, and create takes no NAME.
+	unnamed bool
+}
+
+// serves reports whether the edge command verb (create, list, ...) applies to the type.
+func (t *entityType) serves(verb string) bool {
+	return t.verbs == nil || slices.Contains(t.verbs, verb)
 }
 
 // Allowed values shared by several types.
@@ -302,6 +315,82 @@ func edgeTypes() []*entityType {
 						{flag: "signer-fingerprint", kind: textValue, body: "process.signerFingerprint", usage: "SHA-1 fingerprint of the certificate that signs the executable"},
 					}},
 			},
+		},
+		{
+			name: "terminator", plural: "terminators", what: "terminator", unnamed: true,
+			short: "a terminator: where a router ends the circuits of a service",
+			args:  []argument{{"SERVICE", "service"}, {"ROUTER", "router"}, {"ADDRESS", "address"}},
+			fields: []field{
+				{flag: "service", kind: refValue, ref: "services", body: "service", required: true, createOnly: true,
+					usage: "the service, name or id (also the argument SERVICE)"},
+				{flag: "router", kind: refValue, ref: "edge-routers", body: "router", required: true,
+					usage: "the router that ends the circuits, name or id (also the argument ROUTER)"},
+				{flag: "address", kind: textValue, body: "address", required: true,
+					usage: "the address the router's dialer connects to, e.g. tcp:127.0.0.1:5432 (also the argument ADDRESS)"},
+				{flag: "binding", kind: textValue, body: "binding", def: "transport", usage: "the router's dialer: transport, transport_udp, edge, tunnel..."},
+				{flag: "cost", short: "c", kind: intValue, body: "cost", min: 0, max: 65535, usage: "cost of the terminator, 0 to 65535"},
+				{flag: "precedence", short: "p", kind: choiceValue, body: "precedence", choices: []string{"default", "required", "failed"},
+					usage: "precedence among the service's terminators: default, required or failed"},
+				{flag: "identity", kind: textValue, body: "identity", usage: "the identity the terminator answers for, for addressable terminators"},
+			},
+			columns: []column{{"ID", "id"}, {"SERVICE", "service.name"}, {"ROUTER", "router.name"}, {"BINDING", "binding"},
+				{"ADDRESS", "address"}, {"IDENTITY", "identity"}, {"COST", "cost"}, {"PRECEDENCE", "precedence"}},
+		},
+		{
+			name: "ca", plural: "cas", what: "CA",
+			short: "a third-party certificate authority whose certificates enroll and authenticate identities",
+			args:  []argument{{"PEM_FILE", "cert-file"}},
+			fields: []field{
+				{flag: "cert-file", kind: textFileValue, body: "certPem", required: true, createOnly: true,
+					usage: "PEM file of the CA's certificate (also the argument PEM_FILE)"},
+				{flag: "auth", short: "e", kind: boolValue, body: "isAuthEnabled", def: "false", usage: "its certificates authenticate identities"},
+				{flag: "ottca", kind: boolValue, body: "isOttCaEnrollmentEnabled", def: "false",
+					usage: "identities may enroll with a one-time token and a certificate of the CA"},
+				{flag: "autoca", short: "u", kind: boolValue, body: "isAutoCaEnrollmentEnabled", def: "false",
+					usage: "a certificate of the CA enrolls a new identity on its own (once the CA is verified)"},
+				{flag: "role-attributes", short: "a", kind: listValue, body: "identityRoles", def: "none",
+					usage: "role attributes of the identities the CA enrolls, comma-separated"},
+				{flag: "identity-name-format", short: "f", kind: textValue, body: "identityNameFormat",
+					usage: "name of the identities the CA enrolls, e.g. [caName]-[commonName]"},
+				{flag: "location", short: "l", kind: choiceValue, body: "externalIdClaim.location", choices: []string{"COMMON_NAME", "SAN_URI", "SAN_EMAIL"},
+					usage: "where certificates name their identity's external id: COMMON_NAME, SAN_URI or SAN_EMAIL"},
+				{flag: "matcher", short: "m", kind: choiceValue, body: "externalIdClaim.matcher", choices: []string{"ALL", "PREFIX", "SUFFIX", "SCHEME"},
+					usage: "which values of --location count: ALL, PREFIX, SUFFIX or SCHEME"},
+				{flag: "matcher-criteria", short: "x", kind: textValue, body: "externalIdClaim.matcherCriteria", usage: "the prefix, suffix or scheme --matcher looks for"},
+				{flag: "parser", short: "p", kind: choiceValue, body: "externalIdClaim.parser", choices: []string{"NONE", "SPLIT"},
+					usage: "how a value becomes claims: NONE or SPLIT"},
+				{flag: "parser-criteria", short: "z", kind: textValue, body: "externalIdClaim.parserCriteria", usage: "the separator SPLIT splits at"},
+				{flag: "index", short: "d", kind: intValue, body: "externalIdClaim.index", min: 0, max: 1 << 20, usage: "which of the claims is the external id"},
+			},
+			columns: []column{{"ID", "id"}, {"NAME", "name"}, {"VERIFIED", "isVerified"}, {"AUTH", "isAuthEnabled"},
+				{"OTTCA", "isOttCaEnrollmentEnabled"}, {"AUTOCA", "isAutoCaEnrollmentEnabled"}, {"ATTRIBUTES", "identityRoles"}},
+		},
+		{
+			name: "enrollment", plural: "enrollments", what: "enrollment", unnamed: true, verbs: []string{"list", "get", "delete"},
+			short: "a pending enrollment of an identity or edge router",
+			columns: []column{{"ID", "id"}, {"METHOD", "method"}, {"IDENTITY", "identity.name"}, {"EDGE ROUTER ID", "edgeRouterId"},
+				{"USERNAME", "username"}, {"EXPIRES", "expiresAt"}},
+		},
+		{
+			name: "authenticator", plural: "authenticators", what: "authenticator", unnamed: true, verbs: []string{"list", "get", "update", "delete"},
+			short: "a way an identity authenticates: a certificate or a username and password",
+			fields: []field{
+				{flag: "username", kind: textValue, body: "username", usage: "new username (updb authenticators)"},
+				{flag: "password", kind: textValue, body: "password", usage: "new password (updb authenticators)"},
+			},
+			columns: []column{{"ID", "id"}, {"METHOD", "method"}, {"IDENTITY", "identity.name"}, {"USERNAME", "username"},
+				{"ISSUED BY NETWORK", "isIssuedByNetwork"}},
+		},
+		{
+			name: "api-session", plural: "api-sessions", what: "API session", unnamed: true, verbs: []string{"list", "get", "delete"},
+			short:   "an API session: a login of an identity",
+			columns: []column{{"ID", "id"}, {"IDENTITY", "identity.name"}, {"IP", "ipAddress"}, {"CREATED", "createdAt"}, {"LAST ACTIVITY", "lastActivityAt"}},
+		},
+		{
+			name: "session", plural: "sessions", what: "session", unnamed: true, verbs: []string{"list", "get", "delete"},
+			short: "a session: an API session's permission to dial or bind a service",
+			columns: []column{{"ID", "id"}, {"TYPE", "type"}, {"SERVICE", "service.name"}, {"IDENTITY ID", "identityId"},
+				{"API SESSION ID", "apiSessionId"}, {"CREATED", "createdAt"}},
 		},
 	}
 }
