@@ -647,10 +647,11 @@ func (f *edgeFlags) byNameCommand(verbName, verbShort, short string, run func(cm
 	verb := f.verbCommand(verbName, verbShort, false)
 	perType(verb, f.types, false, func(t *entityType, _ *variant) *cobra.Command {
 		return &cobra.Command{
-			Use:     t.name + " " + t.argName(),
-			Aliases: append([]string{t.plural}, t.aliases...),
-			Short:   short + an(t.what),
-			Args:    argCount(1, 1),
+			Use:               t.name + " " + t.argName(),
+			Aliases:           append([]string{t.plural}, t.aliases...),
+			Short:             short + an(t.what),
+			Args:              argCount(1, 1),
+			ValidArgsFunction: f.completeNames(t.plural),
 			RunE: func(cmd *cobra.Command, pos []string) error {
 				e, err := f.call(cmd)
 				if err != nil {
@@ -679,7 +680,8 @@ func newEdgeUpdateCommand(f *edgeFlags) *cobra.Command {
 		fields := t.fieldsFor(v, false)
 		cmd := &cobra.Command{
 			Use: name + " " + t.argName(), Short: short, Aliases: aliases,
-			Args: argCount(1, 1),
+			Args:              argCount(1, 1),
+			ValidArgsFunction: f.completeNames(t.plural),
 			RunE: func(cmd *cobra.Command, pos []string) error {
 				e, err := f.call(cmd)
 				if err != nil {

@@ -29,10 +29,11 @@ func identityVerb(verb, short string, sub *cobra.Command) *cobra.Command {
 // returns.
 func (f *edgeFlags) identityCommand(short string, run func(e *edgeCall, name, id string) (string, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:     "identity NAME|ID",
-		Aliases: []string{"identities"},
-		Short:   short,
-		Args:    argCount(1, 1),
+		Use:               "identity NAME|ID",
+		Aliases:           []string{"identities"},
+		Short:             short,
+		Args:              argCount(1, 1),
+		ValidArgsFunction: f.completeNames("identities"),
 		RunE: func(cmd *cobra.Command, pos []string) error {
 			e, err := f.call(cmd)
 			if err != nil {

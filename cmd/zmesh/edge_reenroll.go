@@ -24,7 +24,8 @@ func newEdgeReEnrollCommand(f *edgeFlags) *cobra.Command {
 		Long: "Drop the certificates of an edge router (it is disconnected at once) and give it a new\n" +
 			"enrollment token, for `zmesh router enroll`. The token is printed alone on stdout, or\n" +
 			"written to --jwt-output-file.",
-		Args: argCount(1, 1),
+		Args:              argCount(1, 1),
+		ValidArgsFunction: f.completeNames("edge-routers"),
 		RunE: func(cmd *cobra.Command, pos []string) error {
 			e, err := f.call(cmd)
 			if err != nil {
@@ -57,7 +58,8 @@ func newEdgeReEnrollCommand(f *edgeFlags) *cobra.Command {
 			"identity an enrollment of the same kind, valid for --duration. A certificate\n" +
 			"authenticator's one-time token is printed alone on stdout, or written to\n" +
 			"--jwt-output-file.",
-		Args: argCount(1, 1),
+		Args:              argCount(1, 1),
+		ValidArgsFunction: f.completeNames("authenticators"),
 		RunE: func(cmd *cobra.Command, pos []string) error {
 			if valid <= 0 {
 				return usagef("--duration %s is not allowed; allowed: a positive duration, e.g. 24h", valid)

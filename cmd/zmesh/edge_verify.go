@@ -32,7 +32,8 @@ func newEdgeVerifyCommand(f *edgeFlags) *cobra.Command {
 		Long: "Verify a CA with FILE, a PEM certificate signed by the CA's key whose common name is the\n" +
 			"CA's verification token (zmesh edge get ca NAME shows it). A verified CA can enroll\n" +
 			"identities on its own (--autoca).",
-		Args: argCount(1, 1),
+		Args:              argCount(1, 1),
+		ValidArgsFunction: f.completeNames("cas"),
 		RunE: func(cmd *cobra.Command, pos []string) error {
 			pem, err := os.ReadFile(certFile)
 			if err != nil {
