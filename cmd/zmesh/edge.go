@@ -65,7 +65,8 @@ func newEdgeCommand() *cobra.Command {
 	cmd.PersistentFlags().StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	cmd.AddCommand(newEdgeLoginCommand(f), newEdgeCreateCommand(f), newEdgeListCommand(f), newEdgeGetCommand(f),
 		newEdgeUpdateCommand(f), newEdgeDeleteCommand(f), newEdgeMFACommand(f), newEdgeDisableCommand(f), newEdgeEnableCommand(f),
-		newEdgeReEnrollCommand(f), newEdgeLogoutCommand(f), newEdgeUseCommand(f), newEdgeVerifyCommand(f))
+		newEdgeReEnrollCommand(f), newEdgeLogoutCommand(f), newEdgeUseCommand(f), newEdgeVerifyCommand(f),
+		newEdgePolicyAdvisorCommand(f))
 	return cmd
 }
 

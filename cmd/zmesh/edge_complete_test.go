@@ -49,6 +49,7 @@ func TestEdgeCompletion(t *testing.T) {
 	check(complete("disable", "identity", "ali"), "alice")
 	check(complete("re-enroll", "edge-router", "e"), "east-1")
 	check(complete("get", "terminator", term[:3]), term)
+	check(complete("policy-advisor", "identities", "alice", "w"), "web")
 	check(complete("get", "identity", "alice", "")) // one argument only
 	check(complete("use", ""), "default")
 	check(complete("get", "identity", "zz"))
