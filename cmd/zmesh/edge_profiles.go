@@ -103,6 +103,10 @@ func (f *edgeFlags) login() (*edgeLogins, string, edgeSession, error) {
 		return l, name, s, nil
 	case f.profile != "":
 		return nil, "", edgeSession{}, l.unknown(f.profile)
+	case len(l.Profiles) > 0:
+		// After a logout of the current profile, others remain but none is current.
+		return nil, "", edgeSession{}, fmt.Errorf("not logged in: no login is current; run zmesh edge use PROFILE (there are: %s) or zmesh edge login",
+			strings.Join(l.names(), ", "))
 	}
 	return nil, "", edgeSession{}, notLoggedIn()
 }

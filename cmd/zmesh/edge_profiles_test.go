@@ -100,7 +100,7 @@ func TestEdgeLoginProfiles(t *testing.T) {
 	if out := edge.must(t, "logout"); !strings.Contains(out, "(profile default)") {
 		t.Errorf("logout: %q", out)
 	}
-	if _, _, err := edge("list", "identities"); err == nil || !strings.Contains(err.Error(), "not logged in") {
+	if _, _, err := edge("list", "identities"); err == nil || !strings.Contains(err.Error(), "not logged in: no login is current; run zmesh edge use PROFILE (there are: lab)") {
 		t.Errorf("a command after logout: %v", err)
 	}
 	edge.must(t, "use", "lab")
