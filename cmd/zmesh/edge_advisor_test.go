@@ -28,24 +28,9 @@ func TestEdgePolicyAdvisor(t *testing.T) {
 	edge.must(t, "login", c.URL, "-u", "admin", "-p", "admin-pass", "--yes")
 
 	// on-1 is online: its control channel is connected. off-1 never connects.
-	on := ctrltest.EnrollRouter(t, c.Model, "on-1", "on-1.example")
-	conn, err := tls.Dial("tcp", c.CtrlAddr, &tls.Config{Certificates: []tls.Certificate{on.Client}, RootCAs: c.Ctrl.CA().Pool(),
-		ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := ctrlproto.New(t.Context(), conn, slog.New(slog.NewTextHandler(io.Discard, nil)), ctrlproto.Options{RequestTimeout: 10 * time.Second})
-	ch.Start()
-	t.Cleanup(func() { ch.Close() })
-	if _, err := ctrlproto.Call[*ctrlproto.HelloReply](t.Context(), ch, &ctrlproto.Hello{RouterID: on.ID, Version: "test",
-		Protocol: ctrlproto.ProtocolVersion, Hostname: "on-1.example"}); err != nil {
-		t.Fatalf("hello: %v", err)
-	}
+	onlineRouter(t, c, edge, "on-1")
 	edge.must(t, "update", "edge-router", "on-1", "-a", "east")
 	edge.must(t, "create", "edge-router", "off-1", "-a", "east")
-	testutil.Eventually(t, "on-1 online", func() bool {
-		return edge.object(t, "get", "edge-router", "on-1")["isOnline"] == true
-	})
 
 	edge.must(t, "create", "identity", "alice", "-a", "staff")
 	edge.must(t, "create", "identity", "carol")
@@ -107,6 +92,28 @@ func TestEdgePolicyAdvisor(t *testing.T) {
 	if _, _, err := edge("policy-advisor", "routers"); err == nil || !strings.Contains(err.Error(), "allowed: identities, services") {
 		t.Errorf("policy-advisor routers: %v", err)
 	}
+}
+
+// onlineRouter enrolls an edge router named name and connects its control channel, as the
+// router would, until the end of the test; it returns once the API shows it online.
+func onlineRouter(t *testing.T, c *ctrltest.Controller, edge edgeFunc, name string) {
+	t.Helper()
+	r := ctrltest.EnrollRouter(t, c.Model, name, name+".example")
+	conn, err := tls.Dial("tcp", c.CtrlAddr, &tls.Config{Certificates: []tls.Certificate{r.Client}, RootCAs: c.Ctrl.CA().Pool(),
+		ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := ctrlproto.New(t.Context(), conn, slog.New(slog.NewTextHandler(io.Discard, nil)), ctrlproto.Options{RequestTimeout: 10 * time.Second})
+	ch.Start()
+	t.Cleanup(func() { ch.Close() })
+	if _, err := ctrlproto.Call[*ctrlproto.HelloReply](t.Context(), ch, &ctrlproto.Hello{RouterID: r.ID, Version: "test",
+		Protocol: ctrlproto.ProtocolVersion, Hostname: name + ".example"}); err != nil {
+		t.Fatalf("hello of %s: %v", name, err)
+	}
+	testutil.Eventually(t, name+" online", func() bool {
+		return edge.object(t, "get", "edge-router", name)["isOnline"] == true
+	})
 }
 
 // decodeAdvice decodes the JSON advice, with its lists of policies as lists of their names.

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/ctrltest"
 	"github.com/zmesh/zmesh/internal/testutil"
 )
 
@@ -200,5 +203,44 @@ func TestEdgeAPISessions(t *testing.T) {
 	}
 	if _, _, err := edge("delete", "session", "no-such-id"); err == nil || !strings.Contains(err.Error(), `no session has id "no-such-id"`) {
 		t.Errorf("delete of a session that does not exist: %v", err)
+	}
+}
+
+// TestEdgeSessions lists, shows and ends a session an API session holds to dial a service.
+func TestEdgeSessions(t *testing.T) {
+	t.Parallel()
+	c := ctrltest.Start(t)
+	session := filepath.Join(t.TempDir(), "session.json")
+	edge := edgeFunc(func(args ...string) (string, string, error) {
+		return run(t, nil, append([]string{"edge", "--session-file", session}, args...)...)
+	})
+	edge.must(t, "login", c.URL, "-u", "admin", "-p", "admin-pass", "--yes")
+	svc := edge.object(t, "create", "service", "db")["id"].(string)
+	edge.must(t, "create", "service-policy", "admin-dial-db", "Dial", "-i", "@Default Admin", "-s", "@db")
+	edge.must(t, "create", "edge-router-policy", "all", "-i", "#all", "-e", "#all")
+	edge.must(t, "create", "service-edge-router-policy", "all", "-s", "#all", "-e", "#all")
+	onlineRouter(t, c, edge, "east-1")
+
+	admin := c.Admin(t)
+	var created struct {
+		ID string `json:"id"`
+	}
+	if _, err := admin.Do(t.Context(), "POST", apiclient.ClientAPI+"/sessions", map[string]any{"serviceId": svc, "type": "Dial"}, &created); err != nil {
+		t.Fatalf("create a session: %v", err)
+	}
+	items := edge.list(t, "sessions")
+	if len(items) != 1 || items[0]["id"] != created.ID || items[0]["type"] != "Dial" {
+		t.Fatalf("sessions: %v", items)
+	}
+	table, _, err := edge("list", "sessions")
+	if err != nil || !strings.Contains(table, "API SESSION ID") || !strings.Contains(table, created.ID) || !strings.Contains(table, "db") {
+		t.Errorf("list table (%v):\n%s", err, table)
+	}
+	hasFields(t, "session", edge.object(t, "get", "session", created.ID), map[string]any{"serviceId": svc, "type": "Dial"})
+	if out := edge.must(t, "delete", "session", created.ID); out != "deleted session "+created.ID+"\n" {
+		t.Errorf("delete: %q", out)
+	}
+	if items := edge.list(t, "sessions"); len(items) != 0 {
+		t.Errorf("sessions after delete: %v", items)
 	}
 }
