@@ -71,7 +71,7 @@ func (c *Client) authenticate(ctx context.Context, stale string) (string, error)
 	if cur != "" && cur != stale {
 		return cur, nil
 	}
-	cl := *c.api
+	cl := *c.creds.Load().api
 	s, err := cl.AuthenticateCert(ctx)
 	if err != nil {
 		return "", fmt.Errorf("sdk: authenticate with the identity's certificate: %w", err)
@@ -93,7 +93,7 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) (
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
-		cl := *c.api
+		cl := *c.creds.Load().api
 		cl.Token = tok
 		p, err := cl.Do(ctx, method, path, body, out)
 		if attempt > 0 || !unauthorized(err) {

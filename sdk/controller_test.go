@@ -185,8 +185,8 @@ func TestWatchServices(t *testing.T) {
 	e.service("a", false)
 	b := e.service("b", false)
 	c := e.sdk("app")
-	counter := &countingTransport{next: c.api.HTTP.Transport, n: map[string]int{}}
-	c.api.HTTP.Transport = counter
+	counter := &countingTransport{next: c.creds.Load().api.HTTP.Transport, n: map[string]int{}}
+	c.creds.Load().api.HTTP.Transport = counter
 
 	type change struct{ added, changed, removed []string }
 	changes := make(chan change, 10)

@@ -23,12 +23,13 @@ func e2eeContext(circuitID uint64, serviceID string) string {
 // e2eeConfig returns this identity's e2ee configuration for a circuit whose other end must
 // be identity peerID.
 func (c *Client) e2eeConfig(circuitID uint64, serviceID, peerID string) (e2ee.Config, error) {
-	key, ok := c.cert.PrivateKey.(crypto.Signer)
+	cr := c.creds.Load()
+	key, ok := cr.cert.PrivateKey.(crypto.Signer)
 	if !ok {
-		return e2ee.Config{}, fmt.Errorf("the identity's key (%T) cannot sign", c.cert.PrivateKey)
+		return e2ee.Config{}, fmt.Errorf("the identity's key (%T) cannot sign", cr.cert.PrivateKey)
 	}
 	return e2ee.Config{
-		Certificates: c.chain,
+		Certificates: cr.chain,
 		PrivateKey:   key,
 		Context:      e2eeContext(circuitID, serviceID),
 		Chains:       c.chains,

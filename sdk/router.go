@@ -212,7 +212,7 @@ func (c *Client) dialRouter(ctx context.Context, r edgeRouter, tok string) (_ *r
 	}
 	cc := tlscork.New(raw.(*net.TCPConn), &c.bufs, edgeproto.CorkSize)
 	tc := tls.Client(cc, &tls.Config{
-		Certificates: []tls.Certificate{c.cert},
+		Certificates: []tls.Certificate{c.creds.Load().cert},
 		RootCAs:      c.roots,
 		ServerName:   u.Hostname(),
 		MinVersion:   tls.VersionTLS13,

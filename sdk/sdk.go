@@ -52,6 +52,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zmesh/zmesh/internal/apiclient"
@@ -64,6 +65,8 @@ const (
 	DefaultRouterGrace    = 250 * time.Millisecond
 	DefaultPingInterval   = 5 * time.Second
 	DefaultSDKInfo        = "zmesh-sdk-go"
+	DefaultRenewAt        = 0.5
+	DefaultRenewCheck     = time.Minute
 )
 
 // ErrClosed is returned by the operations of a closed Client.
@@ -90,6 +93,13 @@ type Options struct {
 	PingInterval time.Duration
 	// SDKInfo is sent to routers in hello (DefaultSDKInfo).
 	SDKInfo string
+	// RenewAt is the fraction of its certificate's lifetime after which a Client made by
+	// Load renews the identity's certificate (DefaultRenewAt); it must be below 1, and a
+	// negative value turns renewal off. See "Certificate renewal" in the package doc.
+	RenewAt float64
+	// RenewCheck is how often a Client made by Load asks the controller, while it has an API
+	// session, whether an administrator requested an early renewal (DefaultRenewCheck).
+	RenewCheck time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -108,6 +118,12 @@ func (o Options) withDefaults() Options {
 	if o.SDKInfo == "" {
 		o.SDKInfo = DefaultSDKInfo
 	}
+	if o.RenewAt == 0 {
+		o.RenewAt = DefaultRenewAt
+	}
+	if o.RenewCheck <= 0 {
+		o.RenewCheck = DefaultRenewCheck
+	}
 	return o
 }
 
@@ -121,11 +137,13 @@ func (o Options) pingTimeout() time.Duration {
 type Client struct {
 	opts  Options
 	log   *slog.Logger
-	cert  tls.Certificate     // the identity's certificate chain and key
-	chain []*x509.Certificate // cert's chain, parsed, leaf first
-	roots *x509.CertPool      // the network's CAs
-	id    string              // the identity's id: its certificate's common name
-	api   *apiclient.Client   // template of controller calls; its Token stays empty
+	creds atomic.Pointer[credentials] // the identity's current certificate; renewal replaces it
+	roots *x509.CertPool              // the network's CAs
+	id    string                      // the identity's id: its certificate's common name
+	ctrl  string                      // the controller's URL, https://host:port
+	path  string                      // the identity file, "" for an Identity given to New
+	// renewal is the state of certificate renewal; the renewal loop's own.
+	renewal renewal
 	// chains caches the peers' chains the end-to-end key exchanges verified against roots.
 	chains *e2ee.ChainCache
 	// bufs lends the TLS connections to edge routers the buffers their writes are gathered
@@ -147,45 +165,84 @@ type Client struct {
 	listeners map[*Listener]struct{}       // open listeners
 }
 
+// credentials are the identity's certificate as a Client uses it at one time.
+type credentials struct {
+	cert  tls.Certificate     // the certificate chain and key
+	chain []*x509.Certificate // cert's chain, parsed, leaf first
+	api   *apiclient.Client   // template of controller calls presenting cert; its Token stays empty
+}
+
 // Load reads the identity file at path (what zmesh enroll writes) and returns its Client.
+// The Client renews the identity's certificate and rewrites the file with it (see
+// "Certificate renewal" in the package doc) when the file holds the certificate and key
+// itself rather than naming other files.
 func Load(path string, opts Options) (*Client, error) {
-	id, err := LoadIdentity(path)
+	f, err := apiclient.LoadIdentity(path)
+	if err != nil {
+		return nil, fmt.Errorf("sdk: %w", err)
+	}
+	id, err := identityOf(f)
+	if err != nil {
+		return nil, fmt.Errorf("%w (file %s)", err, path)
+	}
+	c, err := New(id, opts)
 	if err != nil {
 		return nil, err
 	}
-	return New(id, opts)
+	switch {
+	case c.opts.RenewAt < 0:
+	case !f.HoldsCredentials():
+		c.log.Info("the identity file names the files of its certificate and key: the certificate is not renewed", "file", path)
+	default:
+		c.path = path
+		c.spawn(c.renewLoop)
+	}
+	return c, nil
 }
 
 // New returns the Client of an enrolled identity. It does not contact the controller: the
 // Client authenticates on first use.
 func New(id *Identity, opts Options) (*Client, error) {
 	opts = opts.withDefaults()
+	if opts.RenewAt >= 1 {
+		return nil, fmt.Errorf("sdk: Options.RenewAt %v: must be below 1 (negative: no renewal)", opts.RenewAt)
+	}
 	if id == nil || id.Controller == "" || id.CAs == nil {
 		return nil, errors.New("sdk: identity: the controller's URL and the network's CAs are required")
 	}
 	if len(id.Certificate.Certificate) == 0 || id.Certificate.PrivateKey == nil {
 		return nil, errors.New("sdk: the identity has no certificate; the SDK authenticates with the identity's certificate")
 	}
-	cert := id.Certificate
-	chain := make([]*x509.Certificate, 0, len(cert.Certificate))
-	for i, der := range cert.Certificate {
-		c, err := x509.ParseCertificate(der)
-		if err != nil {
-			return nil, fmt.Errorf("sdk: identity certificate %d: %w", i, err)
-		}
-		chain = append(chain, c)
-	}
-	cert.Leaf = chain[0]
 	life, cancel := context.WithCancel(context.Background())
 	c := &Client{
-		opts: opts, cert: cert, chain: chain, roots: id.CAs, chains: e2ee.NewChainCache(id.CAs, 0), id: chain[0].Subject.CommonName,
-		api:  apiclient.New(id.Controller, id.CAs, &cert),
+		opts: opts, roots: id.CAs, chains: e2ee.NewChainCache(id.CAs, 0), ctrl: id.Controller,
 		life: life, cancel: cancel, auth: make(chan struct{}, 1),
 		services: map[string]Service{}, sessions: map[sessionKey]*sessionEntry{},
 		routers: map[string]*routerEntry{}, conns: map[*routerConn]struct{}{}, listeners: map[*Listener]struct{}{},
 	}
+	cr, err := c.newCredentials(id.Certificate)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("sdk: identity certificate: %w", err)
+	}
+	c.creds.Store(cr)
+	c.id = cr.chain[0].Subject.CommonName
 	c.log = opts.Logger.With("identity", c.id)
 	return c, nil
+}
+
+// newCredentials parses cert's chain and makes the controller calls' template presenting it.
+func (c *Client) newCredentials(cert tls.Certificate) (*credentials, error) {
+	chain := make([]*x509.Certificate, 0, len(cert.Certificate))
+	for i, der := range cert.Certificate {
+		p, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, fmt.Errorf("certificate %d: %w", i, err)
+		}
+		chain = append(chain, p)
+	}
+	cert.Leaf = chain[0]
+	return &credentials{cert: cert, chain: chain, api: apiclient.New(c.ctrl, c.roots, &cert)}, nil
 }
 
 // IdentityID returns the id of the Client's identity (its certificate's common name).
@@ -224,7 +281,7 @@ func (c *Client) Close() error {
 	if token != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		cl := *c.api
+		cl := *c.creds.Load().api
 		cl.Token = token
 		if _, err := cl.Do(ctx, "DELETE", apiclient.ClientAPI+"/current-api-session", nil, nil); err != nil {
 			c.log.Debug("logout failed", "err", err)

@@ -1,9 +1,11 @@
 package apiclient
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -197,4 +199,69 @@ func (id *IdentityFile) Client() (*Client, error) {
 		return nil, err
 	}
 	return New(controller, roots, cert), nil
+}
+
+// HoldsCredentials reports whether the file holds its certificate and key itself, as PEM
+// ("pem:<PEM>" or bare PEM) rather than naming other files: only then can ReplaceCredentials
+// replace both in one atomic write.
+func (id *IdentityFile) HoldsCredentials() bool {
+	inline := func(v string) bool {
+		v = strings.TrimSpace(v)
+		return strings.HasPrefix(v, "pem:") || strings.Contains(v, "-----BEGIN")
+	}
+	return inline(id.ID.Cert) && inline(id.ID.Key)
+}
+
+// ReplaceCredentials rewrites the identity file at path with certPEM as its id.cert and, when
+// keyPEM is not nil, keyPEM as its id.key, both as "pem:<PEM>". The write is atomic, keeps the
+// file's mode and every other field as it was, those zmesh does not know included. It
+// refuses to write when the file's certificate is not the one whose leaf's DER is current:
+// the file changed since it was read (another program renewed it, or an administrator
+// replaced it), and writing would undo that.
+func ReplaceCredentials(path string, current, certPEM, keyPEM []byte) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read identity file: %w", err)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("identity file: %w", err)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return fmt.Errorf("identity file %s: %w", path, err)
+	}
+	var ids map[string]json.RawMessage
+	if err := json.Unmarshal(doc["id"], &ids); err != nil || ids == nil {
+		return fmt.Errorf("identity file %s: id is not an object", path)
+	}
+	var certValue string
+	if err := json.Unmarshal(ids["cert"], &certValue); err != nil {
+		return fmt.Errorf("identity file %s: id.cert is not a string", path)
+	}
+	onDisk, err := material(certValue)
+	if err != nil {
+		return fmt.Errorf("identity file %s: id.cert: %w", path, err)
+	}
+	if b, _ := pem.Decode(onDisk); b == nil || !bytes.Equal(b.Bytes, current) {
+		return fmt.Errorf("identity file %s: its certificate changed since it was read; not overwriting it", path)
+	}
+	set := func(field string, v []byte) {
+		ids[field], _ = json.Marshal("pem:" + string(v))
+	}
+	set("cert", certPEM)
+	if keyPEM != nil {
+		set("key", keyPEM)
+	}
+	if doc["id"], err = json.Marshal(ids); err != nil {
+		return err
+	}
+	out, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(path, append(out, '\n'), info.Mode().Perm()); err != nil {
+		return fmt.Errorf("write identity file: %w", err)
+	}
+	return nil
 }
