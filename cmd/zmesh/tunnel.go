@@ -27,7 +27,9 @@ func newTunnelCommand(lookupEnv env, sigs signals) *cobra.Command {
 	var identity string
 	var lf logFlags
 	var udpIdle time.Duration
+	var renewAt float64
 	cmd.PersistentFlags().StringVar(&identity, "identity", "", "the `FILE` of an identity, as zmesh enroll wrote it (required)")
+	cmd.PersistentFlags().Float64Var(&renewAt, "renew-at", sdk.DefaultRenewAt, "renew the identity's certificate, and rewrite the identity file, once this `FRACTION` of its lifetime has passed (0 < FRACTION < 1; 0: never)")
 	lf.register(cmd.PersistentFlags())
 	cmd.PersistentFlags().DurationVar(&udpIdle, "udp-idle-timeout", tunnel.DefaultUDPIdleTimeout, "end a UDP flow that carried nothing either way for so long")
 	// daemon runs f as a daemon (daemonRun), once the identity is loaded;
@@ -40,7 +42,13 @@ func newTunnelCommand(lookupEnv env, sigs signals) *cobra.Command {
 		if identity == "" {
 			return usagef("--identity is required: the identity file of an enrolled identity")
 		}
-		c, err := sdk.Load(identity, sdk.Options{Logger: log})
+		if renewAt < 0 || renewAt >= 1 {
+			return usagef("--renew-at %v: want a fraction of the certificate's lifetime, 0 < FRACTION < 1, or 0 for no renewal", renewAt)
+		}
+		if renewAt == 0 {
+			renewAt = -1 // the SDK's "no renewal"
+		}
+		c, err := sdk.Load(identity, sdk.Options{Logger: log, RenewAt: renewAt})
 		if err != nil {
 			return err
 		}
