@@ -42,6 +42,28 @@
 //
 // Half-close. Conn.CloseWrite sends the stream's FIN (a Conn with zmesh's scheme first sends
 // its authenticated close-write record): the other end reads EOF and can still write back.
+//
+// Certificate renewal. A Client made by Load renews the identity's certificate through the
+// controller's extend and extend-verify operations once Options.RenewAt of its lifetime
+// has passed (from its NotBefore), and at once when its API session says
+// isCertExtendRequested (it asks every Options.RenewCheck while it has one), with a new key
+// when the session says isCertKeyRollRequested. Only a certificate the network issued is
+// renewed, and only when the file holds its certificate and key itself (pem:); one naming
+// other files is not, as one atomic write could not replace both. A Client made by New
+// does not renew: the previous certificate stops authenticating at extend-verify, so a
+// certificate renewed only in memory would leave the caller's copy useless at its next
+// start. One renewal: extend (a CSR of the current key, or of a new one), check that the
+// answer is a client certificate of the identity for that key from the network's CAs,
+// rewrite the identity file atomically (the new certificate, the new key, every other field
+// and the file's mode as they were), present the new certificate in every later router
+// connection, controller call and end-to-end key exchange, extend-verify, and authenticate
+// again. The controller admits both certificates from extend until extend-verify and only
+// the new one after, so the file always holds one that authenticates; a file left with an
+// extension that was never verified (the program stopped in between) is verified by its
+// next Client's first check. A failed attempt is retried after 5 s, doubling up to 10 min.
+// At extend-verify the controller ends the API sessions opened with the previous
+// certificate, and routers the connections made in them: Listeners bind again, and the
+// Conns open then end.
 package sdk
 
 import (
