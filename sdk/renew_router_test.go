@@ -206,8 +206,9 @@ func (n *routerNet) inForce(t *testing.T, name string, leaf []byte) bool {
 // An identity loaded from its file, with 2-minute certificates, renews its certificate at
 // RenewAt of its lifetime while a circuit carries data both ways: the controller then holds
 // the new certificate as the identity's, the file holds it too, still parses and keeps its
-// other fields and mode; a new Dial of the Client works after it, and a new Load of the
-// rewritten file authenticates. (The circuit itself ends at the verification: the
+// other fields and mode; a new Dial of the Client works after it, reaching a host that
+// renewed too (its Listener bound again), and a new Load of the rewritten file
+// authenticates. (The circuit itself ends at the verification: the
 // controller ends the API session opened with the previous certificate, and the router the
 // connections made in it.)
 func TestRenewWithRouter(t *testing.T) {
@@ -218,8 +219,10 @@ func TestRenewWithRouter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	// The host does not renew: the test ends before its certificate does.
-	host, err := sdk.Load(n.identityFile(t, "host"), sdk.Options{Logger: testLog(t, "host"), RenewAt: -1})
+	// The host renews as well: its Listener binds again with the new certificate.
+	hostPath := n.identityFile(t, "host")
+	hostLeaf := fileCert(t, hostPath)
+	host, err := sdk.Load(hostPath, sdk.Options{Logger: testLog(t, "host"), RenewAt: 0.4, RenewCheck: time.Second})
 	must(t, err)
 	defer host.Close()
 	// A router just started may refuse the first bind (INVALID_SESSION) while it has not
@@ -278,17 +281,17 @@ func TestRenewWithRouter(t *testing.T) {
 	// controller puts the new certificate in force.
 	renewedBy := time.Now().Add(20*time.Second + testutil.Patience)
 	exchanges := 0
-	renewed := func() bool {
+	renewed := func(name, path string, old []byte) bool {
 		leaf := fileCert(t, path)
-		return !bytes.Equal(leaf, oldLeaf) && n.inForce(t, "dialer", leaf)
+		return !bytes.Equal(leaf, old) && n.inForce(t, name, leaf)
 	}
-	for !renewed() {
+	for !renewed("dialer", path, oldLeaf) {
 		if time.Now().After(renewedBy) {
 			t.Fatal("the dialer's certificate was not renewed")
 		}
 		if err := exchange(conn); err != nil {
-			// The verification ends the circuit; it committed before.
-			if !renewed() {
+			// Either end's verification ends the circuit; it committed before.
+			if !renewed("dialer", path, oldLeaf) && !renewed("host", hostPath, hostLeaf) {
 				t.Fatalf("the circuit before the renewal, exchange %d: %v", exchanges, err)
 			}
 			break
@@ -298,6 +301,8 @@ func TestRenewWithRouter(t *testing.T) {
 	if exchanges == 0 {
 		t.Fatal("no exchange before the renewal")
 	}
+	testutil.Eventually(t, "the dialer's renewal", func() bool { return renewed("dialer", path, oldLeaf) })
+	testutil.Eventually(t, "the host's renewal", func() bool { return renewed("host", hostPath, hostLeaf) })
 	// The Client authenticates again with the new certificate once the controller ended
 	// the API session opened with the previous one; then a new Dial works.
 	newFP := certid.Fingerprint(mustParse(t, fileCert(t, path)))
