@@ -117,9 +117,11 @@ func (c *Client) renewStep(ctx context.Context) (bool, error) {
 		if code := apiclient.CodeOf(err); code != codeNoExtension && code != codeExtendMismatch {
 			return false, err
 		}
-		// Another client of the identity extended it since: start again.
+		// The extension is no longer in progress: an earlier verification went through
+		// though its answer was lost, or another client of the identity extended it since.
+		// The API session tells which; start again from it.
 		c.renewal.pending = false
-		c.log.Warn("the certificate's extension is no longer the one in progress; extending again", "err", err)
+		c.log.Warn("the certificate's extension is no longer in progress; checking the API session", "err", err)
 	}
 	due := !time.Now().Before(c.renewalDue())
 	c.mu.Lock()
