@@ -210,8 +210,8 @@ func (c *Client) renew(ctx context.Context, authID string, rollKey bool) error {
 }
 
 // verify puts the certificate of leaf, the Client's current one, in force as authenticator authID's (extend-verify).
-// The controller then ends the API sessions opened with the previous certificate: the
-// Client authenticates again at once, with the new one.
+// The Client then authenticates again at once, with the new one: after a key roll the
+// controller ended the API sessions opened with the previous certificate.
 func (c *Client) verify(ctx context.Context, authID string, leaf *x509.Certificate) error {
 	c.mu.Lock()
 	tok := c.token

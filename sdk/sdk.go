@@ -61,9 +61,10 @@
 // the new one after, so the file always holds one that authenticates; a file left with an
 // extension that was never verified (the program stopped in between) is verified by its
 // next Client's first check. A failed attempt is retried after 5 s, doubling up to 10 min.
-// At extend-verify the controller ends the API sessions opened with the previous
-// certificate, and routers the connections made in them: Listeners bind again, and the
-// Conns open then end.
+// After extend-verify the API sessions opened with the previous certificate go on when the
+// key was kept, with their router connections, Listeners and Conns; after a key roll the
+// controller ends them, and routers the connections made in them: Listeners bind again, and
+// the Conns open then end.
 package sdk
 
 import (

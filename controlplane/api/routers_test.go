@@ -163,9 +163,21 @@ func TestEdgeRouterEnrollmentAndExtension(t *testing.T) {
 	if r = f.router(t, id); *r.Fingerprint != certid.Fingerprint(newClient) {
 		t.Fatalf("fingerprint after extension: %+v", r)
 	}
-	// The previous client certificate stops working at once; the new one works.
-	if status, code, body := f.extend([]*x509.Certificate{client}, both); status != 401 || code != "INVALID_AUTH" {
-		t.Fatalf("extend with the old certificate: %d %s", status, body)
+	// The previous client certificate stops working at once; the new one works. Asked
+	// again with it for the same keys (a lost answer), the controller answers with the
+	// certificates it issued; for other keys, it refuses.
+	if status, _, body := f.extend([]*x509.Certificate{client}, both); status != 200 {
+		t.Fatalf("extend again with the previous certificate and the same CSRs: %d %s", status, body)
+	} else {
+		var again routerCerts
+		decodeData(t, body, &again)
+		if again.Cert != next.Cert || again.ServerCert != next.ServerCert {
+			t.Fatal("extend again: other certificates than the first answer's")
+		}
+	}
+	other := `{"certCsr":` + jsonString(testCSR(t)) + `,"serverCertCsr":` + jsonString(testCSR(t)) + `}`
+	if status, code, body := f.extend([]*x509.Certificate{client}, other); status != 401 || code != "INVALID_AUTH" {
+		t.Fatalf("extend with the old certificate for other keys: %d %s", status, body)
 	}
 	if _, err := f.m.EdgeRouterByCert(client); err == nil {
 		t.Fatal("the old certificate still names the router")

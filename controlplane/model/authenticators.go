@@ -183,8 +183,9 @@ func (m *Model) ExtendCert(s *APISession, id string, csrPEM []byte) ([]byte, err
 }
 
 // ExtendVerify puts the extended certificate in force once the client shows it has it; the
-// previous certificate stops authenticating, and the API sessions opened with it end (the
-// one making this request included).
+// previous certificate stops authenticating. When the extension kept the key, the API
+// sessions opened with the previous certificate go on, with their circuits; when it rolled
+// the key, they end (the one making this request included).
 func (m *Model) ExtendVerify(s *APISession, id, clientCertPEM string) error {
 	a, err := m.OwnAuthenticator(s.IdentityID, id)
 	if err != nil {
@@ -203,6 +204,10 @@ func (m *Model) ExtendVerify(s *APISession, id, clientCertPEM string) error {
 			return missing(err, "authenticator", id)
 		}
 		cur.LastExtendRolledKeys = rolledKeys(cur.CertPEM, cur.UnverifiedCertPEM)
+		cur.PreviousFingerprint = ""
+		if sameKey(cur.CertPEM, cur.UnverifiedCertPEM) {
+			cur.PreviousFingerprint = cur.Fingerprint
+		}
 		cur.ExtendRequested, cur.KeyRollRequested, cur.ExtendRequestedAt = false, false, nil
 		cur.CertPEM, cur.Fingerprint = cur.UnverifiedCertPEM, cur.UnverifiedFingerprint
 		cur.UnverifiedCertPEM, cur.UnverifiedFingerprint, cur.UpdatedAt = "", "", m.now()

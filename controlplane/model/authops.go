@@ -238,6 +238,18 @@ func (m *Model) RequestExtend(id string, rollKeys bool) error {
 }
 
 // rolledKeys reports whether two PEM certificates hold different public keys.
+// sameKey reports whether two PEM certificates are of one key (both parse, and the keys
+// are equal).
+func sameKey(oldPEM, newPEM string) bool {
+	o, err1 := pki.ParsePEMCert([]byte(oldPEM))
+	n, err2 := pki.ParsePEMCert([]byte(newPEM))
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	k, ok := o.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
+	return ok && k.Equal(n.PublicKey)
+}
+
 func rolledKeys(oldPEM, newPEM string) bool {
 	o, err1 := pki.ParsePEMCert([]byte(oldPEM))
 	n, err2 := pki.ParsePEMCert([]byte(newPEM))

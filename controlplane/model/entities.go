@@ -121,6 +121,10 @@ type Authenticator struct {
 	// An extension issues a new certificate that takes over once the client verifies it.
 	UnverifiedCertPEM     string `json:"unverifiedCertPem,omitempty"`
 	UnverifiedFingerprint string `json:"unverifiedFingerprint,omitempty"`
+	// PreviousFingerprint is the certificate the last verified extension replaced when it
+	// kept the key: the API sessions opened with it, and their connections to edge routers,
+	// go on (the holder of the key renewed, not someone else); it opens no new session.
+	PreviousFingerprint string `json:"previousFingerprint,omitempty"`
 	// An administrator may ask the client to extend its certificate early, and to use a new
 	// key for it; the next verified extension clears the request.
 	ExtendRequested      bool       `json:"extendRequested,omitempty"`

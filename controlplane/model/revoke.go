@@ -50,9 +50,11 @@ func (m *Model) routedAPISession(tx *store.Tx, a *APISession, idents map[string]
 }
 
 // currentCerts returns the fingerprints of the certificates the identity's cert
-// authenticators authenticate with: each one's certificate, and an extension's certificate
-// not yet verified; not those of a third-party CA that is gone, unverified or does not
-// allow authentication.
+// authenticators stand for: each one's certificate, an extension's certificate not yet
+// verified, and the certificate a verified extension replaced with the same key (for the
+// sessions opened with it: a login looks certificates up by the authenticators'
+// fingerprints, and finds none for it); not those of a third-party CA that is gone,
+// unverified or does not allow authentication.
 func (m *Model) currentCerts(tx *store.Tx, identityID string) (map[string]bool, error) {
 	auths, err := m.c.authenticators.With(tx, "identityId", identityID)
 	if err != nil {
@@ -68,7 +70,7 @@ func (m *Model) currentCerts(tx *store.Tx, identityID string) (map[string]bool, 
 		} else if !ok {
 			continue
 		}
-		for _, fp := range []string{a.Fingerprint, a.UnverifiedFingerprint} {
+		for _, fp := range []string{a.Fingerprint, a.UnverifiedFingerprint, a.PreviousFingerprint} {
 			if fp != "" {
 				cur[fp] = true
 			}

@@ -299,3 +299,67 @@ func TestRevokingManySessions(t *testing.T) {
 		t.Fatalf("%d of %d API sessions of the revoked certificate are left", left, n)
 	}
 }
+
+// TestExtensionKeepingKeyKeepsSessions: a verified extension that kept the key leaves the API
+// sessions opened with the previous certificate alive (routers admit both certificates for
+// them), though that certificate opens no new session; the next extension drops it, and its
+// sessions end then.
+func TestExtensionKeepingKeyKeepsSessions(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id, err := f.m.CreateIdentity(IdentityCreate{Name: "svc", Enrollment: &EnrollmentRequest{OTT: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ens, _ := f.m.EnrollmentsOf(id.ID)
+	key := testutil.NewKey(t)
+	firstPEM, err := f.m.EnrollOTT(ens[0].Token, testutil.CSR(t, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	login := func(pemBytes []byte) (*APISession, error) {
+		s, _, err := f.m.AuthenticateCert([]*x509.Certificate{parseCert(t, pemBytes)}, Login{Source: "127.0.0.1"})
+		return s, err
+	}
+	alive := func(s *APISession) bool { _, _, err := f.m.SessionByToken(s.Token); return err == nil }
+	fp := func(pemBytes []byte) string { return certid.Fingerprint(parseCert(t, pemBytes)) }
+	first, err := login(firstPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auths, _ := f.m.AuthenticatorsOf(id.ID)
+	extend := func(s *APISession, authID string) []byte {
+		t.Helper()
+		next, err := f.m.ExtendCert(s, authID, testutil.CSR(t, key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.m.ExtendVerify(s, authID, string(next)); err != nil {
+			t.Fatal(err)
+		}
+		return next
+	}
+
+	secondPEM := extend(first, auths[0].ID)
+	if !alive(first) {
+		t.Fatal("the session of the previous certificate ended, though the extension kept the key")
+	}
+	if got := routedCerts(t, f.m, first.ID); !slices.Contains(got, fp(firstPEM)) || !slices.Contains(got, fp(secondPEM)) {
+		t.Fatalf("routers admit %v for it, want both certificates", got)
+	}
+	if _, err := login(firstPEM); CodeOf(err) != CodeInvalidAuth {
+		t.Fatalf("a login with the previous certificate: %v", err)
+	}
+	second, err := login(secondPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	extend(second, auths[0].ID)
+	if alive(first) {
+		t.Error("the session of the certificate two extensions back is still alive")
+	}
+	if !alive(second) {
+		t.Error("the session of the previous certificate ended")
+	}
+}
