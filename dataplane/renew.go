@@ -3,9 +3,7 @@ package dataplane
 import (
 	"context"
 	"crypto"
-	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -182,11 +180,11 @@ func (r *Router) renew(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("extend the certificates at %s: %w", host, err)
 	}
-	newClient, err := r.issued([]byte(certs.Cert), clientKey, x509.ExtKeyUsageClientAuth)
+	newClient, err := certid.Issued([]byte(certs.Cert), clientKey, r.id, r.ident.CAs, x509.ExtKeyUsageClientAuth)
 	if err != nil {
 		return fmt.Errorf("the controller's client certificate: %w", err)
 	}
-	newServer, err := r.issued([]byte(certs.ServerCert), serverKey, x509.ExtKeyUsageServerAuth)
+	newServer, err := certid.Issued([]byte(certs.ServerCert), serverKey, r.id, r.ident.CAs, x509.ExtKeyUsageServerAuth)
 	if err != nil {
 		return fmt.Errorf("the controller's server certificate: %w", err)
 	}
@@ -229,46 +227,6 @@ func (r *Router) saveIdentity(clientPEM, serverPEM []byte) error {
 		return fmt.Errorf("identity.server_cert: %w", err)
 	}
 	return nil
-}
-
-// issued parses a PEM certificate chain the controller issued for key, and checks that it is
-// the router's, for usage, from the network's CA.
-func (r *Router) issued(chainPEM []byte, key crypto.Signer, usage x509.ExtKeyUsage) (tls.Certificate, error) {
-	var cert tls.Certificate
-	for rest := chainPEM; ; {
-		var b *pem.Block
-		if b, rest = pem.Decode(rest); b == nil {
-			break
-		}
-		if b.Type == "CERTIFICATE" {
-			cert.Certificate = append(cert.Certificate, b.Bytes)
-		}
-	}
-	if len(cert.Certificate) == 0 {
-		return cert, errors.New("no PEM certificate")
-	}
-	leaf, err := x509.ParseCertificate(cert.Certificate[0])
-	if err != nil {
-		return cert, err
-	}
-	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
-	if !ok || !pub.Equal(leaf.PublicKey) {
-		return cert, errors.New("it is not for the router's key")
-	}
-	if leaf.Subject.CommonName != r.id {
-		return cert, fmt.Errorf("it names %q, not the router %q", leaf.Subject.CommonName, r.id)
-	}
-	inter := x509.NewCertPool()
-	for _, der := range cert.Certificate[1:] {
-		if c, err := x509.ParseCertificate(der); err == nil {
-			inter.AddCert(c)
-		}
-	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: r.ident.CAs, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
-		return cert, err
-	}
-	cert.PrivateKey, cert.Leaf = key, leaf
-	return cert, nil
 }
 
 // certMetrics are the renewal's metrics: when each certificate expires, and the renewals.

@@ -6,7 +6,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -188,7 +187,7 @@ func (c *Client) renew(ctx context.Context, authID string, rollKey bool) error {
 	if _, err := c.call(ctx, "POST", path, body, &out); err != nil {
 		return fmt.Errorf("extend the certificate: %w", err)
 	}
-	cert, err := c.issued([]byte(out.ClientCert), key)
+	cert, err := certid.Issued([]byte(out.ClientCert), key, c.id, c.roots, x509.ExtKeyUsageClientAuth)
 	if err != nil {
 		return fmt.Errorf("the certificate the controller issued: %w", err)
 	}
@@ -229,44 +228,4 @@ func (c *Client) verify(ctx context.Context, authID string, leaf *x509.Certifica
 		}
 	}
 	return nil
-}
-
-// issued parses the PEM certificate chain the controller issued for key and checks that it
-// is the identity's, for client authentication, from the network's CAs.
-func (c *Client) issued(chainPEM []byte, key crypto.Signer) (tls.Certificate, error) {
-	var cert tls.Certificate
-	for rest := chainPEM; ; {
-		var b *pem.Block
-		if b, rest = pem.Decode(rest); b == nil {
-			break
-		}
-		if b.Type == "CERTIFICATE" {
-			cert.Certificate = append(cert.Certificate, b.Bytes)
-		}
-	}
-	if len(cert.Certificate) == 0 {
-		return cert, errors.New("no PEM certificate")
-	}
-	leaf, err := x509.ParseCertificate(cert.Certificate[0])
-	if err != nil {
-		return cert, err
-	}
-	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
-	if !ok || !pub.Equal(leaf.PublicKey) {
-		return cert, errors.New("it is not for the identity's key")
-	}
-	if leaf.Subject.CommonName != c.id {
-		return cert, fmt.Errorf("it names %q, not the identity %q", leaf.Subject.CommonName, c.id)
-	}
-	inter := x509.NewCertPool()
-	for _, der := range cert.Certificate[1:] {
-		if p, err := x509.ParseCertificate(der); err == nil {
-			inter.AddCert(p)
-		}
-	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: c.roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-		return cert, err
-	}
-	cert.PrivateKey, cert.Leaf = key, leaf
-	return cert, nil
 }

@@ -1,5 +1,6 @@
 // Package certid names certificates as the control channel, the APIs and the routers' peer
-// checks do: by the fingerprint of their DER encoding.
+// checks do: by the fingerprint of their DER encoding. It also says whose a certificate is:
+// the controller's (VerifyController), or the one a renewal asked for (Issued).
 package certid
 
 import (
