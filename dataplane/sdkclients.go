@@ -132,6 +132,15 @@ func (s *sdkServer) serve(ctx context.Context, c *tlscork.Batched) {
 	ec, control, err := s.hello(sess, identityID, certFP)
 	if err != nil {
 		log.Info("edge client refused", "identity", identityID, "err", err)
+		// The client closes once it has read the refusal: closing first, with its last
+		// bytes unread, would make the kernel reset the connection and lose the answer.
+		t := time.NewTimer(edgeproto.HandshakeTimeout)
+		defer t.Stop()
+		select {
+		case <-sess.CloseChan():
+		case <-t.C:
+		case <-ctx.Done():
+		}
 		return
 	}
 	log = log.With("identity", identityID, "conn", ec.id)
