@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 // Reload applies what of cfg, the router's configuration file read again, can change while
@@ -13,9 +15,15 @@ import (
 // caller reports the other changes as taking effect at the next start. It applies the
 // services of each proxy tunnel (listeners[i].options.services) whose listener is otherwise
 // unchanged: ports of new pairs open, those of removed pairs close, connections in progress
-// go on. The identity's certificates are not reloaded here: a change to them takes effect at
-// the next start. An error names what could not be applied; the rest is applied still.
+// go on. It reads the identity's certificate and key files again, at the paths the router
+// started with, and presents what they now hold from the next handshake on (certificates an
+// operator replaced); other paths, and the CA bundle, take effect at the next start. An error
+// names what could not be applied; the rest is applied still.
 func (r *Router) Reload(cfg *config.Router) (applied []string, err error) {
+	var errs []error
+	if err := r.reloadIdentity(); err != nil {
+		errs = append(errs, err)
+	}
 	r.mu.Lock()
 	indexes := make([]int, 0, len(r.proxies))
 	for i := range r.proxies {
@@ -23,7 +31,6 @@ func (r *Router) Reload(cfg *config.Router) (applied []string, err error) {
 	}
 	r.mu.Unlock()
 	slices.Sort(indexes)
-	var errs []error
 	for _, i := range indexes {
 		if i >= len(cfg.Listeners) {
 			continue
@@ -58,6 +65,31 @@ func (r *Router) Reload(cfg *config.Router) (applied []string, err error) {
 		}
 	}
 	return applied, errors.Join(errs...)
+}
+
+// reloadIdentity reads the identity files again and puts their certificates in use when they
+// changed and are still this router's.
+func (r *Router) reloadIdentity() error {
+	id, err := loadIdentity(r.cfg.Identity)
+	if err != nil {
+		return fmt.Errorf("identity: %w", err)
+	}
+	if id.RouterID != r.id {
+		return fmt.Errorf("identity: the certificate files now name router %q, not this router %q", id.RouterID, r.id)
+	}
+	if err := id.Certs.Check(r.id); err != nil {
+		return fmt.Errorf("identity: %w", err)
+	}
+	newClient, newServer := id.Certs.Pair()
+	client, server := r.ident.Certs.Pair()
+	if newClient.Leaf.Equal(client.Leaf) && newServer.Leaf.Equal(server.Leaf) {
+		return nil
+	}
+	r.ident.Certs.Set(newClient, newServer)
+	r.renewal.reschedule()
+	r.log.Info("identity certificates reloaded from their files", "expires", newClient.Leaf.NotAfter.UTC().Format(time.RFC3339),
+		"fingerprint", certid.Fingerprint(newClient.Leaf))
+	return nil
 }
 
 // sameAddress reports whether two optional addresses are the same.

@@ -50,6 +50,17 @@ type renewal struct {
 	unsaved *[2][]byte
 	// lastNotAfter is when the certificates of the previous renewal end.
 	lastNotAfter time.Time
+	// changed wakes the loop to compute the due time again: the certificates were replaced
+	// other than by renewal (a reload).
+	changed chan struct{}
+}
+
+// reschedule makes the renewal loop compute its due time again.
+func (rn *renewal) reschedule() {
+	select {
+	case rn.changed <- struct{}{}:
+	default:
+	}
 }
 
 // renewLoop renews the router's certificates whenever they are due, until ctx ends.
@@ -68,6 +79,11 @@ func (r *Router) renewLoop(ctx context.Context) {
 		case <-ctx.Done():
 			t.Stop()
 			return
+		case <-r.renewal.changed:
+			t.Stop()
+			due, _ := r.renewalDue()
+			wait = time.Until(due)
+			continue
 		case <-t.C:
 		}
 		err := r.renew(ctx)

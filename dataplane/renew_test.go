@@ -3,6 +3,8 @@ package dataplane
 import (
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"io"
 	"log/slog"
 	"os"
@@ -196,5 +198,61 @@ func TestRenewalDueAndCheck(t *testing.T) {
 				t.Error("the check gives no details")
 			}
 		})
+	}
+}
+
+// TestReloadIdentity: a reload puts in use the certificates an operator wrote over the
+// identity files, and refuses files that are another router's.
+func TestReloadIdentity(t *testing.T) {
+	t.Parallel()
+	n := newTestNet(t)
+	a := n.addRouter("A", false, "")
+	b := n.addRouter("B", false, "")
+	dir := filepath.Dir(a.file)
+	keyPEM, err := os.ReadFile(filepath.Join(dir, "key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := pki.ParsePrivateKeyPEM(keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	channel := a.r.ctrl.current()
+	certs, err := n.m.ExtendRouter([]*x509.Certificate{a.r.ident.Certs.Client().Leaf},
+		testutil.CSR(t, key), testutil.CSR(t, key, "localhost", "127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, data []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("client.cert", certs.Cert)
+	write("server.cert", certs.ServerCert)
+	if _, err := a.r.Reload(a.r.cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.r.ident.Certs.Client().Leaf.Raw})); got != string(certs.Cert) {
+		t.Fatal("the reloaded client certificate is not in use")
+	}
+	if a.r.ctrl.current() != channel {
+		t.Error("the control channel was replaced")
+	}
+
+	// B's files over A's: refused, A's certificates stay.
+	bDir := filepath.Dir(b.file)
+	for _, f := range []string{"client.cert", "server.cert", "key.pem"} {
+		data, err := os.ReadFile(filepath.Join(bDir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(f, data)
+	}
+	if _, err := a.r.Reload(a.r.cfg); err == nil || !strings.Contains(err.Error(), "not this router") {
+		t.Fatalf("reload with another router's files: %v", err)
+	}
+	if a.r.ident.Certs.Client().Leaf.Subject.CommonName != a.id {
+		t.Fatal("another router's certificate is in use")
 	}
 }

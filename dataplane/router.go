@@ -89,6 +89,7 @@ func New(cfg *config.Router, version string, log *slog.Logger) (*Router, error) 
 	r.linkGone.L = &r.mu
 	r.trusted.L = &r.mu
 	r.trust = map[string][]string{}
+	r.renewal.changed = make(chan struct{}, 1)
 	r.ident.Authorize = r.authorizePeer
 	r.sdk = newSDKServer(r)
 	r.ziti = newZitiServer(r)
