@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,11 +20,7 @@ import (
 func TestEdgePolicyAdvisor(t *testing.T) {
 	t.Parallel()
 	c := ctrltest.Start(t)
-	session := filepath.Join(t.TempDir(), "session.json")
-	edge := edgeFunc(func(args ...string) (string, string, error) {
-		return run(t, nil, append([]string{"edge", "--session-file", session}, args...)...)
-	})
-	edge.must(t, "login", c.URL, "-u", "admin", "-p", "admin-pass", "--yes")
+	edge := loggedInTo(t, c)
 
 	// on-1 is online: its control channel is connected. off-1 never connects.
 	onlineRouter(t, c, edge, "on-1")

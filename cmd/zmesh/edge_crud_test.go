@@ -17,12 +17,18 @@ type edgeFunc func(args ...string) (stdout, stderr string, err error)
 // loggedIn starts a controller and logs the CLI in to it as its administrator.
 func loggedIn(t *testing.T) edgeFunc {
 	t.Helper()
-	url := ctrltest.Start(t).URL
+	return loggedInTo(t, ctrltest.Start(t))
+}
+
+// loggedInTo runs edge commands with a session file of its own, logged in to c as the
+// administrator.
+func loggedInTo(t *testing.T, c *ctrltest.Controller) edgeFunc {
+	t.Helper()
 	session := filepath.Join(t.TempDir(), "session.json")
 	edge := func(args ...string) (string, string, error) {
 		return run(t, nil, append([]string{"edge", "--session-file", session}, args...)...)
 	}
-	if _, _, err := edge("login", url, "-u", "admin", "-p", "admin-pass", "--yes"); err != nil {
+	if _, _, err := edge("login", c.URL, "-u", "admin", "-p", "admin-pass", "--yes"); err != nil {
 		t.Fatal(err)
 	}
 	return edge

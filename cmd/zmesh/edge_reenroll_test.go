@@ -16,11 +16,7 @@ import (
 func TestEdgeReEnroll(t *testing.T) {
 	t.Parallel()
 	c := ctrltest.Start(t)
-	session := filepath.Join(t.TempDir(), "session.json")
-	edge := edgeFunc(func(args ...string) (string, string, error) {
-		return run(t, nil, append([]string{"edge", "--session-file", session}, args...)...)
-	})
-	edge.must(t, "login", c.URL, "-u", "admin", "-p", "admin-pass", "--yes")
+	edge := loggedInTo(t, c)
 
 	first := strings.TrimSpace(edge.must(t, "create", "edge-router", "r1"))
 	out, stderr, err := edge("re-enroll", "edge-router", "r1")

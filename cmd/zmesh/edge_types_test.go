@@ -1,7 +1,6 @@
 package main
 
 import (
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -210,11 +209,7 @@ func TestEdgeAPISessions(t *testing.T) {
 func TestEdgeSessions(t *testing.T) {
 	t.Parallel()
 	c := ctrltest.Start(t)
-	session := filepath.Join(t.TempDir(), "session.json")
-	edge := edgeFunc(func(args ...string) (string, string, error) {
-		return run(t, nil, append([]string{"edge", "--session-file", session}, args...)...)
-	})
-	edge.must(t, "login", c.URL, "-u", "admin", "-p", "admin-pass", "--yes")
+	edge := loggedInTo(t, c)
 	svc := edge.object(t, "create", "service", "db")["id"].(string)
 	edge.must(t, "create", "service-policy", "admin-dial-db", "Dial", "-i", "@Default Admin", "-s", "@db")
 	edge.must(t, "create", "edge-router-policy", "all", "-i", "#all", "-e", "#all")
