@@ -48,10 +48,9 @@ type circuitInfo struct {
 // serviceTally is one service label's counters: the circuits counted, and the bytes of the
 // circuits that ended (those of running circuits are read at each scrape).
 type serviceTally struct {
-	label              string
-	circuits           uint64
-	sent, received     uint64
-	liveSent, liveRecv uint64 // scratch of Collect, with the book's mu
+	label          string
+	circuits       uint64
+	sent, received uint64
 }
 
 // circuitRecord is a circuit with at least one end on this router.
@@ -62,7 +61,11 @@ type circuitRecord struct {
 	ends    [2]*xgress.Endpoint // by xgress.Origin
 	started [2]time.Time        // when each end was added
 	final   [2]*xgress.Stats    // each end's counters once it finished
-	live    [2]bool             // the end is added and has not finished
+}
+
+// running reports whether the circuit's end of origin is recorded and has not finished.
+func (rec *circuitRecord) running(origin xgress.Origin) bool {
+	return rec.ends[origin] != nil && rec.final[origin] == nil
 }
 
 // circuitBook holds the circuit records and the service tallies.
@@ -125,7 +128,7 @@ func (b *circuitBook) add(id uint64, origin xgress.Origin, e *xgress.Endpoint, i
 		rec = &circuitRecord{info: info, tally: b.tally(info)}
 		b.circuits[id] = rec
 	}
-	rec.ends[origin], rec.started[origin], rec.live[origin] = e, time.Now(), true
+	rec.ends[origin], rec.started[origin] = e, time.Now()
 }
 
 // opened counts the circuit of an end that add recorded, once per circuit, and logs its
@@ -151,7 +154,7 @@ func (b *circuitBook) abandon(id uint64, origin xgress.Origin) {
 	if rec == nil {
 		return
 	}
-	rec.ends[origin], rec.live[origin] = nil, false
+	rec.ends[origin] = nil
 	if rec.ends[origin.Other()] == nil {
 		delete(b.circuits, id)
 	}
@@ -162,14 +165,14 @@ func (b *circuitBook) abandon(id uint64, origin xgress.Origin) {
 func (b *circuitBook) ended(id uint64, origin xgress.Origin, err error) {
 	b.mu.Lock()
 	rec := b.circuits[id]
-	if rec == nil || !rec.live[origin] {
+	if rec == nil || !rec.running(origin) {
 		b.mu.Unlock()
 		return
 	}
 	st := rec.ends[origin].Stats()
-	rec.final[origin], rec.live[origin] = &st, false
+	rec.final[origin] = &st
 	duration := time.Since(rec.started[origin])
-	if !rec.live[origin.Other()] {
+	if !rec.running(origin.Other()) {
 		sent, received := rec.bytes()
 		rec.tally.sent += sent
 		rec.tally.received += received
@@ -250,23 +253,22 @@ func (b *circuitBook) Describe(ch chan<- *prometheus.Desc) {
 // services never seen have no samples; _other has them always.
 func (b *circuitBook) Collect(ch chan<- prometheus.Metric) {
 	b.mu.Lock()
+	totals := make(map[*serviceTally]serviceTally, len(b.services)+1)
+	for _, t := range b.services {
+		totals[t] = *t
+	}
+	totals[b.other] = *b.other
 	for _, rec := range b.circuits {
 		sent, received := rec.bytes()
-		rec.tally.liveSent += sent
-		rec.tally.liveRecv += received
+		t := totals[rec.tally]
+		t.sent, t.received = t.sent+sent, t.received+received
+		totals[rec.tally] = t
 	}
-	tallies := make([]serviceTally, 0, len(b.services)+1)
-	for _, t := range b.services {
-		tallies = append(tallies, *t)
-		t.liveSent, t.liveRecv = 0, 0
-	}
-	tallies = append(tallies, *b.other)
-	b.other.liveSent, b.other.liveRecv = 0, 0
 	b.mu.Unlock()
-	for _, t := range tallies {
+	for _, t := range totals {
 		ch <- prometheus.MustNewConstMetric(b.circuitsDesc, prometheus.CounterValue, float64(t.circuits), t.label)
-		ch <- prometheus.MustNewConstMetric(b.sentDesc, prometheus.CounterValue, float64(t.sent+t.liveSent), t.label)
-		ch <- prometheus.MustNewConstMetric(b.receivedDesc, prometheus.CounterValue, float64(t.received+t.liveRecv), t.label)
+		ch <- prometheus.MustNewConstMetric(b.sentDesc, prometheus.CounterValue, float64(t.sent), t.label)
+		ch <- prometheus.MustNewConstMetric(b.receivedDesc, prometheus.CounterValue, float64(t.received), t.label)
 	}
 }
 

@@ -29,14 +29,9 @@ func newControllerRunCommand(lookupEnv env, sigs signals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg, warnings, err := config.LoadController(file, lookupEnv)
-			fileLog := defaultLog()
-			if cfg != nil {
-				fileLog = cfg.Log
-			}
-			dlog := setup.logger(fileLog)
+			cfg, dlog, err := loadDaemonFile(setup, "controller", file, lookupEnv, config.LoadController,
+				func(c *config.Controller) config.Log { return c.Log })
 			log := dlog.Logger
-			logWarnings(log, "controller", file, warnings)
 			if err != nil {
 				return err
 			}

@@ -63,6 +63,21 @@ func newLogSetup(w io.Writer, lf logFlags, lookupEnv env) (*logSetup, error) {
 }
 
 // defaultLog is the log section of a file that has none, and of the commands without a file.
+// loadDaemonFile loads a daemon's configuration file and makes the daemon's logger, from the
+// file's log section when the file loads (the default otherwise, to report why it did not);
+// the file's warnings are logged as kind's.
+func loadDaemonFile[C any](setup *logSetup, kind, file string, lookupEnv env,
+	load func(string, func(string) (string, bool)) (*C, []config.Diagnostic, error), logOf func(*C) config.Log) (*C, *daemonLog, error) {
+	cfg, warnings, err := load(file, lookupEnv)
+	fileLog := defaultLog()
+	if cfg != nil {
+		fileLog = logOf(cfg)
+	}
+	dlog := setup.logger(fileLog)
+	logWarnings(dlog.Logger, kind, file, warnings)
+	return cfg, dlog, err
+}
+
 func defaultLog() config.Log {
 	return config.Log{Level: config.DefaultLogLevel, Format: config.DefaultLogFormat}
 }

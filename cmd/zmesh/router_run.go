@@ -33,14 +33,9 @@ func newRouterRunCommand(lookupEnv env, sigs signals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg, warnings, err := config.LoadRouter(file, lookupEnv)
-			fileLog := defaultLog()
-			if cfg != nil {
-				fileLog = cfg.Log
-			}
-			dlog := setup.logger(fileLog)
+			cfg, dlog, err := loadDaemonFile(setup, "router", file, lookupEnv, config.LoadRouter,
+				func(c *config.Router) config.Log { return c.Log })
 			log := dlog.Logger
-			logWarnings(log, "router", file, warnings)
 			if err != nil {
 				return err
 			}
