@@ -75,7 +75,7 @@ func (r *Router) reloadIdentity() error {
 		return fmt.Errorf("identity: %w", err)
 	}
 	if id.RouterID != r.id {
-		return fmt.Errorf("identity: the certificate files now name router %q, not this router %q", id.RouterID, r.id)
+		return fmt.Errorf("identity.cert %s now names router %q, not this router %q: the files were not reloaded", r.cfg.Identity.Cert, id.RouterID, r.id)
 	}
 	if err := id.Certs.Check(r.id); err != nil {
 		return fmt.Errorf("identity: %w", err)
