@@ -49,17 +49,19 @@ func dialed(t *testing.T, name string, ok bool, err error) bool {
 func TestE2EEHellos(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		name   string
-		tamper *e2eeTamper
-		ok     bool
+		name    string
+		tamper  *e2eeTamper
+		ok      bool
+		resumed bool // the tunnel's: the first dial's ticket spent
 	}{
-		{"carried in the dial", nil, true},
-		{"dropped: in-band", helloTamper(func([]byte) []byte { return nil }), true},
+		{"carried in the dial", nil, true, false},
+		{"carried again: resumed", nil, true, true},
+		{"dropped: in-band", helloTamper(func([]byte) []byte { return nil }), true, false},
 		{"altered", helloTamper(func(h []byte) []byte {
 			h = bytes.Clone(h)
 			h[4+1+5] ^= 1 // a byte of the client's X25519 key (after header and version)
 			return h
-		}), false},
+		}), false, false},
 	}
 
 	t.Run("sdk", func(t *testing.T) {
@@ -102,8 +104,8 @@ func TestE2EEHellos(t *testing.T) {
 			if !dialed(t, c.name, c.ok, err) {
 				continue
 			}
-			if _, ok := conn.(*e2ee.Conn); !ok {
-				t.Fatalf("%s: the tunnel's dial is a %T, not zmesh's scheme", c.name, conn)
+			if ec, ok := conn.(*e2ee.Conn); !ok || ec.Resumed() != c.resumed {
+				t.Fatalf("%s: the tunnel's dial is a %T, not zmesh's scheme resumed %v", c.name, conn, c.resumed)
 			}
 			conn.Write([]byte("tunnel to tunnel"))
 			conn.(interface{ CloseWrite() error }).CloseWrite()
@@ -115,7 +117,7 @@ func TestE2EEHellos(t *testing.T) {
 			testutil.Eventually(t, c.name+": the host's end", func() bool {
 				select {
 				case r := <-got:
-					if _, ok := r.conn.(*e2ee.Conn); !ok || r.err != nil || string(r.data) != "tunnel to tunnel" {
+					if ec, ok := r.conn.(*e2ee.Conn); !ok || ec.Resumed() != c.resumed || r.err != nil || string(r.data) != "tunnel to tunnel" {
 						t.Fatalf("%s: the host's end is a %T and read %q (%v)", c.name, r.conn, r.data, r.err)
 					}
 					return true

@@ -41,9 +41,12 @@ type routerOverlay struct {
 	binds map[string]*tunnelBind // by terminator address (the service id)
 
 	// own is the router identity's chain, parsed once per client certificate (renewal
-	// replaces it); chains caches the peer chains the end-to-end key exchanges verified.
-	own    atomic.Pointer[ownChain]
-	chains *e2ee.ChainCache
+	// replaces it); chains caches the peer chains the end-to-end key exchanges verified;
+	// sessions keeps their resumption tickets, both those the tunnel's dials hold (by
+	// service) and those its hosted services issued.
+	own     atomic.Pointer[ownChain]
+	chains  *e2ee.ChainCache
+	tickets *e2ee.Tickets
 
 	relay tunnel.Relay // of the circuits it encrypts end to end
 
@@ -77,7 +80,8 @@ func (o *routerOverlay) tamperedHostKey(key []byte) []byte {
 }
 
 func newRouterOverlay(r *Router) *routerOverlay {
-	return &routerOverlay{r: r, binds: map[string]*tunnelBind{}, chains: e2ee.NewChainCache(r.ident.CAs, 0)}
+	return &routerOverlay{r: r, binds: map[string]*tunnelBind{}, chains: e2ee.NewChainCache(r.ident.CAs, 0),
+		tickets: e2ee.NewTickets(0)}
 }
 
 // ownChain is the router's client certificate as end-to-end encryption presents it.
@@ -117,21 +121,22 @@ type offer struct {
 	zitiKey *e2ee.ZitiKey     // OpenZiti's key offered, or nil
 }
 
-// newOffer is what the router's tunnel offers for end-to-end encryption: zmesh's scheme with
-// its ClientHello, and OpenZiti's with a fresh key when the service allows it.
-func newOffer(openZiti bool) (*offer, error) {
-	start, err := e2ee.StartClient(e2ee.CipherAuto)
+// newOffer is what the router's tunnel offers for end-to-end encryption to service: zmesh's
+// scheme with its ClientHello (spending a resumption ticket of an earlier circuit to the
+// service, if one is left), and OpenZiti's with a fresh key when the service allows it.
+func (o *routerOverlay) newOffer(service string, openZiti bool) (*offer, error) {
+	start, err := e2ee.StartResumable(e2ee.CipherAuto, o.tickets, service)
 	if err != nil {
 		return nil, err
 	}
-	o := &offer{E2EEOffer: &ctrlproto.E2EEOffer{Zmesh: true, ZmeshHello: start.Hello()}, start: start}
+	off := &offer{E2EEOffer: &ctrlproto.E2EEOffer{Zmesh: true, ZmeshHello: start.Hello()}, start: start}
 	if openZiti {
-		if o.zitiKey, err = e2ee.NewZitiKey(); err != nil {
+		if off.zitiKey, err = e2ee.NewZitiKey(); err != nil {
 			return nil, err
 		}
-		o.ZitiKey = o.zitiKey.Public()
+		off.ZitiKey = off.zitiKey.Public()
 	}
-	return o, nil
+	return off, nil
 }
 
 // service looks a service up in the list of the router identity's services the controller
@@ -231,7 +236,7 @@ func (o *routerOverlay) Dial(ctx context.Context, svc tunnel.Service, app tunnel
 	req := &ctrlproto.CircuitRequest{ServiceID: svc.ID, IngressIdentityID: o.r.id, AppData: appJSON}
 	var off *offer
 	if svc.EncryptionRequired {
-		if off, err = newOffer(o.openZiti(svc.ID)); err != nil {
+		if off, err = o.newOffer(svc.ID, o.openZiti(svc.ID)); err != nil {
 			return nil, fmt.Errorf("dial service %q: %w", svc.Name, err)
 		}
 		req.E2EE = off.E2EEOffer
@@ -341,7 +346,7 @@ func (o *routerOverlay) proxyCircuit(ctx context.Context, service string) (*ctrl
 	var off *offer
 	if s, ok := o.service("", service); ok && s.EncryptionRequired {
 		var err error
-		if off, err = newOffer(s.OpenZitiEncryption); err != nil {
+		if off, err = o.newOffer(s.ID, s.OpenZitiEncryption); err != nil {
 			return nil, nil, err
 		}
 		req.E2EE = off.E2EEOffer
@@ -359,7 +364,7 @@ func (o *routerOverlay) e2ee(peer, context string) (e2ee.Config, error) {
 	if err != nil {
 		return e2ee.Config{}, err
 	}
-	return e2ee.Config{Certificates: own.chain, PrivateKey: own.key, Context: context, Chains: o.chains,
+	return e2ee.Config{Certificates: own.chain, PrivateKey: own.key, Context: context, Chains: o.chains, Tickets: o.tickets,
 		VerifyPeer: func(peerChain []*x509.Certificate) error { return o.verifyPeer(peerChain, peer) }}, nil
 }
 

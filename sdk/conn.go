@@ -252,7 +252,7 @@ func (c *Client) dialVia(ctx context.Context, rc *routerConn, svc Service, req e
 	var start *e2ee.ClientStart
 	if svc.EncryptionRequired {
 		var err error
-		if start, err = e2ee.StartClient(e2ee.CipherAuto); err != nil {
+		if start, err = e2ee.StartResumable(e2ee.CipherAuto, c.tickets, svc.ID); err != nil {
 			return nil, &handshakeError{err}
 		}
 		req.E2EE = &edgeproto.E2EEOffer{Zmesh: true, ZmeshHello: start.Hello()}

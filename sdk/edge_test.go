@@ -463,6 +463,32 @@ func TestEncrypted(t *testing.T) {
 			t.Error("the router did not see the plaintext of a plain service: the check above proves nothing")
 		}
 	}
+	// A folded dial gives the dialer a ticket (the in-band one spent the first's), and the
+	// next dial resumes its session: neither end signs, and it carries data as well.
+	r.inBand.Store(false)
+	go func() {
+		for {
+			conn, err := ls.Accept()
+			if err != nil {
+				return
+			}
+			data, _ := io.ReadAll(conn)
+			conn.Write(bytes.ToUpper(data))
+			conn.Close()
+		}
+	}()
+	expectEcho(t, client, "secret", "full", "a full handshake")
+	conn, err := client.Dial(testCtx(t), "secret")
+	check(t, err)
+	defer conn.Close()
+	if ec, ok := conn.inner.(*e2ee.Conn); !ok || !ec.Resumed() {
+		t.Fatalf("the second folded dial did not resume the first one's session (%T)", conn.inner)
+	}
+	conn.Write([]byte("resumed"))
+	conn.CloseWrite()
+	if got, err := io.ReadAll(conn); err != nil || string(got) != "RESUMED" {
+		t.Fatalf("resumed circuit: %q %v", got, err)
+	}
 }
 
 // A ServerHello in the answer to a dial of a service without end-to-end encryption, which

@@ -33,6 +33,7 @@ func (c *Client) e2eeConfig(circuitID uint64, serviceID, peerID string) (e2ee.Co
 		PrivateKey:   key,
 		Context:      e2eeContext(circuitID, serviceID),
 		Chains:       c.chains,
+		Tickets:      c.tickets,
 		VerifyPeer:   func(chain []*x509.Certificate) error { return c.verifyPeer(chain, peerID) },
 	}, nil
 }

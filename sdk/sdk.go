@@ -167,8 +167,11 @@ type Client struct {
 	path  string                      // the identity file, "" for an Identity given to New
 	// renewal is the state of certificate renewal; the renewal loop's own.
 	renewal renewal
-	// chains caches the peers' chains the end-to-end key exchanges verified against roots.
-	chains *e2ee.ChainCache
+	// chains caches the peers' chains the end-to-end key exchanges verified against roots;
+	// sessions keeps their resumption tickets (the dials' by service, and those this
+	// identity's listeners issued).
+	chains  *e2ee.ChainCache
+	tickets *e2ee.Tickets
 	// bufs lends the TLS connections to edge routers the buffers their writes are gathered
 	// in (tlscork).
 	bufs sync.Pool
@@ -238,7 +241,7 @@ func New(id *Identity, opts Options) (*Client, error) {
 	}
 	life, cancel := context.WithCancel(context.Background())
 	c := &Client{
-		opts: opts, roots: id.CAs, chains: e2ee.NewChainCache(id.CAs, 0), ctrl: id.Controller,
+		opts: opts, roots: id.CAs, chains: e2ee.NewChainCache(id.CAs, 0), tickets: e2ee.NewTickets(0), ctrl: id.Controller,
 		life: life, cancel: cancel, auth: make(chan struct{}, 1),
 		services: map[string]Service{}, sessions: map[sessionKey]*sessionEntry{},
 		routers: map[string]*routerEntry{}, conns: map[*routerConn]struct{}{}, listeners: map[*Listener]struct{}{},

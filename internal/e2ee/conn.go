@@ -55,6 +55,7 @@ type Conn struct {
 	maxDatagram int
 	cipher      Cipher
 	peerChain   []*x509.Certificate
+	resumed     bool
 
 	wmu  sync.Mutex
 	out  direction
@@ -88,6 +89,7 @@ func newConn(conn net.Conn, cfg *Config, h *handshakeState, client bool) (*Conn,
 		maxDatagram: cfg.MaxDatagram,
 		cipher:      h.cipher,
 		peerChain:   h.peerChain,
+		resumed:     h.resumed,
 	}
 	if client && cfg.FalseStart {
 		c.finished = h.finished
@@ -563,6 +565,10 @@ func (c *Conn) Close() error {
 
 // Cipher returns the AEAD protecting the records.
 func (c *Conn) Cipher() Cipher { return c.cipher }
+
+// Resumed reports whether the handshake resumed an earlier one's session with a ticket
+// instead of running in full.
+func (c *Conn) Resumed() bool { return c.resumed }
 
 // PeerCertificates returns the chain the peer presented and proved to hold the key of, leaf
 // first, as accepted by Config.VerifyPeer.

@@ -42,6 +42,23 @@
 // carries the hellos learns nothing a router on the circuit would not: they hold public keys,
 // certificates and signatures.
 //
+// Resumption (resume.go): a ClientHello made by StartResumable lists the pseudo-cipher 0xFE
+// (ignored by servers that do not resume), asking for a ticket, and may spend one by
+// appending its id and a nonce:
+//
+//	ClientHello    ... ciphers | ticket id (uint8-prefixed, 16 bytes) | client nonce [32]
+//
+// A server with Config.Tickets answers such a hello with a ServerHello of version 2:
+//
+//	full:    version=2 | mode=0 | server X25519 key [32] | cipher | new ticket id (uint8-prefixed) | chain | signature
+//	resumed: version=2 | mode=1 | server nonce [32] | cipher | new ticket id (uint8-prefixed) | mac [32]
+//
+// and a resumed ClientAuth is a mac [32]. Each mac is HMAC-SHA256 keyed by the spent ticket's
+// secret over the role label ("... server resumption" or "... client resumption") and the
+// transcript hash up to it; the key schedule then runs as after a full handshake, with the
+// ticket's secret in place of the X25519 shared secret, and both ends expand the new ticket's
+// secret from it ("resumption").
+//
 // A stream record is a frame of type data (0x20) or close-write (0x21) whose body is the AEAD
 // ciphertext and tag of at most RecordSize plaintext bytes; its 4-byte header is the additional
 // data and its nonce is the direction's IV XOR the record's implicit 64-bit sequence number. A
@@ -119,6 +136,10 @@ type Config struct {
 	// peer chain it accepted before is taken from it instead of being parsed again.
 	// VerifyPeer is still called on every handshake.
 	Chains *ChainCache
+	// Tickets, for a server, is where it keeps the resumption tickets it issues to clients
+	// that ask for them (StartResumable) and redeems those they spend; nil issues none and
+	// runs every handshake in full. A client's tickets go where its StartResumable said.
+	Tickets *Tickets
 	// FalseStart, for a client, ends the handshake once ClientAuth is sent, without waiting
 	// for ServerFinished, as a TLS 1.3 client sends data after its Finished: Client returns
 	// a round trip earlier, and what it writes is encrypted to the server that proved its

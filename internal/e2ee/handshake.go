@@ -26,7 +26,10 @@ import (
 
 const (
 	protocolVersion = 1
-	protocolLabel   = "zmesh e2ee v1"
+	// resumptionVersion marks the ServerHello of a server that answers a client asking for
+	// tickets (see resume.go).
+	resumptionVersion = 2
+	protocolLabel     = "zmesh e2ee v1"
 
 	msgClientHello    = 1
 	msgServerHello    = 2
@@ -78,18 +81,48 @@ type ClientStart struct {
 	cipher    Cipher
 	offer     []Cipher
 	hello     []byte // the ClientHello body
+
+	tickets *Tickets // where the ticket the server gives goes, or nil
+	key     string   // the key it goes under
+	spent   *ticket  // the ticket the ClientHello names, or nil
 }
 
 // StartClient makes a ClientHello offering the ciphers cipher allows (as Config.Cipher does).
 func StartClient(cipher Cipher) (*ClientStart, error) {
+	return StartResumable(cipher, nil, "")
+}
+
+// StartResumable is StartClient with resumption: the ClientHello asks the server for a
+// ticket, which Finish keeps in tickets under key, and spends the newest ticket held there
+// under key, if any, so that the server that issued it can answer with a resumed handshake
+// (no signatures, no key agreement). key names what the tickets are good for: the service
+// dialed, whose host may be any of its terminators' identities; a resumed answer stands
+// for the identity the ticket came from, which Config.VerifyPeer must accept. tickets nil
+// is StartClient.
+func StartResumable(cipher Cipher, tickets *Tickets, key string) (*ClientStart, error) {
 	if cipher > CipherChaCha20Poly1305 {
 		return nil, fmt.Errorf("e2ee: unknown cipher %v; allowed: %v, %v, %v", cipher, CipherAuto, CipherAES256GCM, CipherChaCha20Poly1305)
 	}
-	ephemeral, err := ecdh.X25519().GenerateKey(rand.Reader)
+	s := &ClientStart{cipher: cipher, offer: cipherPreference(cipher), tickets: tickets, key: key}
+	var nonce []byte
+	var err error
+	if tickets != nil {
+		if s.spent = tickets.take(key); s.spent != nil {
+			nonce = make([]byte, nonceLen32)
+			if _, err := rand.Read(nonce); err != nil {
+				return nil, fmt.Errorf("e2ee: client nonce: %w", err)
+			}
+			// A key share only for a server that does not resume: the store's spare one.
+			s.ephemeral, err = tickets.spareKey()
+		}
+	}
+	if s.ephemeral == nil && err == nil {
+		s.ephemeral, err = ecdh.X25519().GenerateKey(rand.Reader)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("e2ee: generate ephemeral key: %w", err)
 	}
-	s := &ClientStart{ephemeral: ephemeral, cipher: cipher, offer: cipherPreference(cipher)}
+	ephemeral := s.ephemeral
 	var hello cryptobyte.Builder
 	hello.AddUint8(protocolVersion)
 	hello.AddBytes(ephemeral.PublicKey().Bytes())
@@ -97,10 +130,21 @@ func StartClient(cipher Cipher) (*ClientStart, error) {
 		for _, c := range s.offer {
 			b.AddUint8(uint8(c))
 		}
+		if tickets != nil {
+			b.AddUint8(offerTickets)
+		}
 	})
+	if s.spent != nil {
+		hello.AddUint8LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes(s.spent.id[:]) })
+		hello.AddBytes(nonce)
+	}
 	s.hello = hello.BytesOrPanic()
 	return s, nil
 }
+
+// Resumed reports whether the ClientHello spends a ticket: the server that issued it may
+// answer with a resumed handshake.
+func (s *ClientStart) Resumed() bool { return s.spent != nil }
 
 // Hello returns the ClientHello message, framed as on the circuit, for the server's
 // AcceptHello.
@@ -125,7 +169,8 @@ func (s *ClientStart) Finish(conn net.Conn, cfg Config, serverHello []byte) (*Co
 	}
 	h := newHandshake(conn, &cfg)
 	h.ephemeral, h.offer = s.ephemeral, s.offer
-	s.ephemeral = nil
+	h.tickets, h.ticketKey, h.spent, h.askedTicket = s.tickets, s.key, s.spent, s.tickets != nil
+	s.ephemeral, s.spent = nil, nil
 	h.addToTranscript(msgClientHello, s.hello)
 	return h.complete(func() error {
 		body, err := unframe(msgServerHello, serverHello)
@@ -202,12 +247,22 @@ type handshakeState struct {
 
 	ephemeral *ecdh.PrivateKey
 	offer     []Cipher // the client's
-	shared    []byte
+	shared    []byte   // the X25519 shared secret, or the spent ticket's secret
 	cipher    Cipher
 	peerChain []*x509.Certificate
 
+	// Resumption: the client's store and key, whether the client asked for a ticket, the
+	// ticket spent (the client's offer, or the server's redeemed one), whether the
+	// server resumed it, and the ticket this handshake issues.
+	tickets     *Tickets
+	ticketKey   string
+	askedTicket bool
+	spent       *ticket
+	resumed     bool
+	newTicket   []byte
+
 	// Results of the key schedule.
-	clientKey, clientIV, serverKey, serverIV, finished []byte
+	clientKey, clientIV, serverKey, serverIV, finished, resumption []byte
 }
 
 // runClient: send ClientHello, receive and verify ServerHello, send ClientAuth, receive and
@@ -233,16 +288,34 @@ func (h *handshakeState) runClient() error {
 // ServerFinished.
 func (h *handshakeState) clientAfterHello(body []byte) error {
 	s := cryptobyte.String(body)
-	var version, chosen uint8
+	var version, mode, chosen uint8
 	var serverKey []byte
-	if !s.ReadUint8(&version) || !s.ReadBytes(&serverKey, keyLen) || !s.ReadUint8(&chosen) {
+	if !s.ReadUint8(&version) {
 		return errors.New("e2ee: malformed ServerHello")
 	}
-	if version != protocolVersion {
+	switch {
+	case version == protocolVersion:
+	case version == resumptionVersion && h.askedTicket:
+		if !s.ReadUint8(&mode) || mode != serverHelloFull && mode != serverHelloResumed {
+			return errors.New("e2ee: malformed ServerHello")
+		}
+	default:
 		return fmt.Errorf("e2ee: server speaks protocol version %d, not %d", version, protocolVersion)
+	}
+	if mode == serverHelloResumed {
+		return h.clientResumed(body, s)
+	}
+	if !s.ReadBytes(&serverKey, keyLen) || !s.ReadUint8(&chosen) {
+		return errors.New("e2ee: malformed ServerHello")
 	}
 	if h.cipher = Cipher(chosen); !slices.Contains(h.offer, h.cipher) {
 		return fmt.Errorf("e2ee: server chose %v, which was not offered", h.cipher)
+	}
+	if version == resumptionVersion && !s.ReadUint8LengthPrefixed((*cryptobyte.String)(&h.newTicket)) {
+		return errors.New("e2ee: malformed ServerHello")
+	}
+	if h.spent != nil {
+		h.tickets.burnSpare(h.ephemeral) // it takes part in a key agreement now
 	}
 	if err := h.computeShared(serverKey); err != nil {
 		return err
@@ -250,19 +323,55 @@ func (h *handshakeState) clientAfterHello(body []byte) error {
 	if err := h.verifyPeer(msgServerHello, body, len(body)-len(s), serverRole); err != nil {
 		return err
 	}
-
+	h.spent = nil // the server did not know it
 	var auth cryptobyte.Builder
 	addChain(&auth, h.cfg.Certificates)
 	body, err := h.sign(msgClientAuth, auth.BytesOrPanic(), clientRole)
 	if err != nil {
 		return err
 	}
-	if err := h.writeMessage(msgClientAuth, body); err != nil {
+	return h.clientFinish(body)
+}
+
+// clientResumed checks a resumed ServerHello (s is what follows its mode) and finishes the
+// handshake from the spent ticket.
+func (h *handshakeState) clientResumed(body []byte, s cryptobyte.String) error {
+	var nonce, mac []byte
+	var chosen uint8
+	if !s.ReadBytes(&nonce, nonceLen32) || !s.ReadUint8(&chosen) ||
+		!s.ReadUint8LengthPrefixed((*cryptobyte.String)(&h.newTicket)) || !s.ReadBytes(&mac, macLen) || !s.Empty() {
+		return errors.New("e2ee: malformed ServerHello")
+	}
+	if h.spent == nil {
+		return fmt.Errorf("%w: the server resumed a session this end did not offer", ErrAuthentication)
+	}
+	if h.cipher = Cipher(chosen); !slices.Contains(h.offer, h.cipher) {
+		return fmt.Errorf("e2ee: server chose %v, which was not offered", h.cipher)
+	}
+	h.addToTranscript(msgServerHello, body[:len(body)-macLen])
+	if !hmac.Equal(mac, resumeMAC(h.spent.secret, serverResumeRole, h.transcript.Sum(nil))) {
+		return fmt.Errorf("%w: wrong resumed ServerHello", ErrAuthentication)
+	}
+	h.transcript.Write(mac)
+	h.resumed, h.shared, h.peerChain = true, h.spent.secret, h.spent.peerChain
+	if err := h.cfg.VerifyPeer(h.peerChain); err != nil {
+		return fmt.Errorf("%w: peer identity rejected: %w", ErrAuthentication, err)
+	}
+	auth := resumeMAC(h.shared, clientResumeRole, h.transcript.Sum(nil))
+	h.addToTranscript(msgClientAuth, auth)
+	return h.clientFinish(auth)
+}
+
+// clientFinish sends ClientAuth (its body, already in the transcript), derives the keys,
+// keeps the ticket the server gave and, without false start, checks ServerFinished.
+func (h *handshakeState) clientFinish(auth []byte) error {
+	if err := h.writeMessage(msgClientAuth, auth); err != nil {
 		return err
 	}
 	if err := h.deriveKeys(); err != nil {
 		return err
 	}
+	h.keepTicket(true)
 	if h.cfg.FalseStart {
 		return nil // the Conn's first Read checks ServerFinished
 	}
@@ -275,6 +384,31 @@ func (h *handshakeState) clientAfterHello(body []byte) error {
 		return fmt.Errorf("%w: wrong ServerFinished", ErrAuthentication)
 	}
 	return nil
+}
+
+// keepTicket stores the ticket this handshake issued, if any: a client's in the store and
+// under the key its ClientStart named, a server's in Config.Tickets.
+func (h *handshakeState) keepTicket(client bool) {
+	tickets := h.cfg.Tickets
+	if client {
+		tickets = h.tickets
+	}
+	if len(h.newTicket) != ticketIDLen || tickets == nil {
+		return
+	}
+	now := tickets.now()
+	sessionAt := now
+	if h.resumed {
+		sessionAt = h.spent.sessionAt
+	}
+	t := &ticket{id: [ticketIDLen]byte(h.newTicket), secret: h.resumption, peerChain: h.peerChain,
+		sessionAt: sessionAt, expires: ticketExpiry(now, sessionAt, h.peerChain[0])}
+	if client {
+		t.key = h.ticketKey
+		tickets.hold(t)
+	} else {
+		tickets.issue(t)
+	}
 }
 
 // runServer: receive ClientHello, send ServerHello, receive and verify ClientAuth, send
@@ -293,13 +427,17 @@ func (h *handshakeState) runServer() error {
 	return h.serverAfterHello()
 }
 
-// serverHello checks a ClientHello body and returns the signed ServerHello body.
+// serverHello checks a ClientHello body and returns the ServerHello body: signed, or, when
+// the client spent a ticket of this server's, resumed.
 func (h *handshakeState) serverHello(body []byte) ([]byte, error) {
 	s := cryptobyte.String(body)
 	var version uint8
-	var clientKey, offered []byte
+	var clientKey, offered, spent, nonce []byte
 	if !s.ReadUint8(&version) || !s.ReadBytes(&clientKey, keyLen) ||
-		!s.ReadUint8LengthPrefixed((*cryptobyte.String)(&offered)) || !s.Empty() {
+		!s.ReadUint8LengthPrefixed((*cryptobyte.String)(&offered)) {
+		return nil, errors.New("e2ee: malformed ClientHello")
+	}
+	if !s.Empty() && (!s.ReadUint8LengthPrefixed((*cryptobyte.String)(&spent)) || !s.ReadBytes(&nonce, nonceLen32)) || !s.Empty() {
 		return nil, errors.New("e2ee: malformed ClientHello")
 	}
 	if version != protocolVersion {
@@ -310,19 +448,61 @@ func (h *handshakeState) serverHello(body []byte) ([]byte, error) {
 	if h.cipher, err = chooseCipher(h.cfg.Cipher, offered); err != nil {
 		return nil, err
 	}
+	// Tickets only when the client asked and this end keeps them: else the first version's
+	// ServerHello, which a client that knows nothing of resumption expects.
+	h.askedTicket = h.cfg.Tickets != nil && slices.Contains(offered, offerTickets)
+	var hello cryptobyte.Builder
+	if h.askedTicket {
+		id, err := newTicketID()
+		if err != nil {
+			return nil, fmt.Errorf("e2ee: ticket id: %w", err)
+		}
+		h.newTicket = id[:]
+		if h.spent = h.cfg.Tickets.redeem(spent); h.spent != nil {
+			return h.serverResumed(nonce)
+		}
+		hello.AddUint8(resumptionVersion)
+		hello.AddUint8(serverHelloFull)
+	} else {
+		hello.AddUint8(protocolVersion)
+	}
 	if h.ephemeral, err = ecdh.X25519().GenerateKey(rand.Reader); err != nil {
 		return nil, fmt.Errorf("e2ee: generate ephemeral key: %w", err)
 	}
 	if err := h.computeShared(clientKey); err != nil {
 		return nil, err
 	}
-
-	var hello cryptobyte.Builder
-	hello.AddUint8(protocolVersion)
 	hello.AddBytes(h.ephemeral.PublicKey().Bytes())
 	hello.AddUint8(uint8(h.cipher))
+	if h.askedTicket {
+		hello.AddUint8LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes(h.newTicket) })
+	}
 	addChain(&hello, h.cfg.Certificates)
 	return h.sign(msgServerHello, hello.BytesOrPanic(), serverRole)
+}
+
+// serverResumed answers a ClientHello that spent the ticket h.spent: the peer must still be
+// the identity this end expects; the ServerHello proves this end knows the ticket's secret.
+func (h *handshakeState) serverResumed(clientNonce []byte) ([]byte, error) {
+	h.resumed, h.shared, h.peerChain = true, h.spent.secret, h.spent.peerChain
+	if err := h.cfg.VerifyPeer(h.peerChain); err != nil {
+		return nil, fmt.Errorf("%w: peer identity rejected: %w", ErrAuthentication, err)
+	}
+	nonce := make([]byte, nonceLen32)
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, fmt.Errorf("e2ee: server nonce: %w", err)
+	}
+	var hello cryptobyte.Builder
+	hello.AddUint8(resumptionVersion)
+	hello.AddUint8(serverHelloResumed)
+	hello.AddBytes(nonce)
+	hello.AddUint8(uint8(h.cipher))
+	hello.AddUint8LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes(h.newTicket) })
+	body := hello.BytesOrPanic()
+	h.addToTranscript(msgServerHello, body)
+	mac := resumeMAC(h.shared, serverResumeRole, h.transcript.Sum(nil))
+	h.transcript.Write(mac)
+	return append(body, mac...), nil
 }
 
 // serverAfterHello receives and verifies ClientAuth and sends ServerFinished.
@@ -331,12 +511,18 @@ func (h *handshakeState) serverAfterHello() error {
 	if err != nil {
 		return err
 	}
-	if err := h.verifyPeer(msgClientAuth, body, 0, clientRole); err != nil {
+	if h.resumed {
+		if !hmac.Equal(body, resumeMAC(h.shared, clientResumeRole, h.transcript.Sum(nil))) {
+			return fmt.Errorf("%w: wrong resumed ClientAuth", ErrAuthentication)
+		}
+		h.addToTranscript(msgClientAuth, body)
+	} else if err := h.verifyPeer(msgClientAuth, body, 0, clientRole); err != nil {
 		return err
 	}
 	if err := h.deriveKeys(); err != nil {
 		return err
 	}
+	h.keepTicket(false)
 	return h.writeMessage(msgServerFinished, h.finished)
 }
 
@@ -358,6 +544,9 @@ func (h *handshakeState) computeShared(peerKey []byte) error {
 const (
 	serverRole = protocolLabel + " server signature"
 	clientRole = protocolLabel + " client signature"
+
+	serverResumeRole = protocolLabel + " server resumption"
+	clientResumeRole = protocolLabel + " client resumption"
 )
 
 // sign adds the message of type typ whose body so far is body (this end's chain at its end) to
@@ -434,6 +623,7 @@ func (h *handshakeState) deriveKeys() error {
 		{&h.serverKey, "s2c key", keyLen},
 		{&h.serverIV, "s2c iv", nonceLen},
 		{&h.finished, "server finished", finishedLen},
+		{&h.resumption, "resumption", keyLen},
 	} {
 		if *k.out, err = hkdf.Expand(sha256.New, secret, protocolLabel+" "+k.label, k.size); err != nil {
 			return fmt.Errorf("e2ee: derive keys: %w", err)

@@ -23,22 +23,7 @@ func BenchmarkHandshake(b *testing.B) {
 			ccfg := p.config(p.identity(b, "dialer", testutil.NewKey(b)), "host")
 			scfg := p.config(p.identity(b, "host", testutil.NewKey(b)), "dialer")
 			if cached {
-				for _, end := range []struct {
-					cfg  *Config
-					peer string
-				}{{&ccfg, "host"}, {&scfg, "dialer"}} {
-					cache, peer := NewChainCache(p.roots, 0), end.peer
-					end.cfg.Chains = cache
-					end.cfg.VerifyPeer = func(chain []*x509.Certificate) error {
-						if err := cache.Verify(chain); err != nil {
-							return err
-						}
-						if chain[0].Subject.CommonName != peer {
-							return errWrongIdentity
-						}
-						return nil
-					}
-				}
+				useChainCaches(p, &ccfg, &scfg)
 			}
 			b.ReportAllocs()
 			for b.Loop() {
@@ -51,5 +36,73 @@ func BenchmarkHandshake(b *testing.B) {
 				sc.Close()
 			}
 		})
+	}
+}
+
+// BenchmarkResumption runs whole folded handshakes (the hellos outside the conn, as in a
+// dial), both ends, over net.Pipe, with cached chains: in full every time, or resuming the
+// previous handshake's session with its ticket.
+func BenchmarkResumption(b *testing.B) {
+	for _, resume := range []bool{false, true} {
+		name := "full"
+		if resume {
+			name = "resumed"
+		}
+		b.Run(name, func(b *testing.B) {
+			p := newPKI(b)
+			ccfg := p.config(p.identity(b, "dialer", testutil.NewKey(b)), "host")
+			scfg := p.config(p.identity(b, "host", testutil.NewKey(b)), "dialer")
+			useChainCaches(p, &ccfg, &scfg)
+			clientTickets := NewTickets(0)
+			if resume {
+				scfg.Tickets = NewTickets(0)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				cc, sc := net.Pipe()
+				start, err := StartResumable(ccfg.Cipher, clientTickets, "service")
+				if err != nil {
+					b.Fatal(err)
+				}
+				ss, answer, err := AcceptHello(sc, scfg, start.Hello())
+				if err != nil {
+					b.Fatal(err)
+				}
+				done := make(chan error, 1)
+				go func() {
+					_, err := ss.Finish()
+					done <- err
+				}()
+				if _, err := start.Finish(cc, ccfg, answer); err != nil {
+					b.Fatal(err)
+				}
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+				cc.Close()
+				sc.Close()
+			}
+		})
+	}
+}
+
+// useChainCaches gives the client's and the server's configuration a ChainCache each, which
+// their VerifyPeer verifies with, as the SDK and routers do.
+func useChainCaches(p *testPKI, ccfg, scfg *Config) {
+	for _, end := range []struct {
+		cfg  *Config
+		peer string
+	}{{ccfg, "host"}, {scfg, "dialer"}} {
+		cache, peer := NewChainCache(p.roots, 0), end.peer
+		end.cfg.Chains = cache
+		end.cfg.VerifyPeer = func(chain []*x509.Certificate) error {
+			if err := cache.Verify(chain); err != nil {
+				return err
+			}
+			if chain[0].Subject.CommonName != peer {
+				return errWrongIdentity
+			}
+			return nil
+		}
 	}
 }
