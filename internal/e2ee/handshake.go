@@ -93,7 +93,7 @@ func StartClient(cipher Cipher) (*ClientStart, error) {
 }
 
 // StartResumable is StartClient with resumption: the ClientHello asks the server for a
-// ticket, which Finish keeps in tickets under key, and spends the newest ticket held there
+// ticket, which Finish keeps in tickets under key, and spends the oldest ticket held there
 // under key, if any, so that the server that issued it can answer with a resumed handshake
 // (no signatures, no key agreement). key names what the tickets are good for: the service
 // dialed, whose host may be any of its terminators' identities; a resumed answer stands

@@ -174,15 +174,16 @@ func (s *Tickets) dropHeld() {
 	}
 }
 
-// take hands the client its newest unexpired ticket under key, out of the store, or nil.
+// take hands the client its oldest unexpired ticket under key, out of the store, or nil:
+// the newest may be of a handshake the server has not finished yet, and so not know yet.
 func (s *Tickets) take(key string) *ticket {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	list := s.held[key]
 	now := s.now()
 	for len(list) > 0 {
-		t := list[len(list)-1]
-		list = list[:len(list)-1]
+		t := list[0]
+		list = list[1:]
 		s.nheld--
 		if now.Before(t.expires) {
 			s.setHeld(key, list)
