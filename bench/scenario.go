@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -186,18 +190,57 @@ func (e *Env) stopAll(interrupted bool) error {
 	return errors.Join(errs...)
 }
 
-// FreeAddr returns a 127.0.0.1 address with a port that was free a moment ago, for processes
-// whose listen address must be written into their configuration before they start.
+// FreeAddr returns a 127.0.0.1 address with a TCP port that was free a moment ago, for
+// processes whose listen address must be written into their configuration before they
+// start. See freeLoopbackPort for why the port is not the kernel's choice.
 func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeLoopbackPort("tcp")
 	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
+		return "", err
 	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
+}
+
+// freeLoopbackPort returns a 127.0.0.1 port of network ("tcp" or "udp") that was free a
+// moment ago, chosen at random below the kernel's ephemeral range: a port the kernel picked
+// (listening on port 0) could be handed to one of the many connections the bench's
+// processes open before the process it is meant for binds it, which then fails with
+// "address already in use"; ports below that range are never handed out that way.
+func freeLoopbackPort(network string) (int, error) {
+	low := ephemeralLow()
+	for range 100 {
+		port := low - 1 - rand.IntN(min(low-1024, 16384))
+		var err error
+		if network == "udp" {
+			var pc net.PacketConn
+			if pc, err = net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+				err = pc.Close()
+			}
+		} else {
+			var ln net.Listener
+			if ln, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+				err = ln.Close()
+			}
+		}
+		if err == nil {
+			return port, nil
+		}
 	}
-	return addr, nil
+	return 0, fmt.Errorf("find a free %s port below %d: 100 ports tried, all taken", network, low)
+}
+
+// ephemeralLow is the lowest port of the kernel's ephemeral range (Linux's
+// ip_local_port_range), or 32768, its default, when that cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if low, err := strconv.Atoi(f[0]); err == nil && low > 2048 {
+				return low
+			}
+		}
+	}
+	return 32768
 }
 
 // WaitListening waits until something accepts TCP connections on addr, for processes that do

@@ -523,21 +523,8 @@ func writeRouterConfigs(routers []preparedRouter, ctrlEndpoint string) (string, 
 // freePort returns a 127.0.0.1 port that was free a moment ago for transport: a TCP port for
 // tls, a UDP port for quic.
 func freePort(transport string) (int, error) {
-	if transport != config.TransportQUIC {
-		addr, err := FreeAddr()
-		if err != nil {
-			return 0, err
-		}
-		_, port, _ := net.SplitHostPort(addr)
-		return strconv.Atoi(port)
+	if transport == config.TransportQUIC {
+		return freeLoopbackPort("udp")
 	}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free UDP port: %w", err)
-	}
-	port := pc.LocalAddr().(*net.UDPAddr).Port
-	if err := pc.Close(); err != nil {
-		return 0, fmt.Errorf("find a free UDP port: %w", err)
-	}
-	return port, nil
+	return freeLoopbackPort("tcp")
 }
