@@ -1,0 +1,5 @@
+//go:build !race
+
+package memconn
+
+const raceEnabled = false
