@@ -30,6 +30,20 @@ type Hop interface {
 // without it are closed when both directions are done.
 type closeWriter interface{ CloseWrite() error }
 
+// readWaiter is a connection that is not a socket but can wait until it is readable, and
+// tell whether it is, without consuming anything (an in-process pair's end): WaitReadable
+// returns once data, EOF or an error is there; Readable reports it without waiting. The
+// endpoint's reader then holds no frame while the connection is idle, as with a socket.
+type readWaiter interface {
+	WaitReadable() error
+	Readable() bool
+}
+
+// tryWriter is a connection that is not a socket but can write without waiting: TryWrite
+// writes what fits of p now and returns how much. Small payloads are then written by
+// Receive's caller, as with a socket (writeNow).
+type tryWriter interface{ TryWrite(p []byte) int }
+
 // Why an endpoint ended, as passed to its done function.
 var (
 	// ErrClosedByPeer: the other end sent Close.
@@ -54,15 +68,18 @@ type Endpoint struct {
 	datagram bool
 	mtu      int
 	// raw and readable wait until the connection is readable without holding a frame; raw is
-	// nil for connections that are not sockets.
+	// nil for connections that are not sockets, which may do it through waiter instead.
 	raw      syscall.RawConn
 	readable func(fd uintptr) bool
 	peek     [1]byte
+	waiter   readWaiter
 	// tryWrite writes nowData without waiting and leaves in nowN what it wrote (writeNow),
-	// made once like readable, so that it costs no allocation.
-	tryWrite func(fd uintptr) bool
-	nowData  []byte
-	nowN     int
+	// made once like readable, so that it costs no allocation. Connections that are not
+	// sockets may write without waiting through nowWriter instead.
+	tryWrite  func(fd uintptr) bool
+	nowData   []byte
+	nowN      int
+	nowWriter tryWriter
 
 	// writer is writeLoop as a value, made once: a `go e.writeLoop()` would allocate its
 	// closure at each burst of payloads.
@@ -172,13 +189,20 @@ func NewEndpoint(circuit uint64, origin Origin, conn net.Conn, out Hop, pool *Po
 			}
 		}
 	}
-	switch conn.(type) {
+	if w, ok := conn.(readWaiter); ok && e.raw == nil {
+		e.waiter = w
+	}
+	switch c := conn.(type) {
 	case *net.TCPConn, *net.UnixConn: // a type that wraps one may do more on Write
 		e.tryWrite = func(fd uintptr) bool {
 			// A failed or refused write is the writer's to retry and report.
 			n, _ := syscall.Write(int(fd), e.nowData)
 			e.nowN = max(n, 0)
 			return true // one try, no wait
+		}
+	case tryWriter:
+		if e.raw == nil {
+			e.nowWriter = c
 		}
 	}
 	return e
@@ -257,9 +281,15 @@ func (e *Endpoint) StartWithin(d time.Duration) {
 
 // readableNow reports, without waiting, whether the connection has data or EOF to read, so
 // that its first read can open the circuit; never for datagrams (a datagram may not come) or
-// connections that are not sockets.
+// connections that cannot tell (neither sockets nor readWaiters).
 func (e *Endpoint) readableNow() bool {
-	if e.raw == nil || e.datagram {
+	if e.datagram {
+		return false
+	}
+	if e.waiter != nil {
+		return e.waiter.Readable()
+	}
+	if e.raw == nil {
 		return false
 	}
 	readable := false
@@ -312,9 +342,12 @@ func (e *Endpoint) readLoop() {
 }
 
 // waitReadable returns once the connection has data, EOF or an error to read, without a
-// buffer, so that an idle circuit holds no frame. Connections that are not sockets return at
-// once.
+// buffer, so that an idle circuit holds no frame. Connections that are neither sockets nor
+// readWaiters return at once.
 func (e *Endpoint) waitReadable() error {
+	if e.waiter != nil {
+		return e.waiter.WaitReadable()
+	}
 	if e.raw == nil {
 		return nil
 	}
@@ -403,7 +436,7 @@ const (
 // it carries a little stream data and nothing else, in order, and no writer is running or
 // queued. Called with mu held.
 func (e *Endpoint) canWriteNow(f *Frame) bool {
-	return e.tryWrite != nil && !e.datagram && len(f.Data) > 0 && len(f.Data) <= maxWriteNow &&
+	return (e.tryWrite != nil || e.nowWriter != nil) && !e.datagram && len(f.Data) > 0 && len(f.Data) <= maxWriteNow &&
 		f.Flags == 0 && f.Seq == e.expect && len(e.queue) == 0 && !e.state.writing()
 }
 
@@ -411,10 +444,15 @@ func (e *Endpoint) canWriteNow(f *Frame) bool {
 // writer, as it does the acknowledgement once ackAfter bytes are owed. The caller has
 // marked the writer running (canWriteNow and startWriter, under mu).
 func (e *Endpoint) writeNow(f *Frame) {
-	e.nowData, e.nowN = f.Data, 0
-	e.raw.Write(e.tryWrite)
-	n := e.nowN
-	e.nowData = nil
+	var n int
+	if e.nowWriter != nil {
+		n = e.nowWriter.TryWrite(f.Data)
+	} else {
+		e.nowData, e.nowN = f.Data, 0
+		e.raw.Write(e.tryWrite)
+		n = e.nowN
+		e.nowData = nil
+	}
 	e.mu.Lock()
 	e.queued -= n
 	e.expect += uint64(n)
