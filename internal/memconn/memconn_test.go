@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/net/nettest"
 
@@ -252,6 +253,10 @@ func TestBuffering(t *testing.T) {
 	d.mu.Unlock()
 	if chunks != 0 {
 		t.Fatalf("a drained direction holds %d chunks", chunks)
+	}
+	// An idle pair is then its one allocation: both ends and directions (no deadline set).
+	if size := unsafe.Sizeof(pair{}); size > 1<<10 {
+		t.Fatalf("an idle pair holds %d bytes, want at most 1 KiB", size)
 	}
 }
 
