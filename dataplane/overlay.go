@@ -15,17 +15,17 @@ import (
 	"github.com/zmesh/zmesh/internal/ctrlproto"
 	"github.com/zmesh/zmesh/internal/e2ee"
 	"github.com/zmesh/zmesh/internal/edgeproto"
-	"github.com/zmesh/zmesh/internal/socketpair"
+	"github.com/zmesh/zmesh/internal/memconn"
 	"github.com/zmesh/zmesh/tunnel"
 )
 
 // The router's tunnel reaches the overlay as the router's own identity (tunnel.Overlay):
 // it learns the services that identity may dial or bind from the controller, dials circuits
 // for what it intercepts and hosts the services it binds with terminators of binding
-// tunnel. The tunnel's end of a circuit is one end of a socket pair whose other end is the
-// circuit's xgress endpoint; with end-to-end encryption required, the tunnel's end is
-// wrapped in the key exchange and record layer of package e2ee, keyed by the router's
-// identity certificate.
+// tunnel. The tunnel's end of a circuit is one end of an in-process pair (memconn) whose
+// other end is the circuit's xgress endpoint; with end-to-end encryption required, the
+// tunnel's end is wrapped in the key exchange and record layer of package e2ee, keyed by the
+// router's identity certificate.
 
 // BindingTunnel is the terminator binding of services hosted by a router's tunnel.
 const BindingTunnel = "tunnel"
@@ -49,6 +49,10 @@ type routerOverlay struct {
 	tickets *e2ee.Tickets
 
 	relay tunnel.Relay // of the circuits it encrypts end to end
+
+	// pipes joins the tunnel to its circuits: each circuit's endpoint has one end of an
+	// in-process pair, the tunnel the other; their buffers are shared through this pool.
+	pipes memconn.Pool
 
 	// tamper, set by tests only, makes the router tamper with end-to-end offers and answers
 	// as a hostile router would.
@@ -226,7 +230,7 @@ func convertServices(in []ctrlproto.TunnelService) []tunnel.Service {
 	return list
 }
 
-// Dial carries a circuit to the service from one end of a socket pair and returns the
+// Dial carries a circuit to the service from one end of an in-process pair and returns the
 // other, through the end-to-end encryption when the service requires it.
 func (o *routerOverlay) Dial(ctx context.Context, svc tunnel.Service, app tunnel.AppData) (net.Conn, error) {
 	appJSON, err := json.Marshal(app)
@@ -252,7 +256,7 @@ func (o *routerOverlay) Dial(ctx context.Context, svc tunnel.Service, app tunnel
 	return c, nil
 }
 
-// attach starts the circuit of reply on one end of a socket pair and returns the other,
+// attach starts the circuit of reply on one end of an in-process pair and returns the other,
 // end-to-end encrypted when the service requires it: with OpenZiti's scheme when the host
 // answered the offer of a key with its own, else after zmesh's key exchange with the host,
 // which the host's ServerHello in the reply started when it answered the offer's
@@ -270,11 +274,7 @@ func (o *routerOverlay) attach(reply *ctrlproto.CircuitReply, off *offer, servic
 		o.r.fault(reply.CircuitID, err.Error())
 		return nil, err
 	}
-	circuitEnd, tunnelEnd, err := socketpair.New()
-	if err != nil {
-		o.r.fault(reply.CircuitID, err.Error())
-		return nil, err
-	}
+	circuitEnd, tunnelEnd := o.pipes.Pipe()
 	if err := o.r.attachIngress(reply, circuitEnd); err != nil {
 		circuitEnd.Close()
 		tunnelEnd.Close()
@@ -455,7 +455,7 @@ func (b *tunnelBind) Close() error {
 	return err
 }
 
-// connect is the egress dial of binding tunnel: it hands one end of a socket pair to the
+// connect is the egress dial of binding tunnel: it hands one end of an in-process pair to the
 // service's listener and returns the other for the circuit's endpoint. When the service
 // requires end-to-end encryption, the tunnel's end takes zmesh's scheme if the initiator
 // offered it or made no offer (answering the offer's ClientHello with the ServerHello it
@@ -486,10 +486,7 @@ func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn
 			return nil, ctrlproto.HostAnswer{}, fmt.Errorf("openZitiEncryption is false: OpenZiti's end-to-end encryption is not allowed on service %q", b.svc.Name)
 		}
 	}
-	circuitEnd, tunnelEnd, err := socketpair.New()
-	if err != nil {
-		return nil, ctrlproto.HostAnswer{}, err
-	}
+	circuitEnd, tunnelEnd := o.pipes.Pipe()
 	hand := func(c net.Conn) {
 		select {
 		case b.incoming <- accepted{c, app}:
@@ -505,7 +502,7 @@ func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn
 		key, err := e2ee.NewZitiKey()
 		var c *e2ee.ZitiConn
 		if err == nil {
-			c, err = e2ee.ZitiServer(tunnelEnd, key, offer.ZitiKey) // sends its header, which the socket buffers
+			c, err = e2ee.ZitiServer(tunnelEnd, key, offer.ZitiKey) // sends its header, which the pair buffers
 		}
 		if err != nil {
 			circuitEnd.Close()

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/zmesh/zmesh/internal/memconn"
 	"github.com/zmesh/zmesh/internal/socketpair"
 )
 
@@ -17,11 +18,15 @@ type opaque struct{ net.Conn }
 func (o opaque) CloseWrite() error { return o.Conn.(closeWriter).CloseWrite() }
 
 // joined returns the outer ends of two socket pairs whose inner ends a Relay joins, one
-// of them opaque, and a channel closed when Join returns.
-func joined(t testing.TB, r *Relay) (net.Conn, net.Conn, chan struct{}) {
+// of them opaque, and a channel closed when Join returns. With pipes, the first pair is an
+// in-process pair instead, as the router's tunnel's end of a circuit is.
+func joined(t testing.TB, r *Relay, pipes *memconn.Pool) (net.Conn, net.Conn, chan struct{}) {
 	t.Helper()
-	a, aIn, err := socketpair.New()
-	if err != nil {
+	var a, aIn net.Conn
+	var err error
+	if pipes != nil {
+		a, aIn = pipes.Pipe()
+	} else if a, aIn, err = socketpair.New(); err != nil {
 		t.Fatal(err)
 	}
 	b, bIn, err := socketpair.New()
@@ -37,12 +42,22 @@ func joined(t testing.TB, r *Relay) (net.Conn, net.Conn, chan struct{}) {
 	return a, b, done
 }
 
+// pairKinds runs test over socket pairs only, and with an in-process pair on one side.
+func pairKinds(t *testing.T, test func(t *testing.T, pipes *memconn.Pool)) {
+	t.Run("sockets", func(t *testing.T) { test(t, nil) })
+	t.Run("memconn", func(t *testing.T) { test(t, &memconn.Pool{}) })
+}
+
 // TestJoinHalfClose: each direction carries its bytes, and an EOF on one ends only the
 // other side's sending direction: the other way still carries.
 func TestJoinHalfClose(t *testing.T) {
 	t.Parallel()
+	pairKinds(t, testJoinHalfClose)
+}
+
+func testJoinHalfClose(t *testing.T, pipes *memconn.Pool) {
 	var r Relay
-	a, b, done := joined(t, &r)
+	a, b, done := joined(t, &r, pipes)
 	if _, err := a.Write([]byte("request")); err != nil {
 		t.Fatal(err)
 	}
@@ -67,9 +82,13 @@ func TestJoinSharesBuffers(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation figures are not kept under the race detector")
 	}
+	pairKinds(t, testJoinSharesBuffers)
+}
+
+func testJoinSharesBuffers(t *testing.T, pipes *memconn.Pool) {
 	var r Relay
 	carry := func() {
-		a, b, done := joined(t, &r)
+		a, b, done := joined(t, &r, pipes)
 		a.Write([]byte("x"))
 		a.(closeWriter).CloseWrite()
 		io.ReadAll(b)
