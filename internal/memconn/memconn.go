@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -93,6 +94,7 @@ type direction struct {
 
 	wshut bool // the writer will write no more (CloseWrite or Close): EOF after the data
 	wgone bool // the writer's end is closed
+	reset bool // and it dropped data it had not read: ECONNRESET instead of EOF
 	rgone bool // the reader's end is closed: the data is dropped, writes fail
 
 	rdl deadline // the reader's end's read deadline
@@ -203,6 +205,8 @@ func (d *direction) readErr() error {
 		return os.ErrDeadlineExceeded
 	case d.n > 0:
 		return nil
+	case d.reset:
+		return syscall.ECONNRESET
 	case d.wshut:
 		return io.EOF
 	}
@@ -269,8 +273,9 @@ type Conn struct {
 }
 
 // Read reads what is buffered, waiting for data when there is none; it returns io.EOF once
-// the peer has closed its sending direction and everything before was read, net.ErrClosed
-// after Close, os.ErrDeadlineExceeded after the read deadline.
+// the peer has closed its sending direction and everything before was read (ECONNRESET if
+// the peer closed its end without reading what this end sent), net.ErrClosed after Close,
+// os.ErrDeadlineExceeded after the read deadline.
 func (c *Conn) Read(p []byte) (int, error) {
 	d := c.in
 	d.mu.Lock()
@@ -291,8 +296,8 @@ func (c *Conn) Read(p []byte) (int, error) {
 	}
 }
 
-// WaitReadable returns once a Read would not wait: data or EOF is there (nil), or an error
-// (that of the Read). It consumes nothing.
+// WaitReadable returns once a Read would not wait: data, EOF or a reset is there (nil), or
+// another error (that of the Read). It consumes nothing.
 func (c *Conn) WaitReadable() error {
 	d := c.in
 	d.mu.Lock()
@@ -300,7 +305,7 @@ func (c *Conn) WaitReadable() error {
 	for {
 		err := d.readErr()
 		switch {
-		case err == io.EOF:
+		case err == io.EOF || err == syscall.ECONNRESET:
 			return nil
 		case err != nil:
 			return err
@@ -382,7 +387,8 @@ func (c *Conn) CloseWrite() error {
 
 // Close closes the end: its reads and writes fail with net.ErrClosed, those waiting return;
 // the peer reads what this end wrote, then EOF, and its writes fail. What this end had not
-// read is dropped.
+// read is dropped, and then the peer reads ECONNRESET instead of EOF, as from a socket
+// closed with data in its receive queue: the peer learns that the data it sent was lost.
 func (c *Conn) Close() error {
 	in := c.in
 	in.mu.Lock()
@@ -391,6 +397,7 @@ func (c *Conn) Close() error {
 		return net.ErrClosed
 	}
 	in.rgone = true
+	lost := in.n > 0
 	in.drop()
 	in.rdl.stop()
 	in.wakeReaders()
@@ -400,6 +407,7 @@ func (c *Conn) Close() error {
 	out := c.out
 	out.mu.Lock()
 	out.wshut, out.wgone = true, true
+	out.reset = lost
 	out.wdl.stop()
 	out.wakeReaders()
 	out.wakeWriters()

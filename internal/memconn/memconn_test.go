@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -71,7 +72,8 @@ func TestHalfClose(t *testing.T) {
 }
 
 // TestCloseEnds: after Close an end's calls fail with net.ErrClosed; the peer reads what it
-// had written, then EOF, and its writes fail.
+// had written, then ECONNRESET since the closed end dropped data it had not read, and its
+// writes fail.
 func TestCloseEnds(t *testing.T) {
 	t.Parallel()
 	a, b := pipe(t, &Pool{})
@@ -92,14 +94,26 @@ func TestCloseEnds(t *testing.T) {
 	if err := a.SetDeadline(time.Now()); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("SetDeadline after Close: %v, want net.ErrClosed", err)
 	}
-	if got, err := io.ReadAll(b); err != nil || string(got) != "last words" {
-		t.Fatalf("b read %q, %v; want the last words, then EOF", got, err)
+	if got, err := io.ReadAll(b); !errors.Is(err, syscall.ECONNRESET) || string(got) != "last words" {
+		t.Fatalf("b read %q, %v; want the last words, then ECONNRESET", got, err)
+	}
+	if err := b.WaitReadable(); err != nil || !b.Readable() {
+		t.Fatalf("a reset end: WaitReadable %v, Readable %v; want nil, true", err, b.Readable())
 	}
 	if _, err := b.Write([]byte("x")); !errors.Is(err, io.ErrClosedPipe) {
 		t.Fatalf("a write to a closed peer: %v, want io.ErrClosedPipe", err)
 	}
 	if n := b.TryWrite([]byte("x")); n != 0 {
 		t.Fatalf("TryWrite to a closed peer wrote %d bytes", n)
+	}
+
+	// An end closed after reading everything leaves its peer a clean EOF.
+	a, b = pipe(t, &Pool{})
+	b.Write([]byte("read"))
+	a.Read(make([]byte, 8))
+	a.Close()
+	if got, err := io.ReadAll(b); err != nil || len(got) != 0 {
+		t.Fatalf("b read %q, %v; want EOF", got, err)
 	}
 }
 
