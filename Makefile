@@ -44,7 +44,7 @@ help:
 	@echo "make interop    the real OpenZiti clients (ziti CLI $(ZITI_VERSION), sdk-golang) against a fresh quickstart"
 	@echo "make bench      benchmarks"
 	@echo "make lint       gofmt, go vet, staticcheck"
-	@echo "make fuzz       fuzz the parsers: configuration, list filters, API bodies ($(FUZZTIME) each)"
+	@echo "make fuzz       fuzz the parsers: configuration, list filters, API bodies, e2ee hellos ($(FUZZTIME) each)"
 	@echo "make install    install $(BIN) to $(BINDIR), the systemd units to $(UNITDIR), shell"
 	@echo "                completions, man pages, and create $(SYSCONFDIR)/zmesh (0750) and the $(ZMESH_USER) user"
 	@echo "                (PREFIX=$(PREFIX); DESTDIR=DIR stages everything under DIR, without root)"
@@ -160,6 +160,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseController$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./config
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./controlplane/filter
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBodies$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./controlplane/api
+	$(GO) test -run '^$$' -fuzz '^FuzzHellos$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/e2ee
 
 # uninstall leaves the configuration ($(SYSCONFDIR)/zmesh), the state ($(STATEDIR): the
 # controller's store and CA, the router's keys) and the user: removing those is a decision

@@ -69,8 +69,11 @@ type Conn struct {
 	pending    []byte // opened plaintext (inside rbuf) that Read has not returned yet
 	rerr       error  // sticky: io.EOF after close-write, or the error that killed the Conn
 	// finished, set on a client with Config.FalseStart until the first Read checked it, is
-	// the ServerFinished value expected before the server's first record.
+	// the ServerFinished value expected before the server's first record; the ticket the
+	// handshake gave is kept in tickets only then, once the server has shown it stored it.
 	finished []byte
+	ticket   *ticket
+	tickets  *Tickets
 }
 
 // direction is the AEAD state of one direction: key, IV and the next sequence number.
@@ -93,6 +96,7 @@ func newConn(conn net.Conn, cfg *Config, h *handshakeState, client bool) (*Conn,
 	}
 	if client && cfg.FalseStart {
 		c.finished = h.finished
+		c.ticket, c.tickets = h.ticket(true), h.tickets
 	}
 	outKey, outIV, inKey, inIV := h.clientKey, h.clientIV, h.serverKey, h.serverIV
 	if !client {
@@ -407,6 +411,10 @@ func (c *Conn) readFinished() error {
 		c.roff += headerLen + finishedLen
 	}
 	c.finished = nil
+	if c.ticket != nil {
+		c.tickets.hold(c.ticket)
+		c.ticket, c.tickets = nil, nil
+	}
 	return nil
 }
 

@@ -3,7 +3,8 @@
 // mode), so that the routers forwarding the circuit can neither read nor undetectably alter,
 // drop, reorder, replay or truncate what the ends exchange.
 //
-// Client and Server run a signed ephemeral-X25519 key exchange over the circuit: each end
+// Client and Server run a signed ephemeral-X25519 key exchange over the circuit (or resume an
+// earlier one's session with a ticket, resume.go): each end
 // proves it holds the private key of its identity certificate by signing the handshake
 // transcript, which names both ephemeral keys, both roles, the protocol version and a context
 // string (the circuit or service id), and each end hands the peer's chain to Config.VerifyPeer.
@@ -42,11 +43,12 @@
 // carries the hellos learns nothing a router on the circuit would not: they hold public keys,
 // certificates and signatures.
 //
-// Resumption (resume.go): a ClientHello made by StartResumable lists the pseudo-cipher 0xFE
-// (ignored by servers that do not resume), asking for a ticket, and may spend one by
-// appending its id and a nonce:
+// Resumption (resume.go): a ClientHello made by StartResumable ends its cipher list with the
+// pseudo-cipher 0xFE, asking for a ticket, followed in the same list, when it spends one, by
+// the ticket's id and a nonce (servers that do not resume ignore all of them as ciphers
+// they do not know):
 //
-//	ClientHello    ... ciphers | ticket id (uint8-prefixed, 16 bytes) | client nonce [32]
+//	ciphers = offered ciphers | 0xFE | [ticket id [16] | client nonce [32]]
 //
 // A server with Config.Tickets answers such a hello with a ServerHello of version 2:
 //

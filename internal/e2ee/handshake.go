@@ -131,13 +131,14 @@ func StartResumable(cipher Cipher, tickets *Tickets, key string) (*ClientStart, 
 			b.AddUint8(uint8(c))
 		}
 		if tickets != nil {
+			// Inside the list, where a server that does not resume ignores them.
 			b.AddUint8(offerTickets)
+			if s.spent != nil {
+				b.AddBytes(s.spent.id[:])
+				b.AddBytes(nonce)
+			}
 		}
 	})
-	if s.spent != nil {
-		hello.AddUint8LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes(s.spent.id[:]) })
-		hello.AddBytes(nonce)
-	}
 	s.hello = hello.BytesOrPanic()
 	return s, nil
 }
@@ -371,9 +372,8 @@ func (h *handshakeState) clientFinish(auth []byte) error {
 	if err := h.deriveKeys(); err != nil {
 		return err
 	}
-	h.keepTicket(true)
 	if h.cfg.FalseStart {
-		return nil // the Conn's first Read checks ServerFinished
+		return nil // the Conn's first Read checks ServerFinished, then keeps the ticket
 	}
 
 	finished, err := h.readMessage(msgServerFinished)
@@ -383,18 +383,23 @@ func (h *handshakeState) clientFinish(auth []byte) error {
 	if !hmac.Equal(finished, h.finished) {
 		return fmt.Errorf("%w: wrong ServerFinished", ErrAuthentication)
 	}
+	if t := h.ticket(true); t != nil {
+		h.tickets.hold(t)
+	}
 	return nil
 }
 
-// keepTicket stores the ticket this handshake issued, if any: a client's in the store and
-// under the key its ClientStart named, a server's in Config.Tickets.
-func (h *handshakeState) keepTicket(client bool) {
+// ticket is the ticket this handshake issued, if any, as the client or the server keeps it:
+// a client holds it (once ServerFinished showed the server accepted it, and so stored it
+// too) under the key its ClientStart named; a server issues it into Config.Tickets once it
+// verified ClientAuth.
+func (h *handshakeState) ticket(client bool) *ticket {
 	tickets := h.cfg.Tickets
 	if client {
 		tickets = h.tickets
 	}
 	if len(h.newTicket) != ticketIDLen || tickets == nil {
-		return
+		return nil
 	}
 	now := tickets.now()
 	sessionAt := now
@@ -405,10 +410,8 @@ func (h *handshakeState) keepTicket(client bool) {
 		sessionAt: sessionAt, expires: ticketExpiry(now, sessionAt, h.peerChain[0])}
 	if client {
 		t.key = h.ticketKey
-		tickets.hold(t)
-	} else {
-		tickets.issue(t)
 	}
+	return t
 }
 
 // runServer: receive ClientHello, send ServerHello, receive and verify ClientAuth, send
@@ -432,12 +435,13 @@ func (h *handshakeState) runServer() error {
 func (h *handshakeState) serverHello(body []byte) ([]byte, error) {
 	s := cryptobyte.String(body)
 	var version uint8
-	var clientKey, offered, spent, nonce []byte
+	var clientKey, offered []byte
 	if !s.ReadUint8(&version) || !s.ReadBytes(&clientKey, keyLen) ||
-		!s.ReadUint8LengthPrefixed((*cryptobyte.String)(&offered)) {
+		!s.ReadUint8LengthPrefixed((*cryptobyte.String)(&offered)) || !s.Empty() {
 		return nil, errors.New("e2ee: malformed ClientHello")
 	}
-	if !s.Empty() && (!s.ReadUint8LengthPrefixed((*cryptobyte.String)(&spent)) || !s.ReadBytes(&nonce, nonceLen32)) || !s.Empty() {
+	offered, asked, spent, _, ok := splitOffer(offered)
+	if !ok {
 		return nil, errors.New("e2ee: malformed ClientHello")
 	}
 	if version != protocolVersion {
@@ -450,7 +454,7 @@ func (h *handshakeState) serverHello(body []byte) ([]byte, error) {
 	}
 	// Tickets only when the client asked and this end keeps them: else the first version's
 	// ServerHello, which a client that knows nothing of resumption expects.
-	h.askedTicket = h.cfg.Tickets != nil && slices.Contains(offered, offerTickets)
+	h.askedTicket = h.cfg.Tickets != nil && asked
 	var hello cryptobyte.Builder
 	if h.askedTicket {
 		id, err := newTicketID()
@@ -459,7 +463,12 @@ func (h *handshakeState) serverHello(body []byte) ([]byte, error) {
 		}
 		h.newTicket = id[:]
 		if h.spent = h.cfg.Tickets.redeem(spent); h.spent != nil {
-			return h.serverResumed(nonce)
+			// A ticket whose identity this circuit does not expect (or whose chain no longer
+			// verifies) gets the full exchange, which the dialer's own chain decides.
+			if h.cfg.VerifyPeer(h.spent.peerChain) == nil {
+				return h.serverResumed()
+			}
+			h.spent = nil
 		}
 		hello.AddUint8(resumptionVersion)
 		hello.AddUint8(serverHelloFull)
@@ -481,13 +490,10 @@ func (h *handshakeState) serverHello(body []byte) ([]byte, error) {
 	return h.sign(msgServerHello, hello.BytesOrPanic(), serverRole)
 }
 
-// serverResumed answers a ClientHello that spent the ticket h.spent: the peer must still be
-// the identity this end expects; the ServerHello proves this end knows the ticket's secret.
-func (h *handshakeState) serverResumed(clientNonce []byte) ([]byte, error) {
+// serverResumed answers a ClientHello that spent the ticket h.spent, whose peer is the
+// identity this end expects: the ServerHello proves this end knows the ticket's secret.
+func (h *handshakeState) serverResumed() ([]byte, error) {
 	h.resumed, h.shared, h.peerChain = true, h.spent.secret, h.spent.peerChain
-	if err := h.cfg.VerifyPeer(h.peerChain); err != nil {
-		return nil, fmt.Errorf("%w: peer identity rejected: %w", ErrAuthentication, err)
-	}
 	nonce := make([]byte, nonceLen32)
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, fmt.Errorf("e2ee: server nonce: %w", err)
@@ -522,7 +528,9 @@ func (h *handshakeState) serverAfterHello() error {
 	if err := h.deriveKeys(); err != nil {
 		return err
 	}
-	h.keepTicket(false)
+	if t := h.ticket(false); t != nil {
+		h.cfg.Tickets.issue(t)
+	}
 	return h.writeMessage(msgServerFinished, h.finished)
 }
 
@@ -769,6 +777,23 @@ func verifySignature(pub crypto.PublicKey, content, sig []byte) error {
 		return fmt.Errorf("unsupported key type %T", pub)
 	}
 	return nil
+}
+
+// splitOffer splits a ClientHello's cipher list into the ciphers offered and what follows
+// the offerTickets marker, if there is one: nothing, or the id of the ticket spent and the
+// client's nonce. ok is false when what follows the marker is neither.
+func splitOffer(list []byte) (ciphers []byte, asked bool, spent, nonce []byte, ok bool) {
+	i := slices.Index(list, offerTickets)
+	if i < 0 {
+		return list, false, nil, nil, true
+	}
+	switch rest := list[i+1:]; len(rest) {
+	case 0:
+		return list[:i], true, nil, nil, true
+	case ticketIDLen + nonceLen32:
+		return list[:i], true, rest[:ticketIDLen], rest[ticketIDLen:], true
+	}
+	return nil, false, nil, nil, false
 }
 
 // cipherPreference is what a client offers, preferred first.

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/cryptobyte"
+
 	"github.com/zmesh/zmesh/internal/testutil"
 )
 
@@ -32,7 +34,7 @@ type resumeEnds struct {
 	clientSigs, hostSigs atomic.Int64
 }
 
-func newResumeEnds(t *testing.T) *resumeEnds {
+func newResumeEnds(t testing.TB) *resumeEnds {
 	p := newPKI(t)
 	e := &resumeEnds{client: NewTickets(0), server: NewTickets(0)}
 	dialer := p.identity(t, "dialer", testutil.NewKey(t))
@@ -47,7 +49,7 @@ func newResumeEnds(t *testing.T) *resumeEnds {
 
 // dial runs one folded handshake with resumption (the client's hello edited by toServer and
 // the server's by toClient, when set) and, when both ends succeed, an exchange both ways.
-func (e *resumeEnds) dial(t *testing.T, toServer, toClient func([]byte) []byte) (resumed bool, clientErr, serverErr error) {
+func (e *resumeEnds) dial(t testing.TB, toServer, toClient func([]byte) []byte) (resumed bool, clientErr, serverErr error) {
 	t.Helper()
 	cc, sc := tcpPair(t)
 	start, err := StartResumable(e.ccfg.Cipher, e.client, "service-1")
@@ -265,28 +267,108 @@ func TestResumptionMixedVersions(t *testing.T) {
 	}
 }
 
-// TestSessionsBounds: a client holds at most maxTicketsPerKey tickets per key and a store at
-// most its size in each role, the oldest going first.
-func TestSessionsBounds(t *testing.T) {
-	s := NewTickets(3)
+// TestTicketsBounds: a client holds at most maxTicketsPerKey tickets per key and a store at
+// most its size, keeping count; a server at most maxTicketsPerKey per peer certificate and
+// its size, the oldest going first, and none for a peer whose chain is too long to keep.
+func TestTicketsBounds(t *testing.T) {
 	exp := time.Now().Add(time.Hour)
-	for i := range 5 {
-		s.issue(&ticket{id: [ticketIDLen]byte{byte(i)}, expires: exp})
+	peer := func(i int, size int) []*x509.Certificate {
+		return []*x509.Certificate{{Raw: append([]byte{byte(i), byte(i >> 8)}, make([]byte, size)...)}}
 	}
-	if len(s.issued) != 3 || s.redeem([]byte{0: 1, ticketIDLen - 1: 0}) != nil || s.redeem(append([]byte{4}, make([]byte, ticketIDLen-1)...)) == nil {
+	id := func(i int) [ticketIDLen]byte { return [ticketIDLen]byte{byte(i), byte(i >> 8)} }
+	idb := func(i int) []byte { b := id(i); return b[:] }
+
+	s := NewTickets(3)
+	for i := range 5 {
+		s.issue(&ticket{id: id(i), peerChain: peer(i, 10), expires: exp})
+	}
+	if len(s.issued) != 3 || s.redeem(idb(1)) != nil || s.redeem(idb(4)) == nil {
 		t.Fatalf("server store: %d tickets, or the wrong ones kept", len(s.issued))
 	}
-	for i := range 5 {
-		s.hold(&ticket{id: [ticketIDLen]byte{byte(i)}, key: string(rune('a' + i)), expires: exp})
+	one := NewTickets(0)
+	for i := range maxTicketsPerKey + 5 {
+		one.issue(&ticket{id: id(i), peerChain: peer(7, 10), expires: exp})
 	}
-	if s.nheld > 3 {
-		t.Fatalf("client store holds %d tickets, more than 3", s.nheld)
+	one.issue(&ticket{id: id(1000), peerChain: peer(8, maxTicketChain), expires: exp})
+	if len(one.issued) != maxTicketsPerKey || one.redeem(idb(4)) != nil || one.redeem(idb(5)) == nil {
+		t.Fatalf("one peer has %d tickets, or not its newest", len(one.issued))
+	}
+	if one.redeem(idb(1000)) != nil {
+		t.Fatal("a ticket was kept for a chain over the bound")
+	}
+
+	for i := range 5 {
+		s.hold(&ticket{id: id(i), key: string(rune('a' + i)), expires: exp})
+	}
+	for range 100 {
+		s.hold(&ticket{id: id(9), key: "e", expires: exp})
+	}
+	count := 0
+	for _, l := range s.held {
+		count += len(l)
+	}
+	if s.nheld != count || count > 3 || len(s.held["e"]) == 0 {
+		t.Fatalf("client store counts %d tickets, holds %d (at most 3), %d of the key just added", s.nheld, count, len(s.held["e"]))
 	}
 	big := NewTickets(0)
 	for i := range maxTicketsPerKey + 5 {
-		big.hold(&ticket{id: [ticketIDLen]byte{byte(i)}, key: "k", expires: exp})
+		big.hold(&ticket{id: id(i), key: "k", expires: exp})
 	}
-	if n := len(big.held["k"]); n != maxTicketsPerKey || big.take("k").id[0] != 5 {
-		t.Fatalf("one key holds %d tickets, or not the oldest kept first", n)
+	if n := len(big.held["k"]); n != maxTicketsPerKey || big.nheld != n || big.take("k").id[0] != 5 {
+		t.Fatalf("one key holds %d tickets (counted %d), or not the oldest kept first", n, big.nheld)
+	}
+}
+
+// TestResumptionFallsBack: a host whose check refuses the identity a ticket was issued for
+// runs the full exchange instead, which succeeds when the dialer's own chain passes; a
+// dialer the host refuses keeps no ticket from that handshake.
+func TestResumptionFallsBack(t *testing.T) {
+	e := newResumeEnds(t)
+	if _, cerr, serr := e.dial(t, nil, nil); cerr != nil || serr != nil {
+		t.Fatalf("first handshake: %v, %v", cerr, serr)
+	}
+	verify := e.scfg.VerifyPeer
+	refused := false
+	e.scfg.VerifyPeer = func(chain []*x509.Certificate) error {
+		if !refused {
+			refused = true
+			return errWrongIdentity
+		}
+		return verify(chain)
+	}
+	if resumed, cerr, serr := e.dial(t, nil, nil); resumed || !refused || cerr != nil || serr != nil {
+		t.Fatalf("resumed %v, refused %v, %v, %v; want a full handshake", resumed, refused, cerr, serr)
+	}
+
+	e.client = NewTickets(0)
+	e.scfg.VerifyPeer = func([]*x509.Certificate) error { return errWrongIdentity }
+	if _, cerr, serr := e.dial(t, nil, nil); cerr == nil || serr == nil {
+		t.Fatalf("a refused dialer: %v, %v", cerr, serr)
+	}
+	if len(e.client.held) != 0 {
+		t.Fatal("the dialer keeps a ticket of a handshake the host refused")
+	}
+}
+
+// TestResumingHelloParsesAsFirstVersion: a ClientHello that asks for a ticket and spends one
+// is, to a server of the first version (which refuses anything after the cipher list and
+// ignores ciphers it does not know), a hello with ciphers it ignores.
+func TestResumingHelloParsesAsFirstVersion(t *testing.T) {
+	e := newResumeEnds(t)
+	if _, cerr, serr := e.dial(t, nil, nil); cerr != nil || serr != nil {
+		t.Fatalf("first handshake: %v, %v", cerr, serr)
+	}
+	start, err := StartResumable(CipherAuto, e.client, "service-1")
+	if err != nil || !start.Resumed() {
+		t.Fatalf("no ticket spent: %v", err)
+	}
+	s := cryptobyte.String(start.hello)
+	var version uint8
+	var key, offered []byte
+	if !s.ReadUint8(&version) || !s.ReadBytes(&key, keyLen) || !s.ReadUint8LengthPrefixed((*cryptobyte.String)(&offered)) || !s.Empty() {
+		t.Fatal("a first-version server would refuse the hello as malformed")
+	}
+	if _, err := chooseCipher(CipherAuto, offered); err != nil || Cipher(offered[0]) != cipherPreference(CipherAuto)[0] {
+		t.Fatalf("a first-version server would not choose a cipher: %v", err)
 	}
 }
