@@ -34,7 +34,7 @@ DEB_ARCH     = $(shell $(GO) env GOARCH)
 DEB          = bin/zmesh_$(DEB_VERSION)_$(DEB_ARCH).deb
 DEBROOT     := bin/deb-root
 
-.PHONY: help build run test test-load interop bench lint fuzz clean stage install uninstall deb test-deb
+.PHONY: help build run test test-load interop bench bench-controller lint fuzz clean stage install uninstall deb test-deb
 
 help:
 	@echo "make build      build $(BIN)"
@@ -43,6 +43,8 @@ help:
 	@echo "make test-load  make test with $(BURNERS) busy loops beside it, as on a loaded CI machine"
 	@echo "make interop    the real OpenZiti clients (ziti CLI $(ZITI_VERSION), sdk-golang) against a fresh quickstart"
 	@echo "make bench      benchmarks"
+	@echo "make bench-controller  one controller with 100,000 identities, 10,000 services, 1,000 policies"
+	@echo "                and 100 simulated routers (SCALE=0.1 for a tenth; docs/performance.md)"
 	@echo "make lint       gofmt, go vet, staticcheck"
 	@echo "make fuzz       fuzz the parsers: configuration, list filters, API bodies, e2ee hellos ($(FUZZTIME) each)"
 	@echo "make install    install $(BIN) to $(BINDIR), the systemd units to $(UNITDIR), shell"
@@ -149,6 +151,17 @@ BENCHFLAGS ?= --duration 2s
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 	./$(BIN) bench $(BENCHFLAGS)
+
+# One controller at scale (controlplane TestScaleController): 100,000 identities, 10,000
+# services, 1,000 service policies and 100 simulated routers; SCALE=0.1 builds a tenth of it.
+# It prints the time to build the data set, each router's session state snapshot, memory,
+# the client's service list and the circuit setup rate. CTRLBENCHFLAGS go to go test, e.g.
+# CTRLBENCHFLAGS='-cpuprofile /tmp/ctrl.cpu.pprof'; the ZMESH_SCALE_* variables of the test
+# set each size.
+SCALE ?= 1
+CTRLBENCHFLAGS ?=
+bench-controller:
+	ZMESH_SCALE=$(SCALE) $(GO) test -count=1 -run '^TestScaleController$$' -v -timeout 30m $(CTRLBENCHFLAGS) ./controlplane
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
