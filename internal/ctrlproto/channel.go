@@ -19,6 +19,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 )
 
 // Defaults for zero Options fields.
@@ -27,6 +29,8 @@ const (
 	DefaultRequestTimeout = 5 * time.Second
 	// DefaultQueueSize is the writer's queue length, in frames.
 	DefaultQueueSize = 256
+	// DefaultQueueBytes bounds the frame bodies queued for the writer, in bytes.
+	DefaultQueueBytes = 4 << 20
 	// DefaultMaxAsyncHandlers bounds the HandleAsync handlers running at once.
 	DefaultMaxAsyncHandlers = 1024
 )
@@ -61,6 +65,11 @@ type Options struct {
 	Heartbeats Heartbeats
 	// QueueSize is the writer's queue length in frames; senders wait while it is full.
 	QueueSize int
+	// QueueBytes bounds the bytes of the frame bodies queued for the writer: senders wait
+	// while it is reached (a body larger than it waits for an empty queue), so that a peer
+	// that reads slowly holds at most this much of the process's memory in encoded
+	// messages, however many are sent to it.
+	QueueBytes int
 	// MaxBodySize bounds frame bodies both ways, in bytes (DefaultMaxBodySize).
 	MaxBodySize int
 	// MaxAsyncHandlers bounds the HandleAsync handlers running at once; the reader waits
@@ -80,6 +89,9 @@ func (o Options) withDefaults() Options {
 	o.Heartbeats = o.Heartbeats.withDefaults()
 	if o.QueueSize <= 0 {
 		o.QueueSize = DefaultQueueSize
+	}
+	if o.QueueBytes <= 0 {
+		o.QueueBytes = DefaultQueueBytes
 	}
 	if o.MaxBodySize <= 0 || o.MaxBodySize > math.MaxInt32 {
 		o.MaxBodySize = DefaultMaxBodySize
@@ -139,7 +151,8 @@ type Channel struct {
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	out     chan frame
-	bodies  sync.Pool // of *[]byte, the buffers frames are encoded in
+	room    *semaphore.Weighted // bytes of body the queue may still take (Options.QueueBytes)
+	bodies  sync.Pool           // of *[]byte, the buffers frames are encoded in
 	seq     atomic.Uint32
 	async   chan struct{} // semaphore of async handlers
 	jobs    chan asyncJob // to the async goroutines waiting for a message
@@ -171,6 +184,7 @@ func New(ctx context.Context, conn net.Conn, log *slog.Logger, opts Options) *Ch
 		opts:     opts,
 		maxBody:  uint32(opts.MaxBodySize),
 		out:      make(chan frame, opts.QueueSize),
+		room:     semaphore.NewWeighted(int64(opts.QueueBytes)),
 		async:    make(chan struct{}, opts.MaxAsyncHandlers),
 		jobs:     make(chan asyncJob),
 		pending:  make(map[uint32]chan result),
@@ -277,12 +291,8 @@ func (c *Channel) SendWithin(d time.Duration, msg Message) error {
 	if err != nil {
 		return err
 	}
-	if c.ctx.Err() == nil {
-		select {
-		case c.out <- f:
-			return nil
-		default:
-		}
+	if c.ctx.Err() == nil && c.tryQueue(f) {
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, d)
 	defer cancel()
@@ -398,14 +408,55 @@ func (c *Channel) enqueue(ctx context.Context, f frame) error {
 	if c.ctx.Err() != nil {
 		return fmt.Errorf("channel: send %s: %w", f.h.typ, c.Err())
 	}
+	w := c.weight(f)
+	if !c.room.TryAcquire(w) {
+		if err := c.acquire(ctx, w); err != nil {
+			if c.ctx.Err() != nil {
+				return fmt.Errorf("channel: send %s: %w", f.h.typ, c.Err())
+			}
+			return fmt.Errorf("channel: send %s: queue full: %w", f.h.typ, err)
+		}
+	}
 	select {
 	case c.out <- f:
 		return nil
 	case <-ctx.Done():
+		c.room.Release(w)
 		return fmt.Errorf("channel: send %s: queue full: %w", f.h.typ, ctx.Err())
 	case <-c.ctx.Done():
+		c.room.Release(w)
 		return fmt.Errorf("channel: send %s: %w", f.h.typ, c.Err())
 	}
+}
+
+// tryQueue queues f if the queue has room for it now, without waiting.
+func (c *Channel) tryQueue(f frame) bool {
+	w := c.weight(f)
+	if !c.room.TryAcquire(w) {
+		return false
+	}
+	select {
+	case c.out <- f:
+		return true
+	default:
+		c.room.Release(w)
+		return false
+	}
+}
+
+// weight is what frame f takes of the queue's bytes: its body, at most all of them.
+func (c *Channel) weight(f frame) int64 { return min(int64(len(f.body)), int64(c.opts.QueueBytes)) }
+
+// acquire waits for w bytes of room in the queue until ctx or the channel ends.
+func (c *Channel) acquire(ctx context.Context, w int64) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(c.ctx, func() { cancel(c.Err()) })
+	defer stop()
+	if err := c.room.Acquire(ctx, w); err != nil {
+		return context.Cause(ctx)
+	}
+	return nil
 }
 
 // reply sends msg as the answer to the request h.
@@ -431,7 +482,9 @@ func (c *Channel) writeLoop() {
 		if c.opts.Trace != nil && err == nil {
 			c.trace(TraceOut, f.h, f.body)
 		}
+		w := c.weight(f)
 		c.recycle(f)
+		c.room.Release(w)
 		return err
 	}
 	for {

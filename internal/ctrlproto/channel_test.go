@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -258,10 +259,10 @@ func TestCloseWaitsForASlowPeer(t *testing.T) {
 // closeWithUnreadData sends 250 Metrics of the given number of values (about 20 bytes each)
 // and closes while the peer reads nothing for peerDelay.
 func closeWithUnreadData(t *testing.T, peerDelay time.Duration, metrics int) {
-	const n = 250 // within the writer's queue: no Send waits
+	const n = 250 // within the writer's queue, frames and bytes: no Send waits
 	got := make(chan struct{}, n)
 	slow := make(chan struct{})
-	router, ctrl := pair(t, Options{}, func(c *Channel) {
+	router, ctrl := pair(t, Options{QueueBytes: 64 << 20}, func(c *Channel) {
 		c.Handle(TypeMetrics, func(context.Context, Message) (Message, error) {
 			<-slow // the controller reads nothing until after the router's Close
 			got <- struct{}{}
@@ -438,5 +439,48 @@ func TestSendWithin(t *testing.T) {
 	err := ch.SendWithin(50*time.Millisecond, &Fault{CircuitID: 2})
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) < 50*time.Millisecond {
 		t.Fatalf("send to a full queue: %v after %s", err, time.Since(start))
+	}
+}
+
+// TestQueueBytes: the queue holds at most QueueBytes of encoded bodies, whatever its length
+// in frames: a sender waits beyond (here, with its context done, it gives up at once), and
+// goes on once the writer has written what was queued.
+func TestQueueBytes(t *testing.T) {
+	t.Parallel()
+	big := &Fault{CircuitID: 1, Reason: strings.Repeat("x", 10_000)}
+	cc, sc := tlsPair(t)
+	ch := New(context.Background(), cc, quietLog(), Options{QueueBytes: 25_000}) // two of them
+	t.Cleanup(func() { ch.Close() })
+	for i := range 2 {
+		if err := ch.Send(context.Background(), big); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 8 { // a queue without the bound would take one now and then
+		if err := ch.Send(done, big); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "queue full") {
+			t.Fatalf("a third body over the bound: %v; want to wait for room", err)
+		}
+	}
+	if err := ch.Send(context.Background(), &Fault{CircuitID: 2}); err != nil {
+		t.Fatalf("a small body within the bound: %v", err)
+	}
+	peer := New(context.Background(), sc, quietLog(), Options{})
+	got := make(chan uint64, 8)
+	peer.Handle(TypeFault, func(_ context.Context, m Message) (Message, error) {
+		got <- m.(*Fault).CircuitID
+		return nil, nil
+	})
+	peer.Start()
+	t.Cleanup(func() { peer.Close() })
+	ch.Start()
+	if err := ch.Send(context.Background(), &Fault{CircuitID: 3, Reason: big.Reason}); err != nil {
+		t.Fatalf("send once the writer drains the queue: %v", err)
+	}
+	for _, want := range []uint64{1, 1, 2, 3} {
+		if id := <-got; id != want {
+			t.Fatalf("got fault %d, want %d", id, want)
+		}
 	}
 }

@@ -85,15 +85,12 @@ func (c *Channel) sendHeartbeat(now int64) {
 	if err != nil {
 		return
 	}
-	select {
-	case c.out <- f:
+	if c.tryQueue(f) {
 		c.lastPingOut.Store(now)
 		c.unanswered.CompareAndSwap(-1, now)
-	default:
-		if c.unanswered.Load() < 0 {
-			// Nothing in flight proves the peer is alive: count from now.
-			c.unanswered.CompareAndSwap(-1, now)
-		}
+	} else if c.unanswered.Load() < 0 {
+		// Nothing in flight proves the peer is alive: count from now.
+		c.unanswered.CompareAndSwap(-1, now)
 	}
 }
 
