@@ -117,7 +117,7 @@ func (c *Collection[T]) Put(tx *Tx, rec *T) error {
 		after := values(idx, rec)
 		for _, v := range before {
 			if !slices.Contains(after, v) {
-				if err := tx.txn.Delete(c.entryKey(idx, v, id)); err != nil {
+				if err := tx.delete(c.entryKey(idx, v, id)); err != nil {
 					return err
 				}
 			}
@@ -129,10 +129,10 @@ func (c *Collection[T]) Put(tx *Tx, rec *T) error {
 				} else if err != nil && !errors.Is(err, ErrNotFound) {
 					return err
 				}
-				if err := tx.txn.Set(c.entryKey(idx, v, id), []byte(id)); err != nil {
+				if err := tx.set(c.entryKey(idx, v, id), []byte(id)); err != nil {
 					return err
 				}
-			} else if err := tx.txn.Set(c.entryKey(idx, v, id), nil); err != nil {
+			} else if err := tx.set(c.entryKey(idx, v, id), nil); err != nil {
 				return err
 			}
 		}
@@ -141,7 +141,7 @@ func (c *Collection[T]) Put(tx *Tx, rec *T) error {
 	if err != nil {
 		return fmt.Errorf("encode %s %q: %w", c.name, id, err)
 	}
-	if err := tx.txn.Set(c.recordKey(id), data); err != nil {
+	if err := tx.set(c.recordKey(id), data); err != nil {
 		return err
 	}
 	c.changed(tx, id)
@@ -175,12 +175,12 @@ func (c *Collection[T]) Delete(tx *Tx, id string) error {
 	for i := range c.indexes {
 		idx := &c.indexes[i]
 		for _, v := range values(idx, old) {
-			if err := tx.txn.Delete(c.entryKey(idx, v, id)); err != nil {
+			if err := tx.delete(c.entryKey(idx, v, id)); err != nil {
 				return err
 			}
 		}
 	}
-	if err := tx.txn.Delete(c.recordKey(id)); err != nil {
+	if err := tx.delete(c.recordKey(id)); err != nil {
 		return err
 	}
 	c.changed(tx, id)

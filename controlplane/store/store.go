@@ -107,6 +107,14 @@ type Store struct {
 	idle   sync.Cond // signalled when active drops to 0
 	active int       // operations under way
 	closed bool
+	// replacing is set while ReplaceFromBackup swaps the content: operations that start
+	// then fail with ErrRestoring (Badger must not be read while it drops everything).
+	replacing bool
+	// rep, when set, takes over the commits of Update (see SetReplicator).
+	rep Replicator
+	// wmu serializes the replicated Updates of this member, so that each write set is
+	// computed on the state the previous one left.
+	wmu sync.Mutex
 }
 
 // enter starts an operation, unless the store is closing. An operation started inside
@@ -120,6 +128,9 @@ func (s *Store) enter() error {
 	}
 	if s.corrupt != nil {
 		return s.corrupt
+	}
+	if s.replacing {
+		return ErrRestoring
 	}
 	s.active++
 	return nil
@@ -373,7 +384,9 @@ func (s *Store) RunGC(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if s.enter() != nil {
+			if err := s.enter(); errors.Is(err, ErrRestoring) {
+				continue
+			} else if err != nil {
 				return
 			}
 			for s.db.RunValueLogGC(0.5) == nil {
@@ -393,6 +406,32 @@ type Tx struct {
 	txn *badger.Txn
 	// after runs once the transaction has committed.
 	after []func()
+	// capture records every write in writes, for a replicated Update.
+	capture bool
+	writes  []Write
+}
+
+// set stores value under key in the transaction. Every write of the store goes through set
+// and delete, so that a replicated Update sees all of them.
+func (tx *Tx) set(key, value []byte) error {
+	if err := tx.txn.Set(key, value); err != nil {
+		return err
+	}
+	if tx.capture {
+		tx.writes = append(tx.writes, Write{Key: key, Value: value})
+	}
+	return nil
+}
+
+// delete removes key in the transaction.
+func (tx *Tx) delete(key []byte) error {
+	if err := tx.txn.Delete(key); err != nil {
+		return err
+	}
+	if tx.capture {
+		tx.writes = append(tx.writes, Write{Key: key, Delete: true})
+	}
+	return nil
 }
 
 // OnCommit registers f to run after the transaction commits (never if it fails).
@@ -404,8 +443,18 @@ const maxAttempts = 8
 // Update runs f in a read-write transaction and commits it. A transaction that conflicts with
 // a concurrent one is run again from the start; f must therefore have no effects outside tx
 // (use OnCommit for those).
+//
+// With a replicator set (SetReplicator), the transaction is not committed here: what it
+// wrote goes to the replicator as a WriteSet, and Update returns once the replicator has
+// had it applied to this store (ApplyWrites) or has failed; the OnCommit hooks run then.
 func (s *Store) Update(f func(tx *Tx) error) error {
-	after, err := s.commit(f)
+	var after []func()
+	var err error
+	if rep := s.replicator(); rep != nil {
+		after, err = s.replicate(rep, f)
+	} else {
+		after, err = s.commit(f)
+	}
 	if err != nil {
 		return err
 	}

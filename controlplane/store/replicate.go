@@ -1,0 +1,380 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// A replicated store (a controller cluster's member) commits nothing by itself: Update runs
+// its function in a Badger transaction as usual, captures what the transaction wrote as a
+// WriteSet and hands it to a Replicator, which orders it with every member's writes (a raft
+// log) and has every member apply it with ApplyWrites. The store keeps the index of the
+// last write set it applied (appliedKey), in the same transactions as the writes, so that:
+//   - a write set computed on a state that another write set changed since is refused on
+//     every member alike (its Base is not the applied index): no update is lost when writes
+//     race or a new leader's state lags;
+//   - a write set applied already (a log replayed after a restart or a restore) is skipped;
+//   - a snapshot (a backup) carries the index of the state it holds.
+
+// Errors of replication.
+var (
+	// ErrStaleWrite is the refusal of a write set computed on a state that has changed since;
+	// the Update it came from runs again on the current state.
+	ErrStaleWrite = errors.New("store: the write set was computed on a state that has changed since")
+	// ErrRestoring is the error of an operation that starts while the store's content is
+	// being replaced from a snapshot, or of a write on a store that such a replacement left
+	// unfinished (until the next one completes).
+	ErrRestoring = errors.New("store: being replaced from a snapshot")
+)
+
+var (
+	// appliedKey holds the raft index of the last write set applied, 8 bytes big-endian.
+	appliedKey = []byte("meta/applied-index")
+	// restoringKey is present while ReplaceFromBackup loads a backup: the content is partial.
+	restoringKey = []byte("meta/restoring")
+)
+
+// Write is one change of a write set: Value stored under Key, or Key deleted.
+type Write struct {
+	Key, Value []byte
+	Delete     bool
+}
+
+// WriteSet is everything one transaction wrote, in order, and Base, the applied index of
+// the state it read.
+type WriteSet struct {
+	Base   uint64
+	Writes []Write
+}
+
+// Replicator takes over the commits of a store's Update: Replicate returns nil once ws has
+// been applied to this store (by ApplyWrites, under the index the replicator gave it), or an
+// error; an error wrapping ErrStaleWrite makes Update run its function again.
+type Replicator interface {
+	Replicate(ws *WriteSet) error
+}
+
+// SetReplicator makes every later Update go through r; nil restores local commits. It is
+// set once, before the store serves writes.
+func (s *Store) SetReplicator(r Replicator) {
+	s.mu.Lock()
+	s.rep = r
+	s.mu.Unlock()
+}
+
+func (s *Store) replicator() Replicator {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rep
+}
+
+// replicate runs f, hands what it wrote to rep and returns f's after-commit hooks once rep
+// has applied it. The member's replicated writes run one at a time.
+func (s *Store) replicate(rep Replicator, f func(tx *Tx) error) ([]func(), error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	for attempt := 1; ; attempt++ {
+		after, ws, err := s.capture(f)
+		if err != nil {
+			return nil, err
+		}
+		if len(ws.Writes) == 0 { // nothing to agree on
+			return after, nil
+		}
+		err = rep.Replicate(ws)
+		if errors.Is(err, ErrStaleWrite) && attempt < maxAttempts {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return after, nil
+	}
+}
+
+// capture runs f in a read-write transaction that it discards, and returns what f wrote.
+func (s *Store) capture(f func(tx *Tx) error) ([]func(), *WriteSet, error) {
+	if err := s.enter(); err != nil {
+		return nil, nil, err
+	}
+	defer s.leave()
+	tx := &Tx{txn: s.db.NewTransaction(true), capture: true}
+	defer tx.txn.Discard()
+	base, restoring, err := readApplied(tx.txn)
+	if err != nil {
+		return nil, nil, s.noteErr(err)
+	}
+	if restoring {
+		return nil, nil, fmt.Errorf("%w: a replacement was left unfinished", ErrRestoring)
+	}
+	if err := f(tx); err != nil {
+		return nil, nil, s.noteErr(err)
+	}
+	return tx.after, &WriteSet{Base: base, Writes: tx.writes}, nil
+}
+
+// readApplied returns the applied index and whether a replacement is unfinished.
+func readApplied(txn *badger.Txn) (uint64, bool, error) {
+	if _, err := txn.Get(restoringKey); err == nil {
+		return 0, true, nil
+	} else if !errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, false, fmt.Errorf("read %s: %w", restoringKey, err)
+	}
+	item, err := txn.Get(appliedKey)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read %s: %w", appliedKey, err)
+	}
+	var idx uint64
+	err = item.Value(func(b []byte) error {
+		if len(b) != 8 {
+			return fmt.Errorf("%s holds %d bytes, not 8", appliedKey, len(b))
+		}
+		idx = binary.BigEndian.Uint64(b)
+		return nil
+	})
+	return idx, false, err
+}
+
+// AppliedIndex returns the index of the last write set applied, 0 for none; restoring is true
+// while a replacement from a snapshot is unfinished (the content is then partial).
+func (s *Store) AppliedIndex() (index uint64, restoring bool, err error) {
+	if err := s.enter(); err != nil {
+		return 0, false, err
+	}
+	defer s.leave()
+	err = s.db.View(func(txn *badger.Txn) error {
+		index, restoring, err = readApplied(txn)
+		return err
+	})
+	return index, restoring, s.noteErr(err)
+}
+
+// ApplyWrites applies ws, the entry of the replicated log at index, in one transaction,
+// and records index as applied. A write set at an index applied already is skipped (nil);
+// one whose Base is not the applied index fails with ErrStaleWrite and changes nothing. The
+// outcome depends only on the store's state and the log, so every member gets the same.
+// It runs no hooks: the member that made the write set runs its Update's.
+func (s *Store) ApplyWrites(ws *WriteSet, index uint64) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	err := s.db.Update(func(txn *badger.Txn) error {
+		applied, restoring, err := readApplied(txn)
+		if err != nil {
+			return err
+		}
+		if restoring {
+			return fmt.Errorf("%w: a replacement was left unfinished", ErrRestoring)
+		}
+		if index <= applied {
+			return nil
+		}
+		if ws.Base != applied {
+			return fmt.Errorf("%w: computed at index %d, the store is at %d", ErrStaleWrite, ws.Base, applied)
+		}
+		for _, w := range ws.Writes {
+			if w.Delete {
+				err = txn.Delete(w.Key)
+			} else {
+				err = txn.Set(w.Key, w.Value)
+			}
+			if err != nil {
+				return fmt.Errorf("apply the write set of index %d: %w", index, err)
+			}
+		}
+		return txn.Set(appliedKey, binary.BigEndian.AppendUint64(nil, index))
+	})
+	return s.noteErr(err)
+}
+
+// ReplaceFromBackup replaces the whole content of the open store with the backup file at
+// path (a raft snapshot being installed), after checking the backup is intact. Badger must
+// not be read while it drops its content, so the operations under way are waited for and
+// those that start meanwhile fail with ErrRestoring. A marker key stays while the backup
+// loads: a store left half-loaded by a crash refuses writes (ErrRestoring) until a
+// replacement completes.
+func (s *Store) ReplaceFromBackup(path string) error {
+	if err := CheckBackup(path); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return ErrClosed
+	case s.corrupt != nil:
+		s.mu.Unlock()
+		return s.corrupt
+	case s.replacing:
+		s.mu.Unlock()
+		return ErrRestoring
+	}
+	s.replacing = true
+	for s.active > 0 {
+		s.idle.Wait()
+	}
+	s.active++ // Close waits for the replacement
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.replacing = false
+		s.mu.Unlock()
+		s.leave()
+	}()
+
+	if err := s.db.DropAll(); err != nil {
+		return s.noteErr(fmt.Errorf("replace the store from %s: drop the content: %w", path, err))
+	}
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(restoringKey, nil) }); err != nil {
+		return s.noteErr(fmt.Errorf("replace the store from %s: %w", path, err))
+	}
+	f, body, err := openBackup(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := s.db.Load(body, 256); err != nil {
+		return s.noteErr(fmt.Errorf("replace the store from %s: %w", path, err))
+	}
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(restoringKey) }); err != nil {
+		return s.noteErr(fmt.Errorf("replace the store from %s: %w", path, err))
+	}
+	if s.dir != "" {
+		return restrictModes(s.dir)
+	}
+	return nil
+}
+
+// writeSetVersion starts an encoded write set.
+const writeSetVersion = 1
+
+// MarshalBinary encodes ws: a version byte, Base and the number of writes as uvarints, then
+// each write as a kind byte (0 set, 1 delete), the key and, for a set, the value, each as a
+// uvarint length and the bytes.
+func (ws *WriteSet) MarshalBinary() ([]byte, error) {
+	n := 1 + 2*binary.MaxVarintLen64
+	for _, w := range ws.Writes {
+		n += 1 + 2*binary.MaxVarintLen64 + len(w.Key) + len(w.Value)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, writeSetVersion)
+	b = binary.AppendUvarint(b, ws.Base)
+	b = binary.AppendUvarint(b, uint64(len(ws.Writes)))
+	for _, w := range ws.Writes {
+		if w.Delete {
+			b = append(b, 1)
+			b = binary.AppendUvarint(b, uint64(len(w.Key)))
+			b = append(b, w.Key...)
+			continue
+		}
+		b = append(b, 0)
+		b = binary.AppendUvarint(b, uint64(len(w.Key)))
+		b = append(b, w.Key...)
+		b = binary.AppendUvarint(b, uint64(len(w.Value)))
+		b = append(b, w.Value...)
+	}
+	return b, nil
+}
+
+// ErrBadWriteSet is the error of bytes that are no encoded write set.
+var ErrBadWriteSet = errors.New("not an encoded write set")
+
+// UnmarshalBinary decodes what MarshalBinary encoded; keys and values are copied out of b.
+func (ws *WriteSet) UnmarshalBinary(b []byte) error {
+	if len(b) == 0 || b[0] != writeSetVersion {
+		return fmt.Errorf("%w: unknown version", ErrBadWriteSet)
+	}
+	r := wsReader{b: b[1:]}
+	base := r.uvarint()
+	count := r.uvarint()
+	if r.err == nil && count > uint64(len(r.b)) { // every write takes 2 bytes or more
+		r.err = fmt.Errorf("%w: %d writes in %d bytes", ErrBadWriteSet, count, len(r.b))
+	}
+	var writes []Write
+	if r.err == nil {
+		writes = make([]Write, 0, count)
+	}
+	for i := uint64(0); i < count && r.err == nil; i++ {
+		kind := r.byte()
+		var w Write
+		switch kind {
+		case 0:
+			w.Key = r.bytes()
+			w.Value = r.bytes()
+		case 1:
+			w.Key, w.Delete = r.bytes(), true
+		default:
+			if r.err == nil {
+				r.err = fmt.Errorf("%w: write %d has kind %d", ErrBadWriteSet, i, kind)
+			}
+		}
+		if r.err == nil && len(w.Key) == 0 {
+			r.err = fmt.Errorf("%w: write %d has an empty key", ErrBadWriteSet, i)
+		}
+		writes = append(writes, w)
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%w: %d bytes after the last write", ErrBadWriteSet, len(r.b))
+	}
+	if r.err != nil {
+		return r.err
+	}
+	ws.Base, ws.Writes = base, writes
+	return nil
+}
+
+// wsReader reads an encoded write set; the first error sticks.
+type wsReader struct {
+	b   []byte
+	err error
+}
+
+func (r *wsReader) fail() {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: cut short", ErrBadWriteSet)
+	}
+}
+
+func (r *wsReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail()
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *wsReader) byte() byte {
+	if r.err != nil || len(r.b) == 0 {
+		r.fail()
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *wsReader) bytes() []byte {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.fail()
+		return nil
+	}
+	out := append([]byte{}, r.b[:n]...)
+	r.b = r.b[n:]
+	return out
+}
