@@ -1,0 +1,328 @@
+// Package cluster makes the controller a member of a cluster of controllers: a raft node
+// (hashicorp/raft) per controller, its log and stable state in a raft-boltdb file and its
+// snapshots in files of its data directory, its peers reached over TLS with mutual
+// authentication by the controllers' certificates of the network's CA. The node replicates
+// the controller's store: it is the store's Replicator, so every Update made on the leader
+// becomes a log entry that every member applies to its own store in the same order, and a
+// snapshot is a store backup. Membership (bootstrap, add, remove), leadership transfer and
+// the node's state and statistics are here for the controller's commands and metrics.
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/zmesh/zmesh/controlplane/store"
+)
+
+// Config describes a member.
+type Config struct {
+	// ID names the member in the cluster: unique, and the same across restarts.
+	ID string
+	// Dir holds raft's log and stable state (raft.db) and its snapshots.
+	Dir string
+	// Bind is the address raft listens on; Advertise the address the other members dial,
+	// the listener's when empty.
+	Bind, Advertise string
+	// Certificate returns the member's controller certificate (with the controller's
+	// policy), presented when it accepts and when it dials; Roots holds the network's CA.
+	Certificate func() (*tls.Certificate, error)
+	Roots       *x509.CertPool
+	// Store is the member's store; the node becomes its replicator.
+	Store *store.Store
+	Log   *slog.Logger
+
+	// Raft's timing and log retention; zero keeps hashicorp/raft's defaults.
+	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
+	SnapshotInterval                                      time.Duration
+	SnapshotThreshold, TrailingLogs                       uint64
+	// ApplyTimeout bounds the wait for a write to be appended to the log; 10 s when zero.
+	ApplyTimeout time.Duration
+}
+
+// ErrNotLeader is the error of a write or a membership change on a member that is not the
+// leader; a *NotLeaderError names the leader, when one is known.
+var ErrNotLeader = errors.New("not the cluster's leader")
+
+// NotLeaderError is a refusal by a member that is not the leader.
+type NotLeaderError struct {
+	// Member is the refusing member's ID; LeaderID and LeaderAddress the leader's, empty
+	// while none is known.
+	Member, LeaderID, LeaderAddress string
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.LeaderID == "" {
+		return fmt.Sprintf("controller %s is not the cluster's leader and knows of none (an election is under way or there is no quorum)", e.Member)
+	}
+	return fmt.Sprintf("controller %s is not the cluster's leader; the leader is %s at %s", e.Member, e.LeaderID, e.LeaderAddress)
+}
+
+func (e *NotLeaderError) Unwrap() error { return ErrNotLeader }
+
+// Member is a server of the cluster's configuration.
+type Member struct {
+	ID, Address string
+	Voter       bool
+}
+
+// Node is a running member.
+type Node struct {
+	id           string
+	raft         *raft.Raft
+	trans        *raft.NetworkTransport
+	logs         *raftboltdb.BoltStore
+	log          *slog.Logger
+	applyTimeout time.Duration
+
+	stop     context.CancelFunc
+	shutdown sync.Once
+	err      error
+}
+
+// New starts the member: raft runs until Shutdown or until ctx ends, and the store's
+// Updates go through it from now on. A member with no raft state yet waits to be
+// bootstrapped (Bootstrap) or added by the leader (AddVoter).
+func New(ctx context.Context, c Config) (*Node, error) {
+	if c.ID == "" || c.Dir == "" || c.Store == nil || c.Log == nil {
+		return nil, errors.New("cluster: a member needs an ID, a directory, a store and a logger")
+	}
+	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("cluster: create %s: %w", c.Dir, err)
+	}
+	hl := newHCLogger(c.Log.With("member", c.ID))
+	conf := raft.DefaultConfig()
+	conf.LocalID = raft.ServerID(c.ID)
+	conf.Logger = hl
+	setIf(&conf.HeartbeatTimeout, c.HeartbeatTimeout)
+	setIf(&conf.ElectionTimeout, c.ElectionTimeout)
+	setIf(&conf.LeaderLeaseTimeout, c.LeaderLeaseTimeout)
+	setIf(&conf.SnapshotInterval, c.SnapshotInterval)
+	setIf(&conf.SnapshotThreshold, c.SnapshotThreshold)
+	setIf(&conf.TrailingLogs, c.TrailingLogs)
+	if err := raft.ValidateConfig(conf); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+
+	logs, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(c.Dir, "raft.db")})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: open the raft log in %s: %w", c.Dir, err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(c.Dir, 2, hl)
+	if err != nil {
+		logs.Close()
+		return nil, fmt.Errorf("cluster: open the snapshots in %s: %w", c.Dir, err)
+	}
+	stream, err := newStreamLayer(c.Bind, c.Advertise, c.Certificate, c.Roots)
+	if err != nil {
+		logs.Close()
+		return nil, err
+	}
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: stream, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl,
+	})
+	cache, err := raft.NewLogCache(512, logs)
+	if err != nil {
+		trans.Close()
+		logs.Close()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	f := &fsm{st: c.Store, log: c.Log.With("member", c.ID), dir: c.Dir}
+	r, err := raft.NewRaft(conf, f, cache, logs, snaps, trans)
+	if err != nil {
+		trans.Close()
+		logs.Close()
+		return nil, fmt.Errorf("cluster: start raft: %w", err)
+	}
+	n := &Node{id: c.ID, raft: r, trans: trans, logs: logs, log: c.Log, applyTimeout: c.ApplyTimeout}
+	if n.applyTimeout == 0 {
+		n.applyTimeout = 10 * time.Second
+	}
+	var runCtx context.Context
+	runCtx, n.stop = context.WithCancel(ctx)
+	go func() {
+		<-runCtx.Done()
+		n.Shutdown()
+	}()
+	c.Store.SetReplicator(n)
+	return n, nil
+}
+
+func setIf[T comparable](dst *T, v T) {
+	var zero T
+	if v != zero {
+		*dst = v
+	}
+}
+
+// ID returns the member's ID; Addr its advertised raft address.
+func (n *Node) ID() string   { return n.id }
+func (n *Node) Addr() string { return string(n.trans.LocalAddr()) }
+
+// Bootstrap makes the member the first of a new cluster, of which it becomes the leader. It
+// fails on a member that has raft state already.
+func (n *Node) Bootstrap() error {
+	err := n.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{
+		Suffrage: raft.Voter, ID: raft.ServerID(n.id), Address: n.trans.LocalAddr(),
+	}}}).Error()
+	if err != nil {
+		return fmt.Errorf("cluster: bootstrap %s: %w", n.id, err)
+	}
+	return nil
+}
+
+// timeout is what is left of ctx's deadline, 0 (no limit) without one.
+func timeout(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), time.Millisecond)
+	}
+	return 0
+}
+
+// refusal makes raft's ErrNotLeader a *NotLeaderError naming the leader.
+func (n *Node) refusal(err error) error {
+	if errors.Is(err, raft.ErrNotLeader) {
+		addr, id := n.raft.LeaderWithID()
+		return &NotLeaderError{Member: n.id, LeaderID: string(id), LeaderAddress: string(addr)}
+	}
+	return err
+}
+
+// AddVoter adds the member id, reached at address, as a voter (or updates its address). On
+// the leader only.
+func (n *Node) AddVoter(ctx context.Context, id, address string) error {
+	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(address), 0, timeout(ctx)).Error(); err != nil {
+		return fmt.Errorf("cluster: add member %s at %s: %w", id, address, n.refusal(err))
+	}
+	return nil
+}
+
+// RemoveServer removes the member id from the cluster. On the leader only.
+func (n *Node) RemoveServer(ctx context.Context, id string) error {
+	if err := n.raft.RemoveServer(raft.ServerID(id), 0, timeout(ctx)).Error(); err != nil {
+		return fmt.Errorf("cluster: remove member %s: %w", id, n.refusal(err))
+	}
+	return nil
+}
+
+// TransferLeadership hands the leadership to the member id, or to the most up-to-date
+// follower when id is empty, and returns once it has. On the leader only.
+func (n *Node) TransferLeadership(id string) error {
+	var f raft.Future
+	if id == "" {
+		f = n.raft.LeadershipTransfer()
+	} else {
+		members, err := n.Members()
+		if err != nil {
+			return err
+		}
+		addr := ""
+		for _, m := range members {
+			if m.ID == id {
+				addr = m.Address
+			}
+		}
+		if addr == "" {
+			return fmt.Errorf("cluster: transfer the leadership to %s: no such member", id)
+		}
+		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr))
+	}
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("cluster: transfer the leadership from %s: %w", n.id, n.refusal(err))
+	}
+	return nil
+}
+
+// Members returns the cluster's latest configuration.
+func (n *Node) Members() ([]Member, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, fmt.Errorf("cluster: read the configuration: %w", err)
+	}
+	var out []Member
+	for _, s := range f.Configuration().Servers {
+		out = append(out, Member{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter})
+	}
+	return out, nil
+}
+
+// Leader returns the ID and address of the leader this member knows, empty when none.
+func (n *Node) Leader() (id, address string) {
+	addr, sid := n.raft.LeaderWithID()
+	return string(sid), string(addr)
+}
+
+// State returns the member's raft state: Follower, Candidate, Leader or Shutdown.
+func (n *Node) State() string { return n.raft.State().String() }
+
+// Stats returns raft's figures (term, indexes, last contact, configuration...), for metrics.
+func (n *Node) Stats() map[string]string { return n.raft.Stats() }
+
+// Snapshot takes a snapshot now and compacts the log up to it, keeping the trailing logs.
+func (n *Node) Snapshot() error {
+	if err := n.raft.Snapshot().Error(); err != nil {
+		return fmt.Errorf("cluster: snapshot on %s: %w", n.id, err)
+	}
+	return nil
+}
+
+// Replicate is the store's replicator: it appends ws to the log and returns once this
+// member has applied it, with the store's answer. On a member that is not the leader it
+// fails with a *NotLeaderError (writes are not forwarded to the leader). A write set
+// computed on a state that had not caught up with the log is refused by every member: the
+// node then waits until it has applied everything committed before (a barrier) and the
+// store runs the Update again.
+func (n *Node) Replicate(ws *store.WriteSet) error {
+	if n.raft.State() != raft.Leader {
+		return n.refusal(raft.ErrNotLeader)
+	}
+	data, err := ws.MarshalBinary()
+	if err != nil {
+		return fmt.Errorf("cluster: encode a write set: %w", err)
+	}
+	f := n.raft.Apply(data, n.applyTimeout)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrLeadershipLost) {
+			return fmt.Errorf("cluster: controller %s lost the leadership before the write was committed; it may still be: %w", n.id, err)
+		}
+		return fmt.Errorf("cluster: replicate a write: %w", n.refusal(err))
+	}
+	resp, _ := f.Response().(error)
+	if errors.Is(resp, store.ErrStaleWrite) {
+		if err := n.raft.Barrier(n.applyTimeout).Error(); err != nil {
+			return fmt.Errorf("cluster: catch up with the log: %w", n.refusal(err))
+		}
+	}
+	return resp
+}
+
+// Shutdown stops the member: it leaves the cluster's configuration as it is (use
+// RemoveServer on the leader for that), and the store it replicated refuses writes from
+// then on. Calling it again returns the first call's error.
+func (n *Node) Shutdown() error {
+	n.shutdown.Do(func() {
+		n.stop()
+		err := n.raft.Shutdown().Error()
+		if cerr := n.trans.Close(); err == nil {
+			err = cerr
+		}
+		if cerr := n.logs.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			n.err = fmt.Errorf("cluster: shut %s down: %w", n.id, err)
+		}
+	})
+	return n.err
+}

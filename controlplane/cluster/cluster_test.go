@@ -1,0 +1,334 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/certid"
+	"github.com/zmesh/zmesh/internal/testutil"
+)
+
+type item struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+func items() *store.Collection[item] {
+	return store.NewCollection("items", func(i *item) string { return i.ID },
+		store.Index[item]{Name: "name", Unique: true, Keys: func(i *item) []string { return []string{i.Name} }})
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// member is a running node with its store, both in dir.
+type member struct {
+	id   string
+	dir  string
+	node *Node
+	st   *store.Store
+}
+
+// controllerCert issues a controller certificate for 127.0.0.1, as a controller's own.
+func controllerCert(t *testing.T, ca *testutil.CA) func() (*tls.Certificate, error) {
+	t.Helper()
+	dir := t.TempDir()
+	cert, err := ca.ServerCertAt(filepath.Join(dir, "raft.cert"), filepath.Join(dir, "raft.key"), []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() (*tls.Certificate, error) { return &cert, nil }
+}
+
+// start runs the member id with its data in dir (a new one when empty), listening on bind
+// (a new port when empty).
+func start(ctx context.Context, t *testing.T, ca *testutil.CA, id, dir, bind string) *member {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if bind == "" {
+		bind = "127.0.0.1:0"
+	}
+	st, err := store.Open(filepath.Join(dir, "store"), quiet, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := New(ctx, Config{
+		ID: id, Dir: filepath.Join(dir, "raft"), Bind: bind,
+		Certificate: controllerCert(t, ca), Roots: ca.Pool(), Store: st, Log: quiet,
+		TrailingLogs: 4, SnapshotThreshold: 1 << 20, // snapshots when the test asks only
+	})
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	m := &member{id: id, dir: dir, node: n, st: st}
+	t.Cleanup(m.stop)
+	return m
+}
+
+func (m *member) stop() {
+	m.node.Shutdown()
+	m.st.Close()
+}
+
+// agreedLeader returns the member of ms that leads with every one of them knowing it, or nil.
+func agreedLeader(ms []*member) *member {
+	var leader *member
+	for _, m := range ms {
+		if m.node.State() == "Leader" {
+			leader = m
+		}
+	}
+	if leader == nil {
+		return nil
+	}
+	for _, m := range ms {
+		if id, addr := m.node.Leader(); id != leader.id || addr != leader.node.Addr() {
+			return nil
+		}
+	}
+	return leader
+}
+
+// leaderOf waits until one of ms is the leader every one of them knows, and returns it.
+func leaderOf(t *testing.T, ms ...*member) *member {
+	t.Helper()
+	var leader *member
+	testutil.Eventually(t, "one leader that every member knows", func() bool {
+		leader = agreedLeader(ms)
+		return leader != nil
+	})
+	return leader
+}
+
+// onLeader runs f on the leader of ms until it succeeds: on a loaded machine the leadership
+// may move at any time, and f then runs again on the next leader.
+func onLeader(t *testing.T, what string, ms []*member, f func(l *member) error) {
+	t.Helper()
+	testutil.EventuallyNil(t, what, func() error {
+		l := agreedLeader(ms)
+		if l == nil {
+			return errors.New("no agreed leader")
+		}
+		return f(l)
+	})
+}
+
+// names returns the names of the items in m's store, in id order.
+func (m *member) names(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	c := items()
+	if err := m.st.View(func(tx *store.Tx) error {
+		return c.Each(tx, func(i *item) error { out = append(out, i.Name); return nil })
+	}); err != nil && !errors.Is(err, store.ErrRestoring) {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// put writes items ids from..to-1 through the leader's store, one Update each (a Put
+// again when a write's outcome was unknown).
+func put(t *testing.T, ms []*member, from, to int) {
+	t.Helper()
+	c := items()
+	for i := from; i < to; i++ {
+		it := &item{ID: fmt.Sprintf("%04d", i), Name: "item-" + strconv.Itoa(i)}
+		onLeader(t, "write "+it.Name+" on the leader", ms, func(l *member) error {
+			return l.st.Update(func(tx *store.Tx) error { return c.Put(tx, it) })
+		})
+	}
+}
+
+func want(from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, "item-"+strconv.Itoa(i))
+	}
+	return out
+}
+
+func holds(t *testing.T, names []string, ms ...*member) {
+	t.Helper()
+	for _, m := range ms {
+		testutil.Eventually(t, fmt.Sprintf("%s holds %d items", m.id, len(names)), func() bool {
+			return slices.Equal(m.names(t), names)
+		})
+	}
+}
+
+// TestThreeMembers runs a cluster of three through a leader's death and a member's removal
+// and return with an empty directory. The leadership may move at any step on a loaded
+// machine, so every write and membership change goes to the leader of the moment.
+func TestThreeMembers(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ca := testutil.NewCA(t)
+	m1, m2, m3 := start(ctx, t, ca, "c1", "", ""), start(ctx, t, ca, "c2", "", ""), start(ctx, t, ca, "c3", "", "")
+	if err := m1.node.Bootstrap(); err != nil {
+		t.Fatal(err)
+	}
+	if leaderOf(t, m1) != m1 {
+		t.Fatal("the bootstrapped member is not the leader")
+	}
+	all := []*member{m1, m2, m3}
+	for _, m := range []*member{m2, m3} {
+		onLeader(t, "add "+m.id, all[:1], func(l *member) error { return l.node.AddVoter(ctx, m.id, m.node.Addr()) })
+	}
+	leader := leaderOf(t, all...)
+	if members, err := leader.node.Members(); err != nil || len(members) != 3 {
+		t.Fatalf("members %v (%v), want three", members, err)
+	}
+
+	// Writes through the leader reach every member.
+	put(t, all, 0, 10)
+	holds(t, want(0, 10), all...)
+
+	// A follower refuses writes and names the leader.
+	c := items()
+	testutil.EventuallyNil(t, "a follower's refusal naming the leader", func() error {
+		leader := agreedLeader(all)
+		if leader == nil {
+			return errors.New("no agreed leader")
+		}
+		follower := all[0]
+		if follower == leader {
+			follower = all[1]
+		}
+		err := follower.st.Update(func(tx *store.Tx) error { return c.Put(tx, &item{ID: "x", Name: "on-follower"}) })
+		var nl *NotLeaderError
+		if !errors.As(err, &nl) || !errors.Is(err, ErrNotLeader) || nl.Member != follower.id ||
+			nl.LeaderID != leader.id || nl.LeaderAddress != leader.node.Addr() {
+			return fmt.Errorf("a write on follower %s: %v, want a refusal naming %s at %s", follower.id, err, leader.id, leader.node.Addr())
+		}
+		if msg := err.Error(); !strings.Contains(msg, leader.id) || !strings.Contains(msg, leader.node.Addr()) {
+			t.Fatalf("the refusal does not name the leader: %s", msg)
+		}
+		return nil
+	})
+	holds(t, want(0, 10), all...) // the refused write is nowhere
+
+	// The leader stops: one of the other two leads and writes go on.
+	leader = leaderOf(t, all...)
+	leader.stop()
+	var rest []*member
+	for _, m := range all {
+		if m != leader {
+			rest = append(rest, m)
+		}
+	}
+	put(t, rest, 10, 20)
+	holds(t, want(0, 20), rest...)
+
+	// The stopped member is removed, writes go on and both logs are compacted into
+	// snapshots; it comes back with an empty directory and catches up from the snapshot of
+	// whichever leads, then from the log.
+	onLeader(t, "remove "+leader.id, rest, func(l *member) error { return l.node.RemoveServer(ctx, leader.id) })
+	put(t, rest, 20, 40)
+	holds(t, want(0, 40), rest...)
+	for _, m := range rest {
+		if err := m.node.Snapshot(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	back := start(ctx, t, ca, leader.id, "", "")
+	onLeader(t, "add "+back.id+" back", rest, func(l *member) error { return l.node.AddVoter(ctx, back.id, back.node.Addr()) })
+	holds(t, want(0, 40), back)
+	if s := back.node.Stats()["last_snapshot_index"]; s == "0" || s == "" {
+		t.Fatalf("the returning member caught up without a snapshot (last_snapshot_index %q)", s)
+	}
+	all = append(slices.Clone(rest), back)
+	put(t, all, 40, 45)
+	holds(t, want(0, 45), all...)
+
+	// A member restarted on its directory and address keeps its store (the snapshot it
+	// installed is not loaded again) and follows the log on.
+	back.stop()
+	again := start(ctx, t, ca, back.id, back.dir, back.node.Addr())
+	all = append(slices.Clone(rest), again)
+	put(t, all, 45, 50)
+	holds(t, want(0, 50), all...)
+}
+
+// TestOnlyControllersJoin checks that the raft transport refuses a peer whose certificate is
+// the network CA's but not a controller's (a router's), in either direction.
+func TestOnlyControllersJoin(t *testing.T) {
+	t.Parallel()
+	ca := testutil.NewCA(t)
+	ctrl := controllerCert(t, ca)
+	router := ca.Cert(t, "router", pki.ClientServer, "127.0.0.1")
+	routerCert := func() (*tls.Certificate, error) { return &router, nil }
+
+	member, err := newStreamLayer("127.0.0.1:0", "", ctrl, ca.Pool())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer member.Close()
+	impostor, err := newStreamLayer("127.0.0.1:0", "", routerCert, ca.Pool())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer impostor.Close()
+	peer, err := newStreamLayer("127.0.0.1:0", "", controllerCert(t, ca), ca.Pool())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	for _, ln := range []*streamLayer{member, impostor, peer} {
+		go func() { // complete the handshakes on the accepting side
+			for {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer conn.Close()
+					conn.(*tls.Conn).Handshake()
+					io.Copy(io.Discard, conn)
+				}()
+			}
+		}()
+	}
+	// handshake dials from a to b and returns the first read's error once the handshake is
+	// over: the dialer learns the acceptor's refusal then (TLS 1.3 client certificates).
+	handshake := func(a, b *streamLayer) error {
+		conn, err := a.Dial(raft.ServerAddress(b.Addr().String()), testutil.Patience)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		if _, err := conn.Write([]byte("x")); err != nil {
+			return err
+		}
+		conn.(*tls.Conn).CloseWrite()
+		_, err = conn.Read(make([]byte, 1))
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+	if err := handshake(member, peer); err != nil {
+		t.Fatalf("two controllers: %v", err)
+	}
+	if err := handshake(member, impostor); !errors.Is(err, certid.ErrNotController) {
+		t.Fatalf("a member dialing a router's certificate: %v, want a refusal", err)
+	}
+	if err := handshake(impostor, member); err == nil {
+		t.Fatal("a router's certificate was accepted as a member")
+	}
+}
