@@ -46,7 +46,7 @@ help:
 	@echo "make bench-controller  one controller with 100,000 identities, 10,000 services, 1,000 policies"
 	@echo "                and 100 simulated routers (SCALE=0.1 for a tenth; docs/performance.md)"
 	@echo "make lint       gofmt, go vet, staticcheck"
-	@echo "make fuzz       fuzz the parsers: configuration, list filters, API bodies, e2ee hellos ($(FUZZTIME) each)"
+	@echo "make fuzz       fuzz the parsers: configuration, list filters, API bodies, e2ee hellos, write sets ($(FUZZTIME) each)"
 	@echo "make install    install $(BIN) to $(BINDIR), the systemd units to $(UNITDIR), shell"
 	@echo "                completions, man pages, and create $(SYSCONFDIR)/zmesh (0750) and the $(ZMESH_USER) user"
 	@echo "                (PREFIX=$(PREFIX); DESTDIR=DIR stages everything under DIR, without root)"
@@ -174,6 +174,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./controlplane/filter
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBodies$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./controlplane/api
 	$(GO) test -run '^$$' -fuzz '^FuzzHellos$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/e2ee
+	$(GO) test -run '^$$' -fuzz '^FuzzWriteSet$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./controlplane/store
 
 # uninstall leaves the configuration ($(SYSCONFDIR)/zmesh), the state ($(STATEDIR): the
 # controller's store and CA, the router's keys) and the user: removing those is a decision
