@@ -14,12 +14,22 @@ import (
 // chatty info messages (elections, heartbeats retried) stay info: they are the cluster's
 // story an operator reads.
 type hclogger struct {
-	log  *slog.Logger
+	base *slog.Logger // the logger given, without name and arguments
+	log  *slog.Logger // base with the name and the arguments
 	name string
 	args []any
 }
 
-func newHCLogger(l *slog.Logger) hclog.Logger { return &hclogger{log: l} }
+func newHCLogger(l *slog.Logger) hclog.Logger { return &hclogger{base: l, log: l} }
+
+// derive returns a logger named name with args.
+func (h *hclogger) derive(name string, args []any) *hclogger {
+	l := h.base
+	if name != "" {
+		l = l.With("raft", name)
+	}
+	return &hclogger{base: h.base, log: l.With(args...), name: name, args: args}
+}
 
 func slogLevel(l hclog.Level) slog.Level {
 	switch l {
@@ -62,7 +72,7 @@ func (h *hclogger) IsError() bool { return h.enabled(hclog.Error) }
 func (h *hclogger) ImpliedArgs() []any { return h.args }
 
 func (h *hclogger) With(args ...any) hclog.Logger {
-	return &hclogger{log: h.log.With(args...), name: h.name, args: append(append([]any{}, h.args...), args...)}
+	return h.derive(h.name, append(append([]any{}, h.args...), args...))
 }
 
 func (h *hclogger) Name() string { return h.name }
@@ -74,9 +84,7 @@ func (h *hclogger) Named(name string) hclog.Logger {
 	return h.ResetNamed(name)
 }
 
-func (h *hclogger) ResetNamed(name string) hclog.Logger {
-	return &hclogger{log: h.log.With("raft", name), name: name, args: h.args}
-}
+func (h *hclogger) ResetNamed(name string) hclog.Logger { return h.derive(name, h.args) }
 
 // SetLevel does nothing: the slog handler decides what is logged.
 func (h *hclogger) SetLevel(hclog.Level) {}

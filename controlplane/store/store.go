@@ -447,6 +447,8 @@ const maxAttempts = 8
 // With a replicator set (SetReplicator), the transaction is not committed here: what it
 // wrote goes to the replicator as a WriteSet, and Update returns once the replicator has
 // had it applied to this store (ApplyWrites) or has failed; the OnCommit hooks run then.
+// A member's replicated Updates run one at a time, so f must not call Update itself (it
+// would wait for itself); an OnCommit hook may.
 func (s *Store) Update(f func(tx *Tx) error) error {
 	var after []func()
 	var err error

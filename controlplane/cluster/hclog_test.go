@@ -1,0 +1,31 @@
+package cluster
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// TestHCLogger checks that raft's hclog calls reach slog with their level, the logger's
+// name (once, however it was named) and its arguments.
+func TestHCLogger(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	l := newHCLogger(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	if l.IsDebug() || !l.IsInfo() || l.GetLevel() != hclog.Info {
+		t.Fatalf("levels: debug %v info %v level %v", l.IsDebug(), l.IsInfo(), l.GetLevel())
+	}
+	l.Named("raft").Named("net").With("peer", "c2").Warn("failed to contact", "term", 3)
+	l.Debug("hidden")
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatalf("one record expected: %q: %v", buf.String(), err)
+	}
+	if rec["level"] != "WARN" || rec["msg"] != "failed to contact" || rec["raft"] != "raft.net" ||
+		rec["peer"] != "c2" || rec["term"] != float64(3) {
+		t.Fatalf("record %v", rec)
+	}
+}
