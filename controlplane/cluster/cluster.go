@@ -284,7 +284,11 @@ func (n *Node) Snapshot() error {
 // node then waits until it has applied everything committed before (a barrier) and the
 // store runs the Update again.
 func (n *Node) Replicate(ws *store.WriteSet) error {
-	if n.raft.State() != raft.Leader {
+	switch n.raft.State() {
+	case raft.Leader:
+	case raft.Shutdown:
+		return fmt.Errorf("cluster: controller %s has left the cluster: %w", n.id, raft.ErrRaftShutdown)
+	default:
 		return n.refusal(raft.ErrNotLeader)
 	}
 	data, err := ws.MarshalBinary()

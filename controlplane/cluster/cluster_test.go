@@ -154,6 +154,78 @@ func put(t *testing.T, ms []*member, from, to int) {
 	}
 }
 
+type counter struct {
+	ID string `json:"id"`
+	N  int    `json:"n"`
+}
+
+// counted has writers goroutines each add 1 to a counter n times through the leader of ms
+// (a read and a write in one Update), then checks that every member counts every increment
+// answered with success, and at most as many more as were answered with an unknown outcome
+// (a leadership lost while the entry was in flight). A writer stops at its first error.
+func counted(t *testing.T, ms []*member, writers, n int) {
+	t.Helper()
+	c := store.NewCollection("counters", func(c *counter) string { return c.ID })
+	l := leaderOf(t, ms...)
+	type result struct {
+		done int
+		err  error
+	}
+	results := make(chan result, writers)
+	for range writers {
+		go func() {
+			var r result
+			for range n {
+				r.err = l.st.Update(func(tx *store.Tx) error {
+					cur, err := c.Get(tx, "hits")
+					if errors.Is(err, store.ErrNotFound) {
+						cur, err = &counter{ID: "hits"}, nil
+					}
+					if err != nil {
+						return err
+					}
+					cur.N++
+					return c.Put(tx, cur)
+				})
+				if r.err != nil {
+					break
+				}
+				r.done++
+			}
+			results <- r
+		}()
+	}
+	done, unknown := 0, 0
+	for range writers {
+		r := <-results
+		done += r.done
+		switch {
+		case r.err == nil:
+		case errors.Is(r.err, ErrNotLeader): // not appended: the leadership moved before
+		case errors.Is(r.err, raft.ErrLeadershipLost):
+			unknown++
+		default:
+			t.Fatalf("an increment: %v", r.err)
+		}
+	}
+	if done == 0 {
+		t.Fatal("no increment succeeded")
+	}
+	for _, m := range ms {
+		var got *counter
+		testutil.Eventually(t, fmt.Sprintf("%s counts %d increments (and at most %d more)", m.id, done, unknown), func() bool {
+			err := m.st.View(func(tx *store.Tx) (err error) { got, err = c.Get(tx, "hits"); return err })
+			return err == nil && got.N >= done
+		})
+		if got.N > done+unknown {
+			t.Fatalf("%s counts %d increments, %d succeeded and %d had an unknown outcome", m.id, got.N, done, unknown)
+		}
+	}
+	if done != writers*n {
+		t.Logf("%d of %d increments succeeded: the leadership moved", done, writers*n)
+	}
+}
+
 func want(from, to int) []string {
 	var out []string
 	for i := from; i < to; i++ {
@@ -199,6 +271,10 @@ func TestThreeMembers(t *testing.T) {
 	put(t, all, 0, 10)
 	holds(t, want(0, 10), all...)
 
+	// Concurrent writers on the leader lose no update: each write set is computed on the
+	// state the previous one left.
+	counted(t, all, 4, 10)
+
 	// A follower refuses writes and names the leader.
 	c := items()
 	testutil.EventuallyNil(t, "a follower's refusal naming the leader", func() error {
@@ -234,6 +310,9 @@ func TestThreeMembers(t *testing.T) {
 	}
 	put(t, rest, 10, 20)
 	holds(t, want(0, 20), rest...)
+	if err := leader.st.Update(func(tx *store.Tx) error { return c.Put(tx, &item{ID: "y", Name: "on-stopped"}) }); !errors.Is(err, raft.ErrRaftShutdown) && !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("a write on the stopped member: %v", err)
+	}
 
 	// The stopped member is removed, writes go on and both logs are compacted into
 	// snapshots; it comes back with an empty directory and catches up from the snapshot of
