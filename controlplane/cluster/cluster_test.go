@@ -342,6 +342,28 @@ func TestThreeMembers(t *testing.T) {
 	all = append(slices.Clone(rest), again)
 	put(t, all, 45, 50)
 	holds(t, want(0, 50), all...)
+
+	// The leadership is handed to a member named, then to whichever follower is readiest.
+	target := again
+	if agreedLeader(all) == again {
+		target = rest[0]
+	}
+	onLeader(t, "hand the leadership to "+target.id, all, func(l *member) error {
+		if l == target {
+			return nil
+		}
+		return l.node.TransferLeadership(target.id)
+	})
+	testutil.Eventually(t, target.id+" leads", func() bool { return agreedLeader(all) == target })
+	if err := target.node.TransferLeadership(""); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "another member than "+target.id+" leads", func() bool {
+		l := agreedLeader(all)
+		return l != nil && l != target
+	})
+	put(t, all, 50, 55)
+	holds(t, want(0, 55), all...)
 }
 
 // TestOnlyControllersJoin checks that the raft transport refuses a peer whose certificate is
