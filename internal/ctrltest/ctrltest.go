@@ -12,8 +12,12 @@ import (
 	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"log/slog"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -135,7 +139,18 @@ func start(t testing.TB, cfg *config.Controller, apiAddr, ctrlAddr string, logs 
 	addr := apiLn.Addr().String()
 	cfg.API = config.ControllerAPI{Listen: addr, Advertise: addr}
 	cfg.Ctrl.Listen = config.Address{Transport: "tls", Host: "127.0.0.1", Port: ctrlLn.Addr().(*net.TCPAddr).Port}
-	ctrl, err := controlplane.Open(cfg, slog.New(slog.NewTextHandler(logs, nil)), controlplane.Build{Version: "test"})
+	// A controller stopped a moment ago (Restart) has released the data directory's lock, but
+	// a child process that a parallel test forked may still share the lock's file, until it
+	// execs: that passes.
+	var ctrl *controlplane.Controller
+	var err error
+	testutil.EventuallyNil(t, "the data directory's lock", func() error {
+		ctrl, err = controlplane.Open(cfg, slog.New(slog.NewTextHandler(logs, nil)), controlplane.Build{Version: "test"})
+		if errors.Is(err, controlplane.ErrDataDirInUse) && strings.Contains(err.Error(), "by pid "+strconv.Itoa(os.Getpid())) {
+			return err
+		}
+		return nil
+	})
 	if err != nil {
 		apiLn.Close()
 		ctrlLn.Close()
