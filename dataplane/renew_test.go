@@ -217,6 +217,7 @@ func TestReloadIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testutil.Eventually(t, "A's control channel", a.r.ctrl.isConnected)
 	channel := a.r.ctrl.current()
 	certs, err := n.m.ExtendRouter([]*x509.Certificate{a.r.ident.Certs.Client().Leaf},
 		testutil.CSR(t, key), testutil.CSR(t, key, "localhost", "127.0.0.1"))
