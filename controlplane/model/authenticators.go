@@ -203,9 +203,10 @@ func (m *Model) ExtendVerify(s *APISession, id, clientCertPEM string) error {
 		if err != nil {
 			return missing(err, "authenticator", id)
 		}
-		cur.LastExtendRolledKeys = rolledKeys(cur.CertPEM, cur.UnverifiedCertPEM)
+		same, ok := compareKeys(cur.CertPEM, cur.UnverifiedCertPEM)
+		cur.LastExtendRolledKeys = ok && !same
 		cur.PreviousFingerprint = ""
-		if sameKey(cur.CertPEM, cur.UnverifiedCertPEM) {
+		if ok && same {
 			cur.PreviousFingerprint = cur.Fingerprint
 		}
 		cur.ExtendRequested, cur.KeyRollRequested, cur.ExtendRequestedAt = false, false, nil

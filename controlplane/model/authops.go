@@ -2,7 +2,6 @@ package model
 
 import (
 	"context"
-	"crypto"
 	"crypto/x509"
 	"errors"
 	"time"
@@ -237,26 +236,13 @@ func (m *Model) RequestExtend(id string, rollKeys bool) error {
 	})
 }
 
-// rolledKeys reports whether two PEM certificates hold different public keys.
-// sameKey reports whether two PEM certificates are of one key (both parse, and the keys
-// are equal).
-func sameKey(oldPEM, newPEM string) bool {
+// compareKeys reports whether two PEM certificates parse (ok) and, if so, whether they hold
+// the same public key.
+func compareKeys(oldPEM, newPEM string) (same, ok bool) {
 	o, err1 := pki.ParsePEMCert([]byte(oldPEM))
 	n, err2 := pki.ParsePEMCert([]byte(newPEM))
 	if err1 != nil || err2 != nil {
-		return false
+		return false, false
 	}
-	k, ok := o.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
-	return ok && k.Equal(n.PublicKey)
-}
-
-func rolledKeys(oldPEM, newPEM string) bool {
-	o, err1 := pki.ParsePEMCert([]byte(oldPEM))
-	n, err2 := pki.ParsePEMCert([]byte(newPEM))
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	type equaler interface{ Equal(crypto.PublicKey) bool }
-	k, ok := o.PublicKey.(equaler)
-	return ok && !k.Equal(n.PublicKey)
+	return pki.PublicKeysEqual(o.PublicKey, n.PublicKey), true
 }

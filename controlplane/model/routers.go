@@ -1,7 +1,6 @@
 package model
 
 import (
-	"crypto"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -153,7 +152,7 @@ func (m *Model) extendedAlready(tx *store.Tx, fp string, clientCSR, serverCSR []
 		if err != nil {
 			return nil, nil
 		}
-		if pub, ok := cert.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !pub.Equal(req.PublicKey) {
+		if !pki.PublicKeysEqual(cert.PublicKey, req.PublicKey) {
 			return nil, nil
 		}
 	}

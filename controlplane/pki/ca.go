@@ -133,7 +133,7 @@ func load(keyPath, certPath string, now func() time.Time) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pki: %s: %w", keyPath, err)
 	}
-	if !publicKeysEqual(key.Public(), cert.PublicKey) {
+	if !PublicKeysEqual(key.Public(), cert.PublicKey) {
 		return nil, fmt.Errorf("pki: %s does not match the certificate in %s", keyPath, certPath)
 	}
 	return newCA(cert, key, now), nil

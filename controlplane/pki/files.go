@@ -48,8 +48,9 @@ func ParsePrivateKeyPEM(data []byte) (crypto.Signer, error) {
 	return signer, nil
 }
 
-// publicKeysEqual reports whether a and b are the same public key.
-func publicKeysEqual(a, b crypto.PublicKey) bool {
+// PublicKeysEqual reports whether a and b are the same public key (false for a key type
+// that cannot tell).
+func PublicKeysEqual(a, b crypto.PublicKey) bool {
 	k, ok := a.(interface{ Equal(crypto.PublicKey) bool })
 	return ok && k.Equal(b)
 }

@@ -113,7 +113,7 @@ func (ca *CA) checkServerCert(certPEM, keyPEM []byte, dnsNames []string, ips []n
 	if err != nil {
 		return tls.Certificate{}, err
 	}
-	if !publicKeysEqual(key.Public(), leaf.PublicKey) {
+	if !PublicKeysEqual(key.Public(), leaf.PublicKey) {
 		return tls.Certificate{}, errors.New("key does not match certificate")
 	}
 	now := ca.now()

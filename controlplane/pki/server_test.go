@@ -235,7 +235,7 @@ func TestServerCertMigratesUnmarked(t *testing.T) {
 	if got.Leaf.Equal(old) || !certid.IsController(got.Leaf) {
 		t.Fatalf("ServerCert kept the certificate without the controller's policy (policies %v)", got.Leaf.Policies)
 	}
-	if !publicKeysEqual(got.Leaf.PublicKey, key.Public()) {
+	if !PublicKeysEqual(got.Leaf.PublicKey, key.Public()) {
 		t.Error("the reissued certificate is for a new key; want the stored one")
 	}
 	if err := certid.VerifyController(tls.ConnectionState{PeerCertificates: []*x509.Certificate{got.Leaf}}); err != nil {

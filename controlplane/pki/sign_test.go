@@ -45,7 +45,7 @@ func TestSignCSRKeyTypes(t *testing.T) {
 				if cert.IsCA || cert.KeyUsage&x509.KeyUsageDigitalSignature == 0 {
 					t.Errorf("IsCA %v KeyUsage %v", cert.IsCA, cert.KeyUsage)
 				}
-				if !publicKeysEqual(key.Public(), cert.PublicKey) {
+				if !PublicKeysEqual(key.Public(), cert.PublicKey) {
 					t.Error("certificate key differs from CSR key")
 				}
 				if !cert.NotBefore.Equal(t0.Add(-time.Minute)) || !cert.NotAfter.Equal(t0.Add(90*24*time.Hour)) {
