@@ -1,6 +1,8 @@
 package dataplane
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"slices"
@@ -85,11 +87,43 @@ func (r *Router) reloadIdentity() error {
 	if newClient.Leaf.Equal(client.Leaf) && newServer.Leaf.Equal(server.Leaf) {
 		return nil
 	}
+	r.renewal.mu.Lock()
+	unsaved := r.renewal.unsaved != nil
+	r.renewal.mu.Unlock()
+	switch {
+	case unsaved:
+		return fmt.Errorf("identity.cert %s: the certificates in use were renewed and are not saved yet, so the files hold older ones; the files were not reloaded (the renewal loop writes them)", r.cfg.Identity.Cert)
+	case newClient.Leaf.NotAfter.Before(client.Leaf.NotAfter):
+		return fmt.Errorf("identity.cert %s ends %s, before the certificate in use (%s), which the controller accepts in its place: the files were not reloaded",
+			r.cfg.Identity.Cert, newClient.Leaf.NotAfter.UTC().Format(time.RFC3339), client.Leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	for _, c := range []struct {
+		file  string
+		cert  tls.Certificate
+		usage x509.ExtKeyUsage
+	}{{r.cfg.Identity.Cert, newClient, x509.ExtKeyUsageClientAuth}, {r.cfg.Identity.ServerCert, newServer, x509.ExtKeyUsageServerAuth}} {
+		if err := verifyIssued(c.cert, r.ident.CAs, c.usage); err != nil {
+			return fmt.Errorf("%s: not issued by the network's CA for this use: %w; the files were not reloaded", c.file, err)
+		}
+	}
 	r.ident.Certs.Set(newClient, newServer)
 	r.renewal.reschedule()
 	r.log.Info("identity certificates reloaded from their files", "expires", newClient.Leaf.NotAfter.UTC().Format(time.RFC3339),
 		"fingerprint", certid.Fingerprint(newClient.Leaf))
 	return nil
+}
+
+// verifyIssued checks that cert's leaf chains, through the certificates after it, to one of
+// roots for usage.
+func verifyIssued(cert tls.Certificate, roots *x509.CertPool, usage x509.ExtKeyUsage) error {
+	inter := x509.NewCertPool()
+	for _, der := range cert.Certificate[1:] {
+		if c, err := x509.ParseCertificate(der); err == nil {
+			inter.AddCert(c)
+		}
+	}
+	_, err := cert.Leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}})
+	return err
 }
 
 // sameAddress reports whether two optional addresses are the same.
