@@ -108,7 +108,7 @@ func StartResumable(cipher Cipher, tickets *Tickets, key string) (*ClientStart, 
 	var err error
 	if tickets != nil {
 		if s.spent = tickets.take(key); s.spent != nil {
-			nonce = make([]byte, nonceLen32)
+			nonce = make([]byte, helloNonceLen)
 			if _, err := rand.Read(nonce); err != nil {
 				return nil, fmt.Errorf("e2ee: client nonce: %w", err)
 			}
@@ -339,7 +339,7 @@ func (h *handshakeState) clientAfterHello(body []byte) error {
 func (h *handshakeState) clientResumed(body []byte, s cryptobyte.String) error {
 	var nonce, mac []byte
 	var chosen uint8
-	if !s.ReadBytes(&nonce, nonceLen32) || !s.ReadUint8(&chosen) ||
+	if !s.ReadBytes(&nonce, helloNonceLen) || !s.ReadUint8(&chosen) ||
 		!s.ReadUint8LengthPrefixed((*cryptobyte.String)(&h.newTicket)) || !s.ReadBytes(&mac, macLen) || !s.Empty() {
 		return errors.New("e2ee: malformed ServerHello")
 	}
@@ -440,7 +440,7 @@ func (h *handshakeState) serverHello(body []byte) ([]byte, error) {
 		!s.ReadUint8LengthPrefixed((*cryptobyte.String)(&offered)) || !s.Empty() {
 		return nil, errors.New("e2ee: malformed ClientHello")
 	}
-	offered, asked, spent, _, ok := splitOffer(offered)
+	offered, asked, spent, ok := splitOffer(offered)
 	if !ok {
 		return nil, errors.New("e2ee: malformed ClientHello")
 	}
@@ -494,7 +494,7 @@ func (h *handshakeState) serverHello(body []byte) ([]byte, error) {
 // identity this end expects: the ServerHello proves this end knows the ticket's secret.
 func (h *handshakeState) serverResumed() ([]byte, error) {
 	h.resumed, h.shared, h.peerChain = true, h.spent.secret, h.spent.peerChain
-	nonce := make([]byte, nonceLen32)
+	nonce := make([]byte, helloNonceLen)
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, fmt.Errorf("e2ee: server nonce: %w", err)
 	}
@@ -781,19 +781,20 @@ func verifySignature(pub crypto.PublicKey, content, sig []byte) error {
 
 // splitOffer splits a ClientHello's cipher list into the ciphers offered and what follows
 // the offerTickets marker, if there is one: nothing, or the id of the ticket spent and the
-// client's nonce. ok is false when what follows the marker is neither.
-func splitOffer(list []byte) (ciphers []byte, asked bool, spent, nonce []byte, ok bool) {
+// client's nonce (which needs no reading: the transcript holds the whole hello). ok is false
+// when what follows the marker is neither.
+func splitOffer(list []byte) (ciphers []byte, asked bool, spent []byte, ok bool) {
 	i := slices.Index(list, offerTickets)
 	if i < 0 {
-		return list, false, nil, nil, true
+		return list, false, nil, true
 	}
 	switch rest := list[i+1:]; len(rest) {
 	case 0:
-		return list[:i], true, nil, nil, true
-	case ticketIDLen + nonceLen32:
-		return list[:i], true, rest[:ticketIDLen], rest[ticketIDLen:], true
+		return list[:i], true, nil, true
+	case ticketIDLen + helloNonceLen:
+		return list[:i], true, rest[:ticketIDLen], true
 	}
-	return nil, false, nil, nil, false
+	return nil, false, nil, false
 }
 
 // cipherPreference is what a client offers, preferred first.

@@ -62,9 +62,9 @@ const (
 	// spareLifetime bounds how long the spare key share of resuming ClientHellos is offered.
 	spareLifetime = time.Minute
 
-	ticketIDLen = 16
-	nonceLen32  = 32
-	macLen      = sha256.Size
+	ticketIDLen   = 16
+	helloNonceLen = 32
+	macLen        = sha256.Size
 
 	// offerTickets, among a ClientHello's ciphers, asks for a ticket; the id of the ticket
 	// spent and the client's nonce, if any, follow it in the list.
@@ -95,10 +95,10 @@ type Tickets struct {
 	now func() time.Time // time.Now but in tests
 
 	mu     sync.Mutex
-	issued map[[ticketIDLen]byte]*list.Element // of *ticket, the server's
-	order  list.List                           // the server's tickets, oldest first
-	byPeer map[[sha256.Size]byte]int           // the server's tickets per peer leaf
-	held   map[string][]*ticket                // the client's, oldest first
+	issued map[[ticketIDLen]byte]*list.Element   // of *ticket, the server's
+	order  list.List                             // the server's tickets, oldest first
+	byPeer map[[sha256.Size]byte][]*list.Element // the server's tickets per peer leaf, oldest first
+	held   map[string][]*ticket                  // the client's, oldest first
 	nheld  int
 	// spare is the key share of the ClientHellos that spend a ticket, made at spareAt: only
 	// a server that does not resume uses it, and then it is burnt (burnSpare), so that a
@@ -116,7 +116,7 @@ func NewTickets(max int) *Tickets {
 		max = DefaultMaxTickets
 	}
 	return &Tickets{max: max, now: time.Now, issued: map[[ticketIDLen]byte]*list.Element{},
-		byPeer: map[[sha256.Size]byte]int{}, held: map[string][]*ticket{}}
+		byPeer: map[[sha256.Size]byte][]*list.Element{}, held: map[string][]*ticket{}}
 }
 
 // issue records a ticket the server gave a client, unless the client's chain is too long
@@ -132,19 +132,15 @@ func (s *Tickets) issue(t *ticket) {
 	t.peer = sha256.Sum256(t.peerChain[0].Raw)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.byPeer[t.peer] >= maxTicketsPerKey {
-		for e := s.order.Front(); e != nil; e = e.Next() {
-			if e.Value.(*ticket).peer == t.peer {
-				s.forget(e)
-				break
-			}
-		}
+	if peer := s.byPeer[t.peer]; len(peer) >= maxTicketsPerKey {
+		s.forget(peer[0])
 	}
 	for s.order.Len() >= s.max {
 		s.forget(s.order.Front())
 	}
-	s.issued[t.id] = s.order.PushBack(t)
-	s.byPeer[t.peer]++
+	e := s.order.PushBack(t)
+	s.issued[t.id] = e
+	s.byPeer[t.peer] = append(s.byPeer[t.peer], e)
 }
 
 // forget removes one of the server's tickets. s.mu is held.
@@ -152,8 +148,10 @@ func (s *Tickets) forget(e *list.Element) {
 	t := e.Value.(*ticket)
 	delete(s.issued, t.id)
 	s.order.Remove(e)
-	if s.byPeer[t.peer]--; s.byPeer[t.peer] <= 0 {
+	if peer := slices.DeleteFunc(s.byPeer[t.peer], func(p *list.Element) bool { return p == e }); len(peer) == 0 {
 		delete(s.byPeer, t.peer)
+	} else {
+		s.byPeer[t.peer] = peer
 	}
 }
 
