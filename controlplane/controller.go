@@ -229,6 +229,24 @@ func apiHosts(cfg *config.Controller) []string {
 // ErrDataDirInUse: another controller holds the data directory's lock.
 var ErrDataDirInUse = errors.New("in use by another zmesh controller")
 
+// DataDirInUseError is the error of a data directory whose lock another process holds: PID
+// is the process that wrote the lock file last (0 when it could not be read). It wraps
+// ErrDataDirInUse.
+type DataDirInUseError struct {
+	Dir string
+	PID int
+}
+
+func (e *DataDirInUseError) Error() string {
+	holder := "an unknown process"
+	if e.PID > 0 {
+		holder = "pid " + strconv.Itoa(e.PID)
+	}
+	return fmt.Sprintf("%v: data directory %s, by %s; stop it or choose another dataDir", ErrDataDirInUse, e.Dir, holder)
+}
+
+func (e *DataDirInUseError) Unwrap() error { return ErrDataDirInUse }
+
 func lockDir(dir string) (*os.File, error) {
 	path := filepath.Join(dir, "controller.lock")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
@@ -239,8 +257,8 @@ func lockDir(dir string) (*os.File, error) {
 		holder, _ := os.ReadFile(path)
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: data directory %s, by pid %s; stop it or choose another dataDir",
-				ErrDataDirInUse, dir, strings.TrimSpace(string(holder)))
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(holder)))
+			return nil, &DataDirInUseError{Dir: dir, PID: pid}
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}

@@ -83,7 +83,6 @@ type Node struct {
 	raft         *raft.Raft
 	trans        *raft.NetworkTransport
 	logs         *raftboltdb.BoltStore
-	log          *slog.Logger
 	applyTimeout time.Duration
 
 	stop     context.CancelFunc
@@ -95,8 +94,13 @@ type Node struct {
 // Updates go through it from now on. A member with no raft state yet waits to be
 // bootstrapped (Bootstrap) or added by the leader (AddVoter).
 func New(ctx context.Context, c Config) (*Node, error) {
-	if c.ID == "" || c.Dir == "" || c.Store == nil || c.Log == nil {
-		return nil, errors.New("cluster: a member needs an ID, a directory, a store and a logger")
+	for _, f := range []struct {
+		name    string
+		missing bool
+	}{{"ID", c.ID == ""}, {"Dir", c.Dir == ""}, {"Store", c.Store == nil}, {"Log", c.Log == nil}} {
+		if f.missing {
+			return nil, fmt.Errorf("cluster: Config.%s is not set: a member needs an ID, a directory, a store and a logger", f.name)
+		}
 	}
 	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cluster: create %s: %w", c.Dir, err)
@@ -145,7 +149,7 @@ func New(ctx context.Context, c Config) (*Node, error) {
 		logs.Close()
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
-	n := &Node{id: c.ID, raft: r, trans: trans, logs: logs, log: c.Log, applyTimeout: c.ApplyTimeout}
+	n := &Node{id: c.ID, raft: r, trans: trans, logs: logs, applyTimeout: c.ApplyTimeout}
 	if n.applyTimeout == 0 {
 		n.applyTimeout = 10 * time.Second
 	}

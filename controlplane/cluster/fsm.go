@@ -99,8 +99,11 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	r := bufio.NewReaderSize(rc, 256<<10)
 	head := make([]byte, len(snapshotMagic)+8)
-	if _, err := io.ReadFull(r, head); err != nil || string(head[:len(snapshotMagic)]) != snapshotMagic {
-		return fmt.Errorf("cluster: restore: not a zmesh snapshot (%v)", err)
+	if _, err := io.ReadFull(r, head); err != nil {
+		return fmt.Errorf("cluster: restore: read the snapshot's header: %w", err)
+	}
+	if got := head[:len(snapshotMagic)]; string(got) != snapshotMagic {
+		return fmt.Errorf("cluster: restore: not a zmesh snapshot: it starts with %q, not %q", got, snapshotMagic)
 	}
 	idx := binary.BigEndian.Uint64(head[len(snapshotMagic):])
 	local, restoring, err := f.st.AppliedIndex()

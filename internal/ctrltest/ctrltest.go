@@ -16,8 +16,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -146,7 +144,7 @@ func start(t testing.TB, cfg *config.Controller, apiAddr, ctrlAddr string, logs 
 	var err error
 	testutil.EventuallyNil(t, "the data directory's lock", func() error {
 		ctrl, err = controlplane.Open(cfg, slog.New(slog.NewTextHandler(logs, nil)), controlplane.Build{Version: "test"})
-		if errors.Is(err, controlplane.ErrDataDirInUse) && strings.Contains(err.Error(), "by pid "+strconv.Itoa(os.Getpid())) {
+		if inUse, ok := errors.AsType[*controlplane.DataDirInUseError](err); ok && inUse.PID == os.Getpid() {
 			return err
 		}
 		return nil
