@@ -227,27 +227,33 @@ func (d *direction) writeErr() error {
 }
 
 // setDeadline sets dl, one of d's deadlines, whose waiters wait on cond.
-func (d *direction) setDeadline(dl *deadline, cond *sync.Cond, t time.Time) {
+// setDeadline sets dl to t, unless this end of the direction is closed (*gone, read under
+// the same lock as Close sets it, so that no timer is armed after Close stopped them).
+func (d *direction) setDeadline(dl *deadline, cond *sync.Cond, gone *bool, t time.Time) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if *gone {
+		return net.ErrClosed
+	}
 	dl.at, dl.expired = t, false
 	if dl.timer != nil {
 		dl.timer.Stop()
 	}
 	if t.IsZero() {
-		return
+		return nil
 	}
 	wait := time.Until(t)
 	if wait <= 0 {
 		dl.expired = true
 		cond.Broadcast()
-		return
+		return nil
 	}
 	if dl.timer == nil {
 		dl.timer = time.AfterFunc(wait, func() { d.expire(dl, cond) })
 	} else {
 		dl.timer.Reset(wait)
 	}
+	return nil
 }
 
 func (d *direction) expire(dl *deadline, cond *sync.Cond) {
@@ -441,25 +447,11 @@ func (c *Conn) SetDeadline(t time.Time) error {
 // SetReadDeadline sets the time after which reads, and WaitReadable, fail with
 // os.ErrDeadlineExceeded; the zero time means none. It applies to a read already waiting.
 func (c *Conn) SetReadDeadline(t time.Time) error {
-	if c.closed() {
-		return net.ErrClosed
-	}
-	c.in.setDeadline(&c.in.rdl, &c.in.readable, t)
-	return nil
+	return c.in.setDeadline(&c.in.rdl, &c.in.readable, &c.in.rgone, t)
 }
 
 // SetWriteDeadline sets the time after which writes fail with os.ErrDeadlineExceeded; the
 // zero time means none. It applies to a write already waiting.
 func (c *Conn) SetWriteDeadline(t time.Time) error {
-	if c.closed() {
-		return net.ErrClosed
-	}
-	c.out.setDeadline(&c.out.wdl, &c.out.writable, t)
-	return nil
-}
-
-func (c *Conn) closed() bool {
-	c.in.mu.Lock()
-	defer c.in.mu.Unlock()
-	return c.in.rgone
+	return c.out.setDeadline(&c.out.wdl, &c.out.writable, &c.out.wgone, t)
 }
