@@ -3,11 +3,7 @@ package sdk
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -161,28 +157,24 @@ func (c *Client) renew(ctx context.Context, authID string, rollKey bool) error {
 	cr := c.creds.Load()
 	key, ok := cr.cert.PrivateKey.(crypto.Signer)
 	if !ok {
-		return fmt.Errorf("the identity's key (%T) cannot sign a certificate request", cr.cert.PrivateKey)
+		return fmt.Errorf("identity %s (file %q): its key, a %T, cannot sign a certificate request; an ECDSA, RSA or Ed25519 key can", c.id, c.path, cr.cert.PrivateKey)
 	}
 	var keyPEM []byte
 	if rollKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		k, kpem, err := apiclient.NewKey()
 		if err != nil {
-			return fmt.Errorf("new key: %w", err)
+			return err
 		}
-		der, err := x509.MarshalPKCS8PrivateKey(k)
-		if err != nil {
-			return fmt.Errorf("new key: %w", err)
-		}
-		key, keyPEM = k, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+		key, keyPEM = k, kpem
 	}
-	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: c.id}}, key)
+	csr, err := apiclient.IdentityCSR(key, c.id)
 	if err != nil {
 		return fmt.Errorf("certificate request: %w", err)
 	}
 	var out struct {
 		ClientCert string `json:"clientCert"`
 	}
-	body := map[string]string{"clientCertCsr": string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr}))}
+	body := map[string]string{"clientCertCsr": string(csr)}
 	path := apiclient.ClientAPI + "/current-identity/authenticators/" + url.PathEscape(authID) + "/extend"
 	if _, err := c.call(ctx, "POST", path, body, &out); err != nil {
 		return fmt.Errorf("extend the certificate: %w", err)

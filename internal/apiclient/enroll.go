@@ -75,11 +75,11 @@ func Enroll(ctx context.Context, token string, opts EnrollOptions) (*IdentityFil
 
 	switch claims.Method {
 	case "ott":
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		key, keyPEM, err := NewKey()
 		if err != nil {
 			return nil, err
 		}
-		csr, err := makeCSR(key, claims.Subject)
+		csr, err := IdentityCSR(key, claims.Subject)
 		if err != nil {
 			return nil, err
 		}
@@ -90,12 +90,8 @@ func Enroll(ctx context.Context, token string, opts EnrollOptions) (*IdentityFil
 		if _, err := client.Do(ctx, "POST", ClientAPI+"/enroll/ott", body, &out); err != nil {
 			return nil, err
 		}
-		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			return nil, err
-		}
 		id.ID.Cert = "pem:" + out.Cert
-		id.ID.Key = "pem:" + string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
+		id.ID.Key = "pem:" + string(keyPEM)
 	case "updb":
 		if opts.Password == "" {
 			return nil, errors.New("an updb enrollment needs the password to set")
@@ -210,7 +206,23 @@ func EnrollRouter(ctx context.Context, token string, clientCSR, serverCSR []byte
 	return &out, nil
 }
 
-func makeCSR(key crypto.Signer, cn string) ([]byte, error) {
+// NewKey makes an identity's key (ECDSA P-256, as enrollment does) and returns it with its
+// PKCS#8 PEM.
+func NewKey() (*ecdsa.PrivateKey, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("new key: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("new key: %w", err)
+	}
+	return key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// IdentityCSR is the PEM certificate request of an identity's key: its common name only,
+// the rest being the controller's to decide.
+func IdentityCSR(key crypto.Signer, cn string) ([]byte, error) {
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: cn}}, key)
 	if err != nil {
 		return nil, fmt.Errorf("create CSR: %w", err)
