@@ -21,15 +21,17 @@ type Proxy struct {
 	host  string
 	relay Relay
 
-	mu     sync.Mutex
-	lns    map[config.TunnelService]net.Listener
-	order  []config.TunnelService // the current list, in its order
-	addrs  map[string]string
-	wg     sync.WaitGroup                                           // accept loops and carries, once serving
-	ctx    context.Context                                          // Serve's, once serving
-	carry  func(ctx context.Context, conn net.Conn, service string) // Serve's, once serving
-	closed bool                                                     // Close was called: no more listeners
-	done   chan struct{}                                            // closed by Close, once Serve asked for it
+	mu  sync.Mutex
+	lns map[config.TunnelService]net.Listener
+	// service is what each listener's connections are carried to, read by its accept loop
+	// at each connection: a port that Update moves to another service keeps its listener.
+	service map[net.Listener]string
+	order   []config.TunnelService                                   // the current list, in its order
+	wg      sync.WaitGroup                                           // accept loops and carries, once serving
+	ctx     context.Context                                          // Serve's, once serving
+	carry   func(ctx context.Context, conn net.Conn, service string) // Serve's, once serving
+	closed  bool                                                     // Close was called: no more listeners
+	done    chan struct{}                                            // closed by Close
 }
 
 // ListenProxy opens the listeners of services on host (127.0.0.1 when empty).
@@ -37,7 +39,8 @@ func ListenProxy(host string, services []config.TunnelService) (*Proxy, error) {
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	p := &Proxy{host: host, lns: map[config.TunnelService]net.Listener{}, addrs: map[string]string{}}
+	p := &Proxy{host: host, lns: map[config.TunnelService]net.Listener{}, service: map[net.Listener]string{},
+		done: make(chan struct{})}
 	if _, _, err := p.Update(services); err != nil {
 		return nil, err
 	}
@@ -48,7 +51,12 @@ func ListenProxy(host string, services []config.TunnelService) (*Proxy, error) {
 func (p *Proxy) Addr(service string) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.addrs[service]
+	for _, s := range p.order {
+		if s.Service == service {
+			return p.lns[s].Addr().String()
+		}
+	}
+	return ""
 }
 
 // Services returns the <service>:<port> pairs the proxy listens for now.
@@ -59,9 +67,11 @@ func (p *Proxy) Services() []config.TunnelService {
 }
 
 // Update makes services the proxy's list: it opens the listeners of the pairs not listened
-// for yet, then closes those of the pairs no longer listed, and returns both. Connections
-// accepted on a closed listener go on until they end. When a new listener cannot be opened,
-// nothing changes and the error names its service.
+// for yet, then closes those of the pairs no longer listed, and returns both. A port that
+// moves from a service no longer listed to a new one keeps its listener, its connections
+// now carried to the new service. Connections accepted on a closed listener go on until
+// they end. When a new listener cannot be opened, nothing changes and the error names its
+// service.
 func (p *Proxy) Update(services []config.TunnelService) (added, removed []config.TunnelService, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -69,16 +79,32 @@ func (p *Proxy) Update(services []config.TunnelService) (added, removed []config
 		return nil, nil, errors.New("tunnel proxy: stopped")
 	}
 	want := make(map[config.TunnelService]bool, len(services))
-	opened := map[config.TunnelService]net.Listener{}
 	for _, s := range services {
 		want[s] = true
+	}
+	leaving := map[int]config.TunnelService{} // fixed ports of the pairs no longer listed
+	for _, s := range p.order {
+		if !want[s] && s.Port != 0 {
+			leaving[s.Port] = s
+		}
+	}
+	opened := map[config.TunnelService]net.Listener{}
+	moved := map[config.TunnelService]config.TunnelService{} // new pair: the leaving pair whose listener it takes
+	for _, s := range services {
 		if _, ok := p.lns[s]; ok || opened[s] != nil {
+			continue
+		}
+		if old, ok := leaving[s.Port]; ok {
+			delete(leaving, s.Port)
+			moved[s], opened[s] = old, p.lns[old]
 			continue
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort(p.host, strconv.Itoa(s.Port)))
 		if err != nil {
-			for _, ln := range opened {
-				ln.Close()
+			for s, ln := range opened {
+				if _, kept := moved[s]; !kept {
+					ln.Close()
+				}
 			}
 			return nil, nil, fmt.Errorf("tunnel proxy for service %q: %w", s.Service, err)
 		}
@@ -86,7 +112,10 @@ func (p *Proxy) Update(services []config.TunnelService) (added, removed []config
 	}
 	for _, s := range p.order {
 		if !want[s] {
-			p.lns[s].Close()
+			if _, kept := leaving[s.Port]; kept || s.Port == 0 { // not taken over by a new pair
+				p.lns[s].Close()
+				delete(p.service, p.lns[s])
+			}
 			delete(p.lns, s)
 			removed = append(removed, s)
 		}
@@ -95,19 +124,16 @@ func (p *Proxy) Update(services []config.TunnelService) (added, removed []config
 	for _, s := range services {
 		if ln := opened[s]; ln != nil {
 			p.lns[s] = ln
+			p.service[ln] = s.Service
 			added = append(added, s)
-			if p.ctx != nil {
-				p.accept(ln, s.Service)
+			if _, kept := moved[s]; !kept && p.ctx != nil {
+				p.accept(ln)
 			}
 			delete(opened, s)
 		}
 		if _, ok := p.lns[s]; ok && !slices.Contains(p.order, s) {
 			p.order = append(p.order, s)
 		}
-	}
-	clear(p.addrs)
-	for _, s := range p.order {
-		p.addrs[s.Service] = p.lns[s].Addr().String()
 	}
 	return added, removed, nil
 }
@@ -120,33 +146,21 @@ func (p *Proxy) Serve(ctx context.Context, carry func(ctx context.Context, conn 
 	if !p.closed {
 		p.ctx, p.carry = ctx, carry
 		for _, s := range p.order {
-			p.accept(p.lns[s], s.Service)
+			p.accept(p.lns[s])
 		}
 	}
 	p.mu.Unlock()
 	select {
 	case <-ctx.Done():
-	case <-p.closing():
+	case <-p.done:
 	}
 	p.Close()
 	p.wg.Wait()
 }
 
-// closing returns a channel closed once Close was called.
-func (p *Proxy) closing() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done == nil {
-		p.done = make(chan struct{})
-		if p.closed {
-			close(p.done)
-		}
-	}
-	return p.done
-}
-
-// accept serves one listener until it is closed; p.mu held, Serve started.
-func (p *Proxy) accept(ln net.Listener, service string) {
+// accept serves one listener until it is closed, each connection to the listener's service
+// as it is then; p.mu held, Serve started.
+func (p *Proxy) accept(ln net.Listener) {
 	ctx, carry := p.ctx, p.carry
 	p.wg.Go(func() {
 		var wait time.Duration // after a failed accept (e.g. out of file descriptors)
@@ -164,6 +178,13 @@ func (p *Proxy) accept(ln net.Listener, service string) {
 				continue
 			}
 			wait = 0
+			p.mu.Lock()
+			service, listed := p.service[ln]
+			p.mu.Unlock()
+			if !listed { // removed by Update as it accepted
+				conn.Close()
+				continue
+			}
 			// TCP_NODELAY is on already: the net package sets it on every TCP connection.
 			p.wg.Go(func() { carry(ctx, conn, service) })
 		}
@@ -181,9 +202,7 @@ func (p *Proxy) Close() {
 	for _, ln := range p.lns {
 		ln.Close()
 	}
-	if p.done != nil {
-		close(p.done)
-	}
+	close(p.done)
 }
 
 // ServeOverlay serves the proxy ports through an overlay until ctx ends, once the overlay has

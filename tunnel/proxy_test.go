@@ -170,3 +170,45 @@ func TestProxyUpdate(t *testing.T) {
 		t.Errorf("%d connections carried, want 2", n)
 	}
 }
+
+// TestProxyUpdateMovesAPort: a fixed port moved from one service to another in one Update
+// keeps its listener, and its next connections are carried to the new service.
+func TestProxyUpdateMovesAPort(t *testing.T) {
+	t.Parallel()
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+	p, err := ListenProxy("", []config.TunnelService{{Service: "web", Port: port}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	carried := make(chan string, 2)
+	go p.Serve(ctx, func(_ context.Context, c net.Conn, service string) {
+		c.Close()
+		carried <- service
+	})
+	addr := p.Addr("web")
+	added, removed, err := p.Update([]config.TunnelService{{Service: "api", Port: port}})
+	if err != nil {
+		t.Fatalf("moving port %d from web to api: %v", port, err)
+	}
+	if !slices.Equal(added, []config.TunnelService{{Service: "api", Port: port}}) || !slices.Equal(removed, []config.TunnelService{{Service: "web", Port: port}}) {
+		t.Fatalf("Update added %v and removed %v", added, removed)
+	}
+	if p.Addr("api") != addr || p.Addr("web") != "" {
+		t.Fatalf("Addr(api) = %q, Addr(web) = %q; want %q and none", p.Addr("api"), p.Addr("web"), addr)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if got := <-carried; got != "api" {
+		t.Fatalf("a connection to the moved port went to %q, want api", got)
+	}
+}
