@@ -233,14 +233,31 @@ func endBytes(origin xgress.Origin, st xgress.Stats) (sent, received uint64) {
 // its terminator's; final counters for an end that finished, current ones otherwise. With
 // the book's mu held.
 func (rec *circuitRecord) bytes() (sent, received uint64) {
+	return rec.counter().bytes()
+}
+
+// counter is where a circuit's bytes are read: bytes reads them. With the book's mu held.
+func (rec *circuitRecord) counter() endCounter {
 	origin := xgress.Initiator
 	if rec.ends[origin] == nil {
 		origin = xgress.Terminator
 	}
-	if st := rec.final[origin]; st != nil {
-		return endBytes(origin, *st)
+	return endCounter{origin: origin, end: rec.ends[origin], final: rec.final[origin]}
+}
+
+// endCounter is the end whose counters give a circuit's bytes, and its final counters once it
+// finished.
+type endCounter struct {
+	origin xgress.Origin
+	end    *xgress.Endpoint
+	final  *xgress.Stats
+}
+
+func (c endCounter) bytes() (sent, received uint64) {
+	if c.final != nil {
+		return endBytes(c.origin, *c.final)
 	}
-	return endBytes(origin, rec.ends[origin].Stats())
+	return endBytes(c.origin, c.end.Stats())
 }
 
 func (b *circuitBook) Describe(ch chan<- *prometheus.Desc) {
@@ -250,21 +267,31 @@ func (b *circuitBook) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect adds the running circuits' bytes to those of the ended ones, label by label. The
-// services never seen have no samples; _other has them always.
+// services never seen have no samples; _other has them always. The running ends' counters
+// are read after the book's lock is released: each takes locks its circuit's payloads take,
+// and circuits set up or ending meanwhile need not wait for a scrape.
 func (b *circuitBook) Collect(ch chan<- prometheus.Metric) {
+	type running struct {
+		tally   *serviceTally
+		counter endCounter
+	}
 	b.mu.Lock()
 	totals := make(map[*serviceTally]serviceTally, len(b.services)+1)
 	for _, t := range b.services {
 		totals[t] = *t
 	}
 	totals[b.other] = *b.other
+	runs := make([]running, 0, len(b.circuits))
 	for _, rec := range b.circuits {
-		sent, received := rec.bytes()
-		t := totals[rec.tally]
-		t.sent, t.received = t.sent+sent, t.received+received
-		totals[rec.tally] = t
+		runs = append(runs, running{rec.tally, rec.counter()})
 	}
 	b.mu.Unlock()
+	for _, r := range runs {
+		sent, received := r.counter.bytes()
+		t := totals[r.tally]
+		t.sent, t.received = t.sent+sent, t.received+received
+		totals[r.tally] = t
+	}
 	for _, t := range totals {
 		ch <- prometheus.MustNewConstMetric(b.circuitsDesc, prometheus.CounterValue, float64(t.circuits), t.label)
 		ch <- prometheus.MustNewConstMetric(b.sentDesc, prometheus.CounterValue, float64(t.sent), t.label)

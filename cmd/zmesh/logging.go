@@ -62,7 +62,6 @@ func newLogSetup(w io.Writer, lf logFlags, lookupEnv env) (*logSetup, error) {
 	return s, nil
 }
 
-// defaultLog is the log section of a file that has none, and of the commands without a file.
 // loadDaemonFile loads a daemon's configuration file and makes the daemon's logger, from the
 // file's log section when the file loads (the default otherwise, to report why it did not);
 // the file's warnings are logged as kind's.
@@ -78,6 +77,7 @@ func loadDaemonFile[C any](setup *logSetup, kind, file string, lookupEnv env,
 	return cfg, dlog, err
 }
 
+// defaultLog is the log section of a file that has none, and of the commands without a file.
 func defaultLog() config.Log {
 	return config.Log{Level: config.DefaultLogLevel, Format: config.DefaultLogFormat}
 }
