@@ -59,16 +59,16 @@ type Replicator interface {
 
 // SetReplicator makes every later Update go through r; nil restores local commits. It is
 // set once, before the store serves writes.
-func (s *Store) SetReplicator(r Replicator) {
-	s.mu.Lock()
-	s.rep = r
-	s.mu.Unlock()
-}
+func (s *Store) SetReplicator(r Replicator) { s.rep.Store(replicatorBox{r}) }
 
+// replicatorBox holds a Replicator in an atomic.Value, which needs one concrete type.
+type replicatorBox struct{ r Replicator }
+
+// replicator is the Replicator set, or nil; read without the store's lock, which every
+// operation takes.
 func (s *Store) replicator() Replicator {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.rep
+	b, _ := s.rep.Load().(replicatorBox)
+	return b.r
 }
 
 // replicate runs f, hands what it wrote to rep and returns f's after-commit hooks once rep

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -110,8 +111,9 @@ type Store struct {
 	// replacing is set while ReplaceFromBackup swaps the content: operations that start
 	// then fail with ErrRestoring (Badger must not be read while it drops everything).
 	replacing bool
-	// rep, when set, takes over the commits of Update (see SetReplicator).
-	rep Replicator
+	// rep, when it holds a Replicator, has it take over the commits of Update (see
+	// SetReplicator).
+	rep atomic.Value
 	// wmu serializes the replicated Updates of this member, so that each write set is
 	// computed on the state the previous one left.
 	wmu sync.Mutex
