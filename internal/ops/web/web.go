@@ -46,12 +46,9 @@ type Options struct {
 	// APIs are the handlers of the APIs by binding (config.APIHealthChecks,
 	// config.APIMetrics). A listener naming a binding without a handler is an error.
 	APIs map[string]http.Handler
-	// Certificate is what every bind point presents, with its chain, unless GetCertificate
-	// is set.
-	Certificate tls.Certificate
-	// GetCertificate, when not nil, gives what every bind point presents instead of
-	// Certificate, at each handshake: a certificate that can be replaced while the listeners
-	// serve (a CertificateHolder's, the router's renewed one).
+	// GetCertificate gives what every bind point presents, with its chain, at each
+	// handshake: a certificate that can be replaced while the listeners serve (a
+	// CertificateHolder's, the router's renewed one). It is required.
 	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	// Log receives the bind points as they open and the servers' errors (at debug level:
 	// failed TLS handshakes are the client's business).
@@ -79,6 +76,9 @@ func Listen(opts Options) (_ *Server, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if opts.GetCertificate == nil {
+		return nil, errors.New("web: Options.GetCertificate is nil: the listeners have no certificate to present")
+	}
 	s := &Server{addrs: map[string][]net.Addr{}}
 	defer func() {
 		if err != nil {
@@ -99,10 +99,7 @@ func Listen(opts Options) (_ *Server, err error) {
 			mux.Handle(route, h)
 			apis = append(apis, api.Binding)
 		}
-		tlsConf := &tls.Config{Certificates: []tls.Certificate{opts.Certificate}, MinVersion: tls.VersionTLS12}
-		if opts.GetCertificate != nil {
-			tlsConf = &tls.Config{GetCertificate: opts.GetCertificate, MinVersion: tls.VersionTLS12}
-		}
+		tlsConf := &tls.Config{GetCertificate: opts.GetCertificate, MinVersion: tls.VersionTLS12}
 		// Scrapes and health probes are quick and small; the limits keep idle or slow
 		// clients from holding connections.
 		srv := &http.Server{

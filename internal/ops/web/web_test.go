@@ -92,8 +92,8 @@ func TestServesAPIsByBinding(t *testing.T) {
 			{Name: "ops", BindPoints: []config.BindPoint{loopback, loopback},
 				APIs: []config.WebAPI{{Binding: config.APIHealthChecks}, {Binding: config.APIMetrics}}},
 		},
-		APIs:        map[string]http.Handler{config.APIHealthChecks: text("healthy"), config.APIMetrics: Metrics(reg, nil)},
-		Certificate: cert,
+		APIs:           map[string]http.Handler{config.APIHealthChecks: text("healthy"), config.APIMetrics: Metrics(reg, nil)},
+		GetCertificate: NewCertificateHolder(cert).GetCertificate,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +181,7 @@ func TestListenErrors(t *testing.T) {
 		}, `web[1] "scrape": API "metrics" is not served here`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := Listen(Options{Listeners: tt.listeners, Certificate: cert,
+			s, err := Listen(Options{Listeners: tt.listeners, GetCertificate: NewCertificateHolder(cert).GetCertificate,
 				APIs: map[string]http.Handler{config.APIHealthChecks: text("ok")}})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Listen: %v, %v; want an error with %q", s, err, tt.want)
@@ -207,9 +207,9 @@ func TestServeStopsWithContext(t *testing.T) {
 		io.WriteString(w, "done")
 	})
 	s, err := Listen(Options{
-		Listeners:   []config.WebListener{{Name: "ops", BindPoints: []config.BindPoint{loopback}, APIs: []config.WebAPI{{Binding: config.APIHealthChecks}}}},
-		APIs:        map[string]http.Handler{config.APIHealthChecks: slow},
-		Certificate: cert,
+		Listeners:      []config.WebListener{{Name: "ops", BindPoints: []config.BindPoint{loopback}, APIs: []config.WebAPI{{Binding: config.APIHealthChecks}}}},
+		APIs:           map[string]http.Handler{config.APIHealthChecks: slow},
+		GetCertificate: NewCertificateHolder(cert).GetCertificate,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -260,9 +260,9 @@ func TestServeReportsFailure(t *testing.T) {
 	t.Parallel()
 	cert, _, _ := certs(t)
 	s, err := Listen(Options{
-		Listeners:   []config.WebListener{{Name: "ops", BindPoints: []config.BindPoint{loopback}, APIs: []config.WebAPI{{Binding: config.APIHealthChecks}}}},
-		APIs:        map[string]http.Handler{config.APIHealthChecks: text("ok")},
-		Certificate: cert,
+		Listeners:      []config.WebListener{{Name: "ops", BindPoints: []config.BindPoint{loopback}, APIs: []config.WebAPI{{Binding: config.APIHealthChecks}}}},
+		APIs:           map[string]http.Handler{config.APIHealthChecks: text("ok")},
+		GetCertificate: NewCertificateHolder(cert).GetCertificate,
 	})
 	if err != nil {
 		t.Fatal(err)
