@@ -121,10 +121,8 @@ func material(v string) ([]byte, error) {
 	switch {
 	case v == "":
 		return nil, errors.New("value is empty; " + want)
-	case strings.HasPrefix(v, "pem:"):
+	case inlinePEM(v):
 		return []byte(strings.TrimPrefix(v, "pem:")), nil
-	case strings.Contains(v, "-----BEGIN"):
-		return []byte(v), nil
 	case strings.HasPrefix(v, "file:"):
 		u, err := url.Parse(v)
 		if err != nil {
@@ -205,11 +203,13 @@ func (id *IdentityFile) Client() (*Client, error) {
 // ("pem:<PEM>" or bare PEM) rather than naming other files: only then can ReplaceCredentials
 // replace both in one atomic write.
 func (id *IdentityFile) HoldsCredentials() bool {
-	inline := func(v string) bool {
-		v = strings.TrimSpace(v)
-		return strings.HasPrefix(v, "pem:") || strings.Contains(v, "-----BEGIN")
-	}
-	return inline(id.ID.Cert) && inline(id.ID.Key)
+	return inlinePEM(strings.TrimSpace(id.ID.Cert)) && inlinePEM(strings.TrimSpace(id.ID.Key))
+}
+
+// inlinePEM reports whether an identity file's value (trimmed) is the PEM itself, "pem:<PEM>"
+// or bare, rather than the name of a file.
+func inlinePEM(v string) bool {
+	return strings.HasPrefix(v, "pem:") || strings.Contains(v, "-----BEGIN")
 }
 
 // ReplaceCredentials rewrites the identity file at path with certPEM as its id.cert and, when
