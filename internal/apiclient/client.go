@@ -4,7 +4,6 @@
 package apiclient
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -12,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -25,28 +25,65 @@ const (
 	ManagementAPI = "/edge/management/v1"
 )
 
-// Client calls one controller.
+// Client calls a controller, or any member of a cluster of controllers: each call goes to
+// the controller that answered last and, when that one cannot be reached or answers 503, to
+// the next (see failover.go). Copies of a Client share its list of controllers.
 type Client struct {
-	// URL is the controller's base URL, https://host:port.
+	// URL is the first controller's base URL, https://host:port, as given to New.
 	URL   string
 	HTTP  *http.Client
-	Token string // the API session token, once authenticated
+	Token string // the API session token, once authenticated; valid on every member
+
+	ctrls *controllers // nil: URL alone
+	tls   *tls.Config  // the transport's, without a client certificate
 }
+
+// Timeouts of one attempt to connect to a controller: past them the next one is tried.
+const (
+	DialTimeout         = 10 * time.Second
+	TLSHandshakeTimeout = 10 * time.Second
+)
 
 // New returns a client that trusts roots for the controller's certificate and presents cert
 // (when not nil) as its client certificate. The server's certificate must also be the
 // controller's own (certid.VerifyController): a router's certificate from the same CA, even
 // one naming the controller's host, is refused.
 func New(url string, roots *x509.CertPool, cert *tls.Certificate) *Client {
+	return NewMulti([]string{url}, roots, cert)
+}
+
+// NewMulti is New for the controllers of a cluster at urls (base URLs, https://host:port),
+// tried in order; it needs at least one.
+func NewMulti(urls []string, roots *x509.CertPool, cert *tls.Certificate) *Client {
 	tc := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12, VerifyConnection: certid.VerifyController}
+	ctrls := newControllers(urls)
+	c := &Client{URL: ctrls.first(), ctrls: ctrls, tls: tc}
+	c.HTTP = newHTTP(tc, cert)
+	return c
+}
+
+// WithCertificate returns a client of the same controllers (sharing their list and which
+// answered last) that presents cert instead, with its own connections; its Token is empty.
+func (c *Client) WithCertificate(cert *tls.Certificate) *Client {
+	tc := c.tls
+	if tc == nil {
+		tc = &tls.Config{MinVersion: tls.VersionTLS12, VerifyConnection: certid.VerifyController}
+	}
+	return &Client{URL: c.URL, ctrls: c.ctrls, tls: tc, HTTP: newHTTP(tc, cert)}
+}
+
+func newHTTP(base *tls.Config, cert *tls.Certificate) *http.Client {
+	tc := base.Clone()
 	if cert != nil {
 		tc.Certificates = []tls.Certificate{*cert}
 	}
-	return &Client{
-		URL: strings.TrimSuffix(url, "/"),
-		HTTP: &http.Client{
-			Timeout:   30 * time.Second,
-			Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true},
+	return &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig:     tc,
+			ForceAttemptHTTP2:   true,
+			DialContext:         (&net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout: TLSHandshakeTimeout,
 		},
 	}
 }
@@ -93,33 +130,36 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) (*P
 
 // DoHeader is Do with extra request headers.
 func (c *Client) DoHeader(ctx context.Context, method, path string, header http.Header, body, out any) (*Pagination, error) {
-	var rd io.Reader
+	r := request{method: method, path: path, header: header}
 	if body != nil {
 		data, err := json.Marshal(body)
 		if err != nil {
 			return nil, err
 		}
-		rd = bytes.NewReader(data)
+		r.body, r.contentType = data, "application/json"
 	}
-	return c.send(ctx, method, path, "application/json", rd, header, out)
+	return c.send(ctx, r, out)
 }
 
 // DoBody is Do with a body that is not JSON, sent as it is with its content type (the PEM
 // certificate of POST /cas/{id}/verify).
 func (c *Client) DoBody(ctx context.Context, method, path, contentType string, body []byte, out any) (*Pagination, error) {
-	return c.send(ctx, method, path, contentType, bytes.NewReader(body), nil, out)
+	if body == nil {
+		body = []byte{}
+	}
+	return c.send(ctx, request{method: method, path: path, contentType: contentType, body: body}, out)
 }
 
 // send makes a request and decodes its answer as Do does.
-func (c *Client) send(ctx context.Context, method, path, contentType string, rd io.Reader, header http.Header, out any) (*Pagination, error) {
-	resp, err := c.raw(ctx, method, path, contentType, rd, header)
+func (c *Client) send(ctx context.Context, r request, out any) (*Pagination, error) {
+	resp, err := c.do(ctx, r)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: read answer: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: read answer: %w", r.method, r.path, err)
 	}
 	if resp.StatusCode >= 300 {
 		return nil, decodeError(resp.StatusCode, data)
@@ -131,47 +171,19 @@ func (c *Client) send(ctx context.Context, method, path, contentType string, rd 
 		} `json:"meta"`
 	}
 	if err := json.Unmarshal(data, &env); err != nil {
-		return nil, fmt.Errorf("%s %s: answer is not an API envelope: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: answer is not an API envelope: %w", r.method, r.path, err)
 	}
 	if out != nil {
 		if err := json.Unmarshal(env.Data, out); err != nil {
-			return nil, fmt.Errorf("%s %s: decode data: %w", method, path, err)
+			return nil, fmt.Errorf("%s %s: decode data: %w", r.method, r.path, err)
 		}
 	}
 	return env.Meta.Pagination, nil
 }
 
-// raw sends a request with the session header (and header, when not nil) and returns the
-// response as is.
-func (c *Client) raw(ctx context.Context, method, path, contentType string, body io.Reader, header ...http.Header) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.URL+path, body)
-	if err != nil {
-		return nil, err
-	}
-	for _, h := range header {
-		for k, v := range h {
-			req.Header[k] = v
-		}
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", contentType)
-	}
-	req.Header.Set("Accept", "application/json")
-	if c.Token != "" {
-		req.Header.Set("zt-session", c.Token)
-	}
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%s %s: %w", method, path, ctx.Err())
-		}
-		if unreached(err) {
-			return nil, reachError(req.URL.Host, err)
-		}
-		// The request may have reached the controller: say which one it was.
-		return nil, fmt.Errorf("%s %s at %s: %w", method, path, req.URL.Host, innermost(err))
-	}
-	return resp, nil
+// raw sends a body-less GET with the session header and returns the response as is.
+func (c *Client) raw(ctx context.Context, path string) (*http.Response, error) {
+	return c.do(ctx, request{method: "GET", path: path})
 }
 
 func decodeError(status int, data []byte) error {
@@ -226,7 +238,8 @@ func (s *Session) NeedsMFA() bool {
 	return false
 }
 
-// AuthenticatePassword opens an API session with a username and password.
+// AuthenticatePassword opens an API session with a username and password. Unless the
+// session must still pass MFA, the client then learns the cluster's members (LearnMembers).
 func (c *Client) AuthenticatePassword(ctx context.Context, username, password string) (*Session, error) {
 	var s Session
 	body := map[string]string{"username": username, "password": password}
@@ -234,15 +247,22 @@ func (c *Client) AuthenticatePassword(ctx context.Context, username, password st
 		return nil, err
 	}
 	c.Token = s.Token
+	if !s.NeedsMFA() {
+		c.learn(ctx)
+	}
 	return &s, nil
 }
 
-// AuthenticateCert opens an API session with the client certificate given to New.
+// AuthenticateCert opens an API session with the client certificate given to New, and learns
+// the cluster's members as AuthenticatePassword does.
 func (c *Client) AuthenticateCert(ctx context.Context) (*Session, error) {
 	var s Session
 	if _, err := c.Do(ctx, "POST", ClientAPI+"/authenticate?method=cert", map[string]any{}, &s); err != nil {
 		return nil, err
 	}
 	c.Token = s.Token
+	if !s.NeedsMFA() {
+		c.learn(ctx)
+	}
 	return &s, nil
 }

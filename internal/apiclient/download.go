@@ -8,21 +8,13 @@ import (
 )
 
 // Download GETs path and copies the answer's body to w, with no time limit; an error answer
-// becomes an *Error. It returns the bytes copied.
+// becomes an *Error. It returns the bytes copied. Like every call it moves to the next
+// controller while none has answered; once the copy has begun it stays with that one.
 func (c *Client) Download(ctx context.Context, path string, w io.Writer) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", c.URL+path, nil)
+	accept := http.Header{"Accept": {"application/octet-stream, application/json"}}
+	resp, err := c.do(ctx, request{method: "GET", path: path, header: accept, noTimeout: true})
 	if err != nil {
 		return 0, err
-	}
-	req.Header.Set("Accept", "application/octet-stream, application/json")
-	if c.Token != "" {
-		req.Header.Set("zt-session", c.Token)
-	}
-	hc := *c.HTTP
-	hc.Timeout = 0
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("GET %s: %w", path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {

@@ -307,7 +307,7 @@ func pinnedClient(baseURL string, leaf *x509.Certificate, cert *tls.Certificate)
 func FetchCAs(ctx context.Context, c *Client) ([]*x509.Certificate, error) { return fetchCAs(ctx, c) }
 
 func fetchCAs(ctx context.Context, c *Client) ([]*x509.Certificate, error) {
-	resp, err := c.raw(ctx, "GET", ClientAPI+"/.well-known/est/cacerts", "", nil)
+	resp, err := c.raw(ctx, ClientAPI+"/.well-known/est/cacerts")
 	if err != nil {
 		return nil, err
 	}

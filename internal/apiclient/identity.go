@@ -44,15 +44,45 @@ func NewIdentityFile(controller string) *IdentityFile {
 	return &IdentityFile{ZtAPI: strings.TrimSuffix(controller, "/") + ClientAPI}
 }
 
-// Controller is the controller's base URL, https://host:port, from the file's first ztAPIs
-// entry or else its ztAPI: either the client API's URL or the bare controller URL.
+// Controller is the first controller's base URL, https://host:port (see Controllers).
 func (id *IdentityFile) Controller() (string, error) {
-	field, raw := "ztAPI", id.ZtAPI
-	if len(id.ZtAPIs) > 0 {
-		field, raw = "ztAPIs[0]", id.ZtAPIs[0]
+	urls, err := id.Controllers()
+	if err != nil {
+		return "", err
 	}
+	return urls[0], nil
+}
+
+// Controllers are the controllers' base URLs, https://host:port, from every entry of the
+// file's ztAPIs or else from its ztAPI: each either the client API's URL or the bare
+// controller URL. A client tries them in this order.
+func (id *IdentityFile) Controllers() ([]string, error) {
+	if len(id.ZtAPIs) == 0 {
+		if id.ZtAPI == "" {
+			return nil, errors.New("ztAPI (or ztAPIs) is required")
+		}
+		u, err := controllerURL("ztAPI", id.ZtAPI)
+		if err != nil {
+			return nil, err
+		}
+		return []string{u}, nil
+	}
+	urls := make([]string, 0, len(id.ZtAPIs))
+	for i, raw := range id.ZtAPIs {
+		u, err := controllerURL(fmt.Sprintf("ztAPIs[%d]", i), raw)
+		if err != nil {
+			return nil, err
+		}
+		urls = append(urls, u)
+	}
+	return urls, nil
+}
+
+// controllerURL checks the value of an identity file's field naming a controller and returns
+// the controller's base URL.
+func controllerURL(field, raw string) (string, error) {
 	if raw == "" {
-		return "", errors.New("ztAPI (or ztAPIs) is required")
+		return "", fmt.Errorf("%s is empty", field)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -182,7 +212,8 @@ func (id *IdentityFile) Certificate() (*tls.Certificate, error) {
 	return &cert, nil
 }
 
-// Client returns a client of the identity's controller presenting its certificate.
+// Client returns a client of the identity's controllers (all of them, in the file's order)
+// presenting its certificate.
 func (id *IdentityFile) Client() (*Client, error) {
 	roots, err := id.Roots()
 	if err != nil {
@@ -192,11 +223,11 @@ func (id *IdentityFile) Client() (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	controller, err := id.Controller()
+	controllers, err := id.Controllers()
 	if err != nil {
 		return nil, err
 	}
-	return New(controller, roots, cert), nil
+	return NewMulti(controllers, roots, cert), nil
 }
 
 // HoldsCredentials reports whether the file holds its certificate and key itself, as PEM

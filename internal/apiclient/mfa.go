@@ -53,7 +53,7 @@ func (c *Client) MFA(ctx context.Context) (*MFA, error) {
 
 // MFAQRCode returns the PNG QR code of the current identity's unverified enrollment.
 func (c *Client) MFAQRCode(ctx context.Context) ([]byte, error) {
-	resp, err := c.raw(ctx, "GET", ClientAPI+"/current-identity/mfa/qr-code", "", nil)
+	resp, err := c.raw(ctx, ClientAPI+"/current-identity/mfa/qr-code")
 	if err != nil {
 		return nil, err
 	}

@@ -14,21 +14,26 @@ import (
 // reachError says why the controller at host could not be reached, once, with what to check:
 // the transport's own error repeats the address in each layer (the URL, then the dial).
 func reachError(host string, err error) error {
+	if hint := reachHint(err); hint != "" {
+		return fmt.Errorf("cannot reach the controller at %s: %s (%w)", host, hint, innermost(err))
+	}
+	return fmt.Errorf("cannot reach the controller at %s: %w", host, innermost(err))
+}
+
+// reachHint says what to check when a controller could not be reached, or "".
+func reachHint(err error) string {
 	var dnsErr *net.DNSError
-	var hint string
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		hint = "nothing listens there: is the controller running, and is that its API address?"
+		return "nothing listens there: is the controller running, and is that its API address?"
 	case errors.As(err, &dnsErr):
-		hint = "the name does not resolve: check the controller's address"
+		return "the name does not resolve: check the controller's address"
 	case errors.Is(err, os.ErrDeadlineExceeded) || isTimeout(err):
-		hint = "no answer in time: check the address, the network and any firewall between"
+		return "no answer in time: check the address, the network and any firewall between"
 	case certRefused(err):
-		hint = "its certificate is not one this client accepts for that address (expired, or of another CA: if the controller's CA changed, log in again with zmesh edge login)"
-	default:
-		return fmt.Errorf("cannot reach the controller at %s: %w", host, innermost(err))
+		return "its certificate is not one this client accepts for that address (expired, or of another CA: if the controller's CA changed, log in again with zmesh edge login)"
 	}
-	return fmt.Errorf("cannot reach the controller at %s: %s (%w)", host, hint, innermost(err))
+	return ""
 }
 
 // unreached reports whether err came before a request could reach the controller: the
