@@ -17,6 +17,13 @@
 // router refuses as INVALID_SESSION is replaced once. Everything it opens lives until its
 // Close.
 //
+// Controllers. An Identity may name several controllers, the members of a cluster
+// (Identity.Controllers; an identity file's ztAPIs). Each controller call goes to the one that
+// answered last and moves to the next when it cannot be reached or answers 503; a POST whose
+// connection broke after it was sent is not sent again elsewhere. The API session is kept: it
+// is valid on every member. After authenticating and after such a move the Client reads the
+// members the controller lists (GET /controllers) and adds them to the ones it tries.
+//
 // Routers. A session lists the edge routers that may carry its service. On first need the
 // Client connects to all of them in parallel (each bounded by Options.ConnectTimeout), over
 // one multiplexed TLS connection each, waits for all, or for Options.RouterGrace after the
@@ -74,6 +81,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -163,7 +171,7 @@ type Client struct {
 	creds atomic.Pointer[credentials] // the identity's current certificate; renewal replaces it
 	roots *x509.CertPool              // the network's CAs
 	id    string                      // the identity's id: its certificate's common name
-	ctrl  string                      // the controller's URL, https://host:port
+	ctrls []string                    // the controllers' URLs, https://host:port, in order
 	path  string                      // the identity file, "" for an Identity given to New
 	// renewal is the state of certificate renewal; the renewal loop's own.
 	renewal renewal
@@ -233,15 +241,27 @@ func New(id *Identity, opts Options) (*Client, error) {
 	if opts.RenewAt >= 1 {
 		return nil, fmt.Errorf("sdk: Options.RenewAt %v: must be below 1 (negative: no renewal)", opts.RenewAt)
 	}
-	if id == nil || id.Controller == "" || id.CAs == nil {
+	if id == nil || (id.Controller == "" && len(id.Controllers) == 0) || id.CAs == nil {
 		return nil, errors.New("sdk: identity: the controller's URL and the network's CAs are required")
+	}
+	var ctrls []string
+	if id.Controller != "" {
+		ctrls = append(ctrls, id.Controller)
+	}
+	for _, u := range id.Controllers {
+		if u == "" {
+			return nil, errors.New("sdk: identity: a controller's URL in Controllers is empty")
+		}
+		if !slices.Contains(ctrls, u) {
+			ctrls = append(ctrls, u)
+		}
 	}
 	if len(id.Certificate.Certificate) == 0 || id.Certificate.PrivateKey == nil {
 		return nil, errors.New("sdk: the identity has no certificate; the SDK authenticates with the identity's certificate")
 	}
 	life, cancel := context.WithCancel(context.Background())
 	c := &Client{
-		opts: opts, roots: id.CAs, chains: e2ee.NewChainCache(id.CAs, 0), tickets: e2ee.NewTickets(0), ctrl: id.Controller,
+		opts: opts, roots: id.CAs, chains: e2ee.NewChainCache(id.CAs, 0), tickets: e2ee.NewTickets(0), ctrls: ctrls,
 		life: life, cancel: cancel, auth: make(chan struct{}, 1),
 		services: map[string]Service{}, sessions: map[sessionKey]*sessionEntry{},
 		routers: map[string]*routerEntry{}, conns: map[*routerConn]struct{}{}, listeners: map[*Listener]struct{}{},
@@ -268,7 +288,14 @@ func (c *Client) newCredentials(cert tls.Certificate) (*credentials, error) {
 		chain = append(chain, p)
 	}
 	cert.Leaf = chain[0]
-	return &credentials{cert: cert, chain: chain, api: apiclient.New(c.ctrl, c.roots, &cert)}, nil
+	// A renewed certificate keeps the controllers' list, learned members and all.
+	var api *apiclient.Client
+	if prev := c.creds.Load(); prev != nil {
+		api = prev.api.WithCertificate(&cert)
+	} else {
+		api = apiclient.NewMulti(c.ctrls, c.roots, &cert)
+	}
+	return &credentials{cert: cert, chain: chain, api: api}, nil
 }
 
 // IdentityID returns the id of the Client's identity (its certificate's common name).

@@ -15,7 +15,7 @@ func TestRouterPosingAsControllerRefused(t *testing.T) {
 	e := newEnv(t)
 	id := e.sdkIdentity("alice")
 	genuine := *id
-	id.Controller = "https://" + e.ctl.Imposter(t)
+	id.Controller, id.Controllers = "https://"+e.ctl.Imposter(t), nil // the imposter alone
 	c, err := New(id, e.options("alice"))
 	check(t, err)
 	t.Cleanup(func() { c.Close() })
