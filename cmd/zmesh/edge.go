@@ -9,6 +9,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -22,10 +24,22 @@ import (
 
 // edgeSession is what `zmesh edge login` keeps between commands.
 type edgeSession struct {
-	URL      string `json:"url"`
-	Token    string `json:"token"`
-	Username string `json:"username"`
-	CA       string `json:"ca"` // PEM of the CAs trusted for this controller
+	// URL is the controller that answered last, the first one the next command tries.
+	URL string `json:"url"`
+	// URLs are every controller of the login, in order: those given to login, then the
+	// members learned from them. Empty in files of logins to one controller (URL alone).
+	URLs     []string `json:"urls,omitempty"`
+	Token    string   `json:"token"`
+	Username string   `json:"username"`
+	CA       string   `json:"ca"` // PEM of the CAs trusted for these controllers
+}
+
+// controllers returns the login's controllers, in order.
+func (s edgeSession) controllers() []string {
+	if len(s.URLs) == 0 {
+		return []string{s.URL}
+	}
+	return s.URLs
 }
 
 func defaultSessionFile() string {
@@ -74,63 +88,48 @@ func newEdgeLoginCommand(f *edgeFlags) *cobra.Command {
 	var username, password, mfaCode string
 	var yes bool
 	cmd := &cobra.Command{
-		Use:   "login URL --username U --password P",
+		Use:   "login URL [URL...] --username U --password P",
 		Short: "Log in to a controller and keep the session for later commands",
 		Long: "Log in to the controller at URL (https://host:port). The controller's CA is fetched from its\n" +
 			"EST endpoint and trusted after its fingerprint is shown and confirmed (or --yes). An identity\n" +
 			"with MFA also gives a code (--mfa-code, or asked for). The login is kept as profile\n" +
 			"--profile NAME (default: the current profile, or \"default\" when there is none), which\n" +
-			"becomes the current one; zmesh edge use switches between profiles.",
-		Args: cobra.ExactArgs(1),
+			"becomes the current one; zmesh edge use switches between profiles.\n\n" +
+			"Several URLs name the controllers of one cluster: each command calls the one that answered\n" +
+			"last and moves to the next when it cannot be reached or answers 503. The members the\n" +
+			"controllers list are learned and kept with the login.",
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			u, err := url.Parse(args[0])
-			if err != nil || u.Scheme != "https" || u.Host == "" {
-				return usagef("%q is not a controller URL such as https://ctrl.example.com:1280", args[0])
-			}
-			base := "https://" + u.Host
-			leaf, err := apiclient.ServerCertificate(cmd.Context(), u.Host)
-			if err != nil {
-				return err
-			}
-			cas, err := apiclient.FetchCAs(cmd.Context(), apiclient.PinnedClient(base, leaf))
-			if err != nil {
-				return err
-			}
-			roots := x509.NewCertPool()
-			var caPEM bytes.Buffer
-			for _, c := range cas {
-				roots.AddCert(c)
-				pem.Encode(&caPEM, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
-			}
-			if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: u.Hostname()}); err != nil {
-				return fmt.Errorf("the controller's certificate is not valid for %s under the CAs it serves: %w", u.Hostname(), err)
-			}
-			if err := certid.VerifyController(tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}); err != nil {
-				return fmt.Errorf("the server at %s: %w", u.Host, err)
-			}
-			out := cmd.ErrOrStderr()
-			for _, c := range cas {
-				fmt.Fprintf(out, "controller CA %q, SHA-1 fingerprint %s\n", c.Subject.CommonName, apiclient.Fingerprint(c))
-			}
-			if !yes {
-				fmt.Fprint(out, "trust this CA for "+base+"? [y/N] ")
-				answer, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
-				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
-					return errors.New("login cancelled: the CA was not trusted")
+			var bases []string
+			for _, a := range args {
+				u, err := url.Parse(a)
+				if err != nil || u.Scheme != "https" || u.Host == "" {
+					return usagef("%q is not a controller URL such as https://ctrl.example.com:1280", a)
 				}
+				bases = append(bases, "https://"+u.Host)
+			}
+			roots, caPEM, err := trustControllers(cmd, bases, yes)
+			if err != nil {
+				return err
 			}
 			if password == "" {
 				if password, err = askPassword(cmd, "password for "+username+": "); err != nil {
 					return err
 				}
 			}
-			client := apiclient.New(base, roots, nil)
+			client := apiclient.NewMulti(bases, roots, nil)
 			sess, err := client.AuthenticatePassword(cmd.Context(), username, password)
 			if err != nil {
 				return err
 			}
 			if err := passMFA(cmd, client, sess, mfaCode); err != nil {
 				return err
+			}
+			if sess.NeedsMFA() {
+				// Authentication learns the members only of a session that needs nothing more.
+				if _, err := client.LearnMembers(cmd.Context()); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "the members of the cluster are not known: %v\n", err)
+				}
 			}
 			logins, err := loadLogins(f.sessionFile)
 			if err != nil {
@@ -143,12 +142,19 @@ func newEdgeLoginCommand(f *edgeFlags) *cobra.Command {
 			if profile == "" {
 				profile = defaultProfile
 			}
-			logins.Profiles[profile] = edgeSession{URL: base, Token: sess.Token, Username: username, CA: caPEM.String()}
+			s := edgeSession{URL: client.Current(), Token: sess.Token, Username: username, CA: caPEM}
+			if urls := client.URLs(); len(urls) > 1 {
+				s.URLs = urls
+			}
+			logins.Profiles[profile] = s
 			logins.Current = profile
 			if err := logins.save(f.sessionFile); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "logged in to %s as %s (profile %s)\n", base, username, profile)
+			fmt.Fprintf(cmd.OutOrStdout(), "logged in to %s as %s (profile %s)\n", s.URL, username, profile)
+			if len(s.URLs) > 1 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "controllers: %s\n", strings.Join(s.URLs, ", "))
+			}
 			return nil
 		},
 	}
@@ -158,6 +164,75 @@ func newEdgeLoginCommand(f *edgeFlags) *cobra.Command {
 	cmd.Flags().StringVar(&mfaCode, "mfa-code", "", "a code of the authenticator app, or a recovery code, when the identity has MFA; asked for when needed and absent")
 	cmd.MarkFlagRequired("username")
 	return cmd
+}
+
+// trustControllers fetches the CAs of the first of the controllers at bases that answers,
+// checks that its certificate is the controller's under them, and has the user confirm them
+// (unless yes). It returns them as a pool and as PEM. The other controllers are checked
+// against these CAs when they are called.
+func trustControllers(cmd *cobra.Command, bases []string, yes bool) (*x509.CertPool, string, error) {
+	var (
+		base string
+		cas  []*x509.Certificate
+		errs []error
+	)
+	for _, b := range bases {
+		host := strings.TrimPrefix(b, "https://")
+		leaf, err := apiclient.ServerCertificate(cmd.Context(), host)
+		if err == nil {
+			if cas, err = apiclient.FetchCAs(cmd.Context(), apiclient.PinnedClient(b, leaf)); err == nil {
+				if err = checkControllerCert(leaf, cas, host); err == nil {
+					base = b
+					break
+				}
+			}
+		}
+		if len(bases) == 1 {
+			return nil, "", err
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", b, err))
+	}
+	if base == "" {
+		return nil, "", fmt.Errorf("no controller gave its CAs: %w", errors.Join(errs...))
+	}
+	roots := x509.NewCertPool()
+	var caPEM bytes.Buffer
+	for _, c := range cas {
+		roots.AddCert(c)
+		pem.Encode(&caPEM, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+	}
+	out := cmd.ErrOrStderr()
+	for _, c := range cas {
+		fmt.Fprintf(out, "controller CA %q, SHA-1 fingerprint %s\n", c.Subject.CommonName, apiclient.Fingerprint(c))
+	}
+	if !yes {
+		fmt.Fprint(out, "trust this CA for "+strings.Join(bases, ", ")+"? [y/N] ")
+		answer, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+			return nil, "", errors.New("login cancelled: the CA was not trusted")
+		}
+	}
+	return roots, caPEM.String(), nil
+}
+
+// checkControllerCert checks that leaf, served at host, is the controller's certificate
+// under the CAs the controller served.
+func checkControllerCert(leaf *x509.Certificate, cas []*x509.Certificate, host string) error {
+	roots := x509.NewCertPool()
+	for _, c := range cas {
+		roots.AddCert(c)
+	}
+	name := host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		name = h
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: name}); err != nil {
+		return fmt.Errorf("the controller's certificate is not valid for %s under the CAs it serves: %w", name, err)
+	}
+	if err := certid.VerifyController(tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}); err != nil {
+		return fmt.Errorf("the server at %s: %w", host, err)
+	}
+	return nil
 }
 
 // client returns a management client with the saved session of the profile in use.
@@ -175,9 +250,34 @@ func (f *edgeFlags) clientOf(name string, s edgeSession) (*apiclient.Client, err
 	if !roots.AppendCertsFromPEM([]byte(s.CA)) {
 		return nil, fmt.Errorf("session file %s holds no CA for profile %s; log in again", f.sessionFile, name)
 	}
-	c := apiclient.New(s.URL, roots, nil)
+	c := apiclient.NewMulti(s.controllers(), roots, nil)
+	c.Prefer(s.URL)
 	c.Token = s.Token
+	c.OnChange(func(current string, urls []string) { f.remember(name, s.Token, current, urls) })
 	return c, nil
+}
+
+// remember keeps, with the login of profile name (when it is still the one of token), the
+// controller that answered last and the controllers learned, so that the next command
+// starts there. A failure to write is not the command's: it is logged.
+func (f *edgeFlags) remember(name, token, current string, urls []string) {
+	logins, err := loadLogins(f.sessionFile)
+	if err != nil {
+		slog.Debug("keep the controllers of the login", "err", err)
+		return
+	}
+	s, ok := logins.Profiles[name]
+	if !ok || s.Token != token {
+		return
+	}
+	s.URL = current
+	if len(urls) > 1 {
+		s.URLs = urls
+	}
+	logins.Profiles[name] = s
+	if err := logins.save(f.sessionFile); err != nil {
+		slog.Debug("keep the controllers of the login", "err", err)
+	}
 }
 
 func (f *edgeFlags) checkOutput() error {

@@ -171,14 +171,16 @@ func newEdgeUseCommand(f *edgeFlags) *cobra.Command {
 // printLogins lists the saved logins, without their tokens.
 func printLogins(cmd *cobra.Command, output string, l *edgeLogins) error {
 	type entry struct {
-		Name     string `json:"name"`
-		URL      string `json:"url"`
-		Username string `json:"username"`
-		Current  bool   `json:"current"`
+		Name     string   `json:"name"`
+		URL      string   `json:"url"`
+		URLs     []string `json:"urls,omitempty"` // every controller, when several
+		Username string   `json:"username"`
+		Current  bool     `json:"current"`
 	}
 	entries := make([]entry, 0, len(l.Profiles))
 	for _, n := range l.names() {
-		entries = append(entries, entry{n, l.Profiles[n].URL, l.Profiles[n].Username, n == l.Current})
+		p := l.Profiles[n]
+		entries = append(entries, entry{n, p.URL, p.URLs, p.Username, n == l.Current})
 	}
 	if output == "json" {
 		return printJSON(cmd, struct {

@@ -53,8 +53,11 @@ func New(url string, roots *x509.CertPool, cert *tls.Certificate) *Client {
 }
 
 // NewMulti is New for the controllers of a cluster at urls (base URLs, https://host:port),
-// tried in order; it needs at least one.
+// tried in order; it needs at least one (without any, every call fails).
 func NewMulti(urls []string, roots *x509.CertPool, cert *tls.Certificate) *Client {
+	if len(urls) == 0 {
+		urls = []string{""}
+	}
 	tc := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12, VerifyConnection: certid.VerifyController}
 	ctrls := newControllers(urls)
 	c := &Client{URL: ctrls.first(), ctrls: ctrls, tls: tc}

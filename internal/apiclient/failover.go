@@ -45,6 +45,9 @@ type controllers struct {
 	urls     []string // base URLs, https://host:port: those given, then those learned
 	last     int      // index in urls of the controller that answered last
 	learning atomic.Bool
+	// changed, when set, is told the list and the one that answered last after either
+	// changed, outside mu.
+	changed func(current string, urls []string)
 }
 
 func newControllers(urls []string) *controllers {
@@ -76,16 +79,20 @@ func (c *controllers) order() []string {
 // answered records that u answered.
 func (c *controllers) answered(u string) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if i := slices.Index(c.urls, u); i >= 0 {
+	i := slices.Index(c.urls, u)
+	moved := i >= 0 && i != c.last
+	if moved {
 		c.last = i
+	}
+	c.mu.Unlock()
+	if moved {
+		c.tell()
 	}
 }
 
 // add appends the URLs it does not know yet and returns them.
 func (c *controllers) add(urls []string) []string {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	var added []string
 	for _, u := range urls {
 		if !slices.Contains(c.urls, u) {
@@ -93,7 +100,21 @@ func (c *controllers) add(urls []string) []string {
 			added = append(added, u)
 		}
 	}
+	c.mu.Unlock()
+	if len(added) > 0 {
+		c.tell()
+	}
 	return added
+}
+
+// tell calls changed, when set, with the current state.
+func (c *controllers) tell() {
+	c.mu.Lock()
+	fn, cur, urls := c.changed, c.urls[c.last], slices.Clone(c.urls)
+	c.mu.Unlock()
+	if fn != nil {
+		fn(cur, urls)
+	}
 }
 
 // list returns the controllers a client knows, in their order.
@@ -122,17 +143,28 @@ func (c *Client) Current() string {
 	return l.urls[l.last]
 }
 
-// AddURLs adds controllers (base URLs) to the end of the client's list, those it does not
-// know yet.
-func (c *Client) AddURLs(urls ...string) {
+// Prefer makes u, a controller the client knows, the first one the next call tries, as
+// if it had answered last.
+func (c *Client) Prefer(u string) {
+	l := c.list()
+	u = strings.TrimSuffix(u, "/")
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if i := slices.Index(l.urls, u); i >= 0 {
+		l.last = i
+	}
+}
+
+// OnChange sets fn to be called, in the calling goroutine, after a call answered by another
+// controller than the previous one, or members were learned, with the controller that
+// answered last and the list: to keep them (the CLI keeps them with its login).
+func (c *Client) OnChange(fn func(current string, urls []string)) {
 	if c.ctrls == nil {
 		c.ctrls = newControllers([]string{c.URL})
 	}
-	norm := make([]string, 0, len(urls))
-	for _, u := range urls {
-		norm = append(norm, strings.TrimSuffix(u, "/"))
-	}
-	c.ctrls.add(norm)
+	c.ctrls.mu.Lock()
+	defer c.ctrls.mu.Unlock()
+	c.ctrls.changed = fn
 }
 
 // Attempt is one controller's part in a failed call.

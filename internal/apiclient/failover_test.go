@@ -334,3 +334,41 @@ func TestFailoverLearnsMembers(t *testing.T) {
 		t.Errorf("controllers after a failover %v, want %v", got, want)
 	}
 }
+
+// Prefer chooses where the next call starts; OnChange hears of a move and of members
+// learned, not of calls answered where they started.
+func TestPreferAndOnChange(t *testing.T) {
+	t.Parallel()
+	c := ctrltest.Start(t)
+	admin := c.Admin(t)
+	var (
+		mu     sync.Mutex
+		bodies []string
+	)
+	busy := serveMember(t, c, unavailable(&bodies, &mu))
+	live := serveMember(t, c, nil)
+	cl := apiclient.NewMulti([]string{busy.URL, live.URL}, c.Ctrl.CA().Pool(), nil)
+	cl.Token = admin.Token
+	var changes []string
+	cl.OnChange(func(current string, urls []string) {
+		changes = append(changes, current+" of "+strings.Join(urls, ","))
+	})
+	cl.Prefer(live.URL + "/")
+	if _, err := cl.Do(t.Context(), "GET", apiclient.ClientAPI+"/current-api-session", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if busy.requests.Load() != 0 || len(changes) != 0 {
+		t.Errorf("after Prefer(live): busy took %d requests, changes %v; want none", busy.requests.Load(), changes)
+	}
+	cl.Prefer(busy.URL)
+	if _, err := cl.Do(t.Context(), "GET", apiclient.ClientAPI+"/current-api-session", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		live.URL + " of " + busy.URL + "," + live.URL,               // the move
+		live.URL + " of " + busy.URL + "," + live.URL + "," + c.URL, // the member learned
+	}
+	if busy.requests.Load() != 1 || !slices.Equal(changes, want) {
+		t.Errorf("after Prefer(busy): busy took %d requests, changes %v; want 1 and %v", busy.requests.Load(), changes, want)
+	}
+}
