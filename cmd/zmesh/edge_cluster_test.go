@@ -36,18 +36,25 @@ func serveMemberAPI(t *testing.T, c *ctrltest.Controller) (string, *http.Server)
 func TestEdgeLoginCluster(t *testing.T) {
 	t.Parallel()
 	c := ctrltest.Start(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	deadURL := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return "https://" + ln.Addr().String()
 	}
-	dead := "https://" + ln.Addr().String()
-	ln.Close()
+	dead, dead2 := deadURL(), deadURL()
 	a, srvA := serveMemberAPI(t, c)
 	b, srvB := serveMemberAPI(t, c)
 	session := filepath.Join(t.TempDir(), "session.json")
 	edge := edgeFunc(func(args ...string) (string, string, error) {
 		return run(t, nil, append([]string{"edge", "--session-file", session}, args...)...)
 	})
+	if _, _, err := edge("login", dead, dead2, "-u", "admin", "-p", "admin-pass", "--yes"); err == nil ||
+		!strings.Contains(err.Error(), "no controller gave its CAs") || !strings.Contains(err.Error(), dead+": ") || !strings.Contains(err.Error(), dead2+": ") {
+		t.Errorf("login with every controller dead: %v; want each named", err)
+	}
 	out, stderr, err := edge("login", dead, a, b, "-u", "admin", "-p", "admin-pass", "--yes")
 	if err != nil {
 		t.Fatalf("login with the first controller dead: %v (%s)", err, stderr)

@@ -1,5 +1,6 @@
 // Package apiclient is a small client of the controller's HTTPS APIs: it authenticates,
-// calls operations with the API's envelopes and session header, enrolls identities from
+// calls operations with the API's envelopes and session header, moves from one controller
+// of a cluster to the next when one is gone (failover.go), enrolls identities from
 // enrollment tokens, and reads and writes identity files. The zmesh CLI and the SDK use it.
 package apiclient
 
