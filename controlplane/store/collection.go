@@ -69,7 +69,9 @@ func (c *Collection[T]) index(name string) *Index[T] {
 
 // Get returns the record with id, or an error wrapping ErrNotFound.
 func (c *Collection[T]) Get(tx *Tx, id string) (*T, error) {
-	item, err := tx.txn.Get(c.recordKey(id))
+	key := c.recordKey(id)
+	tx.read(key, false)
+	item, err := tx.txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, fmt.Errorf("%s %q: %w", c.name, id, ErrNotFound)
 	}
@@ -90,7 +92,9 @@ func (c *Collection[T]) decode(item *badger.Item) (*T, error) {
 
 // Has reports whether a record with id exists.
 func (c *Collection[T]) Has(tx *Tx, id string) (bool, error) {
-	_, err := tx.txn.Get(c.recordKey(id))
+	key := c.recordKey(id)
+	tx.read(key, false)
+	_, err := tx.txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return false, nil
 	}
@@ -206,7 +210,9 @@ func values[T any](idx *Index[T], rec *T) []string {
 }
 
 func (c *Collection[T]) lookupID(tx *Tx, idx *Index[T], value string) (string, error) {
-	item, err := tx.txn.Get(c.valueKey("u", idx, value))
+	key := c.valueKey("u", idx, value)
+	tx.read(key, false)
+	item, err := tx.txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return "", fmt.Errorf("%s with %s %q: %w", c.name, idx.Name, value, ErrNotFound)
 	}
@@ -240,6 +246,7 @@ func (c *Collection[T]) IDsWith(tx *Tx, index, value string) ([]string, error) {
 		return []string{id}, nil
 	}
 	prefix := c.valueKey("m", idx, value)
+	tx.read(prefix, true)
 	var ids []string
 	it := tx.txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 	defer it.Close()
@@ -268,6 +275,7 @@ func (c *Collection[T]) With(tx *Tx, index, value string) ([]*T, error) {
 
 // Each calls f for every record in id order until f returns an error.
 func (c *Collection[T]) Each(tx *Tx, f func(*T) error) error {
+	tx.read(c.recordPrefix(), true)
 	it := tx.txn.NewIterator(badger.IteratorOptions{Prefix: c.recordPrefix(), PrefetchValues: true, PrefetchSize: 64})
 	defer it.Close()
 	for it.Rewind(); it.Valid(); it.Next() {
@@ -292,6 +300,7 @@ func (c *Collection[T]) All(tx *Tx) ([]*T, error) {
 // Count returns the number of records.
 func (c *Collection[T]) Count(tx *Tx) (int, error) {
 	n := 0
+	tx.read(c.recordPrefix(), true)
 	it := tx.txn.NewIterator(badger.IteratorOptions{Prefix: c.recordPrefix()})
 	defer it.Close()
 	for it.Rewind(); it.Valid(); it.Next() {

@@ -1,9 +1,11 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -16,6 +18,10 @@ import (
 //   - a write set computed on a state that another write set changed since is refused on
 //     every member alike (its Base is not the applied index): no update is lost when writes
 //     race or a new leader's state lags;
+//   - before a write set is appended to the log, the store that appends it (the leader's,
+//     for its own writes and those other members forward) moves its Base up to the applied
+//     index when none of the write sets applied since wrote a key it read or wrote
+//     (ReplicateForwarded): writes to different records do not refuse each other;
 //   - a write set applied already (a log replayed after a restart or a restore) is skipped;
 //   - a snapshot (a backup) carries the index of the state it holds.
 
@@ -43,11 +49,169 @@ type Write struct {
 	Delete     bool
 }
 
-// WriteSet is everything one transaction wrote, in order, and Base, the applied index of
-// the state it read.
+// Read is a key a transaction read, or with Prefix every key under it (an iteration).
+type Read struct {
+	Key    []byte
+	Prefix bool
+}
+
+// WriteSet is everything one transaction wrote, in order, Base, the applied index of the
+// state it read, and Reads, what it read of that state (each key or prefix once; a key
+// under a prefix read is left out).
 type WriteSet struct {
 	Base   uint64
 	Writes []Write
+	Reads  []Read
+}
+
+// compactReads drops the reads another read's prefix covers.
+func compactReads(reads []Read) []Read {
+	var prefixes [][]byte
+	for _, r := range reads {
+		if r.Prefix {
+			prefixes = append(prefixes, r.Key)
+		}
+	}
+	if len(prefixes) == 0 {
+		return reads
+	}
+	out := reads[:0:0]
+	for _, r := range reads {
+		covered := false
+		for _, p := range prefixes {
+			if bytes.HasPrefix(r.Key, p) && (!r.Prefix || len(r.Key) > len(p)) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Bounds of the window of recent write sets a store remembers the written keys of.
+const (
+	windowSets  = 10_000
+	windowBytes = 64 << 20
+)
+
+// writeWindow holds the keys written by the last write sets this store applied, so that a
+// write set computed on an older state can be checked against what changed since.
+type writeWindow struct {
+	mu sync.Mutex
+	// known: from is set; the window then holds every write set applied after index from.
+	known bool
+	from  uint64
+	sets  []appliedSet // oldest first
+	bytes int
+	// maxSets and maxBytes bound the window; the oldest sets leave it first.
+	maxSets, maxBytes int
+}
+
+type appliedSet struct {
+	index uint64
+	keys  [][]byte
+}
+
+// add records the keys of ws, applied at index on a store whose applied index was prev.
+// The caller holds mu.
+func (w *writeWindow) add(prev, index uint64, ws *WriteSet) {
+	if !w.known {
+		w.known, w.from = true, prev
+	}
+	set := appliedSet{index: index, keys: make([][]byte, len(ws.Writes))}
+	for i, wr := range ws.Writes {
+		set.keys[i] = wr.Key
+		w.bytes += len(wr.Key)
+	}
+	w.sets = append(w.sets, set)
+	for len(w.sets) > 0 && (len(w.sets) > w.maxSets || w.bytes > w.maxBytes) {
+		old := w.sets[0]
+		for _, k := range old.keys {
+			w.bytes -= len(k)
+		}
+		w.sets[0] = appliedSet{}
+		w.sets = w.sets[1:]
+		w.from = old.index
+	}
+}
+
+// reset forgets the window: the store's content was replaced. The caller holds mu.
+func (w *writeWindow) reset() {
+	w.known, w.from, w.sets, w.bytes = false, 0, nil, 0
+}
+
+// rebase checks ws against the store's applied index: a ws computed on it is kept as it
+// is; one computed on an older state that the window covers, and that reads and writes no
+// key a write set applied since wrote, gets Base moved up to it. Any other fails with an
+// error wrapping ErrStaleWrite.
+func (s *Store) rebase(ws *WriteSet) error {
+	s.win.mu.Lock()
+	defer s.win.mu.Unlock()
+	applied, restoring, err := s.AppliedIndex()
+	if err != nil {
+		return err
+	}
+	if restoring {
+		return fmt.Errorf("%w: a replacement was left unfinished", ErrRestoring)
+	}
+	if !s.win.known { // every write set applied from now on is recorded
+		s.win.known, s.win.from = true, applied
+	}
+	switch {
+	case ws.Base == applied:
+		return nil
+	case ws.Base > applied:
+		return fmt.Errorf("%w: computed at index %d, beyond the store's %d", ErrStaleWrite, ws.Base, applied)
+	case ws.Base < s.win.from:
+		return fmt.Errorf("%w: computed at index %d, the store is at %d and remembers the writes after %d only",
+			ErrStaleWrite, ws.Base, applied, s.win.from)
+	}
+	touched := make(map[string]struct{}, len(ws.Reads)+len(ws.Writes))
+	var prefixes [][]byte
+	for _, r := range ws.Reads {
+		if r.Prefix {
+			prefixes = append(prefixes, r.Key)
+		} else {
+			touched[string(r.Key)] = struct{}{}
+		}
+	}
+	for _, w := range ws.Writes {
+		touched[string(w.Key)] = struct{}{}
+	}
+	for i := len(s.win.sets) - 1; i >= 0 && s.win.sets[i].index > ws.Base; i-- {
+		set := &s.win.sets[i]
+		for _, k := range set.keys {
+			_, hit := touched[string(k)]
+			for j := 0; !hit && j < len(prefixes); j++ {
+				hit = bytes.HasPrefix(k, prefixes[j])
+			}
+			if hit {
+				return fmt.Errorf("%w: computed at index %d; %q was written at index %d", ErrStaleWrite, ws.Base, k, set.index)
+			}
+		}
+	}
+	ws.Base = applied
+	return nil
+}
+
+// ReplicateForwarded hands rep a write set another member computed (the leader's store, for
+// a write a follower forwarded), as this member's replicated writes are: one at a time,
+// after those under way. A write set computed on an older state than this store's is
+// rebased (see rebase) or refused with an error wrapping ErrStaleWrite, for its member to
+// compute again.
+func (s *Store) ReplicateForwarded(rep Replicator, ws *WriteSet) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if len(ws.Writes) == 0 {
+		return nil
+	}
+	if err := s.rebase(ws); err != nil {
+		return err
+	}
+	return rep.Replicate(ws)
 }
 
 // Replicator takes over the commits of a store's Update: Replicate returns nil once ws has
@@ -84,7 +248,10 @@ func (s *Store) replicate(rep Replicator, f func(tx *Tx) error) ([]func(), error
 		if len(ws.Writes) == 0 { // nothing to agree on
 			return after, nil
 		}
-		err = rep.Replicate(ws)
+		err = s.rebase(ws)
+		if err == nil {
+			err = rep.Replicate(ws)
+		}
 		if errors.Is(err, ErrStaleWrite) && attempt < maxAttempts {
 			continue
 		}
@@ -113,7 +280,7 @@ func (s *Store) capture(f func(tx *Tx) error) ([]func(), *WriteSet, error) {
 	if err := f(tx); err != nil {
 		return nil, nil, s.noteErr(err)
 	}
-	return tx.after, &WriteSet{Base: base, Writes: tx.writes}, nil
+	return tx.after, &WriteSet{Base: base, Writes: tx.writes, Reads: compactReads(tx.reads)}, nil
 }
 
 // readApplied returns the applied index and whether a replacement is unfinished.
@@ -165,6 +332,10 @@ func (s *Store) ApplyWrites(ws *WriteSet, index uint64) error {
 		return err
 	}
 	defer s.leave()
+	s.win.mu.Lock() // the window moves with the applied index
+	defer s.win.mu.Unlock()
+	var prev uint64
+	done := false
 	err := s.db.Update(func(txn *badger.Txn) error {
 		applied, restoring, err := readApplied(txn)
 		if err != nil {
@@ -176,6 +347,7 @@ func (s *Store) ApplyWrites(ws *WriteSet, index uint64) error {
 		if index <= applied {
 			return nil
 		}
+		prev, done = applied, true
 		if ws.Base != applied {
 			return fmt.Errorf("%w: computed at index %d, the store is at %d", ErrStaleWrite, ws.Base, applied)
 		}
@@ -191,7 +363,13 @@ func (s *Store) ApplyWrites(ws *WriteSet, index uint64) error {
 		}
 		return txn.Set(appliedKey, binary.BigEndian.AppendUint64(nil, index))
 	})
-	return s.noteErr(err)
+	if err != nil {
+		return s.noteErr(err)
+	}
+	if done {
+		s.win.add(prev, index, ws)
+	}
+	return nil
 }
 
 // ReplaceFromBackup replaces the whole content of the open store with the backup file at
@@ -222,6 +400,9 @@ func (s *Store) ReplaceFromBackup(path string) error {
 	}
 	s.active++ // Close waits for the replacement
 	s.mu.Unlock()
+	s.win.mu.Lock()
+	s.win.reset() // the writes it remembers are not those that led to the new content
+	s.win.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		s.replacing = false
@@ -253,15 +434,19 @@ func (s *Store) ReplaceFromBackup(path string) error {
 }
 
 // writeSetVersion starts an encoded write set.
-const writeSetVersion = 1
+const writeSetVersion = 2
 
 // MarshalBinary encodes ws: a version byte, Base and the number of writes as uvarints, then
 // each write as a kind byte (0 set, 1 delete), the key and, for a set, the value, each as a
-// uvarint length and the bytes.
+// uvarint length and the bytes; then the number of reads and each read as a kind byte (0 a
+// key, 1 a prefix) and the key.
 func (ws *WriteSet) MarshalBinary() ([]byte, error) {
-	n := 1 + 2*binary.MaxVarintLen64
+	n := 1 + 3*binary.MaxVarintLen64
 	for _, w := range ws.Writes {
 		n += 1 + 2*binary.MaxVarintLen64 + len(w.Key) + len(w.Value)
+	}
+	for _, r := range ws.Reads {
+		n += 1 + binary.MaxVarintLen64 + len(r.Key)
 	}
 	b := make([]byte, 0, n)
 	b = append(b, writeSetVersion)
@@ -279,6 +464,16 @@ func (ws *WriteSet) MarshalBinary() ([]byte, error) {
 		b = append(b, w.Key...)
 		b = binary.AppendUvarint(b, uint64(len(w.Value)))
 		b = append(b, w.Value...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(ws.Reads)))
+	for _, r := range ws.Reads {
+		kind := byte(0)
+		if r.Prefix {
+			kind = 1
+		}
+		b = append(b, kind)
+		b = binary.AppendUvarint(b, uint64(len(r.Key)))
+		b = append(b, r.Key...)
 	}
 	return b, nil
 }
@@ -320,13 +515,28 @@ func (ws *WriteSet) UnmarshalBinary(b []byte) error {
 		}
 		writes = append(writes, w)
 	}
+	nreads := r.uvarint()
+	if r.err == nil && nreads > uint64(len(r.b)) { // every read takes 2 bytes or more
+		r.err = fmt.Errorf("%w: %d reads in %d bytes", ErrBadWriteSet, nreads, len(r.b))
+	}
+	var reads []Read
+	if r.err == nil && nreads > 0 {
+		reads = make([]Read, 0, nreads)
+	}
+	for i := uint64(0); i < nreads && r.err == nil; i++ {
+		kind := r.byte()
+		if r.err == nil && kind > 1 {
+			r.err = fmt.Errorf("%w: read %d has kind %d", ErrBadWriteSet, i, kind)
+		}
+		reads = append(reads, Read{Key: r.bytes(), Prefix: kind == 1})
+	}
 	if r.err == nil && len(r.b) != 0 {
-		r.err = fmt.Errorf("%w: %d bytes after the last write", ErrBadWriteSet, len(r.b))
+		r.err = fmt.Errorf("%w: %d bytes after the last read", ErrBadWriteSet, len(r.b))
 	}
 	if r.err != nil {
 		return r.err
 	}
-	ws.Base, ws.Writes = base, writes
+	ws.Base, ws.Writes, ws.Reads = base, writes, reads
 	return nil
 }
 

@@ -117,6 +117,8 @@ type Store struct {
 	// wmu serializes the replicated Updates of this member, so that each write set is
 	// computed on the state the previous one left.
 	wmu sync.Mutex
+	// win remembers the keys the recent write sets applied wrote (see rebase).
+	win writeWindow
 }
 
 // enter starts an operation, unless the store is closing. An operation started inside
@@ -189,6 +191,7 @@ func Open(dir string, log *slog.Logger, o Options) (*Store, error) {
 	}
 	s := &Store{db: db, log: log, compression: opts.Compression}
 	s.idle.L = &s.mu
+	s.win.maxSets, s.win.maxBytes = windowSets, windowBytes
 	if !o.InMemory {
 		s.dir = dir
 		if err := restrictModes(dir); err != nil {
@@ -408,9 +411,33 @@ type Tx struct {
 	txn *badger.Txn
 	// after runs once the transaction has committed.
 	after []func()
-	// capture records every write in writes, for a replicated Update.
+	// capture records every write in writes and every read in reads, for a replicated
+	// Update; seen dedupes reads (a kind byte, 'k' or 'p', then the key).
 	capture bool
 	writes  []Write
+	reads   []Read
+	seen    map[string]struct{}
+}
+
+// read records that the transaction read key, or every key under it when prefix is set.
+// Every read of the store goes through a Collection, which calls it.
+func (tx *Tx) read(key []byte, prefix bool) {
+	if !tx.capture {
+		return
+	}
+	kind := byte('k')
+	if prefix {
+		kind = 'p'
+	}
+	id := string(kind) + string(key)
+	if _, ok := tx.seen[id]; ok {
+		return
+	}
+	if tx.seen == nil {
+		tx.seen = map[string]struct{}{}
+	}
+	tx.seen[id] = struct{}{}
+	tx.reads = append(tx.reads, Read{Key: key, Prefix: prefix})
 }
 
 // set stores value under key in the transaction. Every write of the store goes through set

@@ -1,0 +1,226 @@
+package store
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// forwarder is a follower's replicator: it hands the follower's write sets to the leader's
+// store, which appends them to the log. arrive, when set, is called first.
+type forwarder struct {
+	leader *Store
+	log    Replicator
+	arrive func()
+}
+
+func (f *forwarder) Replicate(ws *WriteSet) error {
+	if f.arrive != nil {
+		f.arrive()
+	}
+	return f.leader.ReplicateForwarded(f.log, ws)
+}
+
+// cluster3 is a leader and two followers sharing one log.
+func cluster3(t *testing.T) (leader *Store, followers [2]*Store, log *logReplicator) {
+	t.Helper()
+	leader = open(t, t.TempDir())
+	followers = [2]*Store{open(t, t.TempDir()), open(t, t.TempDir())}
+	t.Cleanup(func() {
+		for _, s := range []*Store{leader, followers[0], followers[1]} {
+			s.Close()
+		}
+	})
+	log = &logReplicator{members: []*Store{leader, followers[0], followers[1]}}
+	leader.SetReplicator(log)
+	return leader, followers, log
+}
+
+// TestDisjointStaleWritesRebase has two followers compute writes to different records on the
+// same state, both before either reaches the leader: the second is rebased, not refused, so
+// each Update runs once.
+func TestDisjointStaleWritesRebase(t *testing.T) {
+	t.Parallel()
+	leader, followers, log := cluster3(t)
+	c := people()
+	var arrived sync.WaitGroup
+	arrived.Add(2)
+	for _, f := range followers {
+		var once sync.Once
+		f.SetReplicator(&forwarder{leader: leader, log: log, arrive: func() {
+			once.Do(func() { arrived.Done(); arrived.Wait() }) // both computed on index 0
+		}})
+	}
+	var runs [2]atomic.Int32
+	var wg sync.WaitGroup
+	for i, f := range followers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := string(rune('1' + i))
+			if err := f.Update(func(tx *Tx) error {
+				runs[i].Add(1)
+				if _, err := c.Count(tx); err != nil { // reads every record: yet no record is written twice
+					return err
+				}
+				return c.Create(tx, &person{ID: "p" + id, Name: "n" + id, Team: "t" + id})
+			}); err != nil {
+				t.Errorf("follower %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	// Counting reads the prefix of people: the second write set read it before the first
+	// wrote under it, so it is refused once and runs again; the rest rebases.
+	if total := runs[0].Load() + runs[1].Load(); total != 3 {
+		t.Fatalf("the updates ran %d times in all, want 3 (one refused for its count)", total)
+	}
+
+	// Without the count, writes to different records both go through on a stale base.
+	arrived.Add(2)
+	for _, f := range followers {
+		var once sync.Once
+		f.SetReplicator(&forwarder{leader: leader, log: log, arrive: func() {
+			once.Do(func() { arrived.Done(); arrived.Wait() })
+		}})
+	}
+	for i, f := range followers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := string(rune('3' + i))
+			if err := f.Update(func(tx *Tx) error {
+				runs[i].Add(1)
+				if _, err := c.Get(tx, "p1"); err != nil {
+					return err
+				}
+				return c.Create(tx, &person{ID: "p" + id, Name: "n" + id, Team: "red"})
+			}); err != nil {
+				t.Errorf("follower %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if total := runs[0].Load() + runs[1].Load(); total != 5 {
+		t.Fatalf("the updates ran %d times in all, want 5: a disjoint write was refused", total)
+	}
+	for _, s := range []*Store{leader, followers[0], followers[1]} {
+		var ids []string
+		if err := s.View(func(tx *Tx) (err error) { ids, err = c.IDsWith(tx, "team", "red"); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ids, []string{"p3", "p4"}) {
+			t.Fatalf("red team %v, want [p3 p4]", ids)
+		}
+		if idx, _, err := s.AppliedIndex(); err != nil || idx != 4 {
+			t.Fatalf("applied index %d (%v), want 4", idx, err)
+		}
+	}
+}
+
+// capture computes f's write set on s's current state.
+func captured(t *testing.T, s *Store, f func(tx *Tx) error) *WriteSet {
+	t.Helper()
+	_, ws, err := s.capture(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+func TestForwardedWriteConflicts(t *testing.T) {
+	t.Parallel()
+	leader, followers, log := cluster3(t)
+	f := followers[0]
+	c := people()
+	put := func(p *person) {
+		t.Helper()
+		if err := leader.Update(func(tx *Tx) error { return c.Put(tx, p) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(&person{ID: "1", Name: "ann", Team: "red"})
+	put(&person{ID: "2", Name: "bob", Team: "blue"})
+
+	// Read record 1, write record 3; record 1 changes meanwhile: refused.
+	readsOne := captured(t, f, func(tx *Tx) error {
+		if _, err := c.Get(tx, "1"); err != nil {
+			return err
+		}
+		return c.Put(tx, &person{ID: "3", Name: "cy"})
+	})
+	// Read the red team (an index prefix), write elsewhere.
+	readsRed := captured(t, f, func(tx *Tx) error {
+		if _, err := c.IDsWith(tx, "team", "red"); err != nil {
+			return err
+		}
+		return c.Put(tx, &person{ID: "4", Name: "dee"})
+	})
+	// Iterate every person.
+	readsAll := captured(t, f, func(tx *Tx) error {
+		return c.Each(tx, func(p *person) error { return c.Put(tx, &person{ID: p.ID + "x", Name: p.Name + "x"}) })
+	})
+	if !slices.ContainsFunc(readsAll.Reads, func(r Read) bool { return r.Prefix && string(r.Key) == "r/people/" }) {
+		t.Fatalf("the iteration's reads %+v lack the prefix r/people/", readsAll.Reads)
+	}
+	for _, r := range readsAll.Reads {
+		if !r.Prefix && string(r.Key[:min(len(r.Key), 9)]) == "r/people/" {
+			t.Fatalf("read %q is kept beside the prefix that covers it", r.Key)
+		}
+	}
+
+	put(&person{ID: "5", Name: "eve", Team: "blue"}) // a blue person: no read above sees it but readsAll's
+	if err := leader.ReplicateForwarded(log, readsRed); err != nil {
+		t.Fatalf("a write that read the red team after a blue person joined: %v", err)
+	}
+	if err := leader.ReplicateForwarded(log, readsAll); !errors.Is(err, ErrStaleWrite) {
+		t.Fatalf("an iteration of people after a person was added: %v, want ErrStaleWrite", err)
+	}
+	put(&person{ID: "1", Name: "ann", Team: "green"})
+	if err := leader.ReplicateForwarded(log, readsOne); !errors.Is(err, ErrStaleWrite) {
+		t.Fatalf("a write that read a record changed since: %v, want ErrStaleWrite", err)
+	}
+
+	// Writing the same key as a later write set is a conflict too, reads or not.
+	blind := &WriteSet{Base: readsOne.Base, Writes: []Write{{Key: c.recordKey("5"), Value: []byte(`{"id":"5"}`)}}}
+	if err := leader.ReplicateForwarded(log, blind); !errors.Is(err, ErrStaleWrite) {
+		t.Fatalf("a write of a key written since: %v, want ErrStaleWrite", err)
+	}
+	applied, _, _ := leader.AppliedIndex()
+	ahead := &WriteSet{Base: applied + 1, Writes: []Write{{Key: []byte("k"), Value: []byte("v")}}}
+	if err := leader.ReplicateForwarded(log, ahead); !errors.Is(err, ErrStaleWrite) {
+		t.Fatalf("a base beyond the applied index: %v, want ErrStaleWrite", err)
+	}
+
+	// Past the window, nothing is rebased.
+	leader.win.mu.Lock()
+	leader.win.maxSets = 1
+	leader.win.mu.Unlock()
+	old := captured(t, f, func(tx *Tx) error { return c.Put(tx, &person{ID: "6", Name: "fay"}) })
+	put(&person{ID: "7", Name: "gus"})
+	put(&person{ID: "8", Name: "hal"})
+	if err := leader.ReplicateForwarded(log, old); !errors.Is(err, ErrStaleWrite) {
+		t.Fatalf("a write set older than the window: %v, want ErrStaleWrite", err)
+	}
+	recent := captured(t, f, func(tx *Tx) error { return c.Put(tx, &person{ID: "6", Name: "fay"}) })
+	put(&person{ID: "9", Name: "ida"})
+	if err := leader.ReplicateForwarded(log, recent); err != nil {
+		t.Fatalf("a write set one behind, within the window: %v", err)
+	}
+	for _, s := range []*Store{leader, f} {
+		var ok4, ok6, ok3 bool
+		if err := s.View(func(tx *Tx) error {
+			ok4, _ = c.Has(tx, "4")
+			ok6, _ = c.Has(tx, "6")
+			ok3, _ = c.Has(tx, "3")
+			return nil
+		}); err != nil || !ok4 || !ok6 || ok3 {
+			t.Fatalf("records 4 %v, 6 %v, 3 %v (%v); want 4 and 6 only", ok4, ok6, ok3, err)
+		}
+	}
+}
