@@ -40,6 +40,28 @@ type Collection[T any] struct {
 	OnChange func(tx *Tx, id string)
 }
 
+// Watch has s call OnChange for each record of the collection that a replayed write set
+// wrote (one another member made; see Store.ApplyWrites), as the Update that made it called
+// it there; tx.Replayed tells such calls apart. Call it once, before s applies write sets.
+func (c *Collection[T]) Watch(s *Store) { s.watchers.Store(c.name, c.changed) }
+
+// Before returns the record with id as it was before the replayed write set tx applies
+// (ErrNotFound when it did not exist): the hook of a deletion finds what was deleted there.
+// It fails on a transaction that is not replayed.
+func (c *Collection[T]) Before(tx *Tx, id string) (*T, error) {
+	if !tx.replayed {
+		return nil, fmt.Errorf("%s %q: Before reads a replayed transaction only", c.name, id)
+	}
+	item, err := tx.before.Get(c.recordKey(id))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%s %q: %w", c.name, id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s %q: %w", c.name, id, err)
+	}
+	return c.decode(item)
+}
+
 // NewCollection describes a collection; it stores nothing until used in a transaction.
 func NewCollection[T any](name string, id func(*T) string, indexes ...Index[T]) *Collection[T] {
 	return &Collection[T]{name: name, id: id, indexes: indexes}

@@ -58,10 +58,16 @@ type Read struct {
 // WriteSet is everything one transaction wrote, in order, Base, the applied index of the
 // state it read, and Reads, what it read of that state (each key or prefix once; a key
 // under a prefix read is left out).
+//
+// Origin and Seq name the Update that made it: the id of its member's store (a random id
+// each time the store opens) and a number of that store's. A member that applies a write
+// set no Update of its own waits for runs the hooks of the records it wrote (see Watch).
 type WriteSet struct {
 	Base   uint64
 	Writes []Write
 	Reads  []Read
+	Origin string
+	Seq    uint64
 }
 
 // compactReads drops the reads another read's prefix covers.
@@ -250,7 +256,7 @@ func (s *Store) replicate(rep Replicator, f func(tx *Tx) error) ([]func(), error
 		}
 		err = s.rebase(ws)
 		if err == nil {
-			err = rep.Replicate(ws)
+			err = s.replicateOwn(rep, ws)
 		}
 		if errors.Is(err, ErrStaleWrite) && attempt < maxAttempts {
 			continue
@@ -259,6 +265,45 @@ func (s *Store) replicate(rep Replicator, f func(tx *Tx) error) ([]func(), error
 			return nil, err
 		}
 		return after, nil
+	}
+}
+
+// replicateOwn hands rep a write set of this member's Update, marked as this store's so
+// that ApplyWrites leaves its hooks to the Update. A write set applied here while rep
+// reports an error (a reply lost) did happen: it counts as replicated.
+func (s *Store) replicateOwn(rep Replicator, ws *WriteSet) error {
+	ws.Origin, ws.Seq = s.id, s.seq.Add(1)
+	s.pmu.Lock()
+	s.pending[ws.Seq] = false
+	s.pmu.Unlock()
+	err := rep.Replicate(ws)
+	s.pmu.Lock()
+	applied := s.pending[ws.Seq]
+	delete(s.pending, ws.Seq)
+	s.pmu.Unlock()
+	if applied {
+		return nil
+	}
+	return err
+}
+
+// awaited tells whether ws is a write set of an Update of this store that waits for it.
+func (s *Store) awaited(ws *WriteSet) bool {
+	if ws.Origin != s.id {
+		return false
+	}
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	_, ok := s.pending[ws.Seq]
+	return ok
+}
+
+// noteApplied records that the awaited write set ws was applied.
+func (s *Store) noteApplied(ws *WriteSet) {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	if _, ok := s.pending[ws.Seq]; ok {
+		s.pending[ws.Seq] = true
 	}
 }
 
@@ -326,16 +371,42 @@ func (s *Store) AppliedIndex() (index uint64, restoring bool, err error) {
 // and records index as applied. A write set at an index applied already is skipped (nil);
 // one whose Base is not the applied index fails with ErrStaleWrite and changes nothing. The
 // outcome depends only on the store's state and the log, so every member gets the same.
-// It runs no hooks: the member that made the write set runs its Update's.
+//
+// The write set of an Update of this store that waits for it runs no hooks here: the
+// Update runs its own. Any other (another member's, or one whose Update gave up) is
+// replayed: the hooks given to Watch run for each record it wrote, in its transaction
+// after the writes (tx.Replayed is true, and writes through it fail), and what they
+// registered with OnCommit runs after the commit, on a goroutine of the store's that runs
+// the replayed write sets' hooks one after the other in the log's order. ApplyWrites does
+// not wait for them, so those hooks may use the store, Update included.
 func (s *Store) ApplyWrites(ws *WriteSet, index uint64) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
-	defer s.leave()
+	after, err := s.applyWrites(ws, index)
+	s.leave()
+	if err == nil && len(after) > 0 {
+		s.hooks.push(after)
+	}
+	return err
+}
+
+// applyWrites is ApplyWrites within the operation; it returns the replayed write set's
+// after-commit hooks.
+func (s *Store) applyWrites(ws *WriteSet, index uint64) ([]func(), error) {
 	s.win.mu.Lock() // the window moves with the applied index
 	defer s.win.mu.Unlock()
 	var prev uint64
 	done := false
+	var tx *Tx
+	own := s.awaited(ws)
+	if !own {
+		if ids := s.watchedRecords(ws); len(ids) > 0 {
+			before := s.db.NewTransaction(false) // the state the write set replaces
+			defer before.Discard()
+			tx = &Tx{replayed: true, before: before, changed: ids}
+		}
+	}
 	err := s.db.Update(func(txn *badger.Txn) error {
 		applied, restoring, err := readApplied(txn)
 		if err != nil {
@@ -361,15 +432,28 @@ func (s *Store) ApplyWrites(ws *WriteSet, index uint64) error {
 				return fmt.Errorf("apply the write set of index %d: %w", index, err)
 			}
 		}
+		if tx != nil {
+			tx.txn = txn
+			for _, c := range tx.changed {
+				c.hook(tx, c.id)
+			}
+		}
 		return txn.Set(appliedKey, binary.BigEndian.AppendUint64(nil, index))
 	})
 	if err != nil {
-		return s.noteErr(err)
+		return nil, s.noteErr(err)
 	}
-	if done {
-		s.win.add(prev, index, ws)
+	if !done {
+		return nil, nil
 	}
-	return nil
+	s.win.add(prev, index, ws)
+	if own {
+		s.noteApplied(ws)
+	}
+	if tx == nil {
+		return nil, nil
+	}
+	return tx.after, nil
 }
 
 // ReplaceFromBackup replaces the whole content of the open store with the backup file at
@@ -434,14 +518,15 @@ func (s *Store) ReplaceFromBackup(path string) error {
 }
 
 // writeSetVersion starts an encoded write set.
-const writeSetVersion = 2
+const writeSetVersion = 3
 
-// MarshalBinary encodes ws: a version byte, Base and the number of writes as uvarints, then
+// MarshalBinary encodes ws: a version byte, Base as a uvarint, Origin as a uvarint length
+// and the bytes, Seq and the number of writes as uvarints, then
 // each write as a kind byte (0 set, 1 delete), the key and, for a set, the value, each as a
 // uvarint length and the bytes; then the number of reads and each read as a kind byte (0 a
 // key, 1 a prefix) and the key.
 func (ws *WriteSet) MarshalBinary() ([]byte, error) {
-	n := 1 + 3*binary.MaxVarintLen64
+	n := 1 + 5*binary.MaxVarintLen64 + len(ws.Origin)
 	for _, w := range ws.Writes {
 		n += 1 + 2*binary.MaxVarintLen64 + len(w.Key) + len(w.Value)
 	}
@@ -451,6 +536,9 @@ func (ws *WriteSet) MarshalBinary() ([]byte, error) {
 	b := make([]byte, 0, n)
 	b = append(b, writeSetVersion)
 	b = binary.AppendUvarint(b, ws.Base)
+	b = binary.AppendUvarint(b, uint64(len(ws.Origin)))
+	b = append(b, ws.Origin...)
+	b = binary.AppendUvarint(b, ws.Seq)
 	b = binary.AppendUvarint(b, uint64(len(ws.Writes)))
 	for _, w := range ws.Writes {
 		if w.Delete {
@@ -488,6 +576,8 @@ func (ws *WriteSet) UnmarshalBinary(b []byte) error {
 	}
 	r := wsReader{b: b[1:]}
 	base := r.uvarint()
+	origin := string(r.bytes())
+	seq := r.uvarint()
 	count := r.uvarint()
 	if r.err == nil && count > uint64(len(r.b)) { // every write takes 2 bytes or more
 		r.err = fmt.Errorf("%w: %d writes in %d bytes", ErrBadWriteSet, count, len(r.b))
@@ -536,7 +626,7 @@ func (ws *WriteSet) UnmarshalBinary(b []byte) error {
 	if r.err != nil {
 		return r.err
 	}
-	ws.Base, ws.Writes, ws.Reads = base, writes, reads
+	ws.Base, ws.Writes, ws.Reads, ws.Origin, ws.Seq = base, writes, reads, origin, seq
 	return nil
 }
 

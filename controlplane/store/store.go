@@ -6,6 +6,8 @@ package store
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -119,6 +121,85 @@ type Store struct {
 	wmu sync.Mutex
 	// win remembers the keys the recent write sets applied wrote (see rebase).
 	win writeWindow
+
+	// id names this open store in the write sets of its Updates; seq numbers them.
+	id  string
+	seq atomic.Uint64
+	// pending holds the write sets this store's Updates wait for (by Seq), true once applied.
+	pmu     sync.Mutex
+	pending map[uint64]bool
+	// watchers are the hooks Watch registered, by collection name.
+	watchers sync.Map // string -> func(*Tx, string)
+	// hooks runs the after-commit hooks of replayed write sets.
+	hooks hookQueue
+}
+
+// hookQueue runs functions one after the other, in the order pushed, on a goroutine that
+// lives while there are some to run.
+type hookQueue struct {
+	mu      sync.Mutex
+	fns     []func()
+	running bool
+}
+
+func (q *hookQueue) push(fns []func()) {
+	q.mu.Lock()
+	q.fns = append(q.fns, fns...)
+	start := !q.running
+	q.running = true
+	q.mu.Unlock()
+	if start {
+		go q.run()
+	}
+}
+
+func (q *hookQueue) run() {
+	for {
+		q.mu.Lock()
+		if len(q.fns) == 0 {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		f := q.fns[0]
+		q.fns[0] = nil
+		q.fns = q.fns[1:]
+		q.mu.Unlock()
+		f()
+	}
+}
+
+// watchedRecord is a record a replayed write set wrote, and the hook of its collection.
+type watchedRecord struct {
+	id   string
+	hook func(*Tx, string)
+}
+
+// watchedRecords returns the records ws wrote whose collection has a hook, each once, in
+// the order of their first write.
+func (s *Store) watchedRecords(ws *WriteSet) []watchedRecord {
+	var out []watchedRecord
+	var seen map[string]bool
+	for _, w := range ws.Writes {
+		rest, ok := bytes.CutPrefix(w.Key, []byte(recordsPrefix))
+		if !ok {
+			continue
+		}
+		name, id, ok := bytes.Cut(rest, []byte("/")) // collection names hold no slash
+		if !ok {
+			continue
+		}
+		hook, ok := s.watchers.Load(string(name))
+		if !ok || seen[string(w.Key)] {
+			continue
+		}
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		seen[string(w.Key)] = true
+		out = append(out, watchedRecord{id: string(id), hook: hook.(func(*Tx, string))})
+	}
+	return out
 }
 
 // enter starts an operation, unless the store is closing. An operation started inside
@@ -189,7 +270,7 @@ func Open(dir string, log *slog.Logger, o Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open store in %s: %w", dir, err)
 	}
-	s := &Store{db: db, log: log, compression: opts.Compression}
+	s := &Store{db: db, log: log, compression: opts.Compression, id: newStoreID(), pending: map[uint64]bool{}}
 	s.idle.L = &s.mu
 	s.win.maxSets, s.win.maxBytes = windowSets, windowBytes
 	if !o.InMemory {
@@ -207,6 +288,13 @@ func Open(dir string, log *slog.Logger, o Options) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// newStoreID returns a random id for an open store: 128 bits, hex.
+func newStoreID() string {
+	b := make([]byte, 16)
+	rand.Read(b) // never fails: crypto/rand ends the program rather than return an error
+	return hex.EncodeToString(b)
 }
 
 // badgerOptions are the options the store opens Badger with in dir.
@@ -417,7 +505,21 @@ type Tx struct {
 	writes  []Write
 	reads   []Read
 	seen    map[string]struct{}
+	// replayed: the transaction applies a write set of another member (see ApplyWrites);
+	// before reads the state the write set replaced, changed are the records it wrote.
+	replayed bool
+	before   *badger.Txn
+	changed  []watchedRecord
 }
+
+// errReplayedWrite is the error of a write through a replayed transaction: a write set is
+// applied exactly as its member made it, so that every member holds the same.
+var errReplayedWrite = errors.New("store: a hook of a replayed write set cannot write")
+
+// Replayed tells whether the transaction applies a write set another member made (or one
+// whose Update on this member gave up waiting): its hooks then run for a write they did not
+// see being made, and must not write themselves; the member that made it did what follows.
+func (tx *Tx) Replayed() bool { return tx.replayed }
 
 // read records that the transaction read key, or every key under it when prefix is set.
 // Every read of the store goes through a Collection, which calls it.
@@ -443,6 +545,9 @@ func (tx *Tx) read(key []byte, prefix bool) {
 // set stores value under key in the transaction. Every write of the store goes through set
 // and delete, so that a replicated Update sees all of them.
 func (tx *Tx) set(key, value []byte) error {
+	if tx.replayed {
+		return fmt.Errorf("%w: set %q", errReplayedWrite, key)
+	}
 	if err := tx.txn.Set(key, value); err != nil {
 		return err
 	}
@@ -454,6 +559,9 @@ func (tx *Tx) set(key, value []byte) error {
 
 // delete removes key in the transaction.
 func (tx *Tx) delete(key []byte) error {
+	if tx.replayed {
+		return fmt.Errorf("%w: delete %q", errReplayedWrite, key)
+	}
 	if err := tx.txn.Delete(key); err != nil {
 		return err
 	}

@@ -1,0 +1,113 @@
+package store
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// replayed is what a hook of the other member saw of one record.
+type replayed struct {
+	id       string
+	replayed bool
+	exists   bool
+	before   string // the name before the write set, "" when there was none
+	writeErr error
+}
+
+// TestReplayedHooks has a member apply the write sets of another: its hooks run for every
+// record written, in the transaction (seeing the new state, and the old one through
+// Before) and after the commit, and may not write; the member that made the write set runs
+// its own hooks once, as without replication. A hook in the transaction may view the store.
+func TestReplayedHooks(t *testing.T) {
+	t.Parallel()
+	origin, other := open(t, t.TempDir()), open(t, t.TempDir())
+	defer origin.Close()
+	defer other.Close()
+	rep := &logReplicator{members: []*Store{origin, other}}
+	origin.SetReplicator(rep)
+	other.SetReplicator(&forwarder{leader: origin, log: rep})
+
+	mine, theirs := people(), people()
+	mine.Watch(origin)
+	theirs.Watch(other)
+	var originSeen []string
+	mine.OnChange = func(tx *Tx, id string) {
+		if tx.Replayed() {
+			t.Errorf("the origin's hook for %s runs as replayed", id)
+		}
+		tx.OnCommit(func() { originSeen = append(originSeen, id) })
+	}
+
+	var mu sync.Mutex
+	var seen []replayed
+	committed := make(chan string, 10)
+	theirs.OnChange = func(tx *Tx, id string) {
+		r := replayed{id: id, replayed: tx.Replayed()}
+		r.exists, _ = theirs.Has(tx, id)
+		if p, err := theirs.Before(tx, id); err == nil {
+			r.before = p.Name
+		} else if !errors.Is(err, ErrNotFound) {
+			t.Errorf("before of %s: %v", id, err)
+		}
+		r.writeErr = theirs.Put(tx, &person{ID: id + "-copy", Name: id + "-copy"})
+		// Viewing the store from the transaction's hook does not wait for the write set.
+		if err := other.View(func(*Tx) error { return nil }); err != nil {
+			t.Errorf("view from a replayed hook: %v", err)
+		}
+		mu.Lock()
+		seen = append(seen, r)
+		mu.Unlock()
+		tx.OnCommit(func() {
+			committed <- id
+		})
+	}
+
+	if err := origin.Update(func(tx *Tx) error {
+		if err := mine.Create(tx, &person{ID: "1", Name: "ann"}); err != nil {
+			return err
+		}
+		return mine.Create(tx, &person{ID: "2", Name: "bob"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := origin.Update(func(tx *Tx) error { return mine.Delete(tx, "2") }); err != nil {
+		t.Fatal(err)
+	}
+	var after []string
+	for len(after) < 3 {
+		select {
+		case id := <-committed:
+			after = append(after, id)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the replayed hooks ran after the commit for %v only", after)
+		}
+	}
+	if !slices.Equal(after, []string{"1", "2", "2"}) {
+		t.Fatalf("after-commit hooks ran for %v, want [1 2 2] in the log's order", after)
+	}
+	if !slices.Equal(originSeen, []string{"1", "2", "2"}) {
+		t.Fatalf("the origin's own hooks ran for %v, want [1 2 2]", originSeen)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []replayed{{id: "1", replayed: true, exists: true}, {id: "2", replayed: true, exists: true}, {id: "2", replayed: true, before: "bob"}}
+	if len(seen) != len(want) {
+		t.Fatalf("the other member's hooks saw %+v", seen)
+	}
+	for i, r := range seen {
+		if !errors.Is(r.writeErr, errReplayedWrite) {
+			t.Fatalf("a replayed hook's write: %v, want it refused", r.writeErr)
+		}
+		r.writeErr = nil
+		if r != want[i] {
+			t.Fatalf("hook %d saw %+v, want %+v", i, r, want[i])
+		}
+	}
+	if a, b := withoutSchema(dump(t, origin)), withoutSchema(dump(t, other)); !maps.Equal(a, b) {
+		t.Fatalf("members differ:\n%v\n%v", a, b)
+	}
+}
