@@ -100,6 +100,7 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, opts Options) *Model {
 		updbLimits: newAccountLimiter(opts.Now, true), mfaLimits: newAccountLimiter(opts.Now, false),
 		hashes: newHashGate(opts.PasswordHashers)}
 	m.watchReads()
+	m.watchReplays()
 	m.lastChange.Store(opts.Now().UnixNano())
 	return m
 }

@@ -156,6 +156,9 @@ func (m *Model) changed(tx *store.Tx) { m.changedTx(tx, true) }
 // added records a change that only adds entities, so no right is lost.
 func (m *Model) added(tx *store.Tx) { m.changedTx(tx, false) }
 
+// changedTx is changed or added. The revocation writes: it runs only on the member that
+// made the change (see replay.go); the other members bump their index from the records
+// replayed (policyDataReplayed).
 func (m *Model) changedTx(tx *store.Tx, revoke bool) {
 	tx.OnCommit(func() {
 		m.cache.gen.Add(1)

@@ -70,7 +70,9 @@ type readCaches struct {
 	sessions genCache[*Session]
 }
 
-// watchReads hooks the read caches to the collections they read.
+// watchReads hooks the read caches to the collections they read. These hooks only update
+// memory: they run on every member, for its own writes and the others' (replayed).
+// A replayed change reaches the caches just after the store applied it, not before.
 func (m *Model) watchReads() {
 	m.c.terminators.OnChange = func(tx *store.Tx, _ string) { m.reads.terminators.bumpOnCommit(tx) }
 	m.c.sessions.OnChange = func(tx *store.Tx, id string) {

@@ -83,7 +83,8 @@ func (m *Model) currentCerts(tx *store.Tx, identityID string) (map[string]bool, 
 // endStaleSessions ends its API sessions opened with a certificate that is no longer current
 // and sends the others to routers again, whose edge listeners then close the connections
 // made with such a certificate. Until then the controller already refuses those sessions
-// (certCurrent).
+// (certCurrent). Ending sessions writes, so it runs only on the member that made the change;
+// the others call the hooks from the records replayed (identityCertsReplayed).
 func (m *Model) certsChanged(tx *store.Tx, identityID string) {
 	tx.OnCommit(func() { m.endStaleSessionsLogged(identityID) })
 	m.credentialHooks.watch(tx, identityID)

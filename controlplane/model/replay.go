@@ -1,0 +1,165 @@
+package model
+
+import (
+	"errors"
+
+	"github.com/zmesh/zmesh/controlplane/store"
+)
+
+// Writes made on another member of a controller cluster reach this member's store as
+// replayed write sets: the store calls the OnChange of each collection (watchReplays has it
+// watch them all) for every record the write set wrote, with tx.Replayed() true, and runs
+// what they defer with OnCommit after the commit. What the model does after a change is of
+// two kinds:
+//   - keeping memory in step: the policy index, the read caches, the JWKS cache, the
+//     in-memory request limits, and the change hooks that feed the routers' session sync,
+//     the control channel and the circuits. It runs on every member: on the member that
+//     made the change its model functions call it (changed, routerChanged, certsChanged, the
+//     hooks' watch), and on the others the hooks below derive it from the records written;
+//   - writing after a change: ending the sessions no policy allows any more
+//     (RevokeUnauthorized) and the API sessions whose certificate is no longer current
+//     (endStaleSessions). It runs only on the member that made the change, from its
+//     Update's OnCommit (which a replayed write set does not carry), and its own writes
+//     then reach every member like any other; running it on every member would repeat it.
+
+// replayedOnly makes f the OnChange of a collection whose hooks on the member that made a
+// change are called by the model's functions: on that member it does nothing.
+func replayedOnly(f func(tx *store.Tx, id string)) func(tx *store.Tx, id string) {
+	return func(tx *store.Tx, id string) {
+		if tx.Replayed() {
+			f(tx, id)
+		}
+	}
+}
+
+// watchReplays has the store call the collections' hooks for other members' write sets, and
+// sets the hooks of the collections whose effects the model's functions call themselves.
+func (m *Model) watchReplays() {
+	c := &m.c
+	// The policy index reads these; a change through the API also bumps the time clients
+	// refetch their services after.
+	policy := func(tx *store.Tx, _ string) { tx.OnCommit(m.policyDataReplayed) }
+	c.services.OnChange = replayedOnly(policy)
+	c.servicePolicies.OnChange = replayedOnly(policy)
+	c.edgeRouterPolicies.OnChange = replayedOnly(policy)
+	c.serviceEdgeRouterPolicies.OnChange = replayedOnly(policy)
+	c.postureChecks.OnChange = replayedOnly(policy)
+	// What clients see of their services, beside the policy index.
+	clientData := func(tx *store.Tx, _ string) { tx.OnCommit(m.bumpLastChange) }
+	c.configs.OnChange = replayedOnly(clientData)
+	c.configTypes.OnChange = replayedOnly(clientData)
+	c.identityServiceConfigs.OnChange = replayedOnly(clientData)
+
+	c.identities.OnChange = replayedOnly(func(tx *store.Tx, id string) {
+		policy(tx, id)
+		// Disabling, deletion and a new external id change what the identity may
+		// authenticate with.
+		m.identityCertsReplayed(tx, id)
+		if ok, err := c.identities.Has(tx, id); err == nil && !ok {
+			tx.OnCommit(func() { c.failed.forget(id) })
+		}
+	})
+	c.edgeRouters.OnChange = replayedOnly(func(tx *store.Tx, id string) {
+		policy(tx, id)
+		// The control channel decides on the router's record as it is; a connection made
+		// with the certificate an extension replaced stays the router's while the record
+		// names it as the previous one, as it does on the member that made the extension.
+		change := RouterChange{}
+		if r, err := c.edgeRouters.Get(tx, id); err == nil && r.PreviousFingerprint != "" {
+			change = RouterChange{Extended: true, Previous: r.PreviousFingerprint, Current: [2]string{r.Fingerprint, r.ServerFingerprint}}
+		}
+		m.routerChanged(tx, id, change)
+	})
+	c.authenticators.OnChange = replayedOnly(func(tx *store.Tx, id string) {
+		if a := replayedRecord(tx, c.authenticators, id); a != nil && a.Method == MethodCert {
+			m.identityCertsReplayed(tx, a.IdentityID)
+		}
+	})
+	c.apiSessionCerts.OnChange = replayedOnly(func(tx *store.Tx, id string) {
+		// Routers learn which ephemeral certificates an API session's clients may present.
+		if cert := replayedRecord(tx, c.apiSessionCerts, id); cert != nil {
+			m.apiSessionHooks.watch(tx, cert.APISessionID)
+		}
+	})
+	c.cas.OnChange = replayedOnly(func(tx *store.Tx, id string) {
+		if ca := replayedRecord(tx, c.cas, id); ca != nil {
+			m.caCertsReplayed(tx, ca.Fingerprint)
+		}
+	})
+	m.auth.signers.OnChange = replayedOnly(func(tx *store.Tx, id string) {
+		tx.OnCommit(func() { m.auth.jwks.forget(id) })
+	})
+
+	for _, w := range []interface{ Watch(*store.Store) }{
+		c.identities, c.authenticators, c.enrollments, c.apiSessions, c.apiSessionCerts, c.cas,
+		c.services, c.servicePolicies, c.edgeRouters, c.edgeRouterPolicies, c.serviceEdgeRouterPolicies,
+		c.sessions, c.postureChecks, c.configTypes, c.configs, c.terminators, c.identityServiceConfigs,
+		m.auth.mfa, m.auth.signers, m.auth.policies,
+	} {
+		w.Watch(m.st)
+	}
+}
+
+// policyDataReplayed is changedTx's memory part for another member's change: its
+// revocation ran there.
+func (m *Model) policyDataReplayed() {
+	m.cache.gen.Add(1)
+	m.bumpLastChange()
+}
+
+// replayedRecord returns the record with id as the replayed write set left it or, deleted,
+// as it was before; nil when neither can be read.
+func replayedRecord[T any](tx *store.Tx, c *store.Collection[T], id string) *T {
+	rec, err := c.Get(tx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		rec, err = c.Before(tx, id)
+	}
+	if err != nil {
+		return nil
+	}
+	return rec
+}
+
+// identityCertsReplayed is certsChanged's memory part for another member's change of what
+// the identity authenticates with: the credential hooks, and its API sessions sent to
+// routers again (the certificates they admit may have changed). Ending the API sessions
+// that are no longer valid is the other member's, whose deletions replicate.
+func (m *Model) identityCertsReplayed(tx *store.Tx, identityID string) {
+	m.credentialHooks.watch(tx, identityID)
+	ids, err := m.c.apiSessions.IDsWith(tx, "identityId", identityID)
+	if err != nil {
+		m.log.Error("read the API sessions of an identity changed on another controller", "identity", identityID, "err", err)
+		return
+	}
+	for _, id := range ids {
+		m.apiSessionHooks.watch(tx, id)
+	}
+}
+
+// caCertsReplayed is caTrustChanged's memory part for another member's change of a
+// third-party CA: the identities with certificates of it, or with API sessions opened
+// through its external id claim.
+func (m *Model) caCertsReplayed(tx *store.Tx, fingerprint string) {
+	idents := map[string]bool{}
+	err := m.c.authenticators.Each(tx, func(a *Authenticator) error {
+		if a.Method == MethodCert && a.CAFingerprint == fingerprint {
+			idents[a.IdentityID] = true
+		}
+		return nil
+	})
+	if err == nil {
+		err = m.c.apiSessions.Each(tx, func(a *APISession) error {
+			if a.ExternalIDCert && a.ClaimCA == fingerprint {
+				idents[a.IdentityID] = true
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		m.log.Error("read the identities of a CA changed on another controller", "ca", fingerprint, "err", err)
+		return
+	}
+	for id := range idents {
+		m.identityCertsReplayed(tx, id)
+	}
+}
