@@ -36,7 +36,8 @@ type Collection[T any] struct {
 	// OnChange, when set, is called with the record's id after each successful Put (and so
 	// Create) or Delete, in the caller's transaction: it may read tx and register
 	// tx.OnCommit for effects that must wait for the commit (Update may run a transaction
-	// several times, and one that fails never commits). Set it before the collection is used.
+	// several times, and one that fails never commits). It must not call Update (View is
+	// fine); what it defers with OnCommit may. Set it before the collection is used.
 	OnChange func(tx *Tx, id string)
 }
 

@@ -111,3 +111,79 @@ func TestReplayedHooks(t *testing.T) {
 		t.Fatalf("members differ:\n%v\n%v", a, b)
 	}
 }
+
+// TestReplayedHookUpdates has the hooks of replayed write sets update the store they run
+// on: on a follower (whose Update goes through the leader) and on the leader (which
+// replays its followers' write sets while it appends them). The hooks run after the
+// write set's commit, on their own goroutine, so none of these waits for itself.
+func TestReplayedHookUpdates(t *testing.T) {
+	t.Parallel()
+	leader, follower := open(t, t.TempDir()), open(t, t.TempDir())
+	defer leader.Close()
+	defer follower.Close()
+	rep := &logReplicator{members: []*Store{leader, follower}}
+	leader.SetReplicator(rep)
+	follower.SetReplicator(&forwarder{leader: leader, log: rep})
+
+	type counter struct {
+		ID string `json:"id"`
+		N  int    `json:"n"`
+	}
+	counters := NewCollection("counters", func(c *counter) string { return c.ID })
+	increment := func(s *Store, name string) error {
+		return s.Update(func(tx *Tx) error {
+			n := 0
+			if c, err := counters.Get(tx, name); err == nil {
+				n = c.N
+			} else if !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			return counters.Put(tx, &counter{ID: name, N: n + 1})
+		})
+	}
+	done := make(chan error, 10)
+	names := map[*Store]string{leader: "seen-by-leader", follower: "seen-by-follower"}
+	// Each member counts, through its own Update, the people the other member wrote.
+	for _, s := range []*Store{leader, follower} {
+		c := people()
+		c.Watch(s)
+		c.OnChange = func(tx *Tx, id string) {
+			if !tx.Replayed() {
+				return
+			}
+			if err := s.View(func(*Tx) error { return nil }); err != nil {
+				t.Errorf("view from a replayed hook: %v", err)
+			}
+			tx.OnCommit(func() { done <- increment(s, names[s]) })
+		}
+	}
+
+	c := people()
+	writes := make(chan error, 2)
+	go func() {
+		writes <- leader.Update(func(tx *Tx) error { return c.Put(tx, &person{ID: "1", Name: "ann"}) })
+		writes <- follower.Update(func(tx *Tx) error { return c.Put(tx, &person{ID: "2", Name: "bob"}) })
+	}()
+	for range 4 { // two writes, two hooks' updates
+		select {
+		case err := <-writes:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("update from a replayed hook: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a write or a replayed hook's update is stuck")
+		}
+	}
+	for _, s := range []*Store{leader, follower} {
+		for _, name := range names {
+			var got *counter
+			if err := s.View(func(tx *Tx) (err error) { got, err = counters.Get(tx, name); return err }); err != nil || got.N != 1 {
+				t.Fatalf("counter %s: %+v (%v), want 1", name, got, err)
+			}
+		}
+	}
+}

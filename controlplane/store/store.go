@@ -585,7 +585,9 @@ const maxAttempts = 8
 // wrote goes to the replicator as a WriteSet, and Update returns once the replicator has
 // had it applied to this store (ApplyWrites) or has failed; the OnCommit hooks run then.
 // A member's replicated Updates run one at a time, so f must not call Update itself (it
-// would wait for itself); an OnCommit hook may.
+// would wait for itself); an OnCommit hook may. Likewise an OnChange hook called for a
+// replayed write set (see ApplyWrites) may View the store but not Update it, as the log
+// waits for it; what it defers with OnCommit may, as the log does not wait for that.
 func (s *Store) Update(f func(tx *Tx) error) error {
 	var after []func()
 	var err error
