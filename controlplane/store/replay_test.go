@@ -187,3 +187,44 @@ func TestReplayedHookUpdates(t *testing.T) {
 		}
 	}
 }
+
+// lossyReplicator applies every write set to its store, then reports an error: the reply
+// of a log that committed the write was lost.
+type lossyReplicator struct {
+	st    *Store
+	index uint64
+}
+
+func (r *lossyReplicator) Replicate(ws *WriteSet) error {
+	r.index++
+	if err := r.st.ApplyWrites(ws, r.index); err != nil {
+		return err
+	}
+	return errors.New("the reply was lost")
+}
+
+// TestOwnWriteSetReplyLost: a write set of this store's Update applied while the replicator
+// reports an error did happen: the Update succeeds and runs its own hooks, once, and the
+// store does not replay it.
+func TestOwnWriteSetReplyLost(t *testing.T) {
+	t.Parallel()
+	s := open(t, t.TempDir())
+	defer s.Close()
+	s.SetReplicator(&lossyReplicator{st: s})
+	c := people()
+	c.Watch(s)
+	var hooks []bool
+	c.OnChange = func(tx *Tx, id string) {
+		replayedTx := tx.Replayed()
+		tx.OnCommit(func() { hooks = append(hooks, replayedTx) })
+	}
+	if err := s.Update(func(tx *Tx) error { return c.Put(tx, &person{ID: "1", Name: "ann"}) }); err != nil {
+		t.Fatalf("an applied write whose reply was lost: %v", err)
+	}
+	if !slices.Equal(hooks, []bool{false}) {
+		t.Fatalf("hooks ran %v, want once, not replayed", hooks)
+	}
+	if _, err := c.Before(&Tx{}, "1"); err == nil {
+		t.Fatal("Before read a transaction that is not replayed")
+	}
+}

@@ -233,7 +233,7 @@ func TestWriteSetEncoding(t *testing.T) {
 		{Key: []byte("r/a/1"), Value: []byte(`{"id":"1"}`)},
 		{Key: []byte("m/a/x"), Value: []byte{}},
 		{Key: []byte("u/a/y"), Delete: true},
-	}}
+	}, Reads: []Read{{Key: []byte("r/b/2")}, {Key: []byte("r/c/"), Prefix: true}}, Origin: "store-1", Seq: 7}
 	b, err := ws.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -242,8 +242,12 @@ func TestWriteSetEncoding(t *testing.T) {
 	if err := got.UnmarshalBinary(b); err != nil {
 		t.Fatal(err)
 	}
-	if got.Base != ws.Base || len(got.Writes) != 3 {
+	if got.Base != ws.Base || len(got.Writes) != 3 || got.Origin != ws.Origin || got.Seq != ws.Seq {
 		t.Fatalf("decoded %+v", got)
+	}
+	if len(got.Reads) != 2 || string(got.Reads[0].Key) != "r/b/2" || got.Reads[0].Prefix ||
+		string(got.Reads[1].Key) != "r/c/" || !got.Reads[1].Prefix {
+		t.Fatalf("decoded reads %+v", got.Reads)
 	}
 	for i, w := range got.Writes {
 		if !bytes.Equal(w.Key, ws.Writes[i].Key) || !bytes.Equal(w.Value, ws.Writes[i].Value) || w.Delete != ws.Writes[i].Delete {
