@@ -2,6 +2,8 @@ package model
 
 import (
 	"errors"
+	"reflect"
+	"time"
 
 	"github.com/zmesh/zmesh/controlplane/store"
 )
@@ -51,11 +53,20 @@ func (m *Model) watchReplays() {
 	c.identityServiceConfigs.OnChange = replayedOnly(clientData)
 
 	c.identities.OnChange = replayedOnly(func(tx *store.Tx, id string) {
+		cur, curErr := c.identities.Get(tx, id)
+		old, oldErr := c.identities.Before(tx, id)
+		both := curErr == nil && oldErr == nil
+		if both && clientInfoOnly(old, cur) {
+			return // RecordClientInfo: nothing in memory depends on it
+		}
 		policy(tx, id)
-		// Disabling, deletion and a new external id change what the identity may
-		// authenticate with.
-		m.identityCertsReplayed(tx, id)
-		if ok, err := c.identities.Has(tx, id); err == nil && !ok {
+		// Disabling, enabling, deletion and a new external id change what the identity
+		// may authenticate with.
+		if !both || old.ExternalID != cur.ExternalID || !sameTime(old.DisabledAt, cur.DisabledAt) ||
+			!sameTime(old.DisabledUntil, cur.DisabledUntil) {
+			m.identityCertsReplayed(tx, id)
+		}
+		if errors.Is(curErr, store.ErrNotFound) {
 			tx.OnCommit(func() { c.failed.forget(id) })
 		}
 	})
@@ -105,6 +116,18 @@ func (m *Model) watchReplays() {
 func (m *Model) policyDataReplayed() {
 	m.cache.gen.Add(1)
 	m.bumpLastChange()
+}
+
+// clientInfoOnly tells whether an identity's record changed in what its clients reported
+// alone.
+func clientInfoOnly(old, cur *Identity) bool {
+	o := *old
+	o.EnvInfo, o.SDKInfo = cur.EnvInfo, cur.SDKInfo
+	return reflect.DeepEqual(&o, cur)
+}
+
+func sameTime(a, b *time.Time) bool {
+	return a == nil && b == nil || a != nil && b != nil && a.Equal(*b)
 }
 
 // replayedRecord returns the record with id as the replayed write set left it or, deleted,

@@ -179,9 +179,10 @@ func countOf(list []string, s string) int {
 	return n
 }
 
-// TestReplayedCredentialChanges: a certificate authenticator deleted and an edge router
-// extended and re-enrolled through the first model reach the second's credential, API
-// session and edge router hooks (the circuits, the session sync, the control channel).
+// TestReplayedCredentialChanges: a certificate authenticator deleted, an identity disabled
+// and an edge router extended and re-enrolled through the first model reach the second's
+// credential, API session and edge router hooks (the circuits, the session sync, the
+// control channel); a client's report of its platform moves nothing.
 func TestReplayedCredentialChanges(t *testing.T) {
 	t.Parallel()
 	f1, f2 := newFixture(t), newFixture(t)
@@ -223,6 +224,28 @@ func TestReplayedCredentialChanges(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Contains(creds, alice.ID) && s2.has(log2, "-"+api.ID, "")
+	})
+
+	// What a client reports of itself changes nothing the second keeps in memory; disabling
+	// the identity changes its credentials.
+	gen := m2.cache.gen.Load()
+	must(m1.RecordClientInfo(alice.ID, EnvInfo{OS: "linux"}, SDKInfo{}))
+	// The hooks of replayed write sets run in the log's order: once the next login's has
+	// run, the report's has too.
+	again, _, err := m1.openSession(&Authenticator{IdentityID: alice.ID}, "password", "", Login{})
+	must(err)
+	eventually(t, "the next login on the second", func() bool { return s2.has(log2, "+"+again.ID, "") })
+	if got := m2.cache.gen.Load(); got != gen {
+		t.Fatalf("the second's policy index moved %d times after a client's report, want none", got-gen)
+	}
+	mu.Lock()
+	creds = nil
+	mu.Unlock()
+	must(m1.DisableIdentity(alice.ID, 0))
+	eventually(t, "the disabled identity on the second", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(creds, alice.ID)
 	})
 
 	er := &EdgeRouter{Name: "er1"}
