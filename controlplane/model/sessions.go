@@ -70,7 +70,9 @@ func (m *Model) CreateSession(api *APISession, serviceID, typ string, tags Tags)
 	}
 	// A policy, posture check or posture report that changed while the session was being
 	// created was not seen by the revocation that followed the change: check the session
-	// against the current state now.
+	// against the current state now. In a cluster, another controller's change applied
+	// before the session reaches the policy index once its hooks have run.
+	m.st.WaitReplayed()
 	if latest := m.c.posture.get(api.ID); latest != posture || m.cache.gen.Load() != idx.gen {
 		if err := m.recheckSession(api, serviceID, typ, latest); err != nil {
 			if derr := m.DeleteSession(s.ID); derr != nil && CodeOf(derr) != CodeNotFound {

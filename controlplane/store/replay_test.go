@@ -228,3 +228,44 @@ func TestOwnWriteSetReplyLost(t *testing.T) {
 		t.Fatal("Before read a transaction that is not replayed")
 	}
 }
+
+// TestWaitReplayed: WaitReplayed returns once the hooks of the write sets applied before it
+// was called have run, and not before.
+func TestWaitReplayed(t *testing.T) {
+	t.Parallel()
+	s := open(t, t.TempDir())
+	defer s.Close()
+	s.WaitReplayed() // nothing applied: returns at once
+	c := people()
+	c.Watch(s)
+	release := make(chan struct{})
+	var ran []string
+	c.OnChange = func(tx *Tx, id string) {
+		tx.OnCommit(func() {
+			if id == "1" {
+				<-release
+			}
+			ran = append(ran, id)
+		})
+	}
+	for i, id := range []string{"1", "2"} {
+		ws := &WriteSet{Base: uint64(i), Writes: []Write{{Key: c.recordKey(id), Value: []byte(`{"id":"` + id + `"}`)}}}
+		if err := s.ApplyWrites(ws, uint64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waited := make(chan []string)
+	go func() {
+		s.WaitReplayed()
+		waited <- slices.Clone(ran)
+	}()
+	select {
+	case got := <-waited:
+		t.Fatalf("WaitReplayed returned while a hook was held, having run %v", got)
+	default:
+	}
+	close(release)
+	if got := <-waited; !slices.Equal(got, []string{"1", "2"}) {
+		t.Fatalf("WaitReplayed returned after the hooks of %v, want [1 2]", got)
+	}
+}

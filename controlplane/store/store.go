@@ -134,17 +134,21 @@ type Store struct {
 	hooks hookQueue
 }
 
-// hookQueue runs functions one after the other, in the order pushed, on a goroutine that
-// lives while there are some to run.
+// hookQueue runs batches of functions one after the other, in the order pushed, on a
+// goroutine that lives while there are some to run.
 type hookQueue struct {
 	mu      sync.Mutex
-	fns     []func()
+	ran     sync.Cond // signalled when done moves
+	batches [][]func()
 	running bool
+	// pushed and done count the batches pushed and run.
+	pushed, done uint64
 }
 
 func (q *hookQueue) push(fns []func()) {
 	q.mu.Lock()
-	q.fns = append(q.fns, fns...)
+	q.batches = append(q.batches, fns)
+	q.pushed++
 	start := !q.running
 	q.running = true
 	q.mu.Unlock()
@@ -156,18 +160,39 @@ func (q *hookQueue) push(fns []func()) {
 func (q *hookQueue) run() {
 	for {
 		q.mu.Lock()
-		if len(q.fns) == 0 {
+		if len(q.batches) == 0 {
 			q.running = false
 			q.mu.Unlock()
 			return
 		}
-		f := q.fns[0]
-		q.fns[0] = nil
-		q.fns = q.fns[1:]
+		fns := q.batches[0]
+		q.batches[0] = nil
+		q.batches = q.batches[1:]
 		q.mu.Unlock()
-		f()
+		for _, f := range fns {
+			f()
+		}
+		q.mu.Lock()
+		q.done++
+		q.ran.Broadcast()
+		q.mu.Unlock()
 	}
 }
+
+// wait returns once the batches pushed so far have run.
+func (q *hookQueue) wait() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for mark := q.pushed; q.done < mark; {
+		q.ran.Wait()
+	}
+}
+
+// WaitReplayed returns once the after-commit hooks of the replayed write sets this store
+// has applied so far have run (see ApplyWrites): a caller that needs what it keeps in
+// memory to reflect at least the state its store holds now. It must not be called from
+// such a hook, which it would wait for.
+func (s *Store) WaitReplayed() { s.hooks.wait() }
 
 // watchedRecord is a record a replayed write set wrote, and the hook of its collection.
 type watchedRecord struct {
@@ -273,6 +298,7 @@ func Open(dir string, log *slog.Logger, o Options) (*Store, error) {
 	s := &Store{db: db, log: log, compression: opts.Compression, id: newStoreID(), pending: map[uint64]bool{}}
 	s.idle.L = &s.mu
 	s.win.maxSets, s.win.maxBytes = windowSets, windowBytes
+	s.hooks.ran.L = &s.hooks.mu
 	if !o.InMemory {
 		s.dir = dir
 		if err := restrictModes(dir); err != nil {
