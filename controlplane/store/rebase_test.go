@@ -224,3 +224,45 @@ func TestForwardedWriteConflicts(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnUpdateRebases has another member's write set, to another record, applied while
+// this member's Update computes its own: the Update's write set is rebased, not run again.
+func TestOwnUpdateRebases(t *testing.T) {
+	t.Parallel()
+	origin, other := open(t, t.TempDir()), open(t, t.TempDir())
+	defer origin.Close()
+	defer other.Close()
+	rep := &logReplicator{members: []*Store{origin, other}}
+	origin.SetReplicator(rep)
+	c := people()
+	runs := 0
+	if err := origin.Update(func(tx *Tx) error {
+		runs++
+		if runs == 1 { // the log delivers another member's write meanwhile
+			ws := &WriteSet{Base: 0, Writes: []Write{{Key: c.recordKey("9"), Value: []byte(`{"id":"9","name":"zed"}`)}}}
+			rep.mu.Lock()
+			rep.index++
+			for _, s := range rep.members {
+				if err := s.ApplyWrites(ws, rep.index); err != nil {
+					t.Error(err)
+				}
+			}
+			rep.mu.Unlock()
+		}
+		if _, err := c.Get(tx, "1"); !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		return c.Put(tx, &person{ID: "1", Name: "ann"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if runs != 1 {
+		t.Fatalf("the update ran %d times, want once", runs)
+	}
+	for _, s := range []*Store{origin, other} {
+		var n int
+		if err := s.View(func(tx *Tx) (err error) { n, err = c.Count(tx); return err }); err != nil || n != 2 {
+			t.Fatalf("%d people (%v), want 2", n, err)
+		}
+	}
+}
