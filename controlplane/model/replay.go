@@ -14,8 +14,8 @@ import (
 // what they defer with OnCommit after the commit. What the model does after a change is of
 // two kinds:
 //   - keeping memory in step: the policy index, the read caches, the JWKS cache, the
-//     in-memory request limits, and the change hooks that feed the routers' session sync,
-//     the control channel and the circuits. It runs on every member: on the member that
+//     refused session requests kept for an identity, and the change hooks that feed the
+//     routers' session sync, the control channel and the circuits. It runs on every member: on the member that
 //     made the change its model functions call it (changed, routerChanged, certsChanged, the
 //     hooks' watch), and on the others the hooks below derive it from the records written;
 //   - writing after a change: ending the sessions no policy allows any more

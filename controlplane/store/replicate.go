@@ -60,8 +60,9 @@ type Read struct {
 // under a prefix read is left out).
 //
 // Origin and Seq name the Update that made it: the id of its member's store (a random id
-// each time the store opens) and a number of that store's. A member that applies a write
-// set no Update of its own waits for runs the hooks of the records it wrote (see Watch).
+// each time the store opens) and a number of that store's. A member applying a write set
+// that none of its own Updates waits for runs the hooks of the records it wrote (see
+// Collection.Watch and ApplyWrites).
 type WriteSet struct {
 	Base   uint64
 	Writes []Write
