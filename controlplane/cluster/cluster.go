@@ -49,6 +49,9 @@ type Config struct {
 	SnapshotThreshold, TrailingLogs                       uint64
 	// ApplyTimeout bounds the wait for a write to be appended to the log; 10 s when zero.
 	ApplyTimeout time.Duration
+	// HandshakeTimeout bounds the TLS handshake of a connection accepted on the raft port;
+	// 10 s when zero.
+	HandshakeTimeout time.Duration
 }
 
 // ErrNotLeader is the error of a write or a membership change on a member that is not the
@@ -128,7 +131,11 @@ func New(ctx context.Context, c Config) (*Node, error) {
 		logs.Close()
 		return nil, fmt.Errorf("cluster: open the snapshots in %s: %w", c.Dir, err)
 	}
-	stream, err := newStreamLayer(c.Bind, c.Advertise, c.Certificate, c.Roots)
+	handshake := c.HandshakeTimeout
+	if handshake == 0 {
+		handshake = 10 * time.Second
+	}
+	stream, err := newStreamLayer(c.Bind, c.Advertise, c.Certificate, c.Roots, handshake, c.Log.With("member", c.ID))
 	if err != nil {
 		logs.Close()
 		return nil, err

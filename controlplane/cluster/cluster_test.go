@@ -375,17 +375,17 @@ func TestOnlyControllersJoin(t *testing.T) {
 	router := ca.Cert(t, "router", pki.ClientServer, "127.0.0.1")
 	routerCert := func() (*tls.Certificate, error) { return &router, nil }
 
-	member, err := newStreamLayer("127.0.0.1:0", "", ctrl, ca.Pool())
+	member, err := newStreamLayer("127.0.0.1:0", "", ctrl, ca.Pool(), testutil.Patience, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer member.Close()
-	impostor, err := newStreamLayer("127.0.0.1:0", "", routerCert, ca.Pool())
+	impostor, err := newStreamLayer("127.0.0.1:0", "", routerCert, ca.Pool(), testutil.Patience, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer impostor.Close()
-	peer, err := newStreamLayer("127.0.0.1:0", "", controllerCert(t, ca), ca.Pool())
+	peer, err := newStreamLayer("127.0.0.1:0", "", controllerCert(t, ca), ca.Pool(), testutil.Patience, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +408,9 @@ func TestOnlyControllersJoin(t *testing.T) {
 	// handshake dials from a to b and returns the first read's error once the handshake is
 	// over: the dialer learns the acceptor's refusal then (TLS 1.3 client certificates).
 	handshake := func(a, b *streamLayer) error {
-		conn, err := a.Dial(raft.ServerAddress(b.Addr().String()), testutil.Patience)
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.Patience)
+		defer cancel()
+		conn, err := a.dial(ctx, b.Addr().String(), kindRaft)
 		if err != nil {
 			return err
 		}

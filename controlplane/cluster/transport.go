@@ -6,7 +6,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -15,19 +17,35 @@ import (
 	"github.com/zmesh/zmesh/internal/certid"
 )
 
+// Stream kinds: the dialer of a connection to the raft port writes one of these bytes after
+// the TLS handshake, so that raft's connections and others share the port and its
+// authentication.
+const kindRaft byte = 'R'
+
 // streamLayer carries raft's connections over TLS 1.3 with mutual authentication: both ends
 // present a controller certificate of the network's CA (one carrying the controller's
 // certificate policy), so no router or identity, whose certificates the same CA issues, can
-// join the cluster or pose as a member.
+// join the cluster or pose as a member. It accepts on one goroutine and completes each
+// handshake (bounded by handshakeTimeout) on the connection's own, then hands raft's
+// connections to Accept.
 type streamLayer struct {
-	net.Listener
+	ln        net.Listener
 	advertise net.Addr
+	server    *tls.Config
 	client    *tls.Config
+	log       *slog.Logger
+	// handshakeTimeout bounds an accepted connection's TLS handshake and kind byte.
+	handshakeTimeout time.Duration
+
+	conns chan net.Conn // raft's accepted connections
+	done  chan struct{} // closed by Close
+	close sync.Once
 }
 
 // newStreamLayer listens on bind; advertise ("" for the listener's address) is the address
 // the other members dial.
-func newStreamLayer(bind, advertise string, cert func() (*tls.Certificate, error), roots *x509.CertPool) (*streamLayer, error) {
+func newStreamLayer(bind, advertise string, cert func() (*tls.Certificate, error), roots *x509.CertPool,
+	handshakeTimeout time.Duration, log *slog.Logger) (*streamLayer, error) {
 	if cert == nil || roots == nil {
 		return nil, errors.New("cluster: the raft transport needs a certificate and the network's CA")
 	}
@@ -43,11 +61,15 @@ func newStreamLayer(bind, advertise string, cert func() (*tls.Certificate, error
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert() },
 		VerifyConnection:     certid.VerifyController,
 	}
-	ln, err := tls.Listen("tcp", bind, server)
+	ln, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: listen for raft on %s: %w", bind, err)
 	}
-	s := &streamLayer{Listener: ln, advertise: ln.Addr(), client: client}
+	s := &streamLayer{
+		ln: ln, advertise: ln.Addr(), server: server, client: client, log: log,
+		handshakeTimeout: handshakeTimeout,
+		conns:            make(chan net.Conn), done: make(chan struct{}),
+	}
 	if advertise != "" {
 		addr, err := net.ResolveTCPAddr("tcp", advertise)
 		if err != nil {
@@ -56,21 +78,113 @@ func newStreamLayer(bind, advertise string, cert func() (*tls.Certificate, error
 		}
 		s.advertise = addr
 	}
+	go s.acceptLoop()
 	return s, nil
+}
+
+// acceptLoop accepts TCP connections until Close and completes each on its own goroutine,
+// so that a peer slow to handshake holds up no other.
+func (s *streamLayer) acceptLoop() {
+	for {
+		raw, err := s.ln.Accept()
+		if err != nil {
+			select {
+			case <-s.done:
+				return
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			s.log.Error("raft listener stopped accepting", "err", err)
+			s.Close()
+			return
+		}
+		go s.admit(raw)
+	}
+}
+
+// admit completes an accepted connection's handshake and reads its kind, both within the
+// handshake timeout, and hands it on; a peer that sends nothing is dropped at the deadline.
+func (s *streamLayer) admit(raw net.Conn) {
+	conn := tls.Server(raw, s.server)
+	kind, err := func() (byte, error) {
+		if err := conn.SetDeadline(time.Now().Add(s.handshakeTimeout)); err != nil {
+			return 0, err
+		}
+		if err := conn.Handshake(); err != nil {
+			return 0, err
+		}
+		var b [1]byte
+		if _, err := conn.Read(b[:]); err != nil {
+			return 0, err
+		}
+		return b[0], conn.SetDeadline(time.Time{})
+	}()
+	if err != nil {
+		s.log.Debug("raft listener: connection dropped before it said what it carries", "remote", raw.RemoteAddr(), "err", err)
+		conn.Close()
+		return
+	}
+	switch kind {
+	case kindRaft:
+		select {
+		case s.conns <- conn:
+		case <-s.done:
+			conn.Close()
+		}
+	default:
+		s.log.Warn("raft listener: connection of an unknown kind dropped", "remote", raw.RemoteAddr(), "kind", kind)
+		conn.Close()
+	}
+}
+
+// Accept returns raft's next connection.
+func (s *streamLayer) Accept() (net.Conn, error) {
+	select {
+	case c := <-s.conns:
+		return c, nil
+	case <-s.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close stops the listener; connections handed on stay open.
+func (s *streamLayer) Close() error {
+	err := net.ErrClosed
+	s.close.Do(func() {
+		close(s.done)
+		err = s.ln.Close()
+	})
+	return err
 }
 
 // Addr is the advertised address, which raft gives the other members.
 func (s *streamLayer) Addr() net.Addr { return s.advertise }
 
-// Dial connects to the member at address and completes the TLS handshake.
+// Dial connects to the member at address for raft.
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	return s.dial(ctx, string(address), kindRaft)
+}
+
+// dial connects to the member at address, completes the TLS handshake and writes kind.
+func (s *streamLayer) dial(ctx context.Context, address string, kind byte) (net.Conn, error) {
 	d := tls.Dialer{Config: s.client}
-	conn, err := d.DialContext(ctx, "tcp", string(address))
+	conn, err := d.DialContext(ctx, "tcp", address)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: dial member %s: %w", address, err)
 	}
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetWriteDeadline(dl)
+	}
+	if _, err := conn.Write([]byte{kind}); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("cluster: dial member %s: %w", address, err)
+	}
+	conn.SetWriteDeadline(time.Time{})
 	return conn, nil
 }
 
