@@ -2,10 +2,11 @@
 // (hashicorp/raft) per controller, its log and stable state in a raft-boltdb file and its
 // snapshots in files of its data directory, its peers reached over TLS with mutual
 // authentication by the controllers' certificates of the network's CA. The node replicates
-// the controller's store: it is the store's Replicator, so every Update made on the leader
-// becomes a log entry that every member applies to its own store in the same order, and a
-// snapshot is a store backup. Membership (bootstrap, add, remove), leadership transfer and
-// the node's state and statistics are here for the controller's commands and metrics.
+// the controller's store: it is the store's Replicator, so every Update made on any member
+// (a follower forwards it to the leader) becomes a log entry that every member applies to
+// its own store in the same order, and a snapshot is a store backup. Membership
+// (bootstrap, add, remove), leadership transfer and the node's state and statistics are
+// here for the controller's commands and metrics.
 package cluster
 
 import (
@@ -18,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -47,7 +49,9 @@ type Config struct {
 	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
 	SnapshotInterval                                      time.Duration
 	SnapshotThreshold, TrailingLogs                       uint64
-	// ApplyTimeout bounds the wait for a write to be appended to the log; 10 s when zero.
+	// ApplyTimeout bounds the waits of a write: to reach the leader, to be committed and
+	// applied on this member, and again to learn its outcome when the leadership was lost
+	// meanwhile; 10 s when zero.
 	ApplyTimeout time.Duration
 	// HandshakeTimeout bounds the TLS handshake of a connection accepted on the raft port;
 	// 10 s when zero.
@@ -85,9 +89,30 @@ type Node struct {
 	id           string
 	raft         *raft.Raft
 	trans        *raft.NetworkTransport
+	stream       *streamLayer
 	logs         *raftboltdb.BoltStore
+	fsm          *fsm
+	st           *store.Store
+	log          *slog.Logger
 	applyTimeout time.Duration
+	// retry is how long a write waits for a leader change before trying again.
+	retry time.Duration
+	// fwd tracks the writes forwarded to this member while it leads.
+	fwd forwards
+	// resolved counts the writes whose outcome was looked up after it was unknown.
+	resolved atomic.Uint64
+	// dropReply, when set and returning true, has this member, leading, not answer a
+	// forwarded write it has handled: tests make a leader that stops between appending a
+	// write and answering.
+	dropReply atomic.Pointer[func() bool]
 
+	// lmu guards leaderChanged, closed and replaced at every leader observation.
+	lmu           sync.Mutex
+	leaderChanged chan struct{}
+	observer      *raft.Observer
+
+	// ctx ends at Shutdown: it bounds the writes' waits.
+	ctx      context.Context
 	stop     context.CancelFunc
 	shutdown sync.Once
 	err      error
@@ -149,21 +174,33 @@ func New(ctx context.Context, c Config) (*Node, error) {
 		logs.Close()
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	f := &fsm{st: c.Store, log: c.Log.With("member", c.ID), dir: c.Dir}
+	f := newFSM(c.Store, c.Log.With("member", c.ID), c.Dir)
 	r, err := raft.NewRaft(conf, f, cache, logs, snaps, trans)
 	if err != nil {
 		trans.Close()
 		logs.Close()
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
-	n := &Node{id: c.ID, raft: r, trans: trans, logs: logs, applyTimeout: c.ApplyTimeout}
+	n := &Node{
+		id: c.ID, raft: r, trans: trans, stream: stream, logs: logs, fsm: f, st: c.Store,
+		log: c.Log.With("member", c.ID), applyTimeout: c.ApplyTimeout, retry: conf.HeartbeatTimeout / 10,
+		fwd:           forwards{inflight: map[entryID]chan struct{}{}, abandoned: map[entryID]time.Time{}},
+		leaderChanged: make(chan struct{}),
+	}
 	if n.applyTimeout == 0 {
 		n.applyTimeout = 10 * time.Second
 	}
-	var runCtx context.Context
-	runCtx, n.stop = context.WithCancel(ctx)
+	n.ctx, n.stop = context.WithCancel(ctx)
+	obs := make(chan raft.Observation, 1)
+	n.observer = raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	r.RegisterObserver(n.observer)
+	go n.watchLeader(n.ctx, obs)
+	stream.serveForwarded(n.serveForward)
 	go func() {
-		<-runCtx.Done()
+		<-n.ctx.Done()
 		n.Shutdown()
 	}()
 	c.Store.SetReplicator(n)
@@ -288,46 +325,13 @@ func (n *Node) Snapshot() error {
 	return nil
 }
 
-// Replicate is the store's replicator: it appends ws to the log and returns once this
-// member has applied it, with the store's answer. On a member that is not the leader it
-// fails with a *NotLeaderError (writes are not forwarded to the leader). A write set
-// computed on a state that had not caught up with the log is refused by every member: the
-// node then waits until it has applied everything committed before (a barrier) and the
-// store runs the Update again.
-func (n *Node) Replicate(ws *store.WriteSet) error {
-	switch n.raft.State() {
-	case raft.Leader:
-	case raft.Shutdown:
-		return fmt.Errorf("cluster: controller %s has left the cluster: %w", n.id, raft.ErrRaftShutdown)
-	default:
-		return n.refusal(raft.ErrNotLeader)
-	}
-	data, err := ws.MarshalBinary()
-	if err != nil {
-		return fmt.Errorf("cluster: encode a write set: %w", err)
-	}
-	f := n.raft.Apply(data, n.applyTimeout)
-	if err := f.Error(); err != nil {
-		if errors.Is(err, raft.ErrLeadershipLost) {
-			return fmt.Errorf("cluster: controller %s lost the leadership before the write was committed; it may still be: %w", n.id, err)
-		}
-		return fmt.Errorf("cluster: replicate a write: %w", n.refusal(err))
-	}
-	resp, _ := f.Response().(error)
-	if errors.Is(resp, store.ErrStaleWrite) {
-		if err := n.raft.Barrier(n.applyTimeout).Error(); err != nil {
-			return fmt.Errorf("cluster: catch up with the log: %w", n.refusal(err))
-		}
-	}
-	return resp
-}
-
 // Shutdown stops the member: it leaves the cluster's configuration as it is (use
 // RemoveServer on the leader for that), and the store it replicated refuses writes from
-// then on. Calling it again returns the first call's error.
+// then on (the writes under way end). Calling it again returns the first call's error.
 func (n *Node) Shutdown() error {
 	n.shutdown.Do(func() {
 		n.stop()
+		n.raft.DeregisterObserver(n.observer)
 		err := n.raft.Shutdown().Error()
 		if cerr := n.trans.Close(); err == nil {
 			err = cerr

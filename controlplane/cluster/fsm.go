@@ -2,50 +2,198 @@ package cluster
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/zmesh/zmesh/controlplane/store"
 )
 
-// fsm applies the replicated log to the member's store: each entry is a store.WriteSet.
+// fsm applies the replicated log to the member's store: each entry is a store.WriteSet,
+// with the id its writer gave it (see encodeEntry). It remembers the outcome of the recent
+// entries by id, so that a member whose write had an unknown outcome (a leadership lost
+// while the entry was in flight) can learn it from its own log, and the raft index of the
+// last entry it processed, which the writes wait for.
 type fsm struct {
 	st  *store.Store
 	log *slog.Logger
 	// dir holds the snapshot being installed while it is checked and loaded.
 	dir string
+
+	mu sync.Mutex
+	// last is the raft index of the last entry processed (applied or refused), or what a
+	// snapshot installed covers.
+	last uint64
+	// changed is closed and replaced whenever last moves.
+	changed chan struct{}
+	// outcomes holds the outcome of the entries from index from on, by id; order their ids
+	// in log order, the oldest forgotten first once there are maxOutcomes.
+	outcomes map[entryID]outcome
+	order    []entryID
+	from     uint64
+}
+
+// maxOutcomes bounds the outcomes an fsm remembers: far more than the writes that can be
+// in flight within an apply timeout.
+const maxOutcomes = 1 << 14
+
+// outcome is what became of one entry: applied at index, or refused with err.
+type outcome struct {
+	index uint64
+	err   error
+}
+
+func newFSM(st *store.Store, log *slog.Logger, dir string) *fsm {
+	return &fsm{st: st, log: log, dir: dir, changed: make(chan struct{}), outcomes: map[entryID]outcome{}, from: 1}
 }
 
 // Apply applies one write set. Its result (nil or the error) is the response the member that
 // made the entry waits for; every member gets the same, since the outcome depends only on
 // the log.
 func (f *fsm) Apply(l *raft.Log) any {
-	var ws store.WriteSet
-	if err := ws.UnmarshalBinary(l.Data); err != nil {
+	id, ws, err := decodeEntry(l.Data)
+	if err != nil {
 		f.log.Error("a raft log entry is no write set; the store does not take it", "index", l.Index, "err", err)
-		return fmt.Errorf("cluster: log entry %d: %w", l.Index, err)
+		err = fmt.Errorf("cluster: log entry %d: %w", l.Index, err)
+	} else {
+		err = f.st.ApplyWrites(ws, l.Index)
 	}
-	err := f.st.ApplyWrites(&ws, l.Index)
 	switch {
 	case err == nil:
-		return nil
 	case errors.Is(err, store.ErrStaleWrite):
 		f.log.Debug("write set refused: computed on an older state", "index", l.Index, "err", err)
 	default:
 		f.log.Error("cannot apply a write set; this member's store no longer follows the log", "index", l.Index, "err", err)
 	}
+	f.processed(l.Index, id, err)
 	return err
 }
 
+// processed records the outcome of the entry at index and moves last on.
+func (f *fsm) processed(index uint64, id entryID, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if index <= f.last { // replayed over a snapshot: its outcome then is not its first
+		return
+	}
+	if id != (entryID{}) {
+		if len(f.order) >= maxOutcomes {
+			old := f.order[0]
+			f.order = f.order[1:]
+			f.from = f.outcomes[old].index + 1
+			delete(f.outcomes, old)
+		}
+		f.outcomes[id] = outcome{index: index, err: err}
+		f.order = append(f.order, id)
+	}
+	f.advance(index)
+}
+
+// advance sets last to index and wakes the waiters; f.mu is held.
+func (f *fsm) advance(index uint64) {
+	f.last = index
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// lastIndex returns the raft index of the last entry processed.
+func (f *fsm) lastIndex() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last
+}
+
+// waitFor returns once the entry at index has been processed, or ctx's error.
+func (f *fsm) waitFor(ctx context.Context, index uint64) error {
+	for {
+		f.mu.Lock()
+		last, changed := f.last, f.changed
+		f.mu.Unlock()
+		if last >= index {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("this member has processed the log up to index %d, not yet %d: %w", last, index, ctx.Err())
+		}
+	}
+}
+
+// outcomeOf returns what became of the entry id, if this member knows: found is false when
+// the entry is not among those processed; known is false when entries after index after
+// may have been forgotten or skipped (a snapshot installed), so its absence proves nothing.
+func (f *fsm) outcomeOf(id entryID, after uint64) (o outcome, found, known bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o, found = f.outcomes[id]
+	return o, found, found || f.from <= after+1
+}
+
+// restored notes that a snapshot covering the log up to index was installed: the entries
+// it covers are not replayed, and their outcomes are not known here.
+func (f *fsm) restored(index uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.outcomes)
+	f.order = nil
+	if index > f.last {
+		f.advance(index)
+	}
+	f.from = f.last + 1
+}
+
+// entryID names a write set in the log, so that its writer can find it there.
+type entryID [16]byte
+
+// entryWithID starts an entry holding an id and a write set; an entry starting otherwise is
+// a bare write set (store.WriteSet's encoding, whose version byte differs).
+const entryWithID byte = 0x81
+
+// encodeEntry encodes id and ws as a log entry: entryWithID, the id, ws's encoding.
+func encodeEntry(id entryID, ws *store.WriteSet) ([]byte, error) {
+	b, err := ws.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: encode a write set: %w", err)
+	}
+	out := make([]byte, 0, 1+len(id)+len(b))
+	out = append(out, entryWithID)
+	out = append(out, id[:]...)
+	return append(out, b...), nil
+}
+
+// decodeEntry decodes what encodeEntry encoded, or a bare write set (a zero id).
+func decodeEntry(b []byte) (entryID, *store.WriteSet, error) {
+	var id entryID
+	if len(b) > 0 && b[0] == entryWithID {
+		if len(b) < 1+len(id) {
+			return id, nil, fmt.Errorf("%w: an entry cut short in its id", store.ErrBadWriteSet)
+		}
+		copy(id[:], b[1:])
+		b = b[1+len(id):]
+	}
+	ws := new(store.WriteSet)
+	if err := ws.UnmarshalBinary(b); err != nil {
+		return id, nil, err
+	}
+	return id, ws, nil
+}
+
 // snapshotMagic starts a snapshot, followed by the store's applied index at the snapshot
-// (8 bytes big-endian) and a store backup (store.Backup).
-const snapshotMagic = "zmesh-raft-snapshot 1\n"
+// and the raft index of the last entry the member had processed then (8 bytes big-endian
+// each), and a store backup (store.Backup). A snapshot of the first version
+// (snapshotMagicV1) holds only the store's index.
+const (
+	snapshotMagic   = "zmesh-raft-snapshot 2\n"
+	snapshotMagicV1 = "zmesh-raft-snapshot 1\n"
+)
 
 // Snapshot notes the applied index; Persist then writes a backup. The backup is taken
 // later than the index, while writes go on, so it may hold later write sets too: Badger's
@@ -59,12 +207,12 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	if restoring {
 		return nil, fmt.Errorf("cluster: snapshot: %w", store.ErrRestoring)
 	}
-	return &snapshot{st: f.st, index: idx}, nil
+	return &snapshot{st: f.st, index: idx, last: f.lastIndex()}, nil
 }
 
 type snapshot struct {
-	st    *store.Store
-	index uint64
+	st          *store.Store
+	index, last uint64
 }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
@@ -73,7 +221,7 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 		if _, err := io.WriteString(w, snapshotMagic); err != nil {
 			return err
 		}
-		if _, err := w.Write(binary.BigEndian.AppendUint64(nil, s.index)); err != nil {
+		if _, err := w.Write(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, s.index), s.last)); err != nil {
 			return err
 		}
 		if err := s.st.Backup(w); err != nil {
@@ -102,16 +250,26 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if _, err := io.ReadFull(r, head); err != nil {
 		return fmt.Errorf("cluster: restore: read the snapshot's header: %w", err)
 	}
-	if got := head[:len(snapshotMagic)]; string(got) != snapshotMagic {
+	idx := binary.BigEndian.Uint64(head[len(snapshotMagic):])
+	last := idx
+	switch got := string(head[:len(snapshotMagic)]); got {
+	case snapshotMagic:
+		var b [8]byte
+		if _, err := io.ReadFull(r, b[:]); err != nil {
+			return fmt.Errorf("cluster: restore: read the snapshot's header: %w", err)
+		}
+		last = binary.BigEndian.Uint64(b[:])
+	case snapshotMagicV1:
+	default:
 		return fmt.Errorf("cluster: restore: not a zmesh snapshot: it starts with %q, not %q", got, snapshotMagic)
 	}
-	idx := binary.BigEndian.Uint64(head[len(snapshotMagic):])
 	local, restoring, err := f.st.AppliedIndex()
 	if err != nil {
 		return fmt.Errorf("cluster: restore: %w", err)
 	}
 	if !restoring && idx > 0 && local >= idx {
 		f.log.Info("the store holds the snapshot's state already; keeping it", "snapshot_index", idx, "applied_index", local)
+		f.restored(max(last, local))
 		return nil
 	}
 	tmp, err := os.CreateTemp(f.dir, "install-*.backup")
@@ -130,5 +288,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("cluster: restore: %w", err)
 	}
 	f.log.Info("store replaced from a snapshot", "snapshot_index", idx, "applied_index_before", local)
+	if local, _, err = f.st.AppliedIndex(); err != nil {
+		return fmt.Errorf("cluster: restore: %w", err)
+	}
+	f.restored(max(last, local))
 	return nil
 }

@@ -18,16 +18,19 @@ import (
 )
 
 // Stream kinds: the dialer of a connection to the raft port writes one of these bytes after
-// the TLS handshake, so that raft's connections and others share the port and its
-// authentication.
-const kindRaft byte = 'R'
+// the TLS handshake, so that raft's connections and writes forwarded to the leader share
+// the port and its authentication.
+const (
+	kindRaft    byte = 'R'
+	kindForward byte = 'F'
+)
 
 // streamLayer carries raft's connections over TLS 1.3 with mutual authentication: both ends
 // present a controller certificate of the network's CA (one carrying the controller's
 // certificate policy), so no router or identity, whose certificates the same CA issues, can
 // join the cluster or pose as a member. It accepts on one goroutine and completes each
 // handshake (bounded by handshakeTimeout) on the connection's own, then hands raft's
-// connections to Accept.
+// connections to Accept and the forwarded writes' to forward.
 type streamLayer struct {
 	ln        net.Listener
 	advertise net.Addr
@@ -40,6 +43,10 @@ type streamLayer struct {
 	conns chan net.Conn // raft's accepted connections
 	done  chan struct{} // closed by Close
 	close sync.Once
+
+	mu sync.Mutex
+	// forward serves a forwarded-write connection; nil refuses them.
+	forward func(net.Conn)
 }
 
 // newStreamLayer listens on bind; advertise ("" for the listener's address) is the address
@@ -134,10 +141,26 @@ func (s *streamLayer) admit(raw net.Conn) {
 		case <-s.done:
 			conn.Close()
 		}
+	case kindForward:
+		s.mu.Lock()
+		serve := s.forward
+		s.mu.Unlock()
+		if serve == nil {
+			conn.Close()
+			return
+		}
+		serve(conn)
 	default:
 		s.log.Warn("raft listener: connection of an unknown kind dropped", "remote", raw.RemoteAddr(), "kind", kind)
 		conn.Close()
 	}
+}
+
+// serveForwarded has f serve the forwarded-write connections from now on.
+func (s *streamLayer) serveForwarded(f func(net.Conn)) {
+	s.mu.Lock()
+	s.forward = f
+	s.mu.Unlock()
 }
 
 // Accept returns raft's next connection.

@@ -1,0 +1,141 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/testutil"
+)
+
+// threeMembers starts a cluster of three on loopback and returns its members once they all
+// know one leader.
+func threeMembers(ctx context.Context, t *testing.T) []*member {
+	t.Helper()
+	ca := testutil.NewCA(t)
+	all := []*member{start(ctx, t, ca, "c1", "", ""), start(ctx, t, ca, "c2", "", ""), start(ctx, t, ca, "c3", "", "")}
+	if err := all[0].node.Bootstrap(); err != nil {
+		t.Fatal(err)
+	}
+	leaderOf(t, all[0])
+	for _, m := range all[1:] {
+		onLeader(t, "add "+m.id, all[:1], func(l *member) error { return l.node.AddVoter(ctx, m.id, m.node.Addr()) })
+	}
+	leaderOf(t, all...)
+	return all
+}
+
+// TestForwardedWrites has writers on every member, followers and leader alike, increment
+// one counter concurrently: no increment is lost, and each writer reads its own write on
+// its own member as soon as its Update returns.
+func TestForwardedWrites(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	all := threeMembers(ctx, t)
+	writers := []*member{all[0], all[1], all[2], all[0], all[1], all[2]}
+	if done := counted(t, all, writers, 15); done != len(writers)*15 {
+		t.Fatalf("%d of %d increments succeeded with a stable leader", done, len(writers)*15)
+	}
+}
+
+// TestWriteWhileTheLeaderStops has writers on both followers put items while the leader
+// is shut down, one of the writes forwarded to it left unanswered: each write answered
+// with success is then on both remaining members, and each answered with an error is on
+// neither (a write whose outcome was unknown is looked up in the log the new leader
+// settles).
+func TestWriteWhileTheLeaderStops(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	all := threeMembers(ctx, t)
+	var leader *member
+	onLeader(t, "a first write", all, func(l *member) error {
+		leader = l
+		return l.st.Update(func(tx *store.Tx) error { return items().Put(tx, &item{ID: "first", Name: "first"}) })
+	})
+	var rest []*member
+	for _, m := range all {
+		if m != leader {
+			rest = append(rest, m)
+		}
+	}
+	type outcome struct {
+		id  string
+		err error
+	}
+	const perWriter = 30
+	var wrote atomic.Int64
+	outcomes := make(chan outcome, 2*perWriter)
+	var wg sync.WaitGroup
+	for w, m := range rest {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := items()
+			for i := range perWriter {
+				it := &item{ID: fmt.Sprintf("w%d-%03d", w, i), Name: fmt.Sprintf("w%d-%03d", w, i)}
+				err := m.st.Update(func(tx *store.Tx) error { return c.Put(tx, it) })
+				outcomes <- outcome{it.ID, err}
+				wrote.Add(1)
+			}
+		}()
+	}
+	// The leader handles one forwarded write and stops before answering: its writer cannot
+	// know whether it is in the log.
+	dropped := make(chan struct{})
+	var once sync.Once
+	drop := func() bool {
+		fired := false
+		once.Do(func() { fired = true; close(dropped) })
+		return fired
+	}
+	testutil.Eventually(t, "writes under way", func() bool { return wrote.Load() >= 4 })
+	leader.node.dropReply.Store(&drop)
+	<-dropped
+	leader.stop()
+	wg.Wait()
+	close(outcomes)
+
+	// The survivors settle on a leader and on one content.
+	put(t, rest, 100, 101)
+	testutil.EventuallyNil(t, "the same items on both survivors", func() error {
+		a, b := rest[0].names(t), rest[1].names(t)
+		if !slices.Equal(a, b) {
+			return fmt.Errorf("%s holds %d items, %s %d", rest[0].id, len(a), rest[1].id, len(b))
+		}
+		return nil
+	})
+	held := map[string]bool{}
+	for _, name := range rest[0].names(t) {
+		held[name] = true
+	}
+	failed := 0
+	for o := range outcomes {
+		switch {
+		case o.err == nil && !held[o.id]:
+			t.Errorf("write %s was answered with success but is on no survivor", o.id)
+		case o.err != nil && held[o.id]:
+			t.Errorf("write %s was answered with %v but is on both survivors", o.id, o.err)
+		case o.err != nil:
+			failed++
+			t.Logf("write %s: %v", o.id, o.err)
+			if !errors.Is(o.err, store.ErrUnavailable) && !errors.Is(o.err, store.ErrStaleWrite) {
+				t.Errorf("write %s failed with %v, not a refusal wrapping store.ErrUnavailable", o.id, o.err)
+			}
+		}
+	}
+	var resolved uint64
+	for _, m := range rest {
+		resolved += m.node.resolved.Load()
+	}
+	if resolved == 0 {
+		t.Fatal("no write's outcome was looked up")
+	}
+	t.Logf("%d of %d writes failed; %d outcomes were looked up after the leadership was lost", failed, 2*perWriter, resolved)
+}
