@@ -5,8 +5,8 @@
 // the controller's store: it is the store's Replicator, so every Update made on any member
 // (a follower forwards it to the leader) becomes a log entry that every member applies to
 // its own store in the same order, and a snapshot is a store backup. Membership
-// (bootstrap, add, remove), leadership transfer and the node's state and statistics are
-// here for the controller's commands and metrics.
+// (bootstrap, add, remove), leadership transfer, the node's state, statistics and health
+// figures are here for the controller's commands and metrics.
 package cluster
 
 import (
@@ -97,6 +97,8 @@ type Node struct {
 	applyTimeout time.Duration
 	// retry is how long a write waits for a leader change before trying again.
 	retry time.Duration
+	// heartbeat is raft's heartbeat timeout: a voter heard from within it is in contact.
+	heartbeat time.Duration
 	// fwd tracks the writes forwarded to this member while it leads.
 	fwd forwards
 	// resolved counts the writes whose outcome was looked up after it was unknown.
@@ -184,6 +186,7 @@ func New(ctx context.Context, c Config) (*Node, error) {
 	n := &Node{
 		id: c.ID, raft: r, trans: trans, stream: stream, logs: logs, fsm: f, st: c.Store,
 		log: c.Log.With("member", c.ID), applyTimeout: c.ApplyTimeout, retry: conf.HeartbeatTimeout / 10,
+		heartbeat:     conf.HeartbeatTimeout,
 		fwd:           forwards{inflight: map[entryID]chan struct{}{}, abandoned: map[entryID]time.Time{}},
 		leaderChanged: make(chan struct{}),
 	}

@@ -47,6 +47,8 @@ type streamLayer struct {
 	mu sync.Mutex
 	// forward serves a forwarded-write connection; nil refuses them.
 	forward func(net.Conn)
+	// contact is when a member dialed at an address last sent something back.
+	contact map[string]time.Time
 }
 
 // newStreamLayer listens on bind; advertise ("" for the listener's address) is the address
@@ -76,6 +78,7 @@ func newStreamLayer(bind, advertise string, cert func() (*tls.Certificate, error
 		ln: ln, advertise: ln.Addr(), server: server, client: client, log: log,
 		handshakeTimeout: handshakeTimeout,
 		conns:            make(chan net.Conn), done: make(chan struct{}),
+		contact: map[string]time.Time{},
 	}
 	if advertise != "" {
 		addr, err := net.ResolveTCPAddr("tcp", advertise)
@@ -186,11 +189,16 @@ func (s *streamLayer) Close() error {
 // Addr is the advertised address, which raft gives the other members.
 func (s *streamLayer) Addr() net.Addr { return s.advertise }
 
-// Dial connects to the member at address for raft.
+// Dial connects to the member at address for raft. Every read on the connection notes a
+// contact with that member (raft's answers and heartbeats' replies).
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return s.dial(ctx, string(address), kindRaft)
+	conn, err := s.dial(ctx, string(address), kindRaft)
+	if err != nil {
+		return nil, err
+	}
+	return &contactConn{Conn: conn, s: s, addr: string(address)}, nil
 }
 
 // dial connects to the member at address, completes the TLS handshake and writes kind.
@@ -209,6 +217,30 @@ func (s *streamLayer) dial(ctx context.Context, address string, kind byte) (net.
 	}
 	conn.SetWriteDeadline(time.Time{})
 	return conn, nil
+}
+
+// lastContact returns when the member dialed at address last answered, zero if never.
+func (s *streamLayer) lastContact(address string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.contact[address]
+}
+
+// contactConn notes the time of every successful read.
+type contactConn struct {
+	net.Conn
+	s    *streamLayer
+	addr string
+}
+
+func (c *contactConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.s.mu.Lock()
+		c.s.contact[c.addr] = time.Now()
+		c.s.mu.Unlock()
+	}
+	return n, err
 }
 
 // verifyMember checks, on the accepting end, that the dialing member's certificate chains to
