@@ -182,7 +182,11 @@ func (n *Node) resolve(id entryID, after uint64, cause error) error {
 			}
 		}
 		if err := n.leaderChange(ctx, leader); err != nil {
-			return fmt.Errorf("cluster: controller %s: %w: %w (then %w)", n.id, ErrOutcomeUnknown, cause, r.cause)
+			last := r.cause
+			if last == nil {
+				last = errors.New(r.msg)
+			}
+			return fmt.Errorf("cluster: controller %s: %w: %w (then %w)", n.id, ErrOutcomeUnknown, cause, last)
 		}
 	}
 }
@@ -393,7 +397,7 @@ func (n *Node) serveForward(conn net.Conn) {
 	if err == nil && size > maxForwardedSet {
 		err = fmt.Errorf("a write set of %d bytes, more than %d", size, maxForwardedSet)
 	}
-	payload := make([]byte, 0)
+	var payload []byte
 	if err == nil {
 		payload = make([]byte, size)
 		_, err = io.ReadFull(br, payload)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/zmesh/zmesh/controlplane/store"
 	"github.com/zmesh/zmesh/internal/testutil"
@@ -138,4 +139,35 @@ func TestWriteWhileTheLeaderStops(t *testing.T) {
 		t.Fatal("no write's outcome was looked up")
 	}
 	t.Logf("%d of %d writes failed; %d outcomes were looked up after the leadership was lost", failed, 2*perWriter, resolved)
+}
+
+// TestRefusalNamesTheCause stops two members of three: a write on the third fails within
+// its apply timeout with a refusal wrapping store.ErrUnavailable that says the leader is
+// unknown or unreachable, and it is not applied.
+func TestRefusalNamesTheCause(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	all := threeMembers(ctx, t)
+	put(t, all, 0, 1)
+	holds(t, want(0, 1), all...)
+	last := all[2]
+	if agreedLeader(all) == last {
+		last = all[0]
+	}
+	for _, m := range all {
+		if m != last {
+			m.stop()
+		}
+	}
+	last.node.applyTimeout = 2 * time.Second
+	err := last.st.Update(func(tx *store.Tx) error { return items().Put(tx, &item{ID: "lost", Name: "lost"}) })
+	if !errors.Is(err, store.ErrUnavailable) || !(errors.Is(err, ErrNoLeader) || errors.Is(err, ErrLeaderUnreachable)) {
+		t.Fatalf("a write on the last member: %v, want a refusal naming no leader or an unreachable one", err)
+	}
+	if errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("a write that could not reach a leader has an unknown outcome: %v", err)
+	}
+	t.Logf("refusal: %v", err)
+	holds(t, want(0, 1), last)
 }
