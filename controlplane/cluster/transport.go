@@ -93,25 +93,26 @@ func newStreamLayer(bind, advertise string, cert func() (*tls.Certificate, error
 }
 
 // acceptLoop accepts TCP connections until Close and completes each on its own goroutine,
-// so that a peer slow to handshake holds up no other.
+// so that a peer slow to handshake holds up no other. An accept error (out of file
+// descriptors...) is retried after a pause that doubles up to a second.
 func (s *streamLayer) acceptLoop() {
+	var pause time.Duration
 	for {
 		raw, err := s.ln.Accept()
-		if err != nil {
-			select {
-			case <-s.done:
-				return
-			default:
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			s.log.Error("raft listener stopped accepting", "err", err)
-			s.Close()
-			return
+		if err == nil {
+			pause = 0
+			go s.admit(raw)
+			continue
 		}
-		go s.admit(raw)
+		pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+		t := time.NewTimer(pause)
+		select {
+		case <-s.done:
+			t.Stop()
+			return
+		case <-t.C:
+			s.log.Warn("raft listener: accept failed; trying again", "err", err)
+		}
 	}
 }
 
