@@ -1,0 +1,132 @@
+package cluster
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/zmesh/zmesh/controlplane/store"
+)
+
+// TestEntryEncoding checks that an entry carries its id and write set, that a bare write set
+// (an entry of a log written before entries had ids) still decodes, and that an entry cut
+// short in its id is refused.
+func TestEntryEncoding(t *testing.T) {
+	t.Parallel()
+	ws := &store.WriteSet{Base: 7, Writes: []store.Write{{Key: []byte("k"), Value: []byte("v")}, {Key: []byte("d"), Delete: true}}}
+	id := newEntryID()
+	b, err := encodeEntry(id, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotID, got, err := decodeEntry(b)
+	if err != nil || gotID != id || got.Base != 7 || len(got.Writes) != 2 || string(got.Writes[0].Value) != "v" || !got.Writes[1].Delete {
+		t.Fatalf("decoded %x %+v (%v), want %x %+v", gotID, got, err, id, ws)
+	}
+	bare, err := ws.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotID, got, err := decodeEntry(bare); err != nil || gotID != (entryID{}) || got.Base != 7 {
+		t.Fatalf("a bare write set decoded as %x %+v (%v)", gotID, got, err)
+	}
+	if _, _, err := decodeEntry(b[:9]); !errors.Is(err, store.ErrBadWriteSet) {
+		t.Fatalf("an entry cut short: %v", err)
+	}
+}
+
+// applyAt is a store's replicator that applies each write set straight to an fsm at the
+// next index, as a log of one member would.
+type applyAt struct {
+	f    *fsm
+	next uint64
+	ids  []entryID
+}
+
+func (r *applyAt) Replicate(ws *store.WriteSet) error {
+	id := newEntryID()
+	b, err := encodeEntry(id, ws)
+	if err != nil {
+		return err
+	}
+	r.ids = append(r.ids, id)
+	res, _ := r.f.Apply(&raft.Log{Index: r.next, Data: b}).(error)
+	r.next++
+	return res
+}
+
+// TestFSMOutcomesAndRestore applies entries to an fsm, reads their outcomes by id, then
+// installs a snapshot of the first version (no raft index of its own) into another member's
+// fsm: the store takes its content, the fsm counts the log as processed up to the
+// snapshot's index and claims no knowledge of the ids before it.
+func TestFSMOutcomesAndRestore(t *testing.T) {
+	t.Parallel()
+	open := func() *store.Store {
+		st, err := store.Open(filepath.Join(t.TempDir(), "store"), quiet, store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	c := items()
+	src := open()
+	f := newFSM(src, quiet, t.TempDir())
+	rep := &applyAt{f: f, next: 3}
+	src.SetReplicator(rep)
+	if err := src.Update(func(tx *store.Tx) error { return c.Put(tx, &item{ID: "a", Name: "a"}) }); err != nil {
+		t.Fatal(err)
+	}
+	okID := rep.ids[0]
+	// A write set computed before index 3 arrives at index 4: refused on every member.
+	staleID := newEntryID()
+	b, err := encodeEntry(staleID, &store.WriteSet{Base: 0, Writes: []store.Write{{Key: []byte("x"), Value: []byte("y")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := f.Apply(&raft.Log{Index: 4, Data: b}).(error); !errors.Is(res, store.ErrStaleWrite) {
+		t.Fatalf("a write set on an older state: %v", res)
+	}
+	if o, found, _ := f.outcomeOf(okID, 0); !found || o.index != 3 || o.err != nil {
+		t.Fatalf("outcome of the applied entry: %+v found %v", o, found)
+	}
+	if o, found, _ := f.outcomeOf(staleID, 0); !found || o.index != 4 || !errors.Is(o.err, store.ErrStaleWrite) {
+		t.Fatalf("outcome of the refused entry: %+v found %v", o, found)
+	}
+	if _, found, known := f.outcomeOf(newEntryID(), 0); found || !known {
+		t.Fatalf("an entry never appended: found %v known %v, want absent for sure", found, known)
+	}
+	if f.lastIndex() != 4 {
+		t.Fatalf("last index %d, want 4", f.lastIndex())
+	}
+
+	var snap bytes.Buffer
+	snap.WriteString(snapshotMagicV1)
+	snap.Write(binary.BigEndian.AppendUint64(nil, 3))
+	if err := src.Backup(&snap); err != nil {
+		t.Fatal(err)
+	}
+	dst := open()
+	g := newFSM(dst, quiet, t.TempDir())
+	if err := g.Restore(io.NopCloser(&snap)); err != nil {
+		t.Fatal(err)
+	}
+	if idx, _, err := dst.AppliedIndex(); err != nil || idx != 3 {
+		t.Fatalf("restored store at index %d (%v), want 3", idx, err)
+	}
+	var got *item
+	if err := dst.View(func(tx *store.Tx) (err error) { got, err = c.Get(tx, "a"); return err }); err != nil || got.Name != "a" {
+		t.Fatalf("restored item %+v (%v)", got, err)
+	}
+	if g.lastIndex() != 3 {
+		t.Fatalf("last index after the restore %d, want 3", g.lastIndex())
+	}
+	if _, found, known := g.outcomeOf(okID, 0); found || known {
+		t.Fatalf("an entry before the snapshot: found %v known %v, want not known", found, known)
+	}
+}
