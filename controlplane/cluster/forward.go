@@ -101,7 +101,7 @@ func (n *Node) replicate(ctx context.Context, ws *store.WriteSet) error {
 	}
 	id := newEntryID()
 	after := n.fsm.lastIndex() // the entry, if appended, lands after this
-	var cause error = ErrNoLeader
+	var cause error
 	for {
 		addr, leader := n.raft.LeaderWithID()
 		var r reply
@@ -117,8 +117,9 @@ func (n *Node) replicate(ctx context.Context, ws *store.WriteSet) error {
 		case stApplied, stRefused:
 			return n.applied(ctx, id, r)
 		case stStale:
-			if err := n.fsm.waitFor(ctx, r.index); err != nil {
-				return fmt.Errorf("cluster: catch up with the log after a stale write: %w (%w)", ErrNotCaughtUp, err)
+			if err := n.fsm.waitFor(ctx, r.index); err != nil { // not applied, and this member lags
+				return fmt.Errorf("cluster: the write was refused as stale, and controller %s has not caught up with the leader's index %d: %w (%w)",
+					n.id, r.index, store.ErrUnavailable, err)
 			}
 			return fmt.Errorf("cluster: %w (the leader is at index %d)", store.ErrStaleWrite, r.index)
 		case stUnknown:
