@@ -58,8 +58,9 @@ type Config struct {
 	HandshakeTimeout time.Duration
 }
 
-// ErrNotLeader is the error of a write or a membership change on a member that is not the
-// leader; a *NotLeaderError names the leader, when one is known.
+// ErrNotLeader is the error of a membership change or a leadership transfer asked of a
+// member that is not the leader (writes go to the leader instead); a *NotLeaderError names
+// the leader, when one is known.
 var ErrNotLeader = errors.New("not the cluster's leader")
 
 // NotLeaderError is a refusal by a member that is not the leader.
