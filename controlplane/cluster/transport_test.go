@@ -28,12 +28,12 @@ func TestSilentPeerDropped(t *testing.T) {
 	}
 	defer peer.Close()
 
+	began := time.Now() // before the listener can have accepted the connection
 	silent, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer silent.Close()
-	began := time.Now()
 
 	// A member connects meanwhile and is handed to raft.
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Patience)
