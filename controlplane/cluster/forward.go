@@ -231,7 +231,9 @@ func (n *Node) watchLeader(ctx context.Context, obs chan raft.Observation) {
 // appendEntry appends ws under id to the log on this member, the leader, and waits (within
 // ctx) for it to be applied here.
 func (n *Node) appendEntry(ctx context.Context, id entryID, ws *store.WriteSet) reply {
-	data, err := encodeEntry(id, ws)
+	logged := *ws
+	logged.Reads = nil // only the leader's rebase reads them, before the append
+	data, err := encodeEntry(id, &logged)
 	if err != nil {
 		return reply{status: stAbsent, msg: err.Error(), cause: err}
 	}
@@ -293,15 +295,37 @@ func (n *Node) acceptForwarded(ctx context.Context, id entryID, ws *store.WriteS
 		n.fwd.mu.Unlock()
 		close(done)
 	}()
-	applied, _, err := n.st.AppliedIndex()
-	if err != nil {
+	// The store rebases a set computed on an older state when nothing it read or wrote has
+	// changed since, one at a time with this member's own writes, and refuses it otherwise.
+	var (
+		r        reply
+		appended bool
+	)
+	err := n.st.ReplicateForwarded(replicatorFunc(func(ws *store.WriteSet) error {
+		r, appended = n.appendEntry(ctx, id, ws), true
+		if r.status != stApplied {
+			return errNotApplied
+		}
+		return nil
+	}), ws)
+	switch {
+	case appended:
+		return r
+	case errors.Is(err, store.ErrStaleWrite):
+		return reply{status: stStale, index: n.fsm.lastIndex()}
+	case err != nil:
 		return reply{status: stAbsent, msg: err.Error(), cause: err}
 	}
-	if ws.Base < applied {
-		return reply{status: stStale, index: n.fsm.lastIndex()}
-	}
-	return n.appendEntry(ctx, id, ws)
+	return reply{status: stApplied, index: n.fsm.lastIndex()} // nothing to write
 }
+
+// replicatorFunc makes a function a store.Replicator.
+type replicatorFunc func(*store.WriteSet) error
+
+func (f replicatorFunc) Replicate(ws *store.WriteSet) error { return f(ws) }
+
+// errNotApplied stands for a reply other than stApplied, which acceptForwarded returns as is.
+var errNotApplied = errors.New("cluster: the write set was not applied")
 
 // settle is the leader's side of a resolve: the forwarded write id, if it is being
 // appended, is waited for, and otherwise will not be appended any more; then a barrier
