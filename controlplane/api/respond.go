@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/zmesh/zmesh/controlplane/cluster"
 	"log/slog"
 	"net/http"
 
@@ -71,6 +72,10 @@ const (
 	codeUnsupportedMedia    = "UNSUPPORTED_MEDIA_TYPE"
 	codeInvalidAuthMethod   = "INVALID_AUTH_METHOD"
 	codeRequestBodyTooLarge = "REQUEST_TOO_LARGE"
+	// A write refused by a member of a cluster that has no leader, or by a follower (the
+	// message names the leader): 503.
+	codeClusterHasNoLeader = "CLUSTER_HAS_NO_LEADER"
+	codeClusterNotLeader   = "CLUSTER_NOT_LEADER"
 )
 
 // statusOf maps an error code to its HTTP status.
@@ -151,6 +156,15 @@ func writeError(w http.ResponseWriter, log *slog.Logger, requestID string, err e
 	var me *model.Error
 	var ae2 *apiErr
 	switch {
+	case errors.Is(err, cluster.ErrNotLeader):
+		// A write on a member that cannot take it: the cluster has no leader (no quorum, an
+		// election), or this member is not the leader. Reads go on.
+		ae.Code, ae.Message, status = codeClusterHasNoLeader, err.Error(), http.StatusServiceUnavailable
+		var nl *cluster.NotLeaderError
+		if errors.As(err, &nl) && nl.LeaderID != "" {
+			ae.Code = codeClusterNotLeader
+		}
+		w.Header().Set("Retry-After", "1")
 	case errors.As(err, &ae2):
 		ae.Code, ae.Message, status = ae2.code, ae2.message, ae2.status
 		if ae2.field != "" {
