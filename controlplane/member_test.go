@@ -1,0 +1,256 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/internal/apiclient"
+)
+
+// member is a controller with a cluster section, serving on loopback for a test.
+type member struct {
+	cfg  *config.Controller
+	ctrl *Controller
+	api  *apiclient.Client // no session until one is given
+	stop context.CancelFunc
+	done chan error
+}
+
+// freeAddr reserves a loopback port and frees it for the caller to listen on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startMember runs a member on dir; the CA of caDir (when not "") is copied first, as
+// import-ca does.
+func startMember(t *testing.T, dir, id, caDir string) *member {
+	t.Helper()
+	if caDir != "" {
+		if err := ImportCA(filepath.Join(dir, "pki"), filepath.Join(caDir, "pki", pki.CACertFile), filepath.Join(caDir, "pki", pki.CAKeyFile)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(dir, ln.Addr().String())
+	ctrlAddr := freeAddr(t)
+	host, port, _ := net.SplitHostPort(ctrlAddr)
+	cfg.Ctrl.Listen.Host = host
+	cfg.Ctrl.Listen.Port, _ = strconv.Atoi(port)
+	raftAddr := freeAddr(t)
+	cfg.Cluster = &config.ControllerCluster{
+		ID: id, DataDir: filepath.Join(dir, "raft"), Listen: raftAddr, Advertise: raftAddr,
+		HeartbeatTimeout: 500 * time.Millisecond, ElectionTimeout: 500 * time.Millisecond, LeaderLeaseTimeout: 500 * time.Millisecond,
+		ApplyTimeout: 5 * time.Second, SnapshotInterval: time.Minute, SnapshotThreshold: 8192, TrailingLogs: 10240,
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctrl, err := Open(cfg, log, Build{Version: "test"})
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &member{cfg: cfg, ctrl: ctrl, stop: cancel, done: make(chan error, 1), api: apiclient.New("https://"+cfg.API.Advertise, ctrl.CA().Pool(), nil)}
+	ready := make(chan struct{})
+	go func() { m.done <- ctrl.Serve(ctx, ln, func(net.Addr) { close(ready) }) }()
+	<-ready
+	t.Cleanup(func() {
+		m.stop()
+		if err := <-m.done; err != nil {
+			t.Errorf("member %s stopped with: %v", id, err)
+		}
+	})
+	return m
+}
+
+// eventually waits until f holds, up to 15 s.
+func eventually(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		<-tick.C
+	}
+}
+
+type controllerItem struct {
+	ID           string `json:"id"`
+	CtrlAddress  string `json:"ctrlAddress"`
+	CertPem      string `json:"certPem"`
+	IsOnline     bool   `json:"isOnline"`
+	APIAddresses map[string][]struct {
+		URL string `json:"url"`
+	} `json:"apiAddresses"`
+}
+
+// TestClusterOfThree: a single controller that holds records already is restarted with a
+// cluster section: it serves reads, refuses writes until init makes it a cluster of one; two members with its CA are added through the command socket and receive those
+// records (by the snapshot taken at init); writes through the leader are read through the
+// followers; followers refuse writes with 503; /controllers lists every member; the
+// leadership moves; a removed member leaves the list.
+func TestClusterOfThree(t *testing.T) {
+	ctx := context.Background()
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	// A single controller with records of its own becomes the first member.
+	single := start(t, dirs[0], "")
+	before := createIdentity(t, single.admin, map[string]any{"name": "before-the-cluster", "type": "User", "isAdmin": false})
+	single.shutdown(t)
+	a := startMember(t, dirs[0], "a", "")
+
+	// Not a member yet: the commands say what to do; nothing was written.
+	if _, err := RunClusterCommand(ctx, dirs[0], ClusterRequest{Op: "list"}); err == nil || !strings.Contains(err.Error(), "zmesh controller cluster init") {
+		t.Fatalf("list before init: %v, want an error naming init", err)
+	}
+	if _, err := a.api.Do(ctx, "GET", apiclient.ClientAPI+"/version", nil, nil); err != nil {
+		t.Fatal(err) // reads are served
+	}
+	// A write before init is refused with 503: there is no leader.
+	_, err := a.api.AuthenticatePassword(ctx, "admin", "admin-pass")
+	if ae := (*apiclient.Error)(nil); !errors.As(err, &ae) || ae.Status != 503 || ae.Code != "CLUSTER_HAS_NO_LEADER" {
+		t.Fatalf("login before init: %v, want 503 CLUSTER_HAS_NO_LEADER", err)
+	}
+
+	if _, err := a.ctrl.checkCluster(ctx); err == nil || !strings.Contains(err.Error(), "not in a cluster yet") {
+		t.Fatalf("health before init: %v", err)
+	}
+	ms, err := RunClusterCommand(ctx, dirs[0], ClusterRequest{Op: "init"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 1 || ms[0].ID != "a" || !ms[0].Leader {
+		t.Fatalf("after init: %+v, want a alone, leading", ms)
+	}
+	if _, err := RunClusterCommand(ctx, dirs[0], ClusterRequest{Op: "init"}); err == nil {
+		t.Fatal("a second init succeeded")
+	}
+	if _, err := a.api.AuthenticatePassword(ctx, "admin", "admin-pass"); err != nil {
+		t.Fatal(err)
+	}
+
+	b := startMember(t, dirs[1], "b", dirs[0])
+	c := startMember(t, dirs[2], "c", dirs[0])
+	for _, m := range []*member{b, c} {
+		if _, err := RunClusterCommand(ctx, dirs[0], ClusterRequest{Op: "add", Arg: m.cfg.API.Advertise}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, err = RunClusterCommand(ctx, dirs[1], ClusterRequest{Op: "list"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 3 {
+		t.Fatalf("list on b: %+v, want 3 members", ms)
+	}
+	after := createIdentity(t, a.api, map[string]any{"name": "after-the-others", "type": "User", "isAdmin": false})
+
+	// The followers read what the leader wrote, with the session opened on the leader.
+	for _, m := range []*member{b, c} {
+		m.api.Token = a.api.Token
+		for _, id := range []string{before.ID, after.ID} {
+			eventually(t, "a follower reads identity "+id, func() bool {
+				var d identityDetail
+				_, err := m.api.Do(ctx, "GET", apiclient.ManagementAPI+"/identities/"+id, nil, &d)
+				return err == nil && d.ID == id
+			})
+		}
+		var list []controllerItem
+		eventually(t, "a follower lists three controllers", func() bool {
+			_, err := m.api.Do(ctx, "GET", apiclient.ClientAPI+"/controllers", nil, &list)
+			return err == nil && len(list) == 3
+		})
+		for _, it := range list {
+			if it.CtrlAddress == "" || it.CertPem == "" || len(it.APIAddresses["edge-management"]) != 1 {
+				t.Errorf("controller %+v lacks its addresses or certificate", it)
+			}
+		}
+		// A follower refuses writes, naming the cause.
+		_, err := m.api.Do(ctx, "POST", apiclient.ManagementAPI+"/identities", map[string]any{"name": "on-a-follower", "type": "User", "isAdmin": false}, nil)
+		var ae *apiclient.Error
+		if !errors.As(err, &ae) || ae.Status != 503 || ae.Code != "CLUSTER_NOT_LEADER" {
+			t.Errorf("write on a follower: %v, want 503 CLUSTER_NOT_LEADER", err)
+		}
+	}
+
+	// Routers are told every member's control channel endpoint.
+	if eps := a.ctrl.ctrlEndpoints(); len(eps) != 3 {
+		t.Errorf("endpoints %v, want three", eps)
+	}
+
+	// Health and metrics say who leads.
+	for _, m := range []*member{a, b, c} {
+		details, err := m.ctrl.checkCluster(ctx)
+		if d := details.(map[string]any); err != nil || d["leader"] != "a" || d["members"] != 3 {
+			t.Errorf("health of %s: %v %v, want a leading three members", m.cfg.Cluster.ID, details, err)
+		}
+		if got := gauge(t, m.ctrl, "zmesh_cluster_leader"); got != map[bool]float64{true: 1, false: 0}[m == a] {
+			t.Errorf("zmesh_cluster_leader of %s = %v", m.cfg.Cluster.ID, got)
+		}
+		if got := gauge(t, m.ctrl, "zmesh_cluster_members"); got != 3 {
+			t.Errorf("zmesh_cluster_members of %s = %v, want 3", m.cfg.Cluster.ID, got)
+		}
+	}
+	if got := gauge(t, a.ctrl, "zmesh_cluster_commit_index"); got < 5 {
+		t.Errorf("zmesh_cluster_commit_index of the leader = %v", got)
+	}
+
+	// The leadership moves to b.
+	if _, err := RunClusterCommand(ctx, dirs[0], ClusterRequest{Op: "transfer-leadership", Arg: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b leads", func() bool { return b.ctrl.Node().State() == "Leader" })
+
+	// c is removed by the leader.
+	ms, err = RunClusterCommand(ctx, dirs[1], ClusterRequest{Op: "remove", Arg: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 2 || slices.ContainsFunc(ms, func(m MemberStatus) bool { return m.ID == "c" }) {
+		t.Fatalf("after removing c: %+v", ms)
+	}
+	if _, err := RunClusterCommand(ctx, dirs[2], ClusterRequest{Op: "init"}); err == nil || !strings.Contains(err.Error(), "has applied a cluster's log") {
+		t.Errorf("init on the removed member: %v, want a refusal", err)
+	}
+	eventually(t, "a lists two controllers", func() bool {
+		list, err := a.ctrl.controllerList()
+		return err == nil && len(list) == 2
+	})
+}
+
+// gauge reads one gauge of the controller's registry.
+func gauge(t *testing.T, c *Controller, name string) float64 {
+	t.Helper()
+	mfs, err := c.Metrics().Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.Metric) == 1 {
+			return mf.Metric[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
+}
