@@ -80,6 +80,9 @@ type Controller struct {
 	nodeMu sync.Mutex
 	node   *cluster.Node
 	initMu sync.Mutex
+	// endpointsSent is the list of the members' endpoints the routers were last told.
+	endpointsMu   sync.Mutex
+	endpointsSent []string
 	// started is when Open ran.
 	started time.Time
 }
@@ -188,6 +191,9 @@ const (
 	ctrlCertFile = "ctrl.cert"
 	ctrlKeyFile  = "ctrl.key"
 )
+
+// followMembersEvery is how often a member checks the members' endpoints and its own record.
+const followMembersEvery = 2 * time.Second
 
 // controllerID is a single controller's id, as the API's controller list shows it.
 const controllerID = "ctrl1"
@@ -395,6 +401,10 @@ func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, r
 			return err
 		}
 		defer stopSock()
+		followDone := make(chan struct{})
+		go func() { c.followMembers(bg, followMembersEvery); close(followDone) }()
+		// It reads the store: it ends before the store closes.
+		defer func() { stop(); <-followDone }()
 	}
 	checks := health.New(c.healthChecks(ctrl != nil)...)
 	checksDone := checks.Start(bg)

@@ -395,17 +395,75 @@ func (c *Controller) ctrlEndpoints() []string {
 	return out
 }
 
-// membershipChanged tells the connected routers the members' control channel endpoints.
+// membershipChanged tells the connected routers the members' control channel endpoints,
+// when they changed since they were last told.
 func (c *Controller) membershipChanged() {
 	if c.routers == nil {
 		return
 	}
 	eps := c.ctrlEndpoints()
+	c.endpointsMu.Lock()
+	defer c.endpointsMu.Unlock()
+	if slices.Equal(eps, c.endpointsSent) {
+		return
+	}
+	c.endpointsSent = eps
 	for _, rt := range c.routers.All() {
 		if err := rt.Channel.SendWithin(5*time.Second, &ctrlproto.EndpointsUpdate{Endpoints: eps}); err != nil {
 			c.log.Warn("tell a router the controllers' endpoints", "router", rt.ID, "err", err)
 		}
 	}
+}
+
+// followMembers keeps, until ctx ends, the routers connected to this member told of the
+// members' endpoints (a change made through another member reaches this one's store only),
+// and, while this member leads, its own record current (addresses or certificate changed
+// since it was written).
+func (c *Controller) followMembers(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n := c.Node()
+		if n == nil || !isMember(n) {
+			continue
+		}
+		if n.State() == "Leader" {
+			if err := c.refreshOwnRecord(n); err != nil {
+				c.log.Warn("update this controller's record in the cluster", "err", err)
+			}
+		}
+		c.membershipChanged()
+	}
+}
+
+// refreshOwnRecord writes this member's record when it differs from the stored one.
+func (c *Controller) refreshOwnRecord(n *cluster.Node) error {
+	self := c.selfRecord(n)
+	var stored *ControllerRecord
+	if err := c.store.View(func(tx *store.Tx) error {
+		if ok, err := controllers.Has(tx, self.ID); err != nil || !ok {
+			return err
+		}
+		var err error
+		stored, err = controllers.Get(tx, self.ID)
+		return err
+	}); err != nil {
+		return err
+	}
+	if stored != nil {
+		self.JoinedAt = stored.JoinedAt
+		if *stored == self {
+			return nil
+		}
+	} else {
+		self.JoinedAt = time.Now().UTC()
+	}
+	return c.store.Update(func(tx *store.Tx) error { return controllers.Put(tx, &self) })
 }
 
 // clusterStats are the node's figures for health and metrics, read from raft's statistics.

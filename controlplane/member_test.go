@@ -10,12 +10,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/internal/apiclient"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
 )
 
 // member is a controller with a cluster section, serving on loopback for a test.
@@ -71,7 +73,11 @@ func startMember(t *testing.T, dir, id, caDir string) *member {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &member{cfg: cfg, ctrl: ctrl, stop: cancel, done: make(chan error, 1), api: apiclient.New("https://"+cfg.API.Advertise, ctrl.CA().Pool(), nil)}
 	ready := make(chan struct{})
-	go func() { m.done <- ctrl.Serve(ctx, ln, func(net.Addr) { close(ready) }) }()
+	ctrlLn, err := net.Listen("tcp", cfg.Ctrl.Listen.HostPort())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { m.done <- ctrl.ServeWithCtrl(ctx, ln, ctrlLn, func(net.Addr) { close(ready) }) }()
 	<-ready
 	t.Cleanup(func() {
 		m.stop()
@@ -150,6 +156,18 @@ func TestClusterOfThree(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A router connected to a is told each member's control channel endpoint.
+	var endpointsMu sync.Mutex
+	var endpoints []string
+	connectRouter(t, a.ctrl, a.cfg.Ctrl.Listen.HostPort(), func(ch *ctrlproto.Channel) {
+		ch.Handle(ctrlproto.TypeEndpointsUpdate, func(_ context.Context, m ctrlproto.Message) (ctrlproto.Message, error) {
+			endpointsMu.Lock()
+			endpoints = m.(*ctrlproto.EndpointsUpdate).Endpoints
+			endpointsMu.Unlock()
+			return nil, nil
+		})
+	})
+
 	b := startMember(t, dirs[1], "b", dirs[0])
 	c := startMember(t, dirs[2], "c", dirs[0])
 	for _, m := range []*member{b, c} {
@@ -194,9 +212,15 @@ func TestClusterOfThree(t *testing.T) {
 		}
 	}
 
-	// Routers are told every member's control channel endpoint.
-	if eps := a.ctrl.ctrlEndpoints(); len(eps) != 3 {
-		t.Errorf("endpoints %v, want three", eps)
+	// Routers are told every member's control channel endpoint, this member's first.
+	want := []string{ctrlEndpoint(a.cfg), ctrlEndpoint(b.cfg), ctrlEndpoint(c.cfg)}
+	eventually(t, "the router is told three endpoints", func() bool {
+		endpointsMu.Lock()
+		defer endpointsMu.Unlock()
+		return len(endpoints) == 3 && endpoints[0] == want[0] && slices.Contains(endpoints, want[1]) && slices.Contains(endpoints, want[2])
+	})
+	if eps := b.ctrl.ctrlEndpoints(); len(eps) != 3 || eps[0] != want[1] {
+		t.Errorf("b's endpoints %v, want three, its own first", eps)
 	}
 
 	// Health and metrics say who leads.
