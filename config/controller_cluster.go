@@ -93,7 +93,7 @@ func (r *reader) cluster(top *mapping, cfg *Controller, dir string) *ControllerC
 	}
 	c.SnapshotInterval = m.duration("snapshotInterval", DefaultRaftSnapshotInterval, MinRaftTimeout, MaxRaftSnapshotIv)
 	c.SnapshotThreshold = m.integer("snapshotThreshold", DefaultRaftSnapshotThreshold, 1, MaxRaftLogCount)
-	c.TrailingLogs = m.integer("trailingLogs", DefaultRaftTrailingLogs, 0, MaxRaftLogCount)
+	c.TrailingLogs = m.integer("trailingLogs", DefaultRaftTrailingLogs, 1, MaxRaftLogCount)
 	m.finish()
 	return c
 }

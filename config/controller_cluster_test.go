@@ -29,12 +29,12 @@ func TestControllerClusterDefaults(t *testing.T) {
 	if !reflect.DeepEqual(&got, want) {
 		t.Errorf("cluster = %+v\nwant      %+v", got, *want)
 	}
-	cfg, errs = parseController(t, withSnippet(t, minimalController, "cluster: {id: c2, dataDir: r2, listen: '127.0.0.1:6363', trailingLogs: 0}"))
+	cfg, errs = parseController(t, withSnippet(t, minimalController, "cluster: {id: c2, dataDir: r2, listen: '127.0.0.1:6363', trailingLogs: 1}"))
 	if errs != nil {
 		t.Fatal(errs)
 	}
-	if c := cfg.Cluster; c.ID != "c2" || c.DataDir != "/etc/zmesh/r2" || c.TrailingLogs != 0 {
-		t.Errorf("cluster = %+v, want id c2, dataDir /etc/zmesh/r2, trailingLogs 0", c)
+	if c := cfg.Cluster; c.ID != "c2" || c.DataDir != "/etc/zmesh/r2" || c.TrailingLogs != 1 {
+		t.Errorf("cluster = %+v, want id c2, dataDir /etc/zmesh/r2, trailingLogs 1", c)
 	}
 }
 
