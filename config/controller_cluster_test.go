@@ -75,6 +75,9 @@ func TestControllerClusterErrors(t *testing.T) {
 			"c.yml:7: cluster.snapshotThreshold: 0 is below the minimum 1",
 			`c.yml:8: cluster.trailingLogs: "many" is not a whole number`,
 		}},
+		{"no trailing logs", controllerWith("cluster:\n  listen: 127.0.0.1:6363\n  trailingLogs: 0\n"), []string{
+			"c.yml:7: cluster.trailingLogs: 0 is below the minimum 1",
+		}},
 		{"empty id", controllerWith("cluster:\n  id: ''\n  listen: 127.0.0.1:6363\n"), []string{
 			"c.yml:6: cluster.id: must not be empty: the member's name in the cluster, unique and kept across restarts",
 		}},
