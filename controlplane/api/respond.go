@@ -9,10 +9,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/zmesh/zmesh/controlplane/cluster"
 	"log/slog"
 	"net/http"
 
+	"github.com/hashicorp/raft"
+
+	"github.com/zmesh/zmesh/controlplane/cluster"
 	"github.com/zmesh/zmesh/controlplane/model"
 )
 
@@ -76,6 +78,9 @@ const (
 	// message names the leader): 503.
 	codeClusterHasNoLeader = "CLUSTER_HAS_NO_LEADER"
 	codeClusterNotLeader   = "CLUSTER_NOT_LEADER"
+	// A write a member's raft node could not take: it stopped, or lost the leadership
+	// during the write: 503.
+	codeClusterUnavailable = "CLUSTER_UNAVAILABLE"
 )
 
 // statusOf maps an error code to its HTTP status.
@@ -164,6 +169,11 @@ func writeError(w http.ResponseWriter, log *slog.Logger, requestID string, err e
 		if errors.As(err, &nl) && nl.LeaderID != "" {
 			ae.Code = codeClusterNotLeader
 		}
+		w.Header().Set("Retry-After", "1")
+	case errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrLeadershipLost):
+		// The member's raft node stopped (it is shutting down or restarting), or the leader
+		// lost the leadership while the write was being committed (it may still be).
+		ae.Code, ae.Message, status = codeClusterUnavailable, err.Error(), http.StatusServiceUnavailable
 		w.Header().Set("Retry-After", "1")
 	case errors.As(err, &ae2):
 		ae.Code, ae.Message, status = ae2.code, ae2.message, ae2.status
