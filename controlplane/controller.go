@@ -485,6 +485,9 @@ func (c *Controller) expireLoop(ctx context.Context) {
 
 // Close closes the store and releases the data directory. It is safe to call twice.
 func (c *Controller) Close() error {
+	// A cluster init under way restarts the raft node: it ends first.
+	c.initMu.Lock()
+	defer c.initMu.Unlock()
 	if c.closed {
 		return nil
 	}

@@ -139,11 +139,14 @@ func (c *Controller) ClusterInit(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if isMember(n) {
-		return fmt.Errorf("controller %s is a member of a cluster already: nothing to initialise", n.ID())
-	}
 	c.initMu.Lock()
 	defer c.initMu.Unlock()
+	if c.closed {
+		return fmt.Errorf("controller %s is stopping", n.ID())
+	}
+	if n = c.Node(); isMember(n) {
+		return fmt.Errorf("controller %s is a member of a cluster already: nothing to initialise", n.ID())
+	}
 	// A store that applied a cluster's log (a removed member, a backup of a member) would
 	// skip the new log's first entries, whose indexes it has passed already.
 	if idx, _, err := c.store.AppliedIndex(); err != nil {
@@ -159,6 +162,17 @@ func (c *Controller) ClusterInit(ctx context.Context) error {
 		return err
 	}
 	n = c.Node()
+	trailing := uint64(c.cfg.Cluster.TrailingLogs)
+	restarted := false
+	defer func() {
+		// A failure leaves the node running with the configured retention all the same.
+		if !restarted {
+			n.Shutdown()
+			if err := c.openNode(trailing); err != nil {
+				c.log.Error("restart the raft node after a failed init", "err", err)
+			}
+		}
+	}()
 	if err := n.Bootstrap(); err != nil {
 		return err
 	}
@@ -187,7 +201,8 @@ func (c *Controller) ClusterInit(ctx context.Context) error {
 	if err := n.Shutdown(); err != nil {
 		return err
 	}
-	if err := c.openNode(uint64(c.cfg.Cluster.TrailingLogs)); err != nil {
+	restarted = true
+	if err := c.openNode(trailing); err != nil {
 		return err
 	}
 	if err := waitLeader(ctx, c.Node()); err != nil {
