@@ -44,25 +44,39 @@ func freeAddr(t *testing.T) string {
 // import-ca does.
 func startMember(t *testing.T, dir, id, caDir string) *member {
 	t.Helper()
+	return runMember(t, dir, id, caDir, nil)
+}
+
+// runMember runs a member on dir, on the addresses of prev when not nil (a restart).
+func runMember(t *testing.T, dir, id, caDir string, prev *config.Controller) *member {
+	t.Helper()
 	if caDir != "" {
 		if err := ImportCA(filepath.Join(dir, "pki"), filepath.Join(caDir, "pki", pki.CACertFile), filepath.Join(caDir, "pki", pki.CAKeyFile)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	apiAddr := "127.0.0.1:0"
+	if prev != nil {
+		apiAddr = prev.API.Listen
+	}
+	ln, err := net.Listen("tcp", apiAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := testConfig(dir, ln.Addr().String())
-	ctrlAddr := freeAddr(t)
-	host, port, _ := net.SplitHostPort(ctrlAddr)
-	cfg.Ctrl.Listen.Host = host
-	cfg.Ctrl.Listen.Port, _ = strconv.Atoi(port)
-	raftAddr := freeAddr(t)
-	cfg.Cluster = &config.ControllerCluster{
-		ID: id, DataDir: filepath.Join(dir, "raft"), Listen: raftAddr, Advertise: raftAddr,
-		HeartbeatTimeout: 500 * time.Millisecond, ElectionTimeout: 500 * time.Millisecond, LeaderLeaseTimeout: 500 * time.Millisecond,
-		ApplyTimeout: 5 * time.Second, SnapshotInterval: time.Minute, SnapshotThreshold: 8192, TrailingLogs: 10240,
+	if prev != nil {
+		cfg.Ctrl, cfg.Cluster = prev.Ctrl, prev.Cluster
+	} else {
+		ctrlAddr := freeAddr(t)
+		host, port, _ := net.SplitHostPort(ctrlAddr)
+		cfg.Ctrl.Listen.Host = host
+		cfg.Ctrl.Listen.Port, _ = strconv.Atoi(port)
+		raftAddr := freeAddr(t)
+		cfg.Cluster = &config.ControllerCluster{
+			ID: id, DataDir: filepath.Join(dir, "raft"), Listen: raftAddr, Advertise: raftAddr,
+			HeartbeatTimeout: 500 * time.Millisecond, ElectionTimeout: 500 * time.Millisecond, LeaderLeaseTimeout: 500 * time.Millisecond,
+			ApplyTimeout: 5 * time.Second, SnapshotInterval: time.Minute, SnapshotThreshold: 8192, TrailingLogs: 10240,
+		}
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctrl, err := Open(cfg, log, Build{Version: "test"})
@@ -79,13 +93,20 @@ func startMember(t *testing.T, dir, id, caDir string) *member {
 	}
 	go func() { m.done <- ctrl.ServeWithCtrl(ctx, ln, ctrlLn, func(net.Addr) { close(ready) }) }()
 	<-ready
-	t.Cleanup(func() {
-		m.stop()
-		if err := <-m.done; err != nil {
-			t.Errorf("member %s stopped with: %v", id, err)
-		}
-	})
+	t.Cleanup(func() { m.shutdown(t) })
 	return m
+}
+
+// shutdown stops the member and waits until it has; again, it does nothing.
+func (m *member) shutdown(t *testing.T) {
+	if m.stop == nil {
+		return
+	}
+	m.stop()
+	m.stop = nil
+	if err := <-m.done; err != nil {
+		t.Errorf("member %s stopped with: %v", m.cfg.Cluster.ID, err)
+	}
 }
 
 // eventually waits until f holds, up to 15 s.
@@ -238,6 +259,21 @@ func TestClusterOfThree(t *testing.T) {
 	}
 	if got := gauge(t, a.ctrl, "zmesh_cluster_commit_index"); got < 5 {
 		t.Errorf("zmesh_cluster_commit_index of the leader = %v", got)
+	}
+
+	// c stops; a write goes on with two of three; c restarted on its directory writes
+	// nothing at start, stays a member and catches up.
+	c.shutdown(t)
+	whileDown := createIdentity(t, a.api, map[string]any{"name": "while-c-was-down", "type": "User", "isAdmin": false})
+	c = runMember(t, dirs[2], "c", "", c.cfg)
+	c.api.Token = a.api.Token
+	eventually(t, "the restarted member reads what it missed", func() bool {
+		var d identityDetail
+		_, err := c.api.Do(ctx, "GET", apiclient.ManagementAPI+"/identities/"+whileDown.ID, nil, &d)
+		return err == nil && d.ID == whileDown.ID
+	})
+	if ms, err := RunClusterCommand(ctx, dirs[2], ClusterRequest{Op: "list"}); err != nil || len(ms) != 3 {
+		t.Fatalf("list on the restarted member: %v %v", ms, err)
 	}
 
 	// The leadership moves to b.
