@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -290,6 +291,13 @@ func TestClusterOfThree(t *testing.T) {
 	if len(ms) != 2 || slices.ContainsFunc(ms, func(m MemberStatus) bool { return m.ID == "c" }) {
 		t.Fatalf("after removing c: %+v", ms)
 	}
+	// The removed member, its raft state moved aside, cannot start a new cluster on a store
+	// that applied the old one's log.
+	c.shutdown(t)
+	if err := os.Rename(c.cfg.Cluster.DataDir, c.cfg.Cluster.DataDir+".old"); err != nil {
+		t.Fatal(err)
+	}
+	c = runMember(t, dirs[2], "c", "", c.cfg)
 	if _, err := RunClusterCommand(ctx, dirs[2], ClusterRequest{Op: "init"}); err == nil || !strings.Contains(err.Error(), "has applied a cluster's log") {
 		t.Errorf("init on the removed member: %v, want a refusal", err)
 	}
