@@ -216,14 +216,21 @@ func TestClusterOfThree(t *testing.T) {
 				return err == nil && d.ID == id
 			})
 		}
-		var list []controllerItem
-		eventually(t, "a follower lists three controllers", func() bool {
-			_, err := m.api.Do(ctx, "GET", apiclient.ClientAPI+"/controllers", nil, &list)
-			return err == nil && len(list) == 3
-		})
-		for _, it := range list {
-			if it.CtrlAddress == "" || it.CertPem == "" || len(it.APIAddresses["edge-management"]) != 1 {
-				t.Errorf("controller %+v lacks its addresses or certificate", it)
+		for _, base := range []string{apiclient.ClientAPI, apiclient.ManagementAPI} {
+			var list []controllerItem
+			eventually(t, "a follower lists three controllers at "+base, func() bool {
+				_, err := m.api.Do(ctx, "GET", base+"/controllers", nil, &list)
+				return err == nil && len(list) == 3
+			})
+			var ids []string
+			for _, it := range list {
+				ids = append(ids, it.ID)
+				if it.CtrlAddress == "" || it.CertPem == "" || len(it.APIAddresses["edge-management"]) != 1 || !it.IsOnline {
+					t.Errorf("controller %+v lacks its addresses or certificate", it)
+				}
+			}
+			if slices.Sort(ids); !slices.Equal(ids, []string{"a", "b", "c"}) {
+				t.Errorf("controllers %v, want a, b, c", ids)
 			}
 		}
 		// A follower refuses writes, naming the cause.
