@@ -535,7 +535,7 @@ func (c *Controller) checkCluster(context.Context) (any, error) {
 // controllerList is the API's /controllers: the cluster's members, or this controller alone.
 func (c *Controller) controllerList() ([]api.Controller, error) {
 	self := api.Controller{ID: controllerID, APIAddress: c.cfg.API.Advertise, CtrlAddress: ctrlEndpoint(c.cfg),
-		Cert: c.webCert.Get().Leaf, Online: true, Leader: true, JoinedAt: c.started}
+		Cert: c.cert.Leaf, Online: true, Leader: true, JoinedAt: c.started}
 	n := c.Node()
 	if n == nil {
 		return []api.Controller{self}, nil

@@ -329,3 +329,20 @@ func gauge(t *testing.T, c *Controller, name string) float64 {
 	t.Fatalf("no gauge %s", name)
 	return 0
 }
+
+// A single controller lists itself alone, as ctrl1, with its addresses and certificate.
+func TestControllersOfASingleController(t *testing.T) {
+	t.Parallel()
+	r := start(t, t.TempDir(), "")
+	var list []struct {
+		controllerItem
+		Fingerprint string `json:"fingerprint"`
+	}
+	if _, err := r.admin.Do(context.Background(), "GET", apiclient.ClientAPI+"/controllers", nil, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].ID != "ctrl1" || list[0].CtrlAddress != "tls:127.0.0.1:6262" || !list[0].IsOnline ||
+		list[0].APIAddresses["edge-client"][0].URL != r.url+apiclient.ClientAPI || list[0].Fingerprint == "" || list[0].CertPem == "" {
+		t.Errorf("controllers %+v, want ctrl1 alone with its addresses and certificate", list)
+	}
+}
