@@ -2,10 +2,14 @@ package controlplane
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,6 +32,41 @@ type member struct {
 	api  *apiclient.Client // no session until one is given
 	stop context.CancelFunc
 	done chan error
+	// health is the URL of its /health-checks.
+	health string
+}
+
+// clusterHealth returns the status of the member's /health-checks and its cluster check.
+func (m *member) clusterHealth(t *testing.T) (int, map[string]any) {
+	t.Helper()
+	cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: m.ctrl.CA().Pool(), MinVersion: tls.VersionTLS12},
+	}}
+	defer cl.CloseIdleConnections()
+	resp, err := cl.Get(m.health)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var rep struct {
+		Data struct {
+			Checks []struct {
+				ID      string         `json:"id"`
+				Healthy bool           `json:"healthy"`
+				Details map[string]any `json:"details"`
+			} `json:"checks"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rep.Data.Checks {
+		if c.ID == checkCluster {
+			return resp.StatusCode, c.Details
+		}
+	}
+	t.Fatalf("no %s check in %+v", checkCluster, rep)
+	return 0, nil
 }
 
 // freeAddr reserves a loopback port and frees it for the caller to listen on.
@@ -79,6 +118,8 @@ func runMember(t *testing.T, dir, id, caDir string, prev *config.Controller) *me
 			ApplyTimeout: 5 * time.Second, SnapshotInterval: time.Minute, SnapshotThreshold: 8192, TrailingLogs: 10240,
 		}
 	}
+	point := []config.BindPoint{{Interface: "127.0.0.1:0", Address: "127.0.0.1:0"}}
+	cfg.Web = []config.WebListener{{Name: "health", BindPoints: point, APIs: []config.WebAPI{{Binding: config.APIHealthChecks}}}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctrl, err := Open(cfg, log, Build{Version: "test"})
 	if err != nil {
@@ -94,6 +135,9 @@ func runMember(t *testing.T, dir, id, caDir string, prev *config.Controller) *me
 	}
 	go func() { m.done <- ctrl.ServeWithCtrl(ctx, ln, ctrlLn, func(net.Addr) { close(ready) }) }()
 	<-ready
+	ctrl.webMu.Lock()
+	m.health = "https://" + ctrl.webAddrs["health"][0].String() + "/health-checks"
+	ctrl.webMu.Unlock()
 	t.Cleanup(func() { m.shutdown(t) })
 	return m
 }
@@ -161,8 +205,8 @@ func TestClusterOfThree(t *testing.T) {
 		t.Fatalf("login before init: %v, want 503 CLUSTER_HAS_NO_LEADER", err)
 	}
 
-	if _, err := a.ctrl.checkCluster(ctx); err == nil || !strings.Contains(err.Error(), "not in a cluster yet") {
-		t.Fatalf("health before init: %v", err)
+	if status, d := a.clusterHealth(t); status != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(d["error"]), "not in a cluster yet") {
+		t.Fatalf("health before init: %d %v", status, d)
 	}
 	ms, err := RunClusterCommand(ctx, dirs[0], ClusterRequest{Op: "init"})
 	if err != nil {
@@ -289,6 +333,12 @@ func TestClusterOfThree(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "b leads", func() bool { return b.ctrl.Node().State() == "Leader" })
+	for _, m := range []*member{a, b, c} {
+		eventually(t, "the health checks say b leads", func() bool {
+			status, d := m.clusterHealth(t)
+			return status == http.StatusOK && d["leader"] == "b" && d["members"] == float64(3)
+		})
+	}
 
 	// c is removed by the leader.
 	ms, err = RunClusterCommand(ctx, dirs[1], ClusterRequest{Op: "remove", Arg: "c"})
