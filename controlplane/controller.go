@@ -79,7 +79,9 @@ type Controller struct {
 	// initMu.
 	nodeMu sync.Mutex
 	node   *cluster.Node
-	initMu sync.Mutex
+	// members is the replicated collection of the cluster members' records.
+	members *store.Collection[ControllerRecord]
+	initMu  sync.Mutex
 	// endpointsSent is the list of the members' endpoints the routers were last told.
 	endpointsMu   sync.Mutex
 	endpointsSent []string
@@ -90,7 +92,7 @@ type Controller struct {
 // Open locks and loads the data directory, creating the store, the CA, the API's server
 // certificate and the default administrator on the first start.
 func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller, err error) {
-	c := &Controller{cfg: cfg, log: log, started: time.Now()}
+	c := &Controller{cfg: cfg, log: log, started: time.Now(), members: newControllers()}
 	defer func() {
 		if err != nil {
 			c.Close()

@@ -39,8 +39,10 @@ type ControllerRecord struct {
 	JoinedAt time.Time `json:"joinedAt"`
 }
 
-// controllers is the collection of the members' records.
-var controllers = store.NewCollection("controllers", func(r *ControllerRecord) string { return r.ID })
+// newControllers is the collection of the members' records.
+func newControllers() *store.Collection[ControllerRecord] {
+	return store.NewCollection("controllers", func(r *ControllerRecord) string { return r.ID })
+}
 
 // selfPath serves a member's own record, to a peer presenting a controller certificate of
 // the network's CA: the leader reads it there to add the member.
@@ -191,7 +193,7 @@ func (c *Controller) ClusterInit(ctx context.Context) error {
 	}
 	rec := c.selfRecord(n)
 	rec.JoinedAt = time.Now().UTC()
-	if err := c.store.Update(func(tx *store.Tx) error { return controllers.Put(tx, &rec) }); err != nil {
+	if err := c.store.Update(func(tx *store.Tx) error { return c.members.Put(tx, &rec) }); err != nil {
 		return fmt.Errorf("record controller %s: %w", n.ID(), err)
 	}
 	if err := n.Snapshot(); err != nil {
@@ -232,7 +234,7 @@ func (c *Controller) ClusterAdd(ctx context.Context, apiAddress string) (Control
 		return ControllerRecord{}, err
 	}
 	rec.JoinedAt = time.Now().UTC()
-	if err := c.store.Update(func(tx *store.Tx) error { return controllers.Put(tx, &rec) }); err != nil {
+	if err := c.store.Update(func(tx *store.Tx) error { return c.members.Put(tx, &rec) }); err != nil {
 		return rec, fmt.Errorf("controller %s was added; record its addresses: %w", rec.ID, err)
 	}
 	c.membershipChanged()
@@ -324,10 +326,10 @@ func (c *Controller) ClusterRemove(ctx context.Context, id string) error {
 	}
 	if id != n.ID() {
 		if err := c.store.Update(func(tx *store.Tx) error {
-			if ok, err := controllers.Has(tx, id); err != nil || !ok {
+			if ok, err := c.members.Has(tx, id); err != nil || !ok {
 				return err
 			}
-			return controllers.Delete(tx, id)
+			return c.members.Delete(tx, id)
 		}); err != nil {
 			return fmt.Errorf("controller %s was removed; delete its record: %w", id, err)
 		}
@@ -373,7 +375,7 @@ func (c *Controller) ClusterMembers() ([]MemberStatus, error) {
 	}
 	recs := map[string]*ControllerRecord{}
 	if err := c.store.View(func(tx *store.Tx) error {
-		return controllers.Each(tx, func(r *ControllerRecord) error { recs[r.ID] = r; return nil })
+		return c.members.Each(tx, func(r *ControllerRecord) error { recs[r.ID] = r; return nil })
 	}); err != nil {
 		return nil, err
 	}
@@ -461,11 +463,11 @@ func (c *Controller) refreshOwnRecord(n *cluster.Node) error {
 	self := c.selfRecord(n)
 	var stored *ControllerRecord
 	if err := c.store.View(func(tx *store.Tx) error {
-		if ok, err := controllers.Has(tx, self.ID); err != nil || !ok {
+		if ok, err := c.members.Has(tx, self.ID); err != nil || !ok {
 			return err
 		}
 		var err error
-		stored, err = controllers.Get(tx, self.ID)
+		stored, err = c.members.Get(tx, self.ID)
 		return err
 	}); err != nil {
 		return err
@@ -478,7 +480,7 @@ func (c *Controller) refreshOwnRecord(n *cluster.Node) error {
 	} else {
 		self.JoinedAt = time.Now().UTC()
 	}
-	return c.store.Update(func(tx *store.Tx) error { return controllers.Put(tx, &self) })
+	return c.store.Update(func(tx *store.Tx) error { return c.members.Put(tx, &self) })
 }
 
 // clusterStats are the node's figures for health and metrics, read from raft's statistics.
