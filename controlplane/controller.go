@@ -405,6 +405,10 @@ func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, r
 		defer stopSock()
 		followDone := make(chan struct{})
 		go func() { c.followMembers(bg, followMembersEvery); close(followDone) }()
+		if n := c.Node(); !isMember(n) {
+			c.log.Warn("not in a cluster yet: writes are refused until zmesh controller cluster init runs on this controller, or a member adds it with zmesh controller cluster add",
+				"member", n.ID(), "api", c.cfg.API.Advertise)
+		}
 		// It reads the store: it ends before the store closes.
 		defer func() { stop(); <-followDone }()
 	}
