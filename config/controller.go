@@ -30,6 +30,9 @@ type Controller struct {
 	Certificates CertLifetimes `json:"certificates" yaml:"certificates"`
 	// Log is zmesh's own section: the log level and format.
 	Log Log `json:"log" yaml:"log"`
+	// Cluster makes the controller a member of a cluster of controllers; nil: a single
+	// controller.
+	Cluster *ControllerCluster `json:"cluster,omitempty" yaml:"cluster,omitempty"`
 }
 
 // CertLifetimes are how long the certificates issued at enrollment and at extension are
@@ -176,6 +179,7 @@ func (r *reader) controller(path string, data []byte) *Controller {
 	cfg.Certificates.Routers = certs.duration("routers", DefaultCertLifetime, MinCertLifetime, MaxCertLifetime)
 	cfg.Certificates.Identities = certs.duration("identities", DefaultCertLifetime, MinCertLifetime, MaxCertLifetime)
 	certs.finish()
+	cfg.Cluster = r.cluster(top, cfg, dir)
 	var points []webPoint
 	cfg.Web, points = r.webListeners(top, WebAPIs()...)
 	r.controllerWebChecks(cfg, points)

@@ -68,7 +68,7 @@ func (r *reader) webListeners(top *mapping, allowed ...string) ([]WebListener, [
 }
 
 // controllerWebChecks refuses web bind points that listen where another listener of the
-// controller already does (api.listen, ctrl.listen, an earlier bind point): the controller
+// controller already does (api.listen, ctrl.listen, cluster.listen, an earlier bind point): the controller
 // would otherwise fail at start with an error that names no line of the file.
 func (r *reader) controllerWebChecks(cfg *Controller, points []webPoint) {
 	type claim struct {
@@ -92,6 +92,11 @@ func (r *reader) controllerWebChecks(cfg *Controller, points []webPoint) {
 	}
 	take(cfg.API.Listen, "api.listen")
 	take(cfg.Ctrl.Listen.HostPort(), "ctrl.listen")
+	if cfg.Cluster != nil && cfg.Cluster.Listen != "" {
+		if first := take(cfg.Cluster.Listen, "cluster.listen"); first != "" {
+			r.errorf(cfg.Cluster.line, "cluster.listen", "%s is already bound by %s", cfg.Cluster.Listen, first)
+		}
+	}
 	for _, p := range points {
 		if first := take(p.bp.Interface, p.path+".interface"); first != "" {
 			r.errorf(p.line, p.path+".interface", "%s is already bound by %s", p.bp.Interface, first)

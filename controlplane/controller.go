@@ -27,6 +27,7 @@ import (
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane/api"
 	"github.com/zmesh/zmesh/controlplane/circuits"
+	"github.com/zmesh/zmesh/controlplane/cluster"
 	"github.com/zmesh/zmesh/controlplane/metrics"
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/paths"
@@ -74,12 +75,24 @@ type Controller struct {
 	closed  bool
 	// snapshotMu makes snapshots one at a time, so that their files stay bounded.
 	snapshotMu sync.Mutex
+	// node is the raft node with a cluster section (nil without); init replaces it, under
+	// initMu.
+	nodeMu sync.Mutex
+	node   *cluster.Node
+	// members is the replicated collection of the cluster members' records.
+	members *store.Collection[ControllerRecord]
+	initMu  sync.Mutex
+	// endpointsSent is the list of the members' endpoints the routers were last told.
+	endpointsMu   sync.Mutex
+	endpointsSent []string
+	// started is when Open ran.
+	started time.Time
 }
 
 // Open locks and loads the data directory, creating the store, the CA, the API's server
 // certificate and the default administrator on the first start.
 func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller, err error) {
-	c := &Controller{cfg: cfg, log: log}
+	c := &Controller{cfg: cfg, log: log, started: time.Now(), members: newControllers()}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -120,16 +133,25 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 		JWKSRoots:            jwksRoots,
 	})
 	c.sessions = sessionsync.New(c.model, log, sessionsync.Options{})
-	if err := c.model.EnsureBuiltinConfigTypes(); err != nil {
-		return nil, fmt.Errorf("built-in config types: %w", err)
-	}
-	// Open has no context: nothing else hashes passwords before the API serves.
-	created, err := c.model.EnsureDefaultAdmin(context.Background(), cfg.Admin.Username, string(cfg.Admin.Password))
-	if err != nil {
-		return nil, fmt.Errorf("default administrator: %w", err)
-	}
-	if created {
-		log.Info("created the default administrator", "username", cfg.Admin.Username)
+	if cfg.Cluster != nil {
+		// A member writes nothing before it knows it is one: the store's records, the
+		// default administrator's included, come from the cluster (ClusterInit creates
+		// them on the first member).
+		if err := c.startNode(); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := c.model.EnsureBuiltinConfigTypes(); err != nil {
+			return nil, fmt.Errorf("built-in config types: %w", err)
+		}
+		// Open has no context: nothing else hashes passwords before the API serves.
+		created, err := c.model.EnsureDefaultAdmin(context.Background(), cfg.Admin.Username, string(cfg.Admin.Password))
+		if err != nil {
+			return nil, fmt.Errorf("default administrator: %w", err)
+		}
+		if created {
+			log.Info("created the default administrator", "username", cfg.Admin.Username)
+		}
 	}
 	pkiDir := filepath.Join(cfg.DataDir, "pki")
 	ctrlCert, err := c.ca.ServerCertAt(filepath.Join(pkiDir, ctrlCertFile), filepath.Join(pkiDir, ctrlKeyFile), ctrlHosts(cfg))
@@ -138,7 +160,7 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 	}
 	c.routers = routers.New(routers.Config{
 		Model: c.model, CA: c.ca, Cert: ctrlCert,
-		ControllerID: controllerID, Endpoints: []string{ctrlEndpoint(cfg)}, ClientAPI: cfg.API.Advertise, Log: log,
+		ControllerID: memberID(cfg), Endpoints: []string{ctrlEndpoint(cfg)}, CurrentEndpoints: c.ctrlEndpoints, ClientAPI: cfg.API.Advertise, Log: log,
 		Handlers: func(id string, ch *ctrlproto.Channel) { c.circuits.Register(id, ch, c.mesh) },
 		OnConnect: func(rt *routers.Router) {
 			c.sessions.Connected(rt.ID, rt.Channel) // does not block: the state is sent by its own goroutine
@@ -154,12 +176,14 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 	c.mesh = circuits.NewMesh(graph, c.routers, log)
 	c.metrics = metrics.New(metrics.Sources{
 		Counts: c.store.Counts, StoreSizes: c.store.Sizes, ConnectedRouters: c.routers.Connected,
+		Cluster: c.clusterMetrics,
 	})
 	c.api = api.New(c.model, log, api.Info{
 		Version: build.Version, Revision: build.Revision, BuildDate: build.BuildDate,
 		Advertise: cfg.API.Advertise, CtrlAddress: cfg.Ctrl.Listen.String(),
 		ServerCert: c.cert.Leaf, Started: time.Now(), Routers: c.routers, Observer: c.metrics,
 		Backup: c.store.Backup, Verify: c.store.Verify, Snapshot: c.snapshot, Fabric: fabricView{c},
+		Controllers: c.controllerList,
 	})
 	return c, nil
 }
@@ -170,8 +194,19 @@ const (
 	ctrlKeyFile  = "ctrl.key"
 )
 
-// controllerID is the controller's id, as the API's controller list shows it.
+// followMembersEvery is how often a member checks the members' endpoints and its own record.
+const followMembersEvery = 2 * time.Second
+
+// controllerID is a single controller's id, as the API's controller list shows it.
 const controllerID = "ctrl1"
+
+// memberID is the controller's id: its cluster member id, or controllerID.
+func memberID(cfg *config.Controller) string {
+	if cfg.Cluster != nil {
+		return cfg.Cluster.ID
+	}
+	return controllerID
+}
 
 // ctrlEndpoint is the control channel address routers are told to use: ctrl.listen, or,
 // when it listens on every address, the API's advertised host with ctrl.listen's port.
@@ -204,6 +239,10 @@ func ctrlHosts(cfg *config.Controller) []string {
 func apiHosts(cfg *config.Controller) []string {
 	var hosts []string
 	hostPorts := []string{cfg.API.Advertise, cfg.API.Listen}
+	if cfg.Cluster != nil {
+		// The members dial the raft address and check it against the certificate.
+		hostPorts = append(hostPorts, cfg.Cluster.Advertise, cfg.Cluster.Listen)
+	}
 	for _, wl := range cfg.Web {
 		for _, bp := range wl.BindPoints {
 			hostPorts = append(hostPorts, bp.Address, bp.Interface)
@@ -273,8 +312,16 @@ func (c *Controller) Model() *model.Model { return c.model }
 // CA returns the controller's certificate authority.
 func (c *Controller) CA() *pki.CA { return c.ca }
 
-// Handler returns the HTTP handler of both APIs.
-func (c *Controller) Handler() http.Handler { return c.api }
+// Handler returns the HTTP handler of both APIs, and of the cluster members' own path.
+func (c *Controller) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == selfPath {
+			c.serveSelf(w, r)
+			return
+		}
+		c.api.ServeHTTP(w, r)
+	})
+}
 
 // TLSConfig is the API listener's TLS configuration: the server certificate, and client
 // certificates requested (not required) for certificate authentication and enrollment.
@@ -316,7 +363,7 @@ func (c *Controller) Serve(ctx context.Context, ln net.Listener, ready func(net.
 func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, ready func(net.Addr)) error {
 	defer c.Close()
 	srv := &http.Server{
-		Handler:           c.api,
+		Handler:           c.Handler(),
 		TLSConfig:         c.TLSConfig(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -348,6 +395,22 @@ func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, r
 		}()
 		// The control channels end before the store closes.
 		defer func() { stop(); <-ctrlErr }()
+	}
+	if c.Node() != nil {
+		stopSock, err := c.serveClusterSocket(bg)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stopSock()
+		followDone := make(chan struct{})
+		go func() { c.followMembers(bg, followMembersEvery); close(followDone) }()
+		if n := c.Node(); !isMember(n) {
+			c.log.Warn("not in a cluster yet: writes are refused until zmesh controller cluster init runs on this controller, or a member adds it with zmesh controller cluster add",
+				"member", n.ID(), "api", c.cfg.API.Advertise)
+		}
+		// It reads the store: it ends before the store closes.
+		defer func() { stop(); <-followDone }()
 	}
 	checks := health.New(c.healthChecks(ctrl != nil)...)
 	checksDone := checks.Start(bg)
@@ -428,13 +491,22 @@ func (c *Controller) expireLoop(ctx context.Context) {
 
 // Close closes the store and releases the data directory. It is safe to call twice.
 func (c *Controller) Close() error {
+	// A cluster init under way restarts the raft node: it ends first.
+	c.initMu.Lock()
+	defer c.initMu.Unlock()
 	if c.closed {
 		return nil
 	}
 	c.closed = true
 	var err error
+	// The raft node stops before the store it applies to closes.
+	if n := c.Node(); n != nil {
+		err = n.Shutdown()
+	}
 	if c.store != nil {
-		err = c.store.Close()
+		if cerr := c.store.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if c.lock != nil {
 		c.lock.Close()

@@ -22,12 +22,16 @@ const (
 	storeCheckTimeout  = 10 * time.Second
 	ctrlCheckInterval  = 5 * time.Second
 	ctrlCheckTimeout   = time.Second
+	// The cluster check reads the raft node's state in memory.
+	clusterCheckInterval = 2 * time.Second
+	clusterCheckTimeout  = time.Second
 )
 
 // Health check ids, as GET /health-checks names them.
 const (
 	checkStore        = "store.read"
 	checkCtrlListener = "ctrl.listener"
+	checkCluster      = "cluster"
 )
 
 // healthChecks are the controller's checks: the store answers a read transaction, and,
@@ -54,6 +58,9 @@ func (c *Controller) healthChecks(withCtrl bool) []health.Check {
 				return map[string]any{"address": *addr, "connectedRouters": c.routers.Connected()}, nil
 			},
 		})
+	}
+	if c.Node() != nil {
+		checks = append(checks, health.Check{ID: checkCluster, Interval: clusterCheckInterval, Timeout: clusterCheckTimeout, Run: c.checkCluster})
 	}
 	return checks
 }

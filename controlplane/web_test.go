@@ -259,8 +259,9 @@ func TestWebHealthChecks(t *testing.T) {
 	}
 }
 
-// connectRouter enrolls an edge router and connects its control channel.
-func connectRouter(t *testing.T, c *Controller, ctrlAddr string) (string, *ctrlproto.Channel) {
+// connectRouter enrolls an edge router and connects its control channel; setup, when given,
+// registers handlers before the channel starts.
+func connectRouter(t *testing.T, c *Controller, ctrlAddr string, setup ...func(*ctrlproto.Channel)) (string, *ctrlproto.Channel) {
 	t.Helper()
 	r := &model.EdgeRouter{Name: "er-" + t.Name()}
 	if err := c.Model().CreateEdgeRouter(r); err != nil {
@@ -287,6 +288,9 @@ func connectRouter(t *testing.T, c *Controller, ctrlAddr string) (string, *ctrlp
 		t.Fatal(err)
 	}
 	ch := ctrlproto.New(context.Background(), conn, slog.New(slog.NewTextHandler(io.Discard, nil)), ctrlproto.Options{RequestTimeout: 5 * time.Second})
+	for _, f := range setup {
+		f(ch)
+	}
 	ch.Start()
 	t.Cleanup(func() { ch.Close() })
 	reply, err := ctrlproto.Call[*ctrlproto.HelloReply](context.Background(), ch, &ctrlproto.Hello{RouterID: r.ID, Version: "test", Protocol: ctrlproto.ProtocolVersion})

@@ -51,6 +51,6 @@ func newRouterCommand(lookupEnv env, sigs signals) *cobra.Command {
 func newControllerCommand(lookupEnv env, sigs signals) *cobra.Command {
 	cmd := &cobra.Command{Use: "controller", Short: "Run and check controllers"}
 	cmd.AddCommand(newValidateCommand("controller", lookupEnv, loadController), newControllerRunCommand(lookupEnv, sigs))
-	cmd.AddCommand(newControllerBackupCommand(), newControllerRestoreCommand(lookupEnv))
+	cmd.AddCommand(newControllerBackupCommand(), newControllerRestoreCommand(lookupEnv), newControllerClusterCommand(lookupEnv))
 	return cmd
 }

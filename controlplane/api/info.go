@@ -115,21 +115,34 @@ func (s *Server) cacerts(c *call) error {
 }
 
 func (s *Server) controllers(c *call) error {
-	cert := s.info.ServerCert
-	t := s.info.Started.UTC()
-	addr := func(base string) []map[string]string {
-		return []map[string]string{{"url": s.apiURL(base), "version": "v1"}}
+	list := []Controller{{ID: "ctrl1", APIAddress: s.info.Advertise, CtrlAddress: s.info.CtrlAddress, Cert: s.info.ServerCert,
+		Online: true, Leader: true, JoinedAt: s.info.Started}}
+	if s.info.Controllers != nil {
+		var err error
+		if list, err = s.info.Controllers(); err != nil {
+			return err
+		}
 	}
-	ctrl := map[string]any{
-		"id": "ctrl1", "name": "ctrl1", "_links": links("controllers", "ctrl1"),
-		"createdAt": t, "updatedAt": t, "tags": map[string]any{},
-		"apiAddresses":      map[string]any{"edge-client": addr(ClientBase), "edge-management": addr(ManagementBase)},
-		"certPem":           string(encodeCert(cert)),
-		"ctrlAddress":       s.info.CtrlAddress,
-		"fingerprint":       certid.Fingerprint(cert),
-		"isOnline":          true,
-		"lastJoinedAt":      t,
-		"isPreferredLeader": true,
+	out := make([]any, 0, len(list))
+	for _, ctl := range list {
+		addr := func(base string) []map[string]string {
+			return []map[string]string{{"url": "https://" + ctl.APIAddress + base, "version": "v1"}}
+		}
+		t := ctl.JoinedAt.UTC()
+		d := map[string]any{
+			"id": ctl.ID, "name": ctl.ID, "_links": links("controllers", ctl.ID),
+			"createdAt": t, "updatedAt": t, "tags": map[string]any{},
+			"apiAddresses":      map[string]any{"edge-client": addr(ClientBase), "edge-management": addr(ManagementBase)},
+			"ctrlAddress":       ctl.CtrlAddress,
+			"isOnline":          ctl.Online,
+			"lastJoinedAt":      t,
+			"isPreferredLeader": ctl.Leader,
+		}
+		if ctl.Cert != nil {
+			d["certPem"] = string(encodeCert(ctl.Cert))
+			d["fingerprint"] = certid.Fingerprint(ctl.Cert)
+		}
+		out = append(out, d)
 	}
-	return c.list([]any{ctrl}, 1, listParams{limit: 1})
+	return c.list(out, len(out), listParams{limit: max(len(out), 1)})
 }

@@ -12,7 +12,11 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/hashicorp/raft"
+
+	"github.com/zmesh/zmesh/controlplane/cluster"
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/controlplane/store"
 )
 
 // API versions reported in every response's meta.
@@ -71,6 +75,17 @@ const (
 	codeUnsupportedMedia    = "UNSUPPORTED_MEDIA_TYPE"
 	codeInvalidAuthMethod   = "INVALID_AUTH_METHOD"
 	codeRequestBodyTooLarge = "REQUEST_TOO_LARGE"
+	// Writes a member of a cluster could not carry out, all 503 with Retry-After: no leader
+	// is known or it cannot be reached (no quorum, an election); an operation only the
+	// leader does, on a follower (the message names the leader); the write may or may not
+	// have been committed (the leadership was lost, or no quorum answered in time); the write
+	// is committed but this member has not applied it yet; the member's raft node cannot
+	// take writes (stopping, restarting).
+	codeClusterHasNoLeader     = "CLUSTER_HAS_NO_LEADER"
+	codeClusterNotLeader       = "CLUSTER_NOT_LEADER"
+	codeClusterOutcomeUnknown  = "CLUSTER_OUTCOME_UNKNOWN"
+	codeClusterWriteNotApplied = "CLUSTER_WRITE_NOT_APPLIED_HERE"
+	codeClusterUnavailable     = "CLUSTER_UNAVAILABLE"
 )
 
 // statusOf maps an error code to its HTTP status.
@@ -151,6 +166,25 @@ func writeError(w http.ResponseWriter, log *slog.Logger, requestID string, err e
 	var me *model.Error
 	var ae2 *apiErr
 	switch {
+	case errors.Is(err, cluster.ErrNotCaughtUp):
+		ae.Code, ae.Message, status = codeClusterWriteNotApplied, err.Error(), http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
+	case errors.Is(err, cluster.ErrOutcomeUnknown):
+		ae.Code, ae.Message, status = codeClusterOutcomeUnknown, err.Error(), http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
+	case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrLeaderUnreachable):
+		ae.Code, ae.Message, status = codeClusterHasNoLeader, err.Error(), http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
+	case errors.Is(err, cluster.ErrNotLeader):
+		ae.Code, ae.Message, status = codeClusterHasNoLeader, err.Error(), http.StatusServiceUnavailable
+		var nl *cluster.NotLeaderError
+		if errors.As(err, &nl) && nl.LeaderID != "" {
+			ae.Code = codeClusterNotLeader
+		}
+		w.Header().Set("Retry-After", "1")
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrLeadershipLost):
+		ae.Code, ae.Message, status = codeClusterUnavailable, err.Error(), http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
 	case errors.As(err, &ae2):
 		ae.Code, ae.Message, status = ae2.code, ae2.message, ae2.status
 		if ae2.field != "" {

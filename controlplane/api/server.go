@@ -52,6 +52,21 @@ type Info struct {
 	// Fabric, when not nil, is the live mesh the fabric API shows; nil: no router, link or
 	// circuit is known.
 	Fabric Fabric
+	// Controllers, when not nil, lists the members of the controller's cluster; nil: this
+	// controller alone.
+	Controllers func() ([]Controller, error)
+}
+
+// Controller is a controller of the cluster, as /controllers lists it.
+type Controller struct {
+	ID string
+	// APIAddress is its api.advertise; CtrlAddress its routers' control channel endpoint.
+	APIAddress, CtrlAddress string
+	// Cert is its API server certificate.
+	Cert     *x509.Certificate
+	Online   bool
+	Leader   bool
+	JoinedAt time.Time
 }
 
 // RouterStatus reports an edge router's control channel: whether it is connected, and the

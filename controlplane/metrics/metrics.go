@@ -23,6 +23,9 @@ type Sources struct {
 	StoreSizes func() (lsm, vlog int64)
 	// ConnectedRouters returns how many routers have their control channel connected.
 	ConnectedRouters func() int
+	// Cluster, when not nil, returns the raft figures of a cluster member; false while the
+	// controller is not one.
+	Cluster func() (Cluster, bool)
 }
 
 // Authentication methods and results, as label values. Every combination is exported from
@@ -76,6 +79,9 @@ func New(src Sources) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewGoCollector(),
 	)
+	if src.Cluster != nil {
+		m.reg.MustRegister(newClusterCollector(src.Cluster))
+	}
 	return m
 }
 

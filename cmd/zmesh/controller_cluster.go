@@ -1,0 +1,138 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/zmesh/zmesh/config"
+	"github.com/zmesh/zmesh/controlplane"
+	"github.com/zmesh/zmesh/controlplane/pki"
+)
+
+// newControllerClusterCommand groups the commands of a controller's cluster membership.
+// They reach the controller running on the data directory of --config through its socket
+// <dataDir>/cluster.sock: a controller that is not a member yet cannot open API sessions,
+// and init is what creates the administrator.
+func newControllerClusterCommand(lookupEnv env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Manage the cluster of controllers a running controller belongs to",
+		Long: "Manage the cluster of the controller described by --config (its file has a cluster\n" +
+			"section), through the socket <dataDir>/cluster.sock of the running controller: run them\n" +
+			"as the user the controller runs as. import-ca works on a stopped controller's files.",
+	}
+	type op struct {
+		use, short, long string
+		args             cobra.PositionalArgs
+		req              func(args []string) controlplane.ClusterRequest
+	}
+	ops := []op{
+		{"init", "Make this controller the first member of a new cluster",
+			"Bootstrap the running controller, which has a cluster section and no raft state, as a\n" +
+				"cluster of one, and create in it the built-in config types and the default\n" +
+				"administrator (admin.username, admin.password). A controller that was a single\n" +
+				"controller keeps its records, and the members added later receive them.",
+			cobra.NoArgs, func([]string) controlplane.ClusterRequest { return controlplane.ClusterRequest{Op: "init"} }},
+		{"add API_ADDRESS", "Add the controller whose API is at API_ADDRESS to the cluster",
+			"On the leader: read the new member's id and raft address from its API (API_ADDRESS, its\n" +
+				"api.advertise; both ends present their controller certificate of the network's CA), add\n" +
+				"it as a voter and record its addresses. The new member must run, with a cluster section\n" +
+				"and the network's CA imported before its first start (import-ca).",
+			cobra.ExactArgs(1), func(a []string) controlplane.ClusterRequest { return controlplane.ClusterRequest{Op: "add", Arg: a[0]} }},
+		{"remove ID", "Remove the member ID from the cluster",
+			"On the leader: remove the member ID from the cluster's configuration and its record.",
+			cobra.ExactArgs(1), func(a []string) controlplane.ClusterRequest {
+				return controlplane.ClusterRequest{Op: "remove", Arg: a[0]}
+			}},
+		{"list", "List the cluster's members",
+			"List the members as this controller knows them: id, raft address, API address,\n" +
+				"whether it votes and which one leads.",
+			cobra.NoArgs, func([]string) controlplane.ClusterRequest { return controlplane.ClusterRequest{Op: "list"} }},
+		{"transfer-leadership [ID]", "Hand the leadership to the member ID, or to the readiest follower",
+			"On the leader: hand the leadership to the member ID, or without ID to the follower\n" +
+				"most up to date, and return once it leads.",
+			cobra.MaximumNArgs(1), func(a []string) controlplane.ClusterRequest {
+				r := controlplane.ClusterRequest{Op: "transfer-leadership"}
+				if len(a) == 1 {
+					r.Arg = a[0]
+				}
+				return r
+			}},
+	}
+	for _, o := range ops {
+		var file string
+		sub := &cobra.Command{
+			Use: o.use, Short: o.short, Long: o.long, Args: o.args,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				cfg, err := loadClusterConfig(cmd, file, lookupEnv)
+				if err != nil {
+					return err
+				}
+				ms, err := controlplane.RunClusterCommand(cmd.Context(), cfg.DataDir, o.req(args))
+				if err != nil {
+					return err
+				}
+				printMembers(cmd.OutOrStdout(), ms)
+				return nil
+			},
+		}
+		sub.Flags().StringVarP(&file, "config", "c", "", "the controller's configuration file")
+		sub.MarkFlagRequired("config")
+		cmd.AddCommand(sub)
+	}
+	cmd.AddCommand(newControllerImportCACommand(lookupEnv))
+	return cmd
+}
+
+func loadClusterConfig(cmd *cobra.Command, file string, lookupEnv env) (*config.Controller, error) {
+	cfg, _, err := config.LoadController(file, lookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Cluster == nil {
+		return nil, fmt.Errorf("%s has no cluster section: add one (see docs/controller-config.md#cluster) and restart the controller", file)
+	}
+	return cfg, nil
+}
+
+func printMembers(w io.Writer, ms []controlplane.MemberStatus) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tAPI ADDRESS\tCTRL ADDRESS\tVOTER\tLEADER")
+	for _, m := range ms {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%t\n", m.ID, m.RaftAddress, m.APIAddress, m.CtrlAddress, m.Voter, m.Leader)
+	}
+	tw.Flush()
+}
+
+func newControllerImportCACommand(lookupEnv env) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "import-ca --config FILE CA_CERT CA_KEY",
+		Short: "Install the network's CA into a new member's data directory before its first start",
+		Long: "Copy the network's CA (ca.cert and ca.key of the first member's <dataDir>/pki) into the\n" +
+			"pki directory of the controller FILE describes, before its first start: the members\n" +
+			"share the CA. The key is written 0600; the command refuses a data directory that has a\n" +
+			"CA already and a key that is not the certificate's. Copy the key between hosts over a\n" +
+			"channel you trust (scp), and delete the copy afterwards.",
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadClusterConfig(cmd, file, lookupEnv)
+			if err != nil {
+				return err
+			}
+			dir := filepath.Join(cfg.DataDir, "pki")
+			if err := controlplane.ImportCA(dir, args[0], args[1]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "the network's CA is in %s (%s, %s); start the controller, then add it from a member\n", dir, pki.CACertFile, pki.CAKeyFile)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "config", "c", "", "the new member's configuration file")
+	cmd.MarkFlagRequired("config")
+	return cmd
+}

@@ -1,0 +1,562 @@
+package controlplane
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/zmesh/zmesh/controlplane/api"
+	"github.com/zmesh/zmesh/controlplane/cluster"
+	"github.com/zmesh/zmesh/controlplane/metrics"
+	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/certid"
+	"github.com/zmesh/zmesh/internal/ctrlproto"
+)
+
+// ControllerRecord is a member of the cluster as every member knows it: a replicated record
+// of the `controllers` collection, written by the leader when the member is bootstrapped or
+// added, so that every member lists every other's addresses and certificate.
+type ControllerRecord struct {
+	ID string `json:"id"`
+	// RaftAddress is where the other members reach its raft node.
+	RaftAddress string `json:"raftAddress"`
+	// APIAddress is its api.advertise; CtrlAddress the control channel endpoint routers use.
+	APIAddress  string `json:"apiAddress"`
+	CtrlAddress string `json:"ctrlAddress"`
+	// CertPEM is its API server certificate.
+	CertPEM  string    `json:"certPem"`
+	JoinedAt time.Time `json:"joinedAt"`
+}
+
+// newControllers is the collection of the members' records.
+func newControllers() *store.Collection[ControllerRecord] {
+	return store.NewCollection("controllers", func(r *ControllerRecord) string { return r.ID })
+}
+
+// selfPath serves a member's own record, to a peer presenting a controller certificate of
+// the network's CA: the leader reads it there to add the member.
+const selfPath = "/zmesh/cluster/v1/self"
+
+// ErrNotMember is the error of a cluster operation on a controller that has no cluster
+// section, or that is not yet in a cluster.
+var ErrNotMember = errors.New("not a member of a cluster")
+
+// startNode starts the raft node on the store when the configuration has a cluster section.
+func (c *Controller) startNode() error {
+	cc := c.cfg.Cluster
+	if cc == nil {
+		return nil
+	}
+	return c.openNode(uint64(cc.TrailingLogs))
+}
+
+// openNode starts the raft node with trailing logs kept after a snapshot.
+func (c *Controller) openNode(trailing uint64) error {
+	cc := c.cfg.Cluster
+	n, err := cluster.New(context.Background(), cluster.Config{
+		ID: cc.ID, Dir: cc.DataDir, Bind: cc.Listen, Advertise: cc.Advertise,
+		Certificate: func() (*tls.Certificate, error) {
+			cert := c.webCert.Get()
+			return &cert, nil
+		},
+		Roots: c.ca.Pool(),
+		Store: c.store,
+		Log:   c.log.With("component", "cluster"),
+
+		HeartbeatTimeout: cc.HeartbeatTimeout, ElectionTimeout: cc.ElectionTimeout, LeaderLeaseTimeout: cc.LeaderLeaseTimeout,
+		SnapshotInterval: cc.SnapshotInterval, SnapshotThreshold: uint64(cc.SnapshotThreshold), TrailingLogs: trailing,
+		ApplyTimeout: cc.ApplyTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	c.nodeMu.Lock()
+	c.node = n
+	c.nodeMu.Unlock()
+	return nil
+}
+
+// Node returns the controller's raft node; nil without a cluster section.
+func (c *Controller) Node() *cluster.Node {
+	c.nodeMu.Lock()
+	defer c.nodeMu.Unlock()
+	return c.node
+}
+
+func (c *Controller) member() (*cluster.Node, error) {
+	n := c.Node()
+	if n == nil {
+		return nil, fmt.Errorf("controller %s has no cluster section in its configuration: %w", c.cfg.API.Advertise, ErrNotMember)
+	}
+	return n, nil
+}
+
+// isMember tells whether the node belongs to a cluster configuration (bootstrapped or added).
+func isMember(n *cluster.Node) bool {
+	ms, err := n.Members()
+	return err == nil && slices.ContainsFunc(ms, func(m cluster.Member) bool { return m.ID == n.ID() })
+}
+
+// waitLeader waits until this member leads, or ctx ends.
+func waitLeader(ctx context.Context, n *cluster.Node) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for n.State() != "Leader" {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("controller %s did not become the leader: %w", n.ID(), ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// selfRecord is this member's record as it is now.
+func (c *Controller) selfRecord(n *cluster.Node) ControllerRecord {
+	return ControllerRecord{
+		ID: n.ID(), RaftAddress: n.Addr(), APIAddress: c.cfg.API.Advertise, CtrlAddress: ctrlEndpoint(c.cfg),
+		CertPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.webCert.Get().Leaf.Raw})),
+	}
+}
+
+// ClusterInit makes the controller, which has a cluster section and no raft state, the first
+// member of a new cluster, and creates inside it what the first start of a single controller
+// creates: the built-in config types and the default administrator. The records the store
+// held already (a single controller turned into a cluster) reach members added later
+// through a snapshot taken now, with the log before it compacted, so that a joining member
+// is sent the snapshot rather than the log.
+func (c *Controller) ClusterInit(ctx context.Context) error {
+	n, err := c.member()
+	if err != nil {
+		return err
+	}
+	c.initMu.Lock()
+	defer c.initMu.Unlock()
+	if c.closed {
+		return fmt.Errorf("controller %s is stopping", n.ID())
+	}
+	if n = c.Node(); isMember(n) {
+		return fmt.Errorf("controller %s is a member of a cluster already: nothing to initialise", n.ID())
+	}
+	// A store that applied a cluster's log (a removed member, a backup of a member) would
+	// skip the new log's first entries, whose indexes it has passed already.
+	if idx, _, err := c.store.AppliedIndex(); err != nil {
+		return err
+	} else if idx > 0 {
+		return fmt.Errorf("the store of controller %s has applied a cluster's log up to index %d: a new cluster cannot start from it; start this controller on an empty data directory (with the network's CA imported) and add it from a member", n.ID(), idx)
+	}
+	// Restarted with one trailing log so that the snapshot compacts everything before it.
+	if err := n.Shutdown(); err != nil {
+		return err
+	}
+	if err := c.openNode(1); err != nil {
+		return err
+	}
+	n = c.Node()
+	trailing := uint64(c.cfg.Cluster.TrailingLogs)
+	restarted := false
+	defer func() {
+		// A failure leaves the node running with the configured retention all the same.
+		if !restarted {
+			n.Shutdown()
+			if err := c.openNode(trailing); err != nil {
+				c.log.Error("restart the raft node after a failed init", "err", err)
+			}
+		}
+	}()
+	if err := n.Bootstrap(); err != nil {
+		return err
+	}
+	if err := waitLeader(ctx, n); err != nil {
+		return err
+	}
+	if err := c.model.EnsureBuiltinConfigTypes(); err != nil {
+		return fmt.Errorf("built-in config types: %w", err)
+	}
+	created, err := c.model.EnsureDefaultAdmin(ctx, c.cfg.Admin.Username, string(c.cfg.Admin.Password))
+	if err != nil {
+		return fmt.Errorf("default administrator: %w", err)
+	}
+	if created {
+		c.log.Info("created the default administrator", "username", c.cfg.Admin.Username)
+	}
+	rec := c.selfRecord(n)
+	rec.JoinedAt = time.Now().UTC()
+	if err := c.store.Update(func(tx *store.Tx) error { return c.members.Put(tx, &rec) }); err != nil {
+		return fmt.Errorf("record controller %s: %w", n.ID(), err)
+	}
+	if err := n.Snapshot(); err != nil {
+		return err
+	}
+	// Back to the configured retention.
+	if err := n.Shutdown(); err != nil {
+		return err
+	}
+	restarted = true
+	if err := c.openNode(trailing); err != nil {
+		return err
+	}
+	if err := waitLeader(ctx, c.Node()); err != nil {
+		return err
+	}
+	c.membershipChanged()
+	return nil
+}
+
+// ClusterAdd adds the controller whose API is at apiAddress (its api.advertise) to the
+// cluster: this member, the leader, reads the other's record from its API over mutual TLS
+// (both ends present a controller certificate of the network's CA), adds it as a voter and
+// records it.
+func (c *Controller) ClusterAdd(ctx context.Context, apiAddress string) (ControllerRecord, error) {
+	n, err := c.member()
+	if err != nil {
+		return ControllerRecord{}, err
+	}
+	if !isMember(n) {
+		return ControllerRecord{}, notMemberYet(n)
+	}
+	rec, err := c.fetchSelf(ctx, apiAddress)
+	if err != nil {
+		return ControllerRecord{}, err
+	}
+	if err := n.AddVoter(ctx, rec.ID, rec.RaftAddress); err != nil {
+		return ControllerRecord{}, err
+	}
+	rec.JoinedAt = time.Now().UTC()
+	if err := c.store.Update(func(tx *store.Tx) error { return c.members.Put(tx, &rec) }); err != nil {
+		return rec, fmt.Errorf("controller %s was added; record its addresses: %w", rec.ID, err)
+	}
+	c.membershipChanged()
+	return rec, nil
+}
+
+func notMemberYet(n *cluster.Node) error {
+	return fmt.Errorf("controller %s is not in a cluster yet: run zmesh controller cluster init on it to start one, or add it from a member with zmesh controller cluster add: %w", n.ID(), ErrNotMember)
+}
+
+// fetchSelf reads the record of the controller whose API is at apiAddress.
+func (c *Controller) fetchSelf(ctx context.Context, apiAddress string) (ControllerRecord, error) {
+	var rec ControllerRecord
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		RootCAs:    c.ca.Pool(),
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			cert := c.webCert.Get()
+			return &cert, nil
+		},
+		VerifyConnection: certid.VerifyController,
+	}}}
+	defer client.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+apiAddress+selfPath, nil)
+	if err != nil {
+		return rec, fmt.Errorf("the new member's API address %q: %w", apiAddress, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		var unknown x509.UnknownAuthorityError
+		if errors.As(err, &unknown) {
+			return rec, fmt.Errorf("the controller at %s has a certificate of another CA: stop it, import this network's CA into its data directory with zmesh controller cluster import-ca before its first start, and add it again: %w", apiAddress, err)
+		}
+		return rec, fmt.Errorf("read the new member's details from https://%s: %w", apiAddress, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return rec, fmt.Errorf("read the new member's details from https://%s: %w", apiAddress, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return rec, fmt.Errorf("the controller at %s answered %s: %s", apiAddress, resp.Status, bytes.TrimSpace(body))
+	}
+	if err := json.Unmarshal(body, &rec); err != nil || rec.ID == "" || rec.RaftAddress == "" {
+		return rec, fmt.Errorf("the controller at %s sent no member details (%v): is it a zmesh controller with a cluster section?", apiAddress, err)
+	}
+	return rec, nil
+}
+
+// serveSelf answers a peer controller (a client certificate of the network's CA with the
+// controller's policy) with this member's record.
+func (c *Controller) serveSelf(w http.ResponseWriter, r *http.Request) {
+	n := c.Node()
+	if n == nil {
+		http.Error(w, "this controller has no cluster section", http.StatusNotFound)
+		return
+	}
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		http.Error(w, "a controller certificate is required", http.StatusUnauthorized)
+		return
+	}
+	leaf := r.TLS.PeerCertificates[0]
+	if err := pki.VerifyChain(leaf, r.TLS.PeerCertificates[1:], c.ca.Pool(), time.Now(), x509.ExtKeyUsageServerAuth); err != nil || !certid.IsController(leaf) {
+		http.Error(w, "a controller certificate of this network's CA is required", http.StatusForbidden)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(c.selfRecord(n))
+}
+
+// ClusterRemove removes the member id from the cluster and its record. On the leader.
+func (c *Controller) ClusterRemove(ctx context.Context, id string) error {
+	n, err := c.member()
+	if err != nil {
+		return err
+	}
+	if !isMember(n) {
+		return notMemberYet(n)
+	}
+	ms, err := n.Members()
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(ms, func(m cluster.Member) bool { return m.ID == id }) {
+		return fmt.Errorf("no member %s in the cluster; zmesh controller cluster list shows the members", id)
+	}
+	if err := n.RemoveServer(ctx, id); err != nil {
+		return err
+	}
+	if id != n.ID() {
+		if err := c.store.Update(func(tx *store.Tx) error {
+			if ok, err := c.members.Has(tx, id); err != nil || !ok {
+				return err
+			}
+			return c.members.Delete(tx, id)
+		}); err != nil {
+			return fmt.Errorf("controller %s was removed; delete its record: %w", id, err)
+		}
+	}
+	c.membershipChanged()
+	return nil
+}
+
+// ClusterTransfer hands the leadership to the member id, or to the readiest follower when
+// id is empty.
+func (c *Controller) ClusterTransfer(ctx context.Context, id string) error {
+	n, err := c.member()
+	if err != nil {
+		return err
+	}
+	if !isMember(n) {
+		return notMemberYet(n)
+	}
+	return n.TransferLeadership(id)
+}
+
+// MemberStatus is a member as `cluster list` and the APIs show it.
+type MemberStatus struct {
+	ControllerRecord
+	Voter  bool `json:"voter"`
+	Leader bool `json:"leader"`
+	// Online: the member is in the cluster's configuration and, for this member, runs.
+	Online bool `json:"online"`
+}
+
+// ClusterMembers lists the cluster's configuration with the members' records.
+func (c *Controller) ClusterMembers() ([]MemberStatus, error) {
+	n, err := c.member()
+	if err != nil {
+		return nil, err
+	}
+	if !isMember(n) {
+		return nil, notMemberYet(n)
+	}
+	ms, err := n.Members()
+	if err != nil {
+		return nil, err
+	}
+	recs := map[string]*ControllerRecord{}
+	if err := c.store.View(func(tx *store.Tx) error {
+		return c.members.Each(tx, func(r *ControllerRecord) error { recs[r.ID] = r; return nil })
+	}); err != nil {
+		return nil, err
+	}
+	leader, _ := n.Leader()
+	out := make([]MemberStatus, 0, len(ms))
+	for _, m := range ms {
+		st := MemberStatus{ControllerRecord: ControllerRecord{ID: m.ID, RaftAddress: m.Address}, Voter: m.Voter, Leader: m.ID == leader, Online: true}
+		if r := recs[m.ID]; r != nil {
+			st.ControllerRecord = *r
+			st.RaftAddress = m.Address
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// ctrlEndpoints are the control channel endpoints routers are told: every member's, this
+// one's first; only this one's for a single controller.
+func (c *Controller) ctrlEndpoints() []string {
+	own := ctrlEndpoint(c.cfg)
+	out := []string{own}
+	if c.Node() == nil {
+		return out
+	}
+	ms, err := c.ClusterMembers()
+	if err != nil {
+		return out
+	}
+	for _, m := range ms {
+		if m.CtrlAddress != "" && !slices.Contains(out, m.CtrlAddress) {
+			out = append(out, m.CtrlAddress)
+		}
+	}
+	return out
+}
+
+// membershipChanged tells the connected routers the members' control channel endpoints,
+// when they changed since they were last told.
+func (c *Controller) membershipChanged() {
+	if c.routers == nil {
+		return
+	}
+	eps := c.ctrlEndpoints()
+	c.endpointsMu.Lock()
+	defer c.endpointsMu.Unlock()
+	if slices.Equal(eps, c.endpointsSent) {
+		return
+	}
+	c.endpointsSent = eps
+	for _, rt := range c.routers.All() {
+		if err := rt.Channel.SendWithin(5*time.Second, &ctrlproto.EndpointsUpdate{Endpoints: eps}); err != nil {
+			c.log.Warn("tell a router the controllers' endpoints", "router", rt.ID, "err", err)
+		}
+	}
+}
+
+// followMembers keeps, until ctx ends, the routers connected to this member told of the
+// members' endpoints (a change made through another member reaches this one's store only),
+// and, while this member leads, its own record current (addresses or certificate changed
+// since it was written).
+func (c *Controller) followMembers(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n := c.Node()
+		if n == nil || !isMember(n) {
+			continue
+		}
+		if leader, _ := n.Leader(); leader != "" { // a follower's write goes to the leader
+			if err := c.refreshOwnRecord(n); err != nil {
+				c.log.Warn("update this controller's record in the cluster", "err", err)
+			}
+		}
+		c.membershipChanged()
+	}
+}
+
+// refreshOwnRecord writes this member's record when it differs from the stored one.
+func (c *Controller) refreshOwnRecord(n *cluster.Node) error {
+	self := c.selfRecord(n)
+	var stored *ControllerRecord
+	if err := c.store.View(func(tx *store.Tx) error {
+		if ok, err := c.members.Has(tx, self.ID); err != nil || !ok {
+			return err
+		}
+		var err error
+		stored, err = c.members.Get(tx, self.ID)
+		return err
+	}); err != nil {
+		return err
+	}
+	if stored != nil {
+		self.JoinedAt = stored.JoinedAt
+		if *stored == self {
+			return nil
+		}
+	} else {
+		self.JoinedAt = time.Now().UTC()
+	}
+	return c.store.Update(func(tx *store.Tx) error { return c.members.Put(tx, &self) })
+}
+
+// clusterStats are the node's figures for health and metrics, read from raft's statistics.
+type clusterStats struct {
+	ID, State, Leader               string
+	Term, CommitIndex, AppliedIndex uint64
+	Members                         int
+	Member                          bool
+}
+
+func (c *Controller) clusterStats() (clusterStats, bool) {
+	n := c.Node()
+	if n == nil {
+		return clusterStats{}, false
+	}
+	s := n.Stats()
+	num := func(k string) uint64 { v, _ := strconv.ParseUint(s[k], 10, 64); return v }
+	leader, _ := n.Leader()
+	st := clusterStats{ID: n.ID(), State: n.State(), Leader: leader,
+		Term: num("term"), CommitIndex: num("commit_index"), AppliedIndex: num("applied_index")}
+	if ms, err := n.Members(); err == nil {
+		st.Members = len(ms)
+		st.Member = slices.ContainsFunc(ms, func(m cluster.Member) bool { return m.ID == n.ID() })
+	}
+	return st, true
+}
+
+// clusterMetrics are the figures of the metrics; none without a cluster section.
+func (c *Controller) clusterMetrics() (metrics.Cluster, bool) {
+	st, ok := c.clusterStats()
+	if !ok {
+		return metrics.Cluster{}, false
+	}
+	return metrics.Cluster{Leader: st.State == "Leader", Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Members: st.Members}, true
+}
+
+// checkCluster is the cluster health check: healthy when this member belongs to a cluster
+// whose leader it knows, which takes the writes.
+func (c *Controller) checkCluster(context.Context) (any, error) {
+	st, _ := c.clusterStats()
+	details := map[string]any{"id": st.ID, "state": st.State, "leader": st.Leader, "term": st.Term,
+		"commitIndex": st.CommitIndex, "appliedIndex": st.AppliedIndex, "members": st.Members}
+	switch {
+	case !st.Member:
+		details["error"] = "not in a cluster yet: run zmesh controller cluster init on it, or add it from a member"
+		return details, errors.New(details["error"].(string))
+	case st.Leader == "":
+		details["error"] = "the cluster has no leader: an election is under way or there is no quorum; writes are refused"
+		return details, errors.New(details["error"].(string))
+	}
+	return details, nil
+}
+
+// controllerList is the API's /controllers: the cluster's members, or this controller alone.
+func (c *Controller) controllerList() ([]api.Controller, error) {
+	self := api.Controller{ID: controllerID, APIAddress: c.cfg.API.Advertise, CtrlAddress: ctrlEndpoint(c.cfg),
+		Cert: c.cert.Leaf, Online: true, Leader: true, JoinedAt: c.started}
+	n := c.Node()
+	if n == nil {
+		return []api.Controller{self}, nil
+	}
+	self.ID, self.Leader = n.ID(), false
+	if !isMember(n) {
+		return []api.Controller{self}, nil
+	}
+	ms, err := c.ClusterMembers()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Controller, 0, len(ms))
+	for _, m := range ms {
+		ctl := api.Controller{ID: m.ID, APIAddress: m.APIAddress, CtrlAddress: m.CtrlAddress, Online: m.Online, Leader: m.Leader, JoinedAt: m.JoinedAt}
+		if b, _ := pem.Decode([]byte(m.CertPEM)); b != nil {
+			ctl.Cert, _ = x509.ParseCertificate(b.Bytes)
+		}
+		out = append(out, ctl)
+	}
+	return out, nil
+}
