@@ -34,7 +34,7 @@ DEB_ARCH     = $(shell $(GO) env GOARCH)
 DEB          = bin/zmesh_$(DEB_VERSION)_$(DEB_ARCH).deb
 DEBROOT     := bin/deb-root
 
-.PHONY: help build run test test-load interop bench bench-controller lint fuzz clean stage install uninstall deb test-deb
+.PHONY: help build run test test-load interop bench bench-controller bench-cluster lint fuzz clean stage install uninstall deb test-deb
 
 help:
 	@echo "make build      build $(BIN)"
@@ -44,6 +44,7 @@ help:
 	@echo "make interop    the real OpenZiti clients (ziti CLI $(ZITI_VERSION), sdk-golang) against a fresh quickstart"
 	@echo "make bench      benchmarks"
 	@echo "make bench-controller  one controller with 100,000 identities, 10,000 services, 1,000 policies"
+	@echo "make bench-cluster     logins and identity creations: a cluster of three against one controller"
 	@echo "                and 100 simulated routers (SCALE=0.1 for a tenth; docs/performance.md)"
 	@echo "make lint       gofmt, go vet, staticcheck"
 	@echo "make fuzz       fuzz the parsers: configuration, list filters, API bodies, e2ee hellos, write sets ($(FUZZTIME) each)"
@@ -162,6 +163,9 @@ SCALE ?= 1
 CTRLBENCHFLAGS ?=
 bench-controller:
 	ZMESH_SCALE=$(SCALE) $(GO) test -count=1 -run '^TestScaleController$$' -v -timeout 30m $(CTRLBENCHFLAGS) ./controlplane
+
+bench-cluster:
+	ZMESH_CLUSTER_BENCH=1 $(GO) test -count=1 -run '^TestClusterThroughput$$' -v -timeout 10m ./controlplane
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
