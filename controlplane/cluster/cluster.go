@@ -204,7 +204,10 @@ func New(ctx context.Context, c Config) (*Node, error) {
 	go n.watchLeader(n.ctx, obs)
 	stream.serveForwarded(n.serveForward)
 	go func() {
-		<-n.ctx.Done()
+		select {
+		case <-n.ctx.Done():
+		case <-f.failed: // the fsm logged the entry and the cause
+		}
 		n.Shutdown()
 	}()
 	c.Store.SetReplicator(n)
@@ -242,8 +245,8 @@ func timeout(ctx context.Context) time.Duration {
 	return 0
 }
 
-// refusal makes raft's ErrNotLeader a *NotLeaderError naming the leader.
-func (n *Node) refusal(err error) error {
+// leaderRefusal makes raft's ErrNotLeader a *NotLeaderError naming the leader.
+func (n *Node) leaderRefusal(err error) error {
 	if errors.Is(err, raft.ErrNotLeader) {
 		addr, id := n.raft.LeaderWithID()
 		return &NotLeaderError{Member: n.id, LeaderID: string(id), LeaderAddress: string(addr)}
@@ -255,7 +258,7 @@ func (n *Node) refusal(err error) error {
 // the leader only.
 func (n *Node) AddVoter(ctx context.Context, id, address string) error {
 	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(address), 0, timeout(ctx)).Error(); err != nil {
-		return fmt.Errorf("cluster: add member %s at %s: %w", id, address, n.refusal(err))
+		return fmt.Errorf("cluster: add member %s at %s: %w", id, address, n.leaderRefusal(err))
 	}
 	return nil
 }
@@ -263,7 +266,7 @@ func (n *Node) AddVoter(ctx context.Context, id, address string) error {
 // RemoveServer removes the member id from the cluster. On the leader only.
 func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	if err := n.raft.RemoveServer(raft.ServerID(id), 0, timeout(ctx)).Error(); err != nil {
-		return fmt.Errorf("cluster: remove member %s: %w", id, n.refusal(err))
+		return fmt.Errorf("cluster: remove member %s: %w", id, n.leaderRefusal(err))
 	}
 	return nil
 }
@@ -291,7 +294,7 @@ func (n *Node) TransferLeadership(id string) error {
 		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr))
 	}
 	if err := f.Error(); err != nil {
-		return fmt.Errorf("cluster: transfer the leadership from %s: %w", n.id, n.refusal(err))
+		return fmt.Errorf("cluster: transfer the leadership from %s: %w", n.id, n.leaderRefusal(err))
 	}
 	return nil
 }
@@ -328,6 +331,14 @@ func (n *Node) Snapshot() error {
 	}
 	return nil
 }
+
+// Failed is closed when this member stops because its store could not apply a log entry
+// (a disk error...): the member has shut raft down and Err says why. The controller
+// watches it to stop or restart; a restart replays the log from the store's applied index.
+func (n *Node) Failed() <-chan struct{} { return n.fsm.failed }
+
+// Err returns why this member stopped following the log (see Failed), nil while it follows it.
+func (n *Node) Err() error { return n.fsm.faulted() }
 
 // Shutdown stops the member: it leaves the cluster's configuration as it is (use
 // RemoveServer on the leader for that), and the store it replicated refuses writes from

@@ -96,6 +96,9 @@ func (n *Node) Replicate(ws *store.WriteSet) error {
 }
 
 func (n *Node) replicate(ctx context.Context, ws *store.WriteSet) error {
+	if err := n.Err(); err != nil {
+		return fmt.Errorf("cluster: controller %s cannot take a write: %w (%w)", n.id, store.ErrUnavailable, err)
+	}
 	if n.raft.State() == raft.Shutdown {
 		return fmt.Errorf("cluster: controller %s has left the cluster: %w", n.id, raft.ErrRaftShutdown)
 	}

@@ -20,7 +20,11 @@ import (
 // with the id its writer gave it (see encodeEntry). It remembers the outcome of the recent
 // entries by id, so that a member whose write had an unknown outcome (a leadership lost
 // while the entry was in flight) can learn it from its own log, and the raft index of the
-// last entry it processed, which the writes wait for.
+// last entry it processed, which the writes wait for. An entry the store fails to apply for
+// a reason of this member's own (a disk error, a closed store), not one every member meets
+// alike (see refusal), is a fault: the fsm processes no entry from then on, so that the
+// store's applied index stays where its content is, and the node stops; a restart replays
+// the log from there.
 type fsm struct {
 	st  *store.Store
 	log *slog.Logger
@@ -38,6 +42,10 @@ type fsm struct {
 	outcomes map[entryID]outcome
 	order    []entryID
 	from     uint64
+	// fault is why this member stopped following the log, nil until then; failed is
+	// closed when it is set.
+	fault  error
+	failed chan struct{}
 }
 
 // maxOutcomes bounds the outcomes an fsm remembers: far more than the writes that can be
@@ -51,29 +59,65 @@ type outcome struct {
 }
 
 func newFSM(st *store.Store, log *slog.Logger, dir string) *fsm {
-	return &fsm{st: st, log: log, dir: dir, changed: make(chan struct{}), outcomes: map[entryID]outcome{}, from: 1}
+	return &fsm{st: st, log: log, dir: dir, changed: make(chan struct{}), outcomes: map[entryID]outcome{}, from: 1, failed: make(chan struct{})}
+}
+
+// refusal reports whether err, the store's answer to a write set, is a refusal that every
+// member gives alike for the same entry (so the log's outcome for it), rather than a fault
+// of this member. Both the stale write sets and the sets that are no valid write set
+// (store.ErrBadWriteSet, also the error of an entry that does not decode) are refused on
+// every member; any other error is a fault.
+func refusal(err error) bool {
+	return errors.Is(err, store.ErrStaleWrite) || errors.Is(err, store.ErrBadWriteSet)
 }
 
 // Apply applies one write set. Its result (nil or the error) is the response the member that
 // made the entry waits for; every member gets the same, since the outcome depends only on
 // the log.
 func (f *fsm) Apply(l *raft.Log) any {
+	if err := f.faulted(); err != nil {
+		return err
+	}
 	id, ws, err := decodeEntry(l.Data)
-	if err != nil {
+	if err != nil { // the same bytes on every member: refused on every one
 		f.log.Error("a raft log entry is no write set; the store does not take it", "index", l.Index, "err", err)
 		err = fmt.Errorf("cluster: log entry %d: %w", l.Index, err)
-	} else {
-		err = f.st.ApplyWrites(ws, l.Index)
+		f.processed(l.Index, id, err)
+		return err
 	}
+	err = f.st.ApplyWrites(ws, l.Index)
 	switch {
 	case err == nil:
 	case errors.Is(err, store.ErrStaleWrite):
 		f.log.Debug("write set refused: computed on an older state", "index", l.Index, "err", err)
+	case refusal(err):
+		f.log.Warn("write set refused by the store on every member", "index", l.Index, "err", err)
 	default:
-		f.log.Error("cannot apply a write set; this member's store no longer follows the log", "index", l.Index, "err", err)
+		return f.fail(l.Index, err)
 	}
 	f.processed(l.Index, id, err)
 	return err
+}
+
+// fail notes that the entry at index could not be applied for cause, a fault of this
+// member, and wakes the waiters; it returns the fault.
+func (f *fsm) fail(index uint64, cause error) error {
+	f.log.Error("cannot apply a write set; this member stops following the log (a restart replays it from the store's applied index)",
+		"index", index, "err", cause)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fault = fmt.Errorf("cluster: this member could not apply the log entry at index %d and stopped following the log: %w", index, cause)
+	close(f.failed)
+	close(f.changed)
+	f.changed = make(chan struct{})
+	return f.fault
+}
+
+// faulted returns the fault that stopped this member, nil while it follows the log.
+func (f *fsm) faulted() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fault
 }
 
 // processed records the outcome of the entry at index and moves last on.
@@ -110,12 +154,16 @@ func (f *fsm) lastIndex() uint64 {
 	return f.last
 }
 
-// waitFor returns once the entry at index has been processed, or ctx's error.
+// waitFor returns once the entry at index has been processed, or ctx's error, or the fault
+// that stopped this member before it.
 func (f *fsm) waitFor(ctx context.Context, index uint64) error {
 	for {
 		f.mu.Lock()
-		last, changed := f.last, f.changed
+		last, changed, fault := f.last, f.changed, f.fault
 		f.mu.Unlock()
+		if last < index && fault != nil {
+			return fault
+		}
 		if last >= index {
 			return nil
 		}
@@ -200,6 +248,11 @@ const (
 // backup is one consistent state, it carries its own applied index, and the log entries
 // raft replays after installing it that it holds already are skipped.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	// raft would label the snapshot with the index of the last entry handed to Apply, past
+	// the entries the store could not apply: the log would be compacted over them.
+	if err := f.faulted(); err != nil {
+		return nil, fmt.Errorf("cluster: snapshot: %w", err)
+	}
 	idx, restoring, err := f.st.AppliedIndex()
 	if err != nil {
 		return nil, fmt.Errorf("cluster: snapshot: %w", err)

@@ -26,6 +26,9 @@ type Health struct {
 	// voters (itself included) in contact within the heartbeat timeout, or a follower that
 	// knows a leader (its writes go there).
 	Writable bool
+	// Failure is why this member stopped following the log (Node.Err), empty while it
+	// follows it; a failed member is shut down and cannot take writes.
+	Failure string
 }
 
 // MemberHealth is a member of the configuration and when it was last heard from: by the
@@ -75,6 +78,10 @@ func (n *Node) Health() (Health, error) {
 			}
 		}
 		h.Members = append(h.Members, mh)
+	}
+	if err := n.Err(); err != nil {
+		h.Failure = err.Error()
+		return h, nil // Writable stays false
 	}
 	switch n.raft.State() {
 	case raft.Leader:
