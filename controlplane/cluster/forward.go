@@ -278,8 +278,9 @@ type forwards struct {
 
 // acceptForwarded is the leader's side of a forwarded write: it appends ws under id
 // through the same path as this member's own writes and says what became of it. A write
-// set computed on a state older than this store's is refused as stale without taking a
-// place in the log.
+// set computed on a state this member has not applied yet is held until it has (within
+// ctx); one computed on a state older than this store's is rebased, or refused as stale
+// without taking a place in the log.
 func (n *Node) acceptForwarded(ctx context.Context, id entryID, ws *store.WriteSet) reply {
 	if n.raft.State() != raft.Leader {
 		return reply{status: stAbsent, msg: "not the leader", cause: ErrNoLeader}
@@ -298,6 +299,13 @@ func (n *Node) acceptForwarded(ctx context.Context, id entryID, ws *store.WriteS
 		n.fwd.mu.Unlock()
 		close(done)
 	}()
+	// A set computed on a state this member has not reached yet (a follower may apply an
+	// entry before its leader does) waits for it rather than being refused as stale with
+	// an index the follower has passed already.
+	if err := n.fsm.waitFor(ctx, ws.Base); err != nil {
+		return reply{status: stAbsent, msg: fmt.Sprintf("the leader has not applied the log as far as the write's base, index %d: %v", ws.Base, err),
+			cause: fmt.Errorf("the leader lags behind the write's base, index %d: %w (%w)", ws.Base, store.ErrUnavailable, err)}
+	}
 	// The store rebases a set computed on an older state when nothing it read or wrote has
 	// changed since, one at a time with this member's own writes, and refuses it otherwise.
 	var (

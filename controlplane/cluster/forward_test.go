@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -183,4 +184,77 @@ func TestRefusalNamesTheCause(t *testing.T) {
 	}
 	t.Logf("refusal: %v", err)
 	holds(t, want(0, 1), last)
+}
+
+// captured is a replicator that keeps the write set it is handed and applies nothing.
+type captured struct{ ws *store.WriteSet }
+
+var errCaptured = errors.New("captured")
+
+func (c *captured) Replicate(ws *store.WriteSet) error { c.ws = ws; return errCaptured }
+
+// writeSetOf returns the write set an Update running f makes on an empty store.
+func writeSetOf(t *testing.T, f func(tx *store.Tx) error) *store.WriteSet {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), "store"), quiet, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rep := &captured{}
+	st.SetReplicator(rep)
+	if err := st.Update(f); !errors.Is(err, errCaptured) {
+		t.Fatalf("capture a write set: %v", err)
+	}
+	return rep.ws
+}
+
+// TestForwardedAheadOfTheLeader hands the leader a forwarded write set computed on a state
+// it has not applied yet, as a follower that applied an entry before its leader would: the
+// leader holds it until it has applied as far (refusing it within the request's deadline
+// otherwise, but not as stale), then appends it.
+func TestForwardedAheadOfTheLeader(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	all := threeMembers(ctx, t)
+	put(t, all, 0, 1)
+	c := items()
+	ws := writeSetOf(t, func(tx *store.Tx) error { return c.Put(tx, &item{ID: "ahead", Name: "ahead"}) })
+
+	l := leaderOf(t, all...)
+	ws.Base = l.node.fsm.lastIndex() + 1000
+	short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+	r := l.node.acceptForwarded(short, newEntryID(), ws)
+	stop()
+	if r.status == stStale || r.status == stApplied {
+		t.Fatalf("a write set far ahead of the leader: status %d index %d (%s), want it held, then refused as absent", r.status, r.index, r.msg)
+	}
+
+	testutil.EventuallyNil(t, "a write set one entry ahead of the leader, appended once it is reached", func() error {
+		l := agreedLeader(all)
+		if l == nil {
+			return errors.New("no agreed leader")
+		}
+		ws.Base = l.node.fsm.lastIndex() + 1
+		got := make(chan reply, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, testutil.Patience)
+			defer cancel()
+			got <- l.node.acceptForwarded(ctx, newEntryID(), ws)
+		}()
+		put(t, all, 1, 2)
+		if r := <-got; r.status != stApplied {
+			return fmt.Errorf("status %d index %d (%s)", r.status, r.index, r.msg)
+		}
+		return nil
+	})
+	testutil.Eventually(t, "every member holds the forwarded item", func() bool {
+		for _, m := range all {
+			if err := m.st.View(func(tx *store.Tx) error { _, err := c.Get(tx, "ahead"); return err }); err != nil {
+				return false
+			}
+		}
+		return true
+	})
 }
