@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/certid"
 )
 
 // A write made on any member reaches the log through the leader: a follower sends the
@@ -388,12 +391,7 @@ func (n *Node) call(ctx context.Context, addr string, op byte, id entryID, ws *s
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
-	req := make([]byte, 0, 1+len(id)+binary.MaxVarintLen64+len(payload))
-	req = append(req, op)
-	req = append(req, id[:]...)
-	req = binary.AppendUvarint(req, uint64(len(payload)))
-	req = append(req, payload...)
-	if _, err := conn.Write(req); err != nil {
+	if _, err := conn.Write(appendRequest(nil, op, id, payload)); err != nil {
 		unknown := fmt.Errorf("%w: the request to %s broke off: %w", ErrOutcomeUnknown, addr, err)
 		if op == opResolve {
 			return reply{status: stAbsent, msg: err.Error(), cause: fmt.Errorf("%w: %w", ErrLeaderUnreachable, err)}
@@ -416,28 +414,18 @@ func (n *Node) call(ctx context.Context, addr string, op byte, id entryID, ws *s
 	return r
 }
 
-// serveForward answers one forwarded request on conn, which it closes.
+// serveForward answers one forwarded request on conn, which it closes. The peer must be a
+// member of the cluster's current configuration (fromMember).
 func (n *Node) serveForward(conn net.Conn) {
 	defer conn.Close()
+	if err := n.fromMember(conn); err != nil {
+		n.log.Warn("a forwarded request from a controller that is no member refused", "remote", conn.RemoteAddr(), "err", err)
+		conn.SetWriteDeadline(time.Now().Add(n.applyTimeout))
+		conn.Write(appendReply(nil, reply{status: stAbsent, msg: "not a member of the cluster"}))
+		return
+	}
 	conn.SetReadDeadline(time.Now().Add(n.applyTimeout))
-	br := bufio.NewReader(conn)
-	op, err := br.ReadByte()
-	var id entryID
-	if err == nil {
-		_, err = io.ReadFull(br, id[:])
-	}
-	var size uint64
-	if err == nil {
-		size, err = binary.ReadUvarint(br)
-	}
-	if err == nil && size > maxForwardedSet {
-		err = fmt.Errorf("a write set of %d bytes, more than %d", size, maxForwardedSet)
-	}
-	var payload []byte
-	if err == nil {
-		payload = make([]byte, size)
-		_, err = io.ReadFull(br, payload)
-	}
+	op, id, payload, err := readRequest(bufio.NewReader(conn))
 	if err != nil {
 		n.log.Warn("a forwarded request could not be read", "remote", conn.RemoteAddr(), "err", err)
 		return
@@ -466,6 +454,65 @@ func (n *Node) serveForward(conn net.Conn) {
 	if _, err := conn.Write(appendReply(nil, r)); err != nil {
 		n.log.Debug("a forwarded request's answer could not be sent", "remote", conn.RemoteAddr(), "err", err)
 	}
+}
+
+// fromMember checks that conn's peer is a member of the cluster's current configuration
+// other than this one: a member's certificate is tied to its raft address, so the peer's
+// (already verified as a controller's of the network's CA) must be valid for the host of
+// the address of one of those members. A controller removed from the cluster is refused
+// from then on, unless it shares a host with a member.
+func (n *Node) fromMember(conn net.Conn) error {
+	tc, ok := conn.(*tls.Conn)
+	if !ok {
+		return errors.New("not a TLS connection")
+	}
+	certs := tc.ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		return errors.New("no certificate")
+	}
+	leaf := certs[0]
+	for _, s := range n.raft.GetConfiguration().Configuration().Servers {
+		if s.ID == raft.ServerID(n.id) {
+			continue
+		}
+		if host, _, err := net.SplitHostPort(string(s.Address)); err == nil && leaf.VerifyHostname(host) == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("its certificate %q (fingerprint %s) is valid for the address of no other member of the cluster",
+		leaf.Subject.CommonName, certid.Fingerprint(leaf))
+}
+
+// appendRequest encodes a forwarding request: op, the entry's id, the payload's length as a
+// uvarint, the payload (an encoded write set, empty for opResolve).
+func appendRequest(b []byte, op byte, id entryID, payload []byte) []byte {
+	b = append(b, op)
+	b = append(b, id[:]...)
+	b = binary.AppendUvarint(b, uint64(len(payload)))
+	return append(b, payload...)
+}
+
+// readRequest reads what appendRequest encoded. The payload is read as it arrives, so that
+// a peer announcing a large one and sending little holds little memory.
+func readRequest(br *bufio.Reader) (op byte, id entryID, payload []byte, err error) {
+	if op, err = br.ReadByte(); err != nil {
+		return op, id, nil, err
+	}
+	if _, err = io.ReadFull(br, id[:]); err != nil {
+		return op, id, nil, err
+	}
+	size, err := binary.ReadUvarint(br)
+	if err != nil {
+		return op, id, nil, err
+	}
+	if size > maxForwardedSet {
+		return op, id, nil, fmt.Errorf("a write set of %d bytes, more than %d", size, maxForwardedSet)
+	}
+	var buf bytes.Buffer
+	if _, err := io.CopyN(&buf, br, int64(size)); err != nil {
+		return op, id, nil, fmt.Errorf("a write set of %d bytes cut short at %d: %w", size, buf.Len(), err)
+	}
+	return op, id, buf.Bytes(), nil
 }
 
 // appendReply encodes r: the status, the index and the message's length as uvarints, the

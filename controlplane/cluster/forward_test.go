@@ -1,15 +1,23 @@
 package cluster
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/zmesh/zmesh/controlplane/store"
 	"github.com/zmesh/zmesh/internal/testutil"
@@ -257,4 +265,97 @@ func TestForwardedAheadOfTheLeader(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestForwardingOnlyFromMembers checks that a leader answers a forwarded request only from
+// a controller whose certificate is valid for the address of another member of the
+// cluster's configuration: not before it is added, not with a certificate for another
+// host, and not once it is removed.
+func TestForwardingOnlyFromMembers(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ca := testutil.NewCA(t)
+	l := start(ctx, t, ca, "c1", "", "")
+	if err := l.node.Bootstrap(); err != nil {
+		t.Fatal(err)
+	}
+	leaderOf(t, l)
+	dialer := func(cert func() (*tls.Certificate, error)) *streamLayer {
+		s, err := newStreamLayer("127.0.0.1:0", "", cert, ca.Pool(), testutil.Patience, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	dir := t.TempDir()
+	otherHost, err := ca.ServerCertAt(filepath.Join(dir, "c"), filepath.Join(dir, "k"), []string{"elsewhere.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, stranger := dialer(controllerCert(t, ca)), dialer(func() (*tls.Certificate, error) { return &otherHost, nil })
+	// resolve asks the leader, through s, to settle the log.
+	resolve := func(s *streamLayer) reply {
+		t.Helper()
+		rctx, cancel := context.WithTimeout(ctx, testutil.Patience)
+		defer cancel()
+		conn, err := s.dial(rctx, l.node.Addr(), kindForward)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(testutil.Patience))
+		if _, err := conn.Write(appendRequest(nil, opResolve, newEntryID(), nil)); err != nil {
+			t.Fatal(err)
+		}
+		r, err := readReply(bufio.NewReader(conn))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+
+	if r := resolve(peer); r.status != stAbsent {
+		t.Fatalf("a controller not in the cluster: status %d (%s), want a refusal", r.status, r.msg)
+	}
+	// The peer joins as a non-voter (it runs no raft, and the leader needs no vote of it).
+	if err := l.node.raft.AddNonvoter("peer", raft.ServerAddress(peer.Addr().String()), 0, testutil.Patience).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if r := resolve(peer); r.status != stSettled {
+		t.Fatalf("a member: status %d (%s), want the log settled", r.status, r.msg)
+	}
+	if r := resolve(stranger); r.status != stAbsent {
+		t.Fatalf("a controller whose certificate is for another host: status %d (%s), want a refusal", r.status, r.msg)
+	}
+	if err := l.node.RemoveServer(ctx, "peer"); err != nil {
+		t.Fatal(err)
+	}
+	if r := resolve(peer); r.status != stAbsent {
+		t.Fatalf("a removed member: status %d (%s), want a refusal", r.status, r.msg)
+	}
+}
+
+// TestForwardedBodyReadAsItArrives checks that a request announcing the largest write set
+// and sending a few bytes of it costs the reader far less than the size announced.
+func TestForwardedBodyReadAsItArrives(t *testing.T) {
+	// not parallel: it counts the process's allocations
+	req := appendRequest(nil, opWrite, newEntryID(), nil)
+	req = binary.AppendUvarint(req[:len(req)-1], maxForwardedSet)
+	req = append(req, "a few bytes"...)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, _, _, err := readRequest(bufio.NewReader(bytes.NewReader(req)))
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, io.EOF) {
+		t.Fatalf("a request cut short: %v", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > maxForwardedSet/8 {
+		t.Fatalf("reading a request cut short allocated %d bytes", got)
+	}
+	op, _, payload, err := readRequest(bufio.NewReader(bytes.NewReader(appendRequest(nil, opWrite, newEntryID(), []byte("set")))))
+	if err != nil || op != opWrite || string(payload) != "set" {
+		t.Fatalf("a whole request: op %d payload %q (%v)", op, payload, err)
+	}
 }

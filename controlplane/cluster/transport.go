@@ -39,6 +39,10 @@ type streamLayer struct {
 	log       *slog.Logger
 	// handshakeTimeout bounds an accepted connection's TLS handshake and kind byte.
 	handshakeTimeout time.Duration
+	// handshakes and forwards hold a token per accepted connection not yet through its
+	// handshake and kind byte, and per forwarding connection being served: a connection
+	// beyond either bound is closed at once.
+	handshakes, forwards chan struct{}
 
 	conns chan net.Conn // raft's accepted connections
 	done  chan struct{} // closed by Close
@@ -77,7 +81,8 @@ func newStreamLayer(bind, advertise string, cert func() (*tls.Certificate, error
 	s := &streamLayer{
 		ln: ln, advertise: ln.Addr(), server: server, client: client, log: log,
 		handshakeTimeout: handshakeTimeout,
-		conns:            make(chan net.Conn), done: make(chan struct{}),
+		handshakes:       make(chan struct{}, maxHandshakes), forwards: make(chan struct{}, maxForwarding),
+		conns: make(chan net.Conn), done: make(chan struct{}),
 		contact: map[string]time.Time{},
 	}
 	if advertise != "" {
@@ -92,15 +97,39 @@ func newStreamLayer(bind, advertise string, cert func() (*tls.Certificate, error
 	return s, nil
 }
 
+// Bounds of the connections an accepting member serves at once: those still in their
+// handshake (any peer that reaches the port can open them), and the forwarding ones (each
+// follower forwards its writes one at a time, and asks for an outcome now and then).
+const (
+	maxHandshakes = 64
+	maxForwarding = 64
+)
+
+// acquire takes a token of sem, false when there is none left.
+func acquire(sem chan struct{}) bool {
+	select {
+	case sem <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
 // acceptLoop accepts TCP connections until Close and completes each on its own goroutine,
-// so that a peer slow to handshake holds up no other. An accept error (out of file
-// descriptors...) is retried after a pause that doubles up to a second.
+// so that a peer slow to handshake holds up no other; beyond maxHandshakes at once, a new
+// connection is closed at once. An accept error (out of file descriptors...) is retried
+// after a pause that doubles up to a second.
 func (s *streamLayer) acceptLoop() {
 	var pause time.Duration
 	for {
 		raw, err := s.ln.Accept()
 		if err == nil {
 			pause = 0
+			if !acquire(s.handshakes) {
+				s.log.Debug("raft listener: too many connections in their handshake; one refused", "remote", raw.RemoteAddr())
+				raw.Close()
+				continue
+			}
 			go s.admit(raw)
 			continue
 		}
@@ -118,6 +147,8 @@ func (s *streamLayer) acceptLoop() {
 
 // admit completes an accepted connection's handshake and reads its kind, both within the
 // handshake timeout, and hands it on; a peer that sends nothing is dropped at the deadline.
+// It holds a token of handshakes until then, and one of forwards while it serves a
+// forwarding connection.
 func (s *streamLayer) admit(raw net.Conn) {
 	conn := tls.Server(raw, s.server)
 	kind, err := func() (byte, error) {
@@ -133,6 +164,7 @@ func (s *streamLayer) admit(raw net.Conn) {
 		}
 		return b[0], conn.SetDeadline(time.Time{})
 	}()
+	<-s.handshakes
 	if err != nil {
 		s.log.Debug("raft listener: connection dropped before it said what it carries", "remote", raw.RemoteAddr(), "err", err)
 		conn.Close()
@@ -153,6 +185,12 @@ func (s *streamLayer) admit(raw net.Conn) {
 			conn.Close()
 			return
 		}
+		if !acquire(s.forwards) {
+			s.log.Warn("raft listener: too many forwarding connections at once; one refused", "remote", raw.RemoteAddr())
+			conn.Close()
+			return
+		}
+		defer func() { <-s.forwards }()
 		serve(conn)
 	default:
 		s.log.Warn("raft listener: connection of an unknown kind dropped", "remote", raw.RemoteAddr(), "kind", kind)
