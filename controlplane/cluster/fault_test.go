@@ -90,7 +90,7 @@ func TestFSMFault(t *testing.T) {
 		t.Fatalf("an entry that does not decode: %v, fault %v, last %d", res, f.faulted(), f.lastIndex())
 	}
 	st.Close()
-	b, err := encodeEntry(newEntryID(), &store.WriteSet{Base: 0, Writes: []store.Write{{Key: []byte("r/k"), Value: []byte("v")}}})
+	b, err := encodeEntry(newEntryID(), 0, &store.WriteSet{Base: 0, Writes: []store.Write{{Key: []byte("r/k"), Value: []byte("v")}}})
 	if err != nil {
 		t.Fatal(err)
 	}

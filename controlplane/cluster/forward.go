@@ -23,7 +23,8 @@ import (
 // A write made on any member reaches the log through the leader: a follower sends the
 // write set, with an id of its own, to the leader over a forwarding connection (a stream
 // of kindForward on the raft port, so with the members' mutual TLS), one request and one
-// reply per connection. The leader appends it as it appends its own (acceptForwarded) and
+// reply per connection; the request carries the follower's raft term, and the leader takes
+// the set only in that term. The leader appends it as it appends its own (acceptForwarded) and
 // answers with the log index at which it was applied, or a stale refusal carrying the
 // index the follower must reach before computing the write again, or a refusal saying
 // whether the set may be in the log. A follower that cannot know (the connection broke,
@@ -110,14 +111,15 @@ func (n *Node) replicate(ctx context.Context, ws *store.WriteSet) error {
 	var cause error
 	for {
 		addr, leader := n.raft.LeaderWithID()
+		term := n.raft.CurrentTerm() // the leader's, when this member has heard from it
 		var r reply
 		switch leader {
 		case "":
 			r = reply{status: stAbsent, cause: ErrNoLeader}
 		case raft.ServerID(n.id):
-			r = n.appendEntry(ctx, id, ws)
+			r = n.appendEntry(ctx, id, 0, ws)
 		default:
-			r = n.call(ctx, string(addr), opWrite, id, ws)
+			r = n.call(ctx, string(addr), opWrite, id, term, ws)
 		}
 		switch r.status {
 		case stApplied, stRefused:
@@ -172,7 +174,7 @@ func (n *Node) resolve(id entryID, after uint64, cause error) error {
 		case raft.ServerID(n.id):
 			r = n.settle(ctx, id)
 		default:
-			r = n.call(ctx, string(addr), opResolve, id, nil)
+			r = n.call(ctx, string(addr), opResolve, id, 0, nil)
 		}
 		if r.status == stSettled {
 			if err := n.fsm.waitFor(ctx, r.index); err != nil {
@@ -235,11 +237,12 @@ func (n *Node) watchLeader(ctx context.Context, obs chan raft.Observation) {
 }
 
 // appendEntry appends ws under id to the log on this member, the leader, and waits (within
-// ctx) for it to be applied here.
-func (n *Node) appendEntry(ctx context.Context, id entryID, ws *store.WriteSet) reply {
+// ctx) for it to be applied here. term, for a forwarded write set, is the term in which
+// this member accepted it: every member refuses the entry if it lands in another term.
+func (n *Node) appendEntry(ctx context.Context, id entryID, term uint64, ws *store.WriteSet) reply {
 	logged := *ws
 	logged.Reads = nil // only the leader's rebase reads them, before the append
-	data, err := encodeEntry(id, &logged)
+	data, err := encodeEntry(id, term, &logged)
 	if err != nil {
 		return reply{status: stAbsent, msg: err.Error(), cause: err}
 	}
@@ -280,13 +283,20 @@ type forwards struct {
 }
 
 // acceptForwarded is the leader's side of a forwarded write: it appends ws under id
-// through the same path as this member's own writes and says what became of it. A write
+// through the same path as this member's own writes and says what became of it. term is
+// the raft term of the member that forwarded it, when it sent it: the set is taken only
+// if this member leads that term, and its entry is refused by every member if it is
+// appended in another (the leadership lost and won back meanwhile), since its writer may
+// have been told by the leader of a later term that it is not in the log. A write
 // set computed on a state this member has not applied yet is held until it has (within
 // ctx); one computed on a state older than this store's is rebased, or refused as stale
 // without taking a place in the log.
-func (n *Node) acceptForwarded(ctx context.Context, id entryID, ws *store.WriteSet) reply {
+func (n *Node) acceptForwarded(ctx context.Context, id entryID, term uint64, ws *store.WriteSet) reply {
 	if n.raft.State() != raft.Leader {
 		return reply{status: stAbsent, msg: "not the leader", cause: ErrNoLeader}
+	}
+	if now := n.raft.CurrentTerm(); term != now {
+		return reply{status: stAbsent, msg: fmt.Sprintf("sent in term %d, the leader is in term %d", term, now), cause: ErrNoLeader}
 	}
 	n.fwd.mu.Lock()
 	if _, gone := n.fwd.abandoned[id]; gone {
@@ -316,7 +326,7 @@ func (n *Node) acceptForwarded(ctx context.Context, id entryID, ws *store.WriteS
 		appended bool
 	)
 	err := n.st.ReplicateForwarded(replicatorFunc(func(ws *store.WriteSet) error {
-		r, appended = n.appendEntry(ctx, id, ws), true
+		r, appended = n.appendEntry(ctx, id, term, ws), true
 		if r.status != stApplied {
 			return errNotApplied
 		}
@@ -376,7 +386,7 @@ func (n *Node) settle(ctx context.Context, id entryID) reply {
 
 // call sends one request to the leader at addr and reads its reply. A request that could
 // not be sent is stAbsent (ErrLeaderUnreachable); one sent without a reply, stUnknown.
-func (n *Node) call(ctx context.Context, addr string, op byte, id entryID, ws *store.WriteSet) reply {
+func (n *Node) call(ctx context.Context, addr string, op byte, id entryID, term uint64, ws *store.WriteSet) reply {
 	var payload []byte
 	if ws != nil {
 		var err error
@@ -391,7 +401,7 @@ func (n *Node) call(ctx context.Context, addr string, op byte, id entryID, ws *s
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
-	if _, err := conn.Write(appendRequest(nil, op, id, payload)); err != nil {
+	if _, err := conn.Write(appendRequest(nil, op, id, term, payload)); err != nil {
 		unknown := fmt.Errorf("%w: the request to %s broke off: %w", ErrOutcomeUnknown, addr, err)
 		if op == opResolve {
 			return reply{status: stAbsent, msg: err.Error(), cause: fmt.Errorf("%w: %w", ErrLeaderUnreachable, err)}
@@ -425,7 +435,7 @@ func (n *Node) serveForward(conn net.Conn) {
 		return
 	}
 	conn.SetReadDeadline(time.Now().Add(n.applyTimeout))
-	op, id, payload, err := readRequest(bufio.NewReader(conn))
+	op, id, term, payload, err := readRequest(bufio.NewReader(conn))
 	if err != nil {
 		n.log.Warn("a forwarded request could not be read", "remote", conn.RemoteAddr(), "err", err)
 		return
@@ -441,7 +451,7 @@ func (n *Node) serveForward(conn net.Conn) {
 			r = reply{status: stAbsent, msg: err.Error()}
 			break
 		}
-		r = n.acceptForwarded(ctx, id, &ws)
+		r = n.acceptForwarded(ctx, id, term, &ws)
 	case opResolve:
 		r = n.settle(ctx, id)
 	default:
@@ -483,36 +493,41 @@ func (n *Node) fromMember(conn net.Conn) error {
 		leaf.Subject.CommonName, certid.Fingerprint(leaf))
 }
 
-// appendRequest encodes a forwarding request: op, the entry's id, the payload's length as a
-// uvarint, the payload (an encoded write set, empty for opResolve).
-func appendRequest(b []byte, op byte, id entryID, payload []byte) []byte {
+// appendRequest encodes a forwarding request: op, the entry's id, the sender's raft term
+// (0 for opResolve) and the payload's length as uvarints, the payload (an encoded write
+// set, empty for opResolve).
+func appendRequest(b []byte, op byte, id entryID, term uint64, payload []byte) []byte {
 	b = append(b, op)
 	b = append(b, id[:]...)
+	b = binary.AppendUvarint(b, term)
 	b = binary.AppendUvarint(b, uint64(len(payload)))
 	return append(b, payload...)
 }
 
 // readRequest reads what appendRequest encoded. The payload is read as it arrives, so that
 // a peer announcing a large one and sending little holds little memory.
-func readRequest(br *bufio.Reader) (op byte, id entryID, payload []byte, err error) {
+func readRequest(br *bufio.Reader) (op byte, id entryID, term uint64, payload []byte, err error) {
 	if op, err = br.ReadByte(); err != nil {
-		return op, id, nil, err
+		return op, id, 0, nil, err
 	}
 	if _, err = io.ReadFull(br, id[:]); err != nil {
-		return op, id, nil, err
+		return op, id, 0, nil, err
+	}
+	if term, err = binary.ReadUvarint(br); err != nil {
+		return op, id, 0, nil, err
 	}
 	size, err := binary.ReadUvarint(br)
 	if err != nil {
-		return op, id, nil, err
+		return op, id, term, nil, err
 	}
 	if size > maxForwardedSet {
-		return op, id, nil, fmt.Errorf("a write set of %d bytes, more than %d", size, maxForwardedSet)
+		return op, id, term, nil, fmt.Errorf("a write set of %d bytes, more than %d", size, maxForwardedSet)
 	}
 	var buf bytes.Buffer
 	if _, err := io.CopyN(&buf, br, int64(size)); err != nil {
-		return op, id, nil, fmt.Errorf("a write set of %d bytes cut short at %d: %w", size, buf.Len(), err)
+		return op, id, term, nil, fmt.Errorf("a write set of %d bytes cut short at %d: %w", size, buf.Len(), err)
 	}
-	return op, id, buf.Bytes(), nil
+	return op, id, term, buf.Bytes(), nil
 }
 
 // appendReply encodes r: the status, the index and the message's length as uvarints, the

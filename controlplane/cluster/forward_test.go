@@ -233,7 +233,7 @@ func TestForwardedAheadOfTheLeader(t *testing.T) {
 	l := leaderOf(t, all...)
 	ws.Base = l.node.fsm.lastIndex() + 1000
 	short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
-	r := l.node.acceptForwarded(short, newEntryID(), ws)
+	r := l.node.acceptForwarded(short, newEntryID(), l.node.raft.CurrentTerm(), ws)
 	stop()
 	if r.status == stStale || r.status == stApplied {
 		t.Fatalf("a write set far ahead of the leader: status %d index %d (%s), want it held, then refused as absent", r.status, r.index, r.msg)
@@ -249,7 +249,7 @@ func TestForwardedAheadOfTheLeader(t *testing.T) {
 		go func() {
 			ctx, cancel := context.WithTimeout(ctx, testutil.Patience)
 			defer cancel()
-			got <- l.node.acceptForwarded(ctx, newEntryID(), ws)
+			got <- l.node.acceptForwarded(ctx, newEntryID(), l.node.raft.CurrentTerm(), ws)
 		}()
 		put(t, all, 1, 2)
 		if r := <-got; r.status != stApplied {
@@ -306,7 +306,7 @@ func TestForwardingOnlyFromMembers(t *testing.T) {
 		}
 		defer conn.Close()
 		conn.SetDeadline(time.Now().Add(testutil.Patience))
-		if _, err := conn.Write(appendRequest(nil, opResolve, newEntryID(), nil)); err != nil {
+		if _, err := conn.Write(appendRequest(nil, opResolve, newEntryID(), 0, nil)); err != nil {
 			t.Fatal(err)
 		}
 		r, err := readReply(bufio.NewReader(conn))
@@ -341,12 +341,12 @@ func TestForwardingOnlyFromMembers(t *testing.T) {
 // and sending a few bytes of it costs the reader far less than the size announced.
 func TestForwardedBodyReadAsItArrives(t *testing.T) {
 	// not parallel: it counts the process's allocations
-	req := appendRequest(nil, opWrite, newEntryID(), nil)
+	req := appendRequest(nil, opWrite, newEntryID(), 1, nil)
 	req = binary.AppendUvarint(req[:len(req)-1], maxForwardedSet)
 	req = append(req, "a few bytes"...)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, _, _, err := readRequest(bufio.NewReader(bytes.NewReader(req)))
+	_, _, _, _, err := readRequest(bufio.NewReader(bytes.NewReader(req)))
 	runtime.ReadMemStats(&after)
 	if !errors.Is(err, io.EOF) {
 		t.Fatalf("a request cut short: %v", err)
@@ -354,8 +354,33 @@ func TestForwardedBodyReadAsItArrives(t *testing.T) {
 	if got := after.TotalAlloc - before.TotalAlloc; got > maxForwardedSet/8 {
 		t.Fatalf("reading a request cut short allocated %d bytes", got)
 	}
-	op, _, payload, err := readRequest(bufio.NewReader(bytes.NewReader(appendRequest(nil, opWrite, newEntryID(), []byte("set")))))
-	if err != nil || op != opWrite || string(payload) != "set" {
-		t.Fatalf("a whole request: op %d payload %q (%v)", op, payload, err)
+	op, _, term, payload, err := readRequest(bufio.NewReader(bytes.NewReader(appendRequest(nil, opWrite, newEntryID(), 7, []byte("set")))))
+	if err != nil || op != opWrite || term != 7 || string(payload) != "set" {
+		t.Fatalf("a whole request: op %d term %d payload %q (%v)", op, term, payload, err)
+	}
+}
+
+// TestForwardedInAnotherTerm checks that a leader refuses, as absent, a forwarded set sent
+// in another term than its own, and takes one sent in its term.
+func TestForwardedInAnotherTerm(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ca := testutil.NewCA(t)
+	l := start(ctx, t, ca, "c1", "", "")
+	if err := l.node.Bootstrap(); err != nil {
+		t.Fatal(err)
+	}
+	leaderOf(t, l)
+	c := items()
+	ws := writeSetOf(t, func(tx *store.Tx) error { return c.Put(tx, &item{ID: "x", Name: "x"}) })
+	actx, stop := context.WithTimeout(ctx, testutil.Patience)
+	defer stop()
+	term := l.node.raft.CurrentTerm()
+	if r := l.node.acceptForwarded(actx, newEntryID(), term-1, ws); r.status != stAbsent {
+		t.Fatalf("a set sent in an earlier term: status %d (%s), want absent", r.status, r.msg)
+	}
+	if r := l.node.acceptForwarded(actx, newEntryID(), term, ws); r.status != stApplied {
+		t.Fatalf("a set sent in the leader's term: status %d (%s)", r.status, r.msg)
 	}
 }

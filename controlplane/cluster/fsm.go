@@ -62,6 +62,11 @@ func newFSM(st *store.Store, log *slog.Logger, dir string) *fsm {
 	return &fsm{st: st, log: log, dir: dir, changed: make(chan struct{}), outcomes: map[entryID]outcome{}, from: 1, failed: make(chan struct{})}
 }
 
+// errLateAppend refuses, on every member, a forwarded write set appended in another raft
+// term than the one in which the leader accepted it: it was not applied, and its Update
+// may run again, as for a stale write set.
+var errLateAppend = fmt.Errorf("a forwarded write set appended in another term than the one it was accepted in: %w", store.ErrStaleWrite)
+
 // refusal reports whether err, the store's answer to a write set, is a refusal that every
 // member gives alike for the same entry (so the log's outcome for it), rather than a fault
 // of this member. Both the stale write sets and the sets that are no valid write set
@@ -78,10 +83,19 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if err := f.faulted(); err != nil {
 		return err
 	}
-	id, ws, err := decodeEntry(l.Data)
+	id, term, ws, err := decodeEntry(l.Data)
 	if err != nil { // the same bytes on every member: refused on every one
 		f.log.Error("a raft log entry is no write set; the store does not take it", "index", l.Index, "err", err)
 		err = fmt.Errorf("cluster: log entry %d: %w", l.Index, err)
+		f.processed(l.Index, id, err)
+		return err
+	}
+	if term != 0 && term != l.Term {
+		// A forwarded write set appended in another term than the one its leader accepted
+		// it in: its writer may have learned meanwhile, from the leader of a later term, that
+		// it is not in the log, and computed it again.
+		err = fmt.Errorf("cluster: log entry %d of term %d: %w", l.Index, l.Term, errLateAppend)
+		f.log.Debug("write set refused: appended in a later term than its leader accepted it in", "index", l.Index, "accepted_term", term, "term", l.Term)
 		f.processed(l.Index, id, err)
 		return err
 	}
@@ -201,37 +215,57 @@ func (f *fsm) restored(index uint64) {
 // entryID names a write set in the log, so that its writer can find it there.
 type entryID [16]byte
 
-// entryWithID starts an entry holding an id and a write set; an entry starting otherwise is
-// a bare write set (store.WriteSet's encoding, whose version byte differs).
-const entryWithID byte = 0x81
+// entryWithID starts an entry holding an id and a write set, entryWithTerm one holding an
+// id, the raft term in which the leader accepted the write set from the member that
+// forwarded it, and the write set; an entry starting otherwise is a bare write set
+// (store.WriteSet's encoding, whose version byte differs).
+const (
+	entryWithID   byte = 0x81
+	entryWithTerm byte = 0x82
+)
 
-// encodeEntry encodes id and ws as a log entry: entryWithID, the id, ws's encoding.
-func encodeEntry(id entryID, ws *store.WriteSet) ([]byte, error) {
+// encodeEntry encodes id, term and ws as a log entry: entryWithID and the id when term is
+// 0, else entryWithTerm, the id and the term (8 bytes big-endian); then ws's encoding.
+func encodeEntry(id entryID, term uint64, ws *store.WriteSet) ([]byte, error) {
 	b, err := ws.MarshalBinary()
 	if err != nil {
 		return nil, fmt.Errorf("cluster: encode a write set: %w", err)
 	}
-	out := make([]byte, 0, 1+len(id)+len(b))
-	out = append(out, entryWithID)
-	out = append(out, id[:]...)
+	out := make([]byte, 0, 1+len(id)+8+len(b))
+	if term == 0 {
+		out = append(out, entryWithID)
+		out = append(out, id[:]...)
+	} else {
+		out = append(out, entryWithTerm)
+		out = append(out, id[:]...)
+		out = binary.BigEndian.AppendUint64(out, term)
+	}
 	return append(out, b...), nil
 }
 
-// decodeEntry decodes what encodeEntry encoded, or a bare write set (a zero id).
-func decodeEntry(b []byte) (entryID, *store.WriteSet, error) {
+// decodeEntry decodes what encodeEntry encoded, or a bare write set (a zero id and term).
+func decodeEntry(b []byte) (entryID, uint64, *store.WriteSet, error) {
 	var id entryID
-	if len(b) > 0 && b[0] == entryWithID {
-		if len(b) < 1+len(id) {
-			return id, nil, fmt.Errorf("%w: an entry cut short in its id", store.ErrBadWriteSet)
+	var term uint64
+	if len(b) > 0 && (b[0] == entryWithID || b[0] == entryWithTerm) {
+		head := 1 + len(id)
+		if b[0] == entryWithTerm {
+			head += 8
+		}
+		if len(b) < head {
+			return id, 0, nil, fmt.Errorf("%w: an entry cut short in its id or term", store.ErrBadWriteSet)
 		}
 		copy(id[:], b[1:])
-		b = b[1+len(id):]
+		if b[0] == entryWithTerm {
+			term = binary.BigEndian.Uint64(b[1+len(id):])
+		}
+		b = b[head:]
 	}
 	ws := new(store.WriteSet)
 	if err := ws.UnmarshalBinary(b); err != nil {
-		return id, nil, err
+		return id, term, nil, err
 	}
-	return id, ws, nil
+	return id, term, ws, nil
 }
 
 // snapshotMagic starts a snapshot, followed by the store's applied index at the snapshot

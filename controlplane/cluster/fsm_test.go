@@ -20,11 +20,11 @@ func TestEntryEncoding(t *testing.T) {
 	t.Parallel()
 	ws := &store.WriteSet{Base: 7, Writes: []store.Write{{Key: []byte("k"), Value: []byte("v")}, {Key: []byte("d"), Delete: true}}}
 	id := newEntryID()
-	b, err := encodeEntry(id, ws)
+	b, err := encodeEntry(id, 0, ws)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gotID, got, err := decodeEntry(b)
+	gotID, _, got, err := decodeEntry(b)
 	if err != nil || gotID != id || got.Base != 7 || len(got.Writes) != 2 || string(got.Writes[0].Value) != "v" || !got.Writes[1].Delete {
 		t.Fatalf("decoded %x %+v (%v), want %x %+v", gotID, got, err, id, ws)
 	}
@@ -32,10 +32,10 @@ func TestEntryEncoding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gotID, got, err := decodeEntry(bare); err != nil || gotID != (entryID{}) || got.Base != 7 {
+	if gotID, _, got, err := decodeEntry(bare); err != nil || gotID != (entryID{}) || got.Base != 7 {
 		t.Fatalf("a bare write set decoded as %x %+v (%v)", gotID, got, err)
 	}
-	if _, _, err := decodeEntry(b[:9]); !errors.Is(err, store.ErrBadWriteSet) {
+	if _, _, _, err := decodeEntry(b[:9]); !errors.Is(err, store.ErrBadWriteSet) {
 		t.Fatalf("an entry cut short: %v", err)
 	}
 }
@@ -50,7 +50,7 @@ type applyAt struct {
 
 func (r *applyAt) Replicate(ws *store.WriteSet) error {
 	id := newEntryID()
-	b, err := encodeEntry(id, ws)
+	b, err := encodeEntry(id, 0, ws)
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func TestFSMOutcomesAndRestore(t *testing.T) {
 	okID := rep.ids[0]
 	// A write set computed before index 3 arrives at index 4: refused on every member.
 	staleID := newEntryID()
-	b, err := encodeEntry(staleID, &store.WriteSet{Base: 0, Writes: []store.Write{{Key: []byte("x"), Value: []byte("y")}}})
+	b, err := encodeEntry(staleID, 0, &store.WriteSet{Base: 0, Writes: []store.Write{{Key: []byte("x"), Value: []byte("y")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,5 +128,48 @@ func TestFSMOutcomesAndRestore(t *testing.T) {
 	}
 	if _, found, known := g.outcomeOf(okID, 0); found || known {
 		t.Fatalf("an entry before the snapshot: found %v known %v, want not known", found, known)
+	}
+}
+
+// TestLateAppendRefused checks that an entry carrying the term its leader accepted it in is
+// applied when it lands in that term, and refused by the fsm (as stale, so its Update may
+// run again) when it lands in another; and that a leader takes a forwarded set only when
+// it was sent in the leader's term.
+func TestLateAppendRefused(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(filepath.Join(t.TempDir(), "store"), quiet, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	f := newFSM(st, quiet, t.TempDir())
+	c := items()
+	late := writeSetOf(t, func(tx *store.Tx) error { return c.Put(tx, &item{ID: "late", Name: "late"}) })
+	id := newEntryID()
+	b, err := encodeEntry(id, 5, late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotID, term, _, err := decodeEntry(b); err != nil || gotID != id || term != 5 {
+		t.Fatalf("decoded %x term %d (%v)", gotID, term, err)
+	}
+	if _, _, _, err := decodeEntry(b[:1+len(id)+4]); !errors.Is(err, store.ErrBadWriteSet) {
+		t.Fatalf("an entry cut short in its term: %v", err)
+	}
+	res, _ := f.Apply(&raft.Log{Index: 1, Term: 6, Data: b}).(error)
+	if !errors.Is(res, store.ErrStaleWrite) || f.faulted() != nil || f.lastIndex() != 1 {
+		t.Fatalf("an entry appended in a later term: %v (fault %v, last %d), want a stale refusal", res, f.faulted(), f.lastIndex())
+	}
+	if o, found, _ := f.outcomeOf(id, 0); !found || !errors.Is(o.err, store.ErrStaleWrite) {
+		t.Fatalf("its outcome: %+v found %v", o, found)
+	}
+	if err := st.View(func(tx *store.Tx) error { _, err := c.Get(tx, "late"); return err }); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the refused entry's record: %v, want none", err)
+	}
+	if res, _ := f.Apply(&raft.Log{Index: 2, Term: 5, Data: b}).(error); res != nil {
+		t.Fatalf("an entry appended in the term it was accepted in: %v", res)
+	}
+	if err := st.View(func(tx *store.Tx) error { _, err := c.Get(tx, "late"); return err }); err != nil {
+		t.Fatalf("the applied entry's record: %v", err)
 	}
 }
