@@ -332,6 +332,9 @@ func (s *snapshot) Release() {}
 // replaces the live store's content (store.ReplaceFromBackup).
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	if err := f.faulted(); err != nil { // the node is stopping; the next start restores
+		return fmt.Errorf("cluster: restore: %w", err)
+	}
 	r := bufio.NewReaderSize(rc, 256<<10)
 	head := make([]byte, len(snapshotMagic)+8)
 	if _, err := io.ReadFull(r, head); err != nil {
