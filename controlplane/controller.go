@@ -79,6 +79,8 @@ type Controller struct {
 	// initMu.
 	nodeMu sync.Mutex
 	node   *cluster.Node
+	// nodeSwapped is closed, and replaced, each time node is.
+	nodeSwapped chan struct{}
 	// members is the replicated collection of the cluster members' records.
 	members *store.Collection[ControllerRecord]
 	initMu  sync.Mutex
@@ -396,6 +398,7 @@ func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, r
 		// The control channels end before the store closes.
 		defer func() { stop(); <-ctrlErr }()
 	}
+	memberErr := make(chan error, 1)
 	if c.Node() != nil {
 		stopSock, err := c.serveClusterSocket(bg)
 		if err != nil {
@@ -405,6 +408,11 @@ func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, r
 		defer stopSock()
 		followDone := make(chan struct{})
 		go func() { c.followMembers(bg, followMembersEvery); close(followDone) }()
+		go func() {
+			if err := c.watchNode(bg); err != nil {
+				memberErr <- err
+			}
+		}()
 		if n := c.Node(); !isMember(n) {
 			c.log.Warn("not in a cluster yet: writes are refused until zmesh controller cluster init runs on this controller, or a member adds it with zmesh controller cluster add",
 				"member", n.ID(), "api", c.cfg.API.Advertise)
@@ -445,6 +453,11 @@ func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, r
 			srv.Close()
 			return err
 		}
+	case err := <-memberErr:
+		// The member stopped following the log: the controller stops too, so that its
+		// supervisor restarts it and it replays the log from its store's applied index.
+		srv.Close()
+		return err
 	case <-ctx.Done():
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -83,8 +83,31 @@ func (c *Controller) openNode(trailing uint64) error {
 	}
 	c.nodeMu.Lock()
 	c.node = n
+	if c.nodeSwapped != nil {
+		close(c.nodeSwapped)
+	}
+	c.nodeSwapped = make(chan struct{})
 	c.nodeMu.Unlock()
 	return nil
+}
+
+// watchNode returns an error once the raft node fails (its store could not apply a log
+// entry: see cluster.Node.Failed), nil when ctx ends first; it follows the node init
+// replaces.
+func (c *Controller) watchNode(ctx context.Context) error {
+	for {
+		c.nodeMu.Lock()
+		n, swapped := c.node, c.nodeSwapped
+		c.nodeMu.Unlock()
+		select {
+		case <-n.Failed():
+			c.log.Error("this controller stopped following the cluster's log; stopping it", "member", n.ID(), "err", n.Err())
+			return fmt.Errorf("cluster member %s: %w", n.ID(), n.Err())
+		case <-swapped:
+		case <-ctx.Done():
+			return nil
+		}
+	}
 }
 
 // Node returns the controller's raft node; nil without a cluster section.

@@ -412,3 +412,31 @@ func TestControllersOfASingleController(t *testing.T) {
 		t.Errorf("controllers %+v, want ctrl1 alone with its addresses and certificate", list)
 	}
 }
+
+// TestMemberStopsWhenItsStoreFails: a member whose store cannot apply a log entry stops
+// serving with an error naming it (for its supervisor to restart it), and the others go on.
+func TestMemberStopsWhenItsStoreFails(t *testing.T) {
+	ctx := context.Background()
+	dirs := []string{t.TempDir(), t.TempDir()}
+	a := startMember(t, dirs[0], "a", "")
+	if _, err := RunClusterCommand(ctx, dirs[0], ClusterRequest{Op: "init"}); err != nil {
+		t.Fatal(err)
+	}
+	b := startMember(t, dirs[1], "b", dirs[0])
+	if _, err := RunClusterCommand(ctx, dirs[0], ClusterRequest{Op: "add", Arg: b.cfg.API.Advertise}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.api.AuthenticatePassword(ctx, "admin", "admin-pass"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ctrl.store.Close(); err != nil { // its next apply fails
+		t.Fatal(err)
+	}
+	createIdentity(t, a.api, map[string]any{"name": "after-b-failed", "type": "User", "isAdmin": false})
+	err := <-b.done
+	if err == nil || !strings.Contains(err.Error(), "cluster member b") {
+		t.Fatalf("b stopped with %v, want an error naming the member", err)
+	}
+	b.stop() // it has stopped already
+	b.stop = nil
+}
