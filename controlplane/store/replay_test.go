@@ -2,9 +2,12 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -268,4 +271,76 @@ func TestWaitReplayed(t *testing.T) {
 	if got := <-waited; !slices.Equal(got, []string{"1", "2"}) {
 		t.Fatalf("WaitReplayed returned after the hooks of %v, want [1 2]", got)
 	}
+}
+
+// racingReplicator has the store apply each write set on another goroutine and reports an
+// error (a wait that timed out) after yielding a varying number of times, so that the
+// error reaches the Update before, while and after the write set is applied.
+type racingReplicator struct {
+	st    *Store
+	index atomic.Uint64
+	spins int
+	wg    sync.WaitGroup
+}
+
+func (r *racingReplicator) Replicate(ws *WriteSet) error {
+	idx := r.index.Add(1)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		if err := r.st.ApplyWrites(ws, idx); err != nil {
+			panic(err)
+		}
+	}()
+	for range r.spins {
+		runtime.Gosched()
+	}
+	return errors.New("timed out waiting for this member to apply")
+}
+
+// TestOwnWriteSetAppliedAsWaiterGivesUp: whenever the Update of a write set gives up
+// waiting, the write set's hooks run once: the Update's own when the write set was applied
+// before it returns (it then succeeds), the replayed ones otherwise.
+func TestOwnWriteSetAppliedAsWaiterGivesUp(t *testing.T) {
+	t.Parallel()
+	s := open(t, t.TempDir())
+	defer s.Close()
+	c := people()
+	c.Watch(s)
+	var own, replayedRuns atomic.Int64
+	c.OnChange = func(tx *Tx, _ string) {
+		if tx.Replayed() {
+			tx.OnCommit(func() { replayedRuns.Add(1) })
+		} else {
+			tx.OnCommit(func() { own.Add(1) })
+		}
+	}
+	rep := &racingReplicator{st: s}
+	s.SetReplicator(rep)
+	succeeded, failed := 0, 0
+	for i := range 300 {
+		rep.spins = i % 40
+		ownBefore, replayedBefore := own.Load(), replayedRuns.Load()
+		id := fmt.Sprint(i)
+		err := s.Update(func(tx *Tx) error { return c.Put(tx, &person{ID: id, Name: "n" + id}) })
+		rep.wg.Wait()
+		s.WaitReplayed()
+		var has bool
+		if err := s.View(func(tx *Tx) error { var err error; has, err = c.Has(tx, id); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if !has {
+			t.Fatalf("write %d was not applied", i)
+		}
+		ownRan, replayedRan := own.Load()-ownBefore, replayedRuns.Load()-replayedBefore
+		if err == nil {
+			succeeded++
+		} else {
+			failed++
+		}
+		if ownRan+replayedRan != 1 || (err == nil) != (ownRan == 1) {
+			t.Fatalf("write %d (Update: %v): its own hooks ran %d times, the replayed ones %d", i, err, ownRan, replayedRan)
+		}
+	}
+	t.Logf("%d Updates succeeded, %d gave up before their write set was applied", succeeded, failed)
 }

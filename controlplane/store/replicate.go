@@ -271,40 +271,67 @@ func (s *Store) replicate(rep Replicator, f func(tx *Tx) error) ([]func(), error
 
 // replicateOwn hands rep a write set of this member's Update, marked as this store's so
 // that ApplyWrites leaves its hooks to the Update. A write set applied here while rep
-// reports an error (a reply lost) did happen: it counts as replicated.
+// reports an error (a reply lost) did happen: it counts as replicated. One that ApplyWrites
+// is applying when rep reports an error is waited for, so that its hooks run either here
+// (applied: the Update succeeds) or, applied later, as a replayed write set's, never
+// nowhere.
 func (s *Store) replicateOwn(rep Replicator, ws *WriteSet) error {
 	ws.Origin, ws.Seq = s.id, s.seq.Add(1)
 	s.pmu.Lock()
-	s.pending[ws.Seq] = false
+	s.pending[ws.Seq] = &pendingWrite{}
 	s.pmu.Unlock()
 	err := rep.Replicate(ws)
 	s.pmu.Lock()
-	applied := s.pending[ws.Seq]
+	p := s.pending[ws.Seq]
+	for p.state == pendApplying {
+		s.pdone.Wait()
+	}
 	delete(s.pending, ws.Seq)
 	s.pmu.Unlock()
-	if applied {
+	if p.state == pendApplied {
 		return nil
 	}
 	return err
 }
 
-// awaited tells whether ws is a write set of an Update of this store that waits for it.
+// The states of a write set an Update of this store waits for.
+const (
+	pendWaiting  = iota // not applied yet
+	pendApplying        // ApplyWrites is applying it, without replaying its hooks
+	pendApplied         // applied: the Update runs its hooks
+)
+
+// pendingWrite is a write set an Update of this store waits for.
+type pendingWrite struct {
+	state int
+}
+
+// awaited tells whether ws is a write set of an Update of this store that waits for it;
+// if so it is marked as being applied until settled says how that ended.
 func (s *Store) awaited(ws *WriteSet) bool {
 	if ws.Origin != s.id {
 		return false
 	}
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
-	_, ok := s.pending[ws.Seq]
-	return ok
+	p, ok := s.pending[ws.Seq]
+	if !ok || p.state != pendWaiting {
+		return false
+	}
+	p.state = pendApplying
+	return true
 }
 
-// noteApplied records that the awaited write set ws was applied.
-func (s *Store) noteApplied(ws *WriteSet) {
+// settled records whether the awaited write set ws was applied.
+func (s *Store) settled(ws *WriteSet, applied bool) {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
-	if _, ok := s.pending[ws.Seq]; ok {
-		s.pending[ws.Seq] = true
+	if p, ok := s.pending[ws.Seq]; ok && p.state == pendApplying {
+		p.state = pendWaiting
+		if applied {
+			p.state = pendApplied
+		}
+		s.pdone.Broadcast()
 	}
 }
 
@@ -441,6 +468,9 @@ func (s *Store) applyWrites(ws *WriteSet, index uint64) ([]func(), error) {
 		}
 		return txn.Set(appliedKey, binary.BigEndian.AppendUint64(nil, index))
 	})
+	if own { // the Update waiting for ws, if it gave up meanwhile, waits for this
+		s.settled(ws, err == nil && done)
+	}
 	if err != nil {
 		return nil, s.noteErr(err)
 	}
@@ -448,9 +478,6 @@ func (s *Store) applyWrites(ws *WriteSet, index uint64) ([]func(), error) {
 		return nil, nil
 	}
 	s.win.add(prev, index, ws)
-	if own {
-		s.noteApplied(ws)
-	}
 	if tx == nil {
 		return nil, nil
 	}

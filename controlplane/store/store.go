@@ -125,9 +125,11 @@ type Store struct {
 	// id names this open store in the write sets of its Updates; seq numbers them.
 	id  string
 	seq atomic.Uint64
-	// pending holds the write sets this store's Updates wait for (by Seq), true once applied.
+	// pending holds the write sets this store's Updates wait for, by Seq; pdone is
+	// signalled when one stops being applied.
 	pmu     sync.Mutex
-	pending map[uint64]bool
+	pdone   sync.Cond
+	pending map[uint64]*pendingWrite
 	// watchers are the hooks Watch registered, by collection name.
 	watchers sync.Map // string -> func(*Tx, string)
 	// hooks runs the after-commit hooks of replayed write sets.
@@ -295,8 +297,9 @@ func Open(dir string, log *slog.Logger, o Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open store in %s: %w", dir, err)
 	}
-	s := &Store{db: db, log: log, compression: opts.Compression, id: newStoreID(), pending: map[uint64]bool{}}
+	s := &Store{db: db, log: log, compression: opts.Compression, id: newStoreID(), pending: map[uint64]*pendingWrite{}}
 	s.idle.L = &s.mu
+	s.pdone.L = &s.pmu
 	s.win.maxSets, s.win.maxBytes = windowSets, windowBytes
 	s.hooks.ran.L = &s.hooks.mu
 	if !o.InMemory {
