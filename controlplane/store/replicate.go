@@ -257,7 +257,7 @@ func (s *Store) replicate(rep Replicator, f func(tx *Tx) error) ([]func(), error
 		}
 		err = s.rebase(ws)
 		if err == nil {
-			err = s.replicateOwn(rep, ws)
+			err = s.replicateOwn(rep, ws, after)
 		}
 		if errors.Is(err, ErrStaleWrite) && attempt < maxAttempts {
 			continue
@@ -272,66 +272,101 @@ func (s *Store) replicate(rep Replicator, f func(tx *Tx) error) ([]func(), error
 // replicateOwn hands rep a write set of this member's Update, marked as this store's so
 // that ApplyWrites leaves its hooks to the Update. A write set applied here while rep
 // reports an error (a reply lost) did happen: it counts as replicated. One that ApplyWrites
-// is applying when rep reports an error is waited for, so that its hooks run either here
-// (applied: the Update succeeds) or, applied later, as a replayed write set's, never
-// nowhere.
-func (s *Store) replicateOwn(rep Replicator, ws *WriteSet) error {
+// is applying when rep reports an error is waited for. One not applied by then, unless it
+// was refused as stale, may still be: the Update's after-commit functions (after) are kept
+// with it, and ApplyWrites runs them on the hook queue if it applies the write set later.
+// So they run once the write set is applied, whether the Update still waits or not.
+func (s *Store) replicateOwn(rep Replicator, ws *WriteSet, after []func()) error {
 	ws.Origin, ws.Seq = s.id, s.seq.Add(1)
 	s.pmu.Lock()
 	s.pending[ws.Seq] = &pendingWrite{}
 	s.pmu.Unlock()
 	err := rep.Replicate(ws)
 	s.pmu.Lock()
+	defer s.pmu.Unlock()
 	p := s.pending[ws.Seq]
 	for p.state == pendApplying {
 		s.pdone.Wait()
 	}
-	delete(s.pending, ws.Seq)
-	s.pmu.Unlock()
 	if p.state == pendApplied {
+		delete(s.pending, ws.Seq)
 		return nil
+	}
+	if errors.Is(err, ErrStaleWrite) { // refused: the Update runs again or fails
+		delete(s.pending, ws.Seq)
+		return err
+	}
+	p.state, p.after = pendAbandoned, after
+	s.abandoned = append(s.abandoned, ws.Seq)
+	for len(s.abandoned) > maxAbandoned {
+		seq := s.abandoned[0]
+		s.abandoned = s.abandoned[1:]
+		if old, ok := s.pending[seq]; ok && old.state == pendAbandoned {
+			delete(s.pending, seq)
+			s.log.Warn("forgetting the after-commit functions of an Update that gave up waiting; "+
+				"they will not run if its write set is applied later", "seq", seq)
+		}
 	}
 	return err
 }
 
-// The states of a write set an Update of this store waits for.
+// maxAbandoned bounds the write sets whose Update gave up waiting that a store keeps the
+// after-commit functions of, the latest; far more than can be in flight at once.
+const maxAbandoned = 1024
+
+// The states of a write set an Update of this store made.
 const (
-	pendWaiting  = iota // not applied yet
-	pendApplying        // ApplyWrites is applying it, without replaying its hooks
-	pendApplied         // applied: the Update runs its hooks
+	pendWaiting   = iota // not applied yet, its Update waits
+	pendApplying         // ApplyWrites is applying it, without replaying its hooks
+	pendApplied          // applied: the Update runs its hooks
+	pendAbandoned        // not applied yet, its Update gave up: ApplyWrites runs after
 )
 
-// pendingWrite is a write set an Update of this store waits for.
+// pendingWrite is a write set an Update of this store made and that was not applied yet
+// when the Update handed it to the replicator.
 type pendingWrite struct {
 	state int
+	// after are the Update's after-commit functions, once it gave up.
+	after []func()
 }
 
-// awaited tells whether ws is a write set of an Update of this store that waits for it;
-// if so it is marked as being applied until settled says how that ended.
-func (s *Store) awaited(ws *WriteSet) bool {
+// awaited tells whether ws is a write set of an Update of this store whose hooks are not
+// to be replayed: one that waits for it (marked as being applied until settled says how
+// that ended), or one that gave up, whose after-commit functions it returns.
+func (s *Store) awaited(ws *WriteSet) (own bool, after []func()) {
 	if ws.Origin != s.id {
-		return false
+		return false, nil
 	}
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
 	p, ok := s.pending[ws.Seq]
-	if !ok || p.state != pendWaiting {
-		return false
+	switch {
+	case !ok:
+		return false, nil
+	case p.state == pendWaiting:
+		p.state = pendApplying
+		return true, nil
+	case p.state == pendAbandoned:
+		return true, p.after
 	}
-	p.state = pendApplying
-	return true
+	return false, nil
 }
 
-// settled records whether the awaited write set ws was applied.
+// settled records whether the write set ws, which awaited reported, was applied.
 func (s *Store) settled(ws *WriteSet, applied bool) {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
-	if p, ok := s.pending[ws.Seq]; ok && p.state == pendApplying {
+	p, ok := s.pending[ws.Seq]
+	switch {
+	case !ok:
+	case p.state == pendApplying:
 		p.state = pendWaiting
 		if applied {
 			p.state = pendApplied
 		}
 		s.pdone.Broadcast()
+	case p.state == pendAbandoned && applied: // its after-commit functions run now
+		delete(s.pending, ws.Seq)
 	}
 }
 
@@ -401,8 +436,9 @@ func (s *Store) AppliedIndex() (index uint64, restoring bool, err error) {
 // outcome depends only on the store's state and the log, so every member gets the same.
 //
 // The write set of an Update of this store that waits for it runs no hooks here: the
-// Update runs its own. Any other (another member's, or one whose Update gave up) is
-// replayed: the hooks given to Watch run for each record it wrote, in its transaction
+// Update runs its own. That of an Update that gave up waiting runs the Update's
+// after-commit functions on the hook queue below (see replicateOwn). Any other (another
+// member's, or one whose Update's functions are forgotten) is replayed: the hooks given to Watch run for each record it wrote, in its transaction
 // after the writes (tx.Replayed is true, and writes through it fail), and what they
 // registered with OnCommit runs after the commit, on a goroutine of the store's that runs
 // the replayed write sets' hooks one after the other in the log's order. ApplyWrites does
@@ -427,7 +463,7 @@ func (s *Store) applyWrites(ws *WriteSet, index uint64) ([]func(), error) {
 	var prev uint64
 	done := false
 	var tx *Tx
-	own := s.awaited(ws)
+	own, ownAfter := s.awaited(ws)
 	if !own {
 		if ids := s.watchedRecords(ws); len(ids) > 0 {
 			before := s.db.NewTransaction(false) // the state the write set replaces
@@ -479,7 +515,7 @@ func (s *Store) applyWrites(ws *WriteSet, index uint64) ([]func(), error) {
 	}
 	s.win.add(prev, index, ws)
 	if tx == nil {
-		return nil, nil
+		return ownAfter, nil
 	}
 	return tx.after, nil
 }

@@ -130,6 +130,8 @@ type Store struct {
 	pmu     sync.Mutex
 	pdone   sync.Cond
 	pending map[uint64]*pendingWrite
+	// abandoned are the Seqs of pending write sets whose Update gave up, oldest first.
+	abandoned []uint64
 	// watchers are the hooks Watch registered, by collection name.
 	watchers sync.Map // string -> func(*Tx, string)
 	// hooks runs the after-commit hooks of replayed write sets.
@@ -546,7 +548,7 @@ type Tx struct {
 var errReplayedWrite = errors.New("store: a hook of a replayed write set cannot write")
 
 // Replayed tells whether the transaction applies a write set another member made (or one
-// whose Update on this member gave up waiting): its hooks then run for a write they did not
+// whose Update on this member gave up waiting long ago, see ApplyWrites): its hooks then run for a write they did not
 // see being made, and must not write themselves; the member that made it did what follows.
 func (tx *Tx) Replayed() bool { return tx.replayed }
 
@@ -613,6 +615,9 @@ const maxAttempts = 8
 // With a replicator set (SetReplicator), the transaction is not committed here: what it
 // wrote goes to the replicator as a WriteSet, and Update returns once the replicator has
 // had it applied to this store (ApplyWrites) or has failed; the OnCommit hooks run then.
+// When it fails while its write set may still be applied (any error but a stale refusal:
+// the replicator's wait ended, the reply was lost), the OnCommit hooks run if and when
+// ApplyWrites applies it, on the store's hook queue (see WaitReplayed).
 // A member's replicated Updates run one at a time, so f must not call Update itself (it
 // would wait for itself); an OnCommit hook may. Likewise an OnChange hook called for a
 // replayed write set (see ApplyWrites) may View the store but not Update it, as the log
