@@ -2,6 +2,8 @@ package store
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -192,7 +194,7 @@ func TestForwardedWriteConflicts(t *testing.T) {
 		t.Fatalf("a write of a key written since: %v, want ErrStaleWrite", err)
 	}
 	applied, _, _ := leader.AppliedIndex()
-	ahead := &WriteSet{Base: applied + 1, Writes: []Write{{Key: []byte("k"), Value: []byte("v")}}}
+	ahead := &WriteSet{Base: applied + 1, Writes: []Write{{Key: c.recordKey("k"), Value: []byte(`{"id":"k"}`)}}}
 	if err := leader.ReplicateForwarded(log, ahead); !errors.Is(err, ErrStaleWrite) {
 		t.Fatalf("a base beyond the applied index: %v, want ErrStaleWrite", err)
 	}
@@ -264,5 +266,100 @@ func TestOwnUpdateRebases(t *testing.T) {
 		if err := s.View(func(tx *Tx) (err error) { n, err = c.Count(tx); return err }); err != nil || n != 2 {
 			t.Fatalf("%d people (%v), want 2", n, err)
 		}
+	}
+}
+
+// TestBadWriteSetsRefused: a write set that writes a key outside the collections' keyspaces
+// (a meta key of the store's, another prefix, a keyspace without a collection) is refused
+// with ErrBadWriteSet, by ApplyWrites on every member alike and changing nothing, and by
+// the leader before it reaches the log; the store then applies the next write set as usual.
+func TestBadWriteSetsRefused(t *testing.T) {
+	t.Parallel()
+	leader, followers, log := cluster3(t)
+	c := people()
+	if err := leader.Update(func(tx *Tx) error { return c.Put(tx, &person{ID: "1", Name: "ann"}) }); err != nil {
+		t.Fatal(err)
+	}
+	members := []*Store{leader, followers[0], followers[1]}
+	before := make([]map[string]string, len(members))
+	for i, s := range members {
+		before[i] = dump(t, s)
+	}
+	good := Write{Key: c.recordKey("2"), Value: []byte(`{"id":"2","name":"bob"}`)}
+	for _, key := range []string{"meta/restoring", "meta/applied-index", "meta/schema-version", "x/people/1",
+		"r/", "r/people", "u//name/1", "m/", "", "meta/r/people/1"} {
+		ws := &WriteSet{Base: 1, Writes: []Write{good, {Key: []byte(key), Value: []byte("8bytes..")}}}
+		for i, s := range members {
+			if err := s.ApplyWrites(ws, 2); !errors.Is(err, ErrBadWriteSet) {
+				t.Fatalf("member %d applied a write of %q: %v, want ErrBadWriteSet", i, key, err)
+			}
+			if got := dump(t, s); !maps.Equal(got, before[i]) {
+				t.Fatalf("member %d changed applying a refused write of %q", i, key)
+			}
+		}
+		calls := log.calls
+		if err := leader.ReplicateForwarded(log, ws); !errors.Is(err, ErrBadWriteSet) || log.calls != calls {
+			t.Fatalf("forwarded write of %q: %v with %d log entries, want ErrBadWriteSet and none", key, err, log.calls-calls)
+		}
+	}
+	// The next entry applies on every member: nothing was left behind (no restoring marker).
+	for i, s := range members {
+		if err := s.ApplyWrites(&WriteSet{Base: 1, Writes: []Write{good}}, 2); err != nil {
+			t.Fatalf("member %d, the write set after the refused ones: %v", i, err)
+		}
+	}
+}
+
+// TestRebaseWorkBounded: a write set so far behind that more than maxRebaseKeys keys were
+// written since its Base is refused as stale rather than checked against all of them; one
+// within the bound is rebased. A read prefix under another read prefix is found too.
+func TestRebaseWorkBounded(t *testing.T) {
+	t.Parallel()
+	leader, followers, log := cluster3(t)
+	c := people()
+	put := func(id string) {
+		t.Helper()
+		if err := leader.Update(func(tx *Tx) error { return c.Put(tx, &person{ID: id, Name: "n" + id, Team: "t" + id}) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("0")
+	old := func(id string) *WriteSet {
+		return captured(t, followers[0], func(tx *Tx) error { return c.Put(tx, &person{ID: id, Name: "n" + id}) })
+	}
+	behind3, behind2 := old("a"), old("b")
+	for i := 1; i <= 3; i++ {
+		put(fmt.Sprint(i)) // 3 keys each: the record and its two index entries
+	}
+	leader.win.mu.Lock()
+	leader.win.maxRebaseKeys = 8
+	leader.win.mu.Unlock()
+	if err := leader.ReplicateForwarded(log, behind3); !errors.Is(err, ErrStaleWrite) {
+		t.Fatalf("a write set 9 keys behind, with a bound of 8: %v, want ErrStaleWrite", err)
+	}
+	leader.win.mu.Lock()
+	leader.win.maxRebaseKeys = 9
+	leader.win.mu.Unlock()
+	if err := leader.ReplicateForwarded(log, behind2); err != nil {
+		t.Fatalf("a write set 9 keys behind, with a bound of 9: %v", err)
+	}
+
+	// Prefixes nested in each other and around the key written since, in any order.
+	applied, _, _ := leader.AppliedIndex()
+	put("5")
+	for i, reads := range [][]Read{
+		{{Key: []byte("r/people/5"), Prefix: true}, {Key: []byte("r/"), Prefix: true}},
+		{{Key: []byte("r/zz"), Prefix: true}, {Key: []byte("r/people/"), Prefix: true}, {Key: []byte("r/people/4"), Prefix: true}},
+		{{Key: []byte("r/a"), Prefix: true}, {Key: []byte("r/people/"), Prefix: true}, {Key: []byte("r/people/5"), Prefix: true}},
+	} {
+		ws := &WriteSet{Base: applied, Reads: reads, Writes: []Write{{Key: c.recordKey("c"), Value: []byte(`{"id":"c"}`)}}}
+		if err := leader.ReplicateForwarded(log, ws); !errors.Is(err, ErrStaleWrite) {
+			t.Fatalf("reads %d after r/people/5 was written: %v, want ErrStaleWrite", i, err)
+		}
+	}
+	ws := &WriteSet{Base: applied, Reads: []Read{{Key: []byte("r/people/4"), Prefix: true}, {Key: []byte("r/people/6"), Prefix: true}},
+		Writes: []Write{{Key: c.recordKey("c"), Value: []byte(`{"id":"c"}`)}}}
+	if err := leader.ReplicateForwarded(log, ws); err != nil {
+		t.Fatalf("reads beside r/people/5: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/dgraph-io/badger/v4"
@@ -34,7 +35,37 @@ var (
 	// being replaced from a snapshot, or of a write on a store that such a replacement left
 	// unfinished (until the next one completes).
 	ErrRestoring = errors.New("store: being replaced from a snapshot")
+	// ErrBadWriteSet is the refusal of a write set no Update of a store makes: bytes that
+	// are no encoded write set, or one that writes a key outside the collections' keyspaces
+	// (see validKey), such as the store's own meta keys. ApplyWrites refuses it as it
+	// refuses a stale one, on every member alike and changing nothing.
+	ErrBadWriteSet = errors.New("store: not a write set of the store's collections")
 )
+
+// The keyspaces of the collections (see Collection): records, unique and non-unique index
+// entries. A write set writes nothing else; the meta keys are the store's own.
+var keyspaces = [][]byte{[]byte(recordsPrefix), []byte("u/"), []byte("m/")}
+
+// validKey tells whether key is one a Collection writes: a keyspace's prefix, a collection
+// name (not empty, no slash) and a slash, then the rest.
+func validKey(key []byte) bool {
+	for _, ks := range keyspaces {
+		if rest, ok := bytes.CutPrefix(key, ks); ok {
+			return bytes.IndexByte(rest, '/') > 0
+		}
+	}
+	return false
+}
+
+// checkKeys fails with an error wrapping ErrBadWriteSet unless ws writes valid keys only.
+func checkKeys(ws *WriteSet) error {
+	for i, w := range ws.Writes {
+		if !validKey(w.Key) {
+			return fmt.Errorf("%w: write %d is of key %q", ErrBadWriteSet, i, w.Key)
+		}
+	}
+	return nil
+}
 
 var (
 	// appliedKey holds the raft index of the last write set applied, 8 bytes big-endian.
@@ -115,6 +146,8 @@ type writeWindow struct {
 	bytes int
 	// maxSets and maxBytes bound the window; the oldest sets leave it first.
 	maxSets, maxBytes int
+	// maxRebaseKeys bounds the keys a rebase checks (see rebase).
+	maxRebaseKeys int
 }
 
 type appliedSet struct {
@@ -150,11 +183,38 @@ func (w *writeWindow) reset() {
 	w.known, w.from, w.sets, w.bytes = false, 0, nil, 0
 }
 
+// maxRebaseKeys bounds the keys written since a write set's Base that rebase checks it
+// against: a write set further behind is refused as stale (its member computes it again
+// once it has caught up), so that one write set cannot hold the window, and so the log's
+// applies, for long.
+const maxRebaseKeys = 1 << 16
+
 // rebase checks ws against the store's applied index: a ws computed on it is kept as it
 // is; one computed on an older state that the window covers, and that reads and writes no
 // key a write set applied since wrote, gets Base moved up to it. Any other fails with an
-// error wrapping ErrStaleWrite.
+// error wrapping ErrStaleWrite; one that writes a key outside the collections' keyspaces
+// with one wrapping ErrBadWriteSet.
+//
+// Its work under the window's lock is bounded: at most maxRebaseKeys keys, each looked up
+// in ws's keys (a map) and its read prefixes (a binary search), both prepared beforehand.
 func (s *Store) rebase(ws *WriteSet) error {
+	if err := checkKeys(ws); err != nil {
+		return err
+	}
+	touched := make(map[string]struct{}, len(ws.Reads)+len(ws.Writes))
+	var prefixes [][]byte
+	for _, r := range ws.Reads {
+		if r.Prefix {
+			prefixes = append(prefixes, r.Key)
+		} else {
+			touched[string(r.Key)] = struct{}{}
+		}
+	}
+	for _, w := range ws.Writes {
+		touched[string(w.Key)] = struct{}{}
+	}
+	prefixes = outermost(prefixes)
+
 	s.win.mu.Lock()
 	defer s.win.mu.Unlock()
 	applied, restoring, err := s.AppliedIndex()
@@ -176,26 +236,16 @@ func (s *Store) rebase(ws *WriteSet) error {
 		return fmt.Errorf("%w: computed at index %d, the store is at %d and remembers the writes after %d only",
 			ErrStaleWrite, ws.Base, applied, s.win.from)
 	}
-	touched := make(map[string]struct{}, len(ws.Reads)+len(ws.Writes))
-	var prefixes [][]byte
-	for _, r := range ws.Reads {
-		if r.Prefix {
-			prefixes = append(prefixes, r.Key)
-		} else {
-			touched[string(r.Key)] = struct{}{}
-		}
-	}
-	for _, w := range ws.Writes {
-		touched[string(w.Key)] = struct{}{}
-	}
+	checked := 0
 	for i := len(s.win.sets) - 1; i >= 0 && s.win.sets[i].index > ws.Base; i-- {
 		set := &s.win.sets[i]
+		if checked += len(set.keys); checked > s.win.maxRebaseKeys {
+			return fmt.Errorf("%w: computed at index %d, more than %d keys behind the store's %d",
+				ErrStaleWrite, ws.Base, s.win.maxRebaseKeys, applied)
+		}
 		for _, k := range set.keys {
 			_, hit := touched[string(k)]
-			for j := 0; !hit && j < len(prefixes); j++ {
-				hit = bytes.HasPrefix(k, prefixes[j])
-			}
-			if hit {
+			if hit || underAny(k, prefixes) {
 				return fmt.Errorf("%w: computed at index %d; %q was written at index %d", ErrStaleWrite, ws.Base, k, set.index)
 			}
 		}
@@ -204,11 +254,37 @@ func (s *Store) rebase(ws *WriteSet) error {
 	return nil
 }
 
+// outermost sorts prefixes and drops those under another: no prefix of the result starts
+// with another one.
+func outermost(prefixes [][]byte) [][]byte {
+	slices.SortFunc(prefixes, bytes.Compare)
+	out := prefixes[:0]
+	for _, p := range prefixes {
+		// Sorted, a prefix comes right before the keys under it that are kept.
+		if len(out) > 0 && bytes.HasPrefix(p, out[len(out)-1]) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// underAny tells whether key starts with one of prefixes, sorted with none under another
+// (see outermost): only the last one not after key can be its prefix.
+func underAny(key []byte, prefixes [][]byte) bool {
+	i, found := slices.BinarySearchFunc(prefixes, key, bytes.Compare)
+	if found {
+		return true
+	}
+	return i > 0 && bytes.HasPrefix(key, prefixes[i-1])
+}
+
 // ReplicateForwarded hands rep a write set another member computed (the leader's store, for
 // a write a follower forwarded), as this member's replicated writes are: one at a time,
 // after those under way. A write set computed on an older state than this store's is
 // rebased (see rebase) or refused with an error wrapping ErrStaleWrite, for its member to
-// compute again.
+// compute again; one that writes a key outside the collections' keyspaces is refused with
+// an error wrapping ErrBadWriteSet.
 func (s *Store) ReplicateForwarded(rep Replicator, ws *WriteSet) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -432,8 +508,10 @@ func (s *Store) AppliedIndex() (index uint64, restoring bool, err error) {
 
 // ApplyWrites applies ws, the entry of the replicated log at index, in one transaction,
 // and records index as applied. A write set at an index applied already is skipped (nil);
-// one whose Base is not the applied index fails with ErrStaleWrite and changes nothing. The
-// outcome depends only on the store's state and the log, so every member gets the same.
+// one whose Base is not the applied index fails with ErrStaleWrite, and then one that
+// writes a key outside the collections' keyspaces with ErrBadWriteSet: both change
+// nothing, the applied index included. The outcome depends only on the store's state and
+// the log, so every member gets the same.
 //
 // The write set of an Update of this store that waits for it runs no hooks here: the
 // Update runs its own. That of an Update that gave up waiting runs the Update's
@@ -485,6 +563,9 @@ func (s *Store) applyWrites(ws *WriteSet, index uint64) ([]func(), error) {
 		prev, done = applied, true
 		if ws.Base != applied {
 			return fmt.Errorf("%w: computed at index %d, the store is at %d", ErrStaleWrite, ws.Base, applied)
+		}
+		if err := checkKeys(ws); err != nil {
+			return err
 		}
 		for _, w := range ws.Writes {
 			if w.Delete {
@@ -629,9 +710,6 @@ func (ws *WriteSet) MarshalBinary() ([]byte, error) {
 	}
 	return b, nil
 }
-
-// ErrBadWriteSet is the error of bytes that are no encoded write set.
-var ErrBadWriteSet = errors.New("not an encoded write set")
 
 // UnmarshalBinary decodes what MarshalBinary encoded; keys and values are copied out of b.
 func (ws *WriteSet) UnmarshalBinary(b []byte) error {

@@ -302,7 +302,7 @@ func Open(dir string, log *slog.Logger, o Options) (*Store, error) {
 	s := &Store{db: db, log: log, compression: opts.Compression, id: newStoreID(), pending: map[uint64]*pendingWrite{}}
 	s.idle.L = &s.mu
 	s.pdone.L = &s.pmu
-	s.win.maxSets, s.win.maxBytes = windowSets, windowBytes
+	s.win.maxSets, s.win.maxBytes, s.win.maxRebaseKeys = windowSets, windowBytes, maxRebaseKeys
 	s.hooks.ran.L = &s.hooks.mu
 	if !o.InMemory {
 		s.dir = dir
