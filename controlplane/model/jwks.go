@@ -91,6 +91,13 @@ func newJWKSCache(opts Options) *jwksCache {
 	return c
 }
 
+// forgetAll drops every signer's key set (the store's content was replaced).
+func (c *jwksCache) forgetAll() {
+	c.mu.Lock()
+	clear(c.entries)
+	c.mu.Unlock()
+}
+
 // forget drops what is cached for a signer (changed or deleted).
 func (c *jwksCache) forget(signerID string) {
 	c.mu.Lock()

@@ -23,6 +23,10 @@ import (
 //     (endStaleSessions). It runs only on the member that made the change, from its
 //     Update's OnCommit (which a replayed write set does not carry), and its own writes
 //     then reach every member like any other; running it on every member would repeat it.
+//
+// A member whose store's content is replaced at once (a snapshot of the log installed
+// because it lagged too far) learns of no record's change: contentReplaced then drops
+// everything kept in memory of the content, and tells the hooks of OnContentReplaced.
 
 // replayedOnly makes f the OnChange of a collection whose hooks on the member that made a
 // change are called by the model's functions: on that member it does nothing.
@@ -101,6 +105,7 @@ func (m *Model) watchReplays() {
 		tx.OnCommit(func() { m.auth.jwks.forget(id) })
 	})
 
+	m.st.OnReplaced(m.contentReplaced)
 	for _, w := range []interface{ Watch(*store.Store) }{
 		c.identities, c.authenticators, c.enrollments, c.apiSessions, c.apiSessionCerts, c.cas,
 		c.services, c.servicePolicies, c.edgeRouters, c.edgeRouterPolicies, c.serviceEdgeRouterPolicies,
@@ -109,6 +114,36 @@ func (m *Model) watchReplays() {
 	} {
 		w.Watch(m.st)
 	}
+}
+
+// contentReplaced follows a replacement of the store's whole content: every read cache's
+// generation and the policy index's move, clients refetch their services, the key sets of
+// external JWT signers are fetched again, and the hooks of OnContentReplaced run.
+func (m *Model) contentReplaced() {
+	m.cache.gen.Add(1)
+	m.reads.terminators.bump()
+	m.reads.sessions.bump()
+	m.bumpLastChange()
+	m.auth.jwks.forgetAll()
+	m.schemas.mu.Lock()
+	clear(m.schemas.m)
+	m.schemas.mu.Unlock()
+	m.replacedHooks.mu.Lock()
+	fns := m.replacedHooks.fns
+	m.replacedHooks.mu.Unlock()
+	for _, f := range fns {
+		f()
+	}
+}
+
+// OnContentReplaced registers f to be called after the store's whole content was replaced
+// (a cluster member installing a snapshot): no change of a record is reported for it, so
+// what is kept of the content outside the model must be read again (the routers' session
+// state is sent in full again). f runs on the store's hook goroutine and must not block.
+func (m *Model) OnContentReplaced(f func()) {
+	m.replacedHooks.mu.Lock()
+	m.replacedHooks.fns = append(m.replacedHooks.fns, f)
+	m.replacedHooks.mu.Unlock()
 }
 
 // policyDataReplayed is changedTx's memory part for another member's change: its

@@ -2,8 +2,11 @@ package model
 
 import (
 	"crypto/x509"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -276,4 +279,64 @@ func TestReplayedCredentialChanges(t *testing.T) {
 		defer mu.Unlock()
 		return routers[len(routers)-1] == RouterChange{}
 	})
+}
+
+// TestContentReplaced: a member whose store's content is replaced from a backup (a
+// snapshot installed) forgets what it kept in memory of the old content: a service policy
+// and a terminator deleted in the backup are gone from its policy index and read caches,
+// and the hooks of OnContentReplaced are told.
+func TestContentReplaced(t *testing.T) {
+	t.Parallel()
+	f1, f2 := newFixture(t), newFixture(t)
+	m1, m2 := f1.m, f2.m
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	alice, err := m1.CreateIdentity(IdentityCreate{Name: "alice", RoleAttributes: []string{"staff"}})
+	must(err)
+	web := &Service{Name: "web", RoleAttributes: []string{"public"}}
+	must(m1.CreateService(web))
+	policy := &ServicePolicy{Name: "staff-web", Type: PolicyDial, IdentityRoles: []string{"#staff"}, ServiceRoles: []string{"#public"}}
+	must(m1.CreateServicePolicy(policy))
+	er := &EdgeRouter{Name: "er1"}
+	must(m1.CreateEdgeRouter(er))
+	term := &Terminator{ServiceID: web.ID, RouterID: er.ID, Binding: "transport", Address: "tcp:web:80"}
+	must(m1.CreateTerminator(term))
+
+	replace := func() {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "snapshot")
+		out, err := os.Create(path)
+		must(err)
+		must(m1.st.Backup(out))
+		must(out.Close())
+		must(m2.st.ReplaceFromBackup(path))
+		m2.st.WaitReplayed()
+	}
+	var told atomic.Int32
+	m2.OnContentReplaced(func() { told.Add(1) })
+	replace()
+	// Model 2 reads the copied content into its policy index and read caches.
+	if ok, err := m2.AllowedWithoutPosture(alice.ID, web.ID, PolicyDial); err != nil || !ok {
+		t.Fatalf("before the deletion: dial allowed %v (%v), want true", ok, err)
+	}
+	if list, err := m2.CachedTerminatorsOf(web.ID); err != nil || len(list) != 1 {
+		t.Fatalf("before the deletion: %d terminators (%v), want 1", len(list), err)
+	}
+
+	must(m1.DeleteServicePolicy(policy.ID))
+	must(m1.DeleteTerminator(term.ID))
+	replace()
+	if ok, err := m2.AllowedWithoutPosture(alice.ID, web.ID, PolicyDial); err != nil || ok {
+		t.Fatalf("after the policy was deleted in the installed backup: dial allowed %v (%v), want false", ok, err)
+	}
+	if list, err := m2.CachedTerminatorsOf(web.ID); err != nil || len(list) != 0 {
+		t.Fatalf("after the terminator was deleted in the installed backup: %d terminators (%v), want 0", len(list), err)
+	}
+	if n := told.Load(); n != 2 {
+		t.Fatalf("OnContentReplaced hooks ran %d times, want 2", n)
+	}
 }

@@ -601,12 +601,24 @@ func (s *Store) applyWrites(ws *WriteSet, index uint64) ([]func(), error) {
 	return tx.after, nil
 }
 
+// OnReplaced registers f to run after ReplaceFromBackup has replaced the store's content
+// (or dropped it, failing to load the backup after): what is kept in memory of the content
+// no longer holds, and no write set's hooks tell what changed. f runs on the goroutine of
+// the hook queue (see ApplyWrites), after the hooks of the write sets applied before, and
+// may use the store. Call it before the store applies write sets.
+func (s *Store) OnReplaced(f func()) {
+	s.rmu.Lock()
+	s.replaced = append(s.replaced, f)
+	s.rmu.Unlock()
+}
+
 // ReplaceFromBackup replaces the whole content of the open store with the backup file at
 // path (a raft snapshot being installed), after checking the backup is intact. Badger must
 // not be read while it drops its content, so the operations under way are waited for and
 // those that start meanwhile fail with ErrRestoring. A marker key stays while the backup
 // loads: a store left half-loaded by a crash refuses writes (ErrRestoring) until a
-// replacement completes.
+// replacement completes. Once the content was dropped, the functions given to OnReplaced
+// run on the hook queue, whether the load then succeeds or not.
 func (s *Store) ReplaceFromBackup(path string) error {
 	if err := CheckBackup(path); err != nil {
 		return err
@@ -632,14 +644,23 @@ func (s *Store) ReplaceFromBackup(path string) error {
 	s.win.mu.Lock()
 	s.win.reset() // the writes it remembers are not those that led to the new content
 	s.win.mu.Unlock()
+	dropped := false
 	defer func() {
 		s.mu.Lock()
 		s.replacing = false
 		s.mu.Unlock()
 		s.leave()
+		if dropped { // outside the operation: the hooks may use the store
+			s.rmu.Lock()
+			fns := slices.Clone(s.replaced)
+			s.rmu.Unlock()
+			s.hooks.push(fns)
+		}
 	}()
 
-	if err := s.db.DropAll(); err != nil {
+	err := s.db.DropAll()
+	dropped = true // even a failed DropAll may have dropped part of the content
+	if err != nil {
 		return s.noteErr(fmt.Errorf("replace the store from %s: drop the content: %w", path, err))
 	}
 	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(restoringKey, nil) }); err != nil {

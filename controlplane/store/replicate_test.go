@@ -202,11 +202,31 @@ func TestReplaceFromBackup(t *testing.T) {
 	if err := dst.Update(func(tx *Tx) error { return c.Put(tx, &person{ID: "7", Name: "old", Team: "red"}) }); err != nil {
 		t.Fatal(err)
 	}
+	// The watchers are told, after the replacement, and may read the new content.
+	var mu sync.Mutex
+	var told [][]string
+	dst.OnReplaced(func() {
+		var ids []string
+		if err := dst.View(func(tx *Tx) error {
+			return c.Each(tx, func(p *person) error { ids = append(ids, p.ID); return nil })
+		}); err != nil {
+			t.Errorf("view from a replacement's hook: %v", err)
+		}
+		mu.Lock()
+		told = append(told, ids)
+		mu.Unlock()
+	})
 	path := filepath.Join(t.TempDir(), "snap")
 	backupTo(t, src, path)
 	if err := dst.ReplaceFromBackup(path); err != nil {
 		t.Fatal(err)
 	}
+	dst.WaitReplayed()
+	mu.Lock()
+	if len(told) != 1 || !slices.Equal(told[0], []string{"1", "2"}) {
+		t.Fatalf("the replacement's hooks saw %q, want once [1 2]", told)
+	}
+	mu.Unlock()
 	if a, b := dump(t, src), dump(t, dst); !maps.Equal(a, b) {
 		t.Fatalf("replaced store differs:\n%v\n%v", a, b)
 	}
@@ -224,6 +244,12 @@ func TestReplaceFromBackup(t *testing.T) {
 	}
 	if err := dst.ReplaceFromBackup(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Fatal("a missing backup replaced the store")
+	}
+	dst.WaitReplayed()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) != 1 {
+		t.Fatalf("a refused backup ran the replacement's hooks: %q", told)
 	}
 }
 

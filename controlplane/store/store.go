@@ -134,8 +134,11 @@ type Store struct {
 	abandoned []uint64
 	// watchers are the hooks Watch registered, by collection name.
 	watchers sync.Map // string -> func(*Tx, string)
-	// hooks runs the after-commit hooks of replayed write sets.
+	// hooks runs the after-commit hooks of replayed write sets, and replaced.
 	hooks hookQueue
+	// replaced are the functions OnReplaced registered.
+	rmu      sync.Mutex
+	replaced []func()
 }
 
 // hookQueue runs batches of functions one after the other, in the order pushed, on a
@@ -193,7 +196,8 @@ func (q *hookQueue) wait() {
 }
 
 // WaitReplayed returns once the after-commit hooks of the replayed write sets this store
-// has applied so far have run (see ApplyWrites): a caller that needs what it keeps in
+// has applied so far have run (see ApplyWrites), and those of the replacements of its
+// content (see OnReplaced): a caller that needs what it keeps in
 // memory to reflect at least the state its store holds now. It must not be called from
 // such a hook, which it would wait for.
 func (s *Store) WaitReplayed() { s.hooks.wait() }
