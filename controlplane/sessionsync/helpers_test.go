@@ -20,6 +20,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/routers"
 	"github.com/zmesh/zmesh/controlplane/sessionsync"
+	"github.com/zmesh/zmesh/controlplane/store"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
 	"github.com/zmesh/zmesh/internal/ctrltest"
 	"github.com/zmesh/zmesh/internal/testutil"
@@ -39,6 +40,7 @@ func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 // them.
 type env struct {
 	m        *model.Model
+	st       *store.Store
 	clock    *clock
 	ca       *pki.CA
 	sync     *sessionsync.Syncer
@@ -52,7 +54,9 @@ func newEnv(t *testing.T, opts sessionsync.Options) *env {
 	logs := &ctrltest.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m, ca := modeltest.New(t, quiet, model.Options{SessionTimeout: 30 * time.Minute, Issuer: "https://127.0.0.1:1280", Now: clk.Now})
+	st, ca := modeltest.Store(t)
+	m := model.New(st, ca, quiet, model.Options{SessionTimeout: 30 * time.Minute, Issuer: "https://127.0.0.1:1280",
+		Now: clk.Now, SigningKey: testutil.NewKey(t), SigningKID: "k"})
 	dir := t.TempDir()
 	cert, err := ca.ServerCertAt(filepath.Join(dir, "ctrl.cert"), filepath.Join(dir, "ctrl.key"), []string{"127.0.0.1"})
 	if err != nil {
@@ -76,7 +80,7 @@ func newEnv(t *testing.T, opts sessionsync.Options) *env {
 	})
 	wg.Go(func() { s.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	return &env{m: m, clock: clk, ca: ca, sync: s, ctrlAddr: ln.Addr().String(), logs: logs}
+	return &env{m: m, st: st, clock: clk, ca: ca, sync: s, ctrlAddr: ln.Addr().String(), logs: logs}
 }
 
 func must(t *testing.T, err error) {

@@ -78,6 +78,14 @@ func (p *peer) queue(u *update, limit int) (overflowed bool) {
 	return overflowed
 }
 
+// owe drops what is pending for the router and has its sender send it a fresh snapshot.
+func (p *peer) owe() {
+	p.mu.Lock()
+	p.needSnapshot, p.snapshot, p.apis, p.sessions = true, nil, nil, nil
+	p.mu.Unlock()
+	p.signal()
+}
+
 func (p *peer) waitingForSnapshot() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -18,7 +18,8 @@
 // updates coalesce per id (the latest value wins). A router whose queue grows past
 // Options.QueueLimit ids (a router that does not keep up) has its queue dropped and is sent
 // a fresh full snapshot, starting with Reset, once it has taken what was already on its
-// channel.
+// channel. So does every router when the store's whole content is replaced (a cluster
+// member installing a snapshot of the log).
 package sessionsync
 
 import (
@@ -135,7 +136,21 @@ func New(m *model.Model, log *slog.Logger, opts Options) *Syncer {
 	}
 	m.OnAPISessionChange(func(id string) { s.mark(s.dirtyAPIs, id) })
 	m.OnSessionChange(func(id string) { s.mark(s.dirtySession, id) })
+	m.OnContentReplaced(s.resync)
 	return s
+}
+
+// resync has every connected router sent the full state again, as when it connected: the
+// store's content was replaced at once, and no change of a record tells what differs.
+func (s *Syncer) resync() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p := range s.peers {
+		p.owe()
+	}
+	if len(s.peers) > 0 {
+		s.log.Info("the store's content was replaced; sending every router the full session state again", "routers", len(s.peers))
+	}
 }
 
 // mark records a changed id, after its transaction committed, and wakes the flusher.

@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -365,4 +367,51 @@ func TestSlowRouterGetsSnapshot(t *testing.T) {
 	waitInSync(t, fast, e.m)
 	slow.check(t)
 	fast.check(t)
+}
+
+// TestContentReplacedSendsSnapshot: when the store's whole content is replaced (a snapshot
+// installed), every connected router is sent the full state again, starting with Reset,
+// and ends up with the new content: API sessions deleted since are back, one created since
+// is gone.
+func TestContentReplacedSendsSnapshot(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sessionsync.Options{})
+	routerID, cert := enrollRouter(t, e.m, "er1")
+	_, chain := enrollIdentity(t, e.m, "alice")
+	apis := login(t, e.m, chain, 3)
+	r := newEdgeRouter()
+	r.connect(t, e.ctrlAddr, e.ca.Pool(), routerID, cert)
+	waitInSync(t, r, e.m)
+
+	path := filepath.Join(t.TempDir(), "snapshot")
+	out, err := os.Create(path)
+	must(t, err)
+	must(t, e.st.Backup(out))
+	must(t, out.Close())
+	must(t, e.m.DeleteAPISession(apis[0].ID))
+	login(t, e.m, chain, 1)
+	waitInSync(t, r, e.m)
+	resets := 0
+	for _, m := range r.messages() {
+		if m.Reset {
+			resets++
+		}
+	}
+
+	must(t, e.st.ReplaceFromBackup(path))
+	waitInSync(t, r, e.m)
+	gotA, _, _ := r.state()
+	if !slices.Contains(gotA, apis[0].ID) {
+		t.Fatalf("the router's API sessions %v lack %s, back with the replaced content", gotA, apis[0].ID)
+	}
+	n := 0
+	for _, m := range r.messages() {
+		if m.Reset {
+			n++
+		}
+	}
+	if n != resets+1 {
+		t.Fatalf("the router was sent %d snapshots after the replacement, want 1", n-resets)
+	}
+	r.check(t)
 }
