@@ -196,62 +196,86 @@ const maxRebaseKeys = 1 << 16
 // with one wrapping ErrBadWriteSet.
 //
 // Its work under the window's lock is bounded: at most maxRebaseKeys keys, each looked up
-// in ws's keys (a map) and its read prefixes (a binary search), both prepared beforehand.
+// in ws's keys (a map) and its read prefixes (a binary search), both prepared beforehand
+// and only for a ws behind the applied index.
 func (s *Store) rebase(ws *WriteSet) error {
 	if err := checkKeys(ws); err != nil {
 		return err
 	}
-	touched := make(map[string]struct{}, len(ws.Reads)+len(ws.Writes))
-	var prefixes [][]byte
+	var k *rebaseKeys
+	for {
+		done, err := s.rebaseOn(ws, k)
+		if done {
+			return err
+		}
+		k = prepareRebase(ws) // outside the lock, then again under it
+	}
+}
+
+// rebaseKeys are what a write set read and wrote, ready to be checked against the window.
+type rebaseKeys struct {
+	touched  map[string]struct{} // keys read or written
+	prefixes [][]byte            // prefixes read (see outermost)
+}
+
+func prepareRebase(ws *WriteSet) *rebaseKeys {
+	k := &rebaseKeys{touched: make(map[string]struct{}, len(ws.Reads)+len(ws.Writes))}
 	for _, r := range ws.Reads {
 		if r.Prefix {
-			prefixes = append(prefixes, r.Key)
+			k.prefixes = append(k.prefixes, r.Key)
 		} else {
-			touched[string(r.Key)] = struct{}{}
+			k.touched[string(r.Key)] = struct{}{}
 		}
 	}
 	for _, w := range ws.Writes {
-		touched[string(w.Key)] = struct{}{}
+		k.touched[string(w.Key)] = struct{}{}
 	}
-	prefixes = outermost(prefixes)
+	k.prefixes = outermost(k.prefixes)
+	return k
+}
 
+// rebaseOn is rebase under the window's lock; with k nil, it returns done false when ws is
+// to be checked against the window (k is needed).
+func (s *Store) rebaseOn(ws *WriteSet, k *rebaseKeys) (done bool, err error) {
 	s.win.mu.Lock()
 	defer s.win.mu.Unlock()
 	applied, restoring, err := s.AppliedIndex()
 	if err != nil {
-		return err
+		return true, err
 	}
 	if restoring {
-		return fmt.Errorf("%w: a replacement was left unfinished", ErrRestoring)
+		return true, fmt.Errorf("%w: a replacement was left unfinished", ErrRestoring)
 	}
 	if !s.win.known { // every write set applied from now on is recorded
 		s.win.known, s.win.from = true, applied
 	}
 	switch {
 	case ws.Base == applied:
-		return nil
+		return true, nil
 	case ws.Base > applied:
-		return fmt.Errorf("%w: computed at index %d, beyond the store's %d", ErrStaleWrite, ws.Base, applied)
+		return true, fmt.Errorf("%w: computed at index %d, beyond the store's %d", ErrStaleWrite, ws.Base, applied)
 	case ws.Base < s.win.from:
-		return fmt.Errorf("%w: computed at index %d, the store is at %d and remembers the writes after %d only",
+		return true, fmt.Errorf("%w: computed at index %d, the store is at %d and remembers the writes after %d only",
 			ErrStaleWrite, ws.Base, applied, s.win.from)
+	case k == nil:
+		return false, nil
 	}
 	checked := 0
 	for i := len(s.win.sets) - 1; i >= 0 && s.win.sets[i].index > ws.Base; i-- {
 		set := &s.win.sets[i]
 		if checked += len(set.keys); checked > s.win.maxRebaseKeys {
-			return fmt.Errorf("%w: computed at index %d, more than %d keys behind the store's %d",
+			return true, fmt.Errorf("%w: computed at index %d, more than %d keys behind the store's %d",
 				ErrStaleWrite, ws.Base, s.win.maxRebaseKeys, applied)
 		}
-		for _, k := range set.keys {
-			_, hit := touched[string(k)]
-			if hit || underAny(k, prefixes) {
-				return fmt.Errorf("%w: computed at index %d; %q was written at index %d", ErrStaleWrite, ws.Base, k, set.index)
+		for _, key := range set.keys {
+			_, hit := k.touched[string(key)]
+			if hit || underAny(key, k.prefixes) {
+				return true, fmt.Errorf("%w: computed at index %d; %q was written at index %d", ErrStaleWrite, ws.Base, key, set.index)
 			}
 		}
 	}
 	ws.Base = applied
-	return nil
+	return true, nil
 }
 
 // outermost sorts prefixes and drops those under another: no prefix of the result starts
