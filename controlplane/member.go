@@ -457,7 +457,7 @@ func (c *Controller) membershipChanged() {
 
 // followMembers keeps, until ctx ends, the routers connected to this member told of the
 // members' endpoints (a change made through another member reaches this one's store only),
-// and, while this member leads, its own record current (addresses or certificate changed
+// and, while a leader is known, its own record current (addresses or certificate changed
 // since it was written).
 func (c *Controller) followMembers(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
