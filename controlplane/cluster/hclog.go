@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -49,6 +50,16 @@ func slogLevel(l hclog.Level) slog.Level {
 func (h *hclogger) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Off {
 		return
+	}
+	if !h.log.Enabled(context.Background(), slogLevel(level)) {
+		return
+	}
+	for i, a := range args {
+		if f, ok := a.(hclog.Format); ok && len(f) > 0 { // hclog.Fmt: a format and its operands
+			if format, ok := f[0].(string); ok {
+				args[i] = fmt.Sprintf(format, f[1:]...)
+			}
+		}
 	}
 	h.log.Log(context.Background(), slogLevel(level), msg, args...)
 }

@@ -29,3 +29,19 @@ func TestHCLogger(t *testing.T) {
 		t.Fatalf("record %v", rec)
 	}
 }
+
+// TestHCLoggerFormat checks that an argument made with hclog.Fmt is rendered as its format
+// says (raft logs its configuration so), not as the list of format and operands.
+func TestHCLoggerFormat(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	l := newHCLogger(slog.New(slog.NewJSONHandler(&buf, nil)))
+	l.Info("initial configuration", "servers", hclog.Fmt("%+v", []struct{ ID string }{{"a"}}))
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatalf("one record expected: %q: %v", buf.String(), err)
+	}
+	if rec["servers"] != "[{ID:a}]" {
+		t.Fatalf("servers %q, want [{ID:a}]", rec["servers"])
+	}
+}
