@@ -417,14 +417,18 @@ func TestControllersOfASingleController(t *testing.T) {
 // serving with an error naming it (for its supervisor to restart it), and the others go on.
 func TestMemberStopsWhenItsStoreFails(t *testing.T) {
 	ctx := context.Background()
-	dirs := []string{t.TempDir(), t.TempDir()}
+	// Three members, so that a and c keep a quorum once b stops.
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	a := startMember(t, dirs[0], "a", "")
 	if _, err := RunClusterCommand(ctx, dirs[0], ClusterRequest{Op: "init"}); err != nil {
 		t.Fatal(err)
 	}
 	b := startMember(t, dirs[1], "b", dirs[0])
-	if _, err := RunClusterCommand(ctx, dirs[0], ClusterRequest{Op: "add", Arg: b.cfg.API.Advertise}); err != nil {
-		t.Fatal(err)
+	c := startMember(t, dirs[2], "c", dirs[0])
+	for _, m := range []*member{b, c} {
+		if _, err := RunClusterCommand(ctx, dirs[0], ClusterRequest{Op: "add", Arg: m.cfg.API.Advertise}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := a.api.AuthenticatePassword(ctx, "admin", "admin-pass"); err != nil {
 		t.Fatal(err)
@@ -432,11 +436,12 @@ func TestMemberStopsWhenItsStoreFails(t *testing.T) {
 	if err := b.ctrl.store.Close(); err != nil { // its next apply fails
 		t.Fatal(err)
 	}
+	stopB := b.stop
+	b.stop = nil // it stops by itself: its end is read below
+	defer stopB()
 	createIdentity(t, a.api, map[string]any{"name": "after-b-failed", "type": "User", "isAdmin": false})
 	err := <-b.done
 	if err == nil || !strings.Contains(err.Error(), "cluster member b") {
 		t.Fatalf("b stopped with %v, want an error naming the member", err)
 	}
-	b.stop() // it has stopped already
-	b.stop = nil
 }
