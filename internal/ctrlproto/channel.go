@@ -55,6 +55,9 @@ var (
 	ErrPeerClosed = errors.New("channel: closed by the peer")
 	// ErrUnresponsive is the cause of a channel whose peer stopped answering heartbeats.
 	ErrUnresponsive = errors.New("channel: peer unresponsive")
+	// ErrNotSent wraps the error of a message that was not sent because the channel closed
+	// first: a request that fails with it may be sent elsewhere.
+	ErrNotSent = errors.New("not sent")
 )
 
 // Options tune a channel; zero fields take the defaults.
@@ -406,13 +409,13 @@ func (c *Channel) recycle(f frame) {
 
 func (c *Channel) enqueue(ctx context.Context, f frame) error {
 	if c.ctx.Err() != nil {
-		return fmt.Errorf("channel: send %s: %w", f.h.typ, c.Err())
+		return fmt.Errorf("channel: send %s: %w: %w", f.h.typ, ErrNotSent, c.Err())
 	}
 	w := c.weight(f)
 	if !c.room.TryAcquire(w) {
 		if err := c.acquire(ctx, w); err != nil {
 			if c.ctx.Err() != nil {
-				return fmt.Errorf("channel: send %s: %w", f.h.typ, c.Err())
+				return fmt.Errorf("channel: send %s: %w: %w", f.h.typ, ErrNotSent, c.Err())
 			}
 			return fmt.Errorf("channel: send %s: queue full: %w", f.h.typ, err)
 		}
@@ -425,7 +428,7 @@ func (c *Channel) enqueue(ctx context.Context, f frame) error {
 		return fmt.Errorf("channel: send %s: queue full: %w", f.h.typ, ctx.Err())
 	case <-c.ctx.Done():
 		c.room.Release(w)
-		return fmt.Errorf("channel: send %s: %w", f.h.typ, c.Err())
+		return fmt.Errorf("channel: send %s: %w: %w", f.h.typ, ErrNotSent, c.Err())
 	}
 }
 
