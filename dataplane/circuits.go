@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/zmesh/zmesh/internal/ctrlproto"
@@ -47,13 +48,7 @@ func (r *Router) requestCircuit(ctx context.Context, req *ctrlproto.CircuitReque
 	req.RequestID = strconv.FormatUint(r.requests.Add(1), 10)
 	rctx, cancel := context.WithTimeout(ctx, r.requestTimeout()+15*time.Second)
 	defer cancel()
-	ch, err := r.ctrl.channel(rctx)
-	if err != nil {
-		r.metrics.circuitFailed(failRequest)
-		r.book.refused(0, xgress.Initiator, r.requestInfo(req), err.Error())
-		return nil, err
-	}
-	reply, err := ctrlproto.Call[*ctrlproto.CircuitReply](rctx, ch, req)
+	reply, err := ctrlCall[*ctrlproto.CircuitReply](rctx, r.ctrl, req)
 	if err == nil {
 		err = reply.Err()
 	}
@@ -291,12 +286,11 @@ func (r *Router) tellFault(f pendingFault) {
 	}
 }
 
+// sendFault tells every member: the one that made the circuit ends it, the others do not
+// know it and ignore it.
 func (r *Router) sendFault(f pendingFault) error {
-	ch := r.ctrl.current()
-	if ch == nil {
-		return ErrNoController
-	}
-	return ch.SendWithin(time.Second, &ctrlproto.Fault{CircuitID: f.circuit, Reason: f.reason, Unrouted: f.unrouted, Clean: f.clean})
+	msg := &ctrlproto.Fault{CircuitID: f.circuit, Reason: f.reason, Unrouted: f.unrouted, Clean: f.clean}
+	return r.ctrl.sendAll(func(ch *ctrlproto.Channel) error { return ch.SendWithin(time.Second, msg) })
 }
 
 // flushFaults sends the kept faults; those that still cannot be sent are kept.
@@ -332,11 +326,11 @@ func (r *Router) faultLoop(ctx context.Context) {
 	}
 }
 
-// connected runs after each accepted Hello: the controller learns the links and the faults it
-// missed.
-func (r *Router) connected() {
+// connected runs after each accepted Hello, with its channel: that member learns the links,
+// and the faults no member could be told are told.
+func (r *Router) connected(ch *ctrlproto.Channel) {
 	r.metrics.ctrlConnections.Inc()
-	r.reportLinks()
+	r.reportLinks(ch)
 	r.flushFaults()
 }
 
@@ -390,30 +384,31 @@ func (r *Router) linkDown(l *link.Link, err error) {
 	}
 }
 
-// reportLinks tells the controller of every link, once the control channel is (again)
-// connected: a controller that restarted, or that dropped this router's links from its
-// graph when the channel went down, otherwise knows them only at their next latency probe,
-// and finds no path meanwhile. Reports are serialized, so that a link going down meanwhile is
+// reportLinks tells the member at ch of every link, once its control channel is (again)
+// connected: a member that restarted, or that dropped this router's links from its graph
+// when the channel went down, otherwise knows them only at their next latency probe, and
+// finds no path meanwhile. Reports are serialized, so that a link going down meanwhile is
 // never reported up after its down report: the registry forgets a link before its Down event.
-func (r *Router) reportLinks() {
+func (r *Router) reportLinks(ch *ctrlproto.Channel) {
 	r.reportMu.Lock()
 	defer r.reportMu.Unlock()
 	for _, l := range r.links.Links() {
-		r.sendLinkState(l, true)
+		r.sendLinkState(l, true, func(ctx context.Context, m ctrlproto.Message) error { return ch.Send(ctx, m) })
 	}
 }
 
+// reportLink tells every member of a link's state: each routes over the links it knows.
 func (r *Router) reportLink(l *link.Link, up bool) {
 	r.reportMu.Lock()
 	defer r.reportMu.Unlock()
-	r.sendLinkState(l, up)
+	r.sendLinkState(l, up, r.ctrl.send)
 }
 
-func (r *Router) sendLinkState(l *link.Link, up bool) {
+func (r *Router) sendLinkState(l *link.Link, up bool, send func(context.Context, ctrlproto.Message) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	st := &ctrlproto.LinkState{LinkID: l.ID(), PeerRouterID: l.PeerID(), Up: up, Latency: l.Latency()}
-	if err := r.ctrl.send(ctx, st); err != nil {
+	if err := send(ctx, st); err != nil {
 		r.log.Debug("link state not sent", "link", l.ID(), "err", err)
 	}
 }
@@ -437,17 +432,9 @@ func (r *Router) idleLoop(ctx context.Context) {
 		if len(idle) == 0 {
 			continue
 		}
-		ch, err := r.ctrl.channel(ctx)
-		if err != nil {
+		valid, ok := r.validCircuits(ctx, idle)
+		if !ok {
 			continue
-		}
-		reply, err := ctrlproto.Call[*ctrlproto.IdleCircuitsReply](ctx, ch, &ctrlproto.IdleCircuitsCheck{CircuitIDs: idle})
-		if err != nil {
-			continue
-		}
-		valid := map[uint64]bool{}
-		for _, id := range reply.Valid {
-			valid[id] = true
 		}
 		var unknown []uint64
 		for _, id := range idle {
@@ -459,6 +446,36 @@ func (r *Router) idleLoop(ctx context.Context) {
 			r.endIdle(ctx, unknown)
 		}
 	}
+}
+
+// validCircuits asks every connected member which of ids it knows: a circuit is valid when
+// one of them does (a member knows the circuits it made, and those routers reported to it
+// when they connected). ok is false unless every member answered: one that did not may be
+// the one that made a circuit, and nothing is ended on a partial answer.
+func (r *Router) validCircuits(ctx context.Context, ids []uint64) (valid map[uint64]bool, ok bool) {
+	chs := r.ctrl.channels()
+	if len(chs) == 0 {
+		return nil, false
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	valid, ok = map[uint64]bool{}, true
+	for _, ch := range chs {
+		wg.Go(func() {
+			reply, err := ctrlproto.Call[*ctrlproto.IdleCircuitsReply](ctx, ch, &ctrlproto.IdleCircuitsCheck{CircuitIDs: ids})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				ok = false
+				return
+			}
+			for _, id := range reply.Valid {
+				valid[id] = true
+			}
+		})
+	}
+	wg.Wait()
+	return valid, ok
 }
 
 // endIdle ends circuits the controller no longer knows after forwarder.xgressCloseCheckInterval,

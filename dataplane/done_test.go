@@ -403,10 +403,7 @@ func TestControllerRestartKeepsCircuits(t *testing.T) {
 	n.stopController()
 	testutil.Eventually(t, "the routers to lose the controller", func() bool {
 		for _, tr := range n.routers {
-			tr.r.ctrl.mu.Lock()
-			connected := tr.r.ctrl.ch != nil
-			tr.r.ctrl.mu.Unlock()
-			if connected {
+			if tr.r.ctrl.isConnected() {
 				return false
 			}
 		}

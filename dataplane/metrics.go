@@ -109,13 +109,21 @@ func newRouterMetrics(r *Router) *routerMetrics {
 			func() float64 { return float64(r.pool.DoubleReleases()) }),
 		gauge("zmesh_xgress_dial_queue_depth", "Service dials waiting for their turn (forwarder.xgressDialQueueLength bounds it).", dialLoad(false)),
 		gauge("zmesh_xgress_dial_workers_busy", "Service dials running now (forwarder.xgressDialWorkerCount at most).", dialLoad(true)),
-		gauge("zmesh_ctrl_connected", "1 while the control channel to the controller is up, 0 otherwise.", func() float64 {
+		gauge("zmesh_ctrl_members_connected", "Controllers (cluster members) the router has a control channel to now.", func() float64 {
+			if r.ctrl == nil {
+				return 0
+			}
+			return float64(len(r.ctrl.channels()))
+		}),
+		ctrlMembersCollector{r: r, desc: prometheus.NewDesc("zmesh_ctrl_member_connected",
+			"1 for each controller (cluster member) the router has a control channel to now, by its id.", []string{"controller"}, nil)},
+		gauge("zmesh_ctrl_connected", "1 while a control channel to a controller is up, 0 otherwise.", func() float64 {
 			if r.ctrl != nil && r.ctrl.isConnected() {
 				return 1
 			}
 			return 0
 		}),
-		gauge("zmesh_ctrl_latency_seconds", "Round trip of the control channel's last answered heartbeat; 0 while disconnected.", func() float64 {
+		gauge("zmesh_ctrl_latency_seconds", "Round trip of the last answered heartbeat of the control channel requests go to; 0 while disconnected.", func() float64 {
 			if r.ctrl == nil {
 				return 0
 			}
@@ -153,6 +161,23 @@ func newRouterMetrics(r *Router) *routerMetrics {
 
 // circuitFailed counts a failed circuit setup.
 func (m *routerMetrics) circuitFailed(stage string) { m.circuitsFailed[stage].Inc() }
+
+// ctrlMembersCollector lists the connected members at scrape time.
+type ctrlMembersCollector struct {
+	r    *Router
+	desc *prometheus.Desc
+}
+
+func (c ctrlMembersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c ctrlMembersCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.r.ctrl == nil {
+		return
+	}
+	for id := range c.r.ctrl.channels() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 1, id)
+	}
+}
 
 // linkCollector reads each link's counters at scrape time: links come and go, and their
 // counters are the links' own atomics.

@@ -197,11 +197,7 @@ func (o *routerOverlay) WatchServices(ctx context.Context, f func([]tunnel.Servi
 func (o *routerOverlay) services(ctx context.Context, since int64) ([]tunnel.Service, int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.r.requestTimeout())
 	defer cancel()
-	ch, err := o.r.ctrl.channel(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
-	reply, err := ctrlproto.Call[*ctrlproto.TunnelServicesReply](ctx, ch, &ctrlproto.TunnelServices{Since: since})
+	reply, err := ctrlCall[*ctrlproto.TunnelServicesReply](ctx, o.r.ctrl, &ctrlproto.TunnelServices{Since: since})
 	if err == nil {
 		err = reply.Err()
 	}

@@ -362,9 +362,13 @@ func (r *Router) handlers(ch *ctrlproto.Channel) {
 		return nil, nil
 	})
 	ch.Handle(ctrlproto.TypeSessionState, func(_ context.Context, m ctrlproto.Message) (ctrlproto.Message, error) {
-		r.sessionCache.apply(m.(*ctrlproto.SessionState))
+		r.sessionCache.apply(ch, m.(*ctrlproto.SessionState))
 		return nil, nil
 	})
+	go func() {
+		<-ch.Done()
+		r.sessionCache.forget(ch)
+	}()
 	ch.Handle(ctrlproto.TypeLinkDial, func(_ context.Context, m ctrlproto.Message) (ctrlproto.Message, error) {
 		d := m.(*ctrlproto.LinkDial)
 		if r.dialer == nil {

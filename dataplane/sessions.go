@@ -35,11 +35,12 @@ type sessionCache struct {
 	apiByID     map[string]string               // id → token
 	sessions    map[string]ctrlproto.Session    // by token
 	sessByID    map[string]string               // id → token
-	loading     bool                            // a Reset arrived and Complete has not yet
-	seen        map[string]bool                 // ids in the state being loaded
-	changed     bool                            // since the last save
-	applied     chan struct{}                   // closed and replaced by each apply
-	tunnel      []ctrlproto.TunnelService       // the tunnel's services, as last listed
+	// loads are the full states being loaded (a Reset arrived, Complete has not yet), by
+	// their sender (each cluster member sends its own), with the ids seen since the Reset.
+	loads   map[any]map[string]bool
+	changed bool                      // since the last save
+	applied chan struct{}             // closed and replaced by each apply
+	tunnel  []ctrlproto.TunnelService // the tunnel's services, as last listed
 	// removed is called, without mu, with the tokens of the API sessions and sessions that
 	// went away; updated with the API sessions whose admitted certificates changed.
 	removed func(apiSessions, sessions []string)
@@ -49,7 +50,7 @@ type sessionCache struct {
 func newSessionCache(removed func(apiSessions, sessions []string), updated func([]ctrlproto.APISession)) *sessionCache {
 	return &sessionCache{apiSessions: map[string]ctrlproto.APISession{}, apiByID: map[string]string{},
 		sessions: map[string]ctrlproto.Session{}, sessByID: map[string]string{}, removed: removed, updated: updated,
-		applied: make(chan struct{})}
+		applied: make(chan struct{}), loads: map[any]map[string]bool{}}
 }
 
 // apiSession returns the API session with this token.
@@ -117,14 +118,16 @@ func (s *sessionCache) await(has func() bool, connected func() bool) bool {
 	}
 }
 
-// apply takes one SessionState message. A full state (Reset … Complete) replaces the copy:
-// what it does not hold is removed once it is complete.
-func (s *sessionCache) apply(m *ctrlproto.SessionState) {
+// apply takes one SessionState message from src (the channel of the member that sent it).
+// A full state (Reset … Complete) replaces the copy: what it does not hold, and no message
+// from any member added since its Reset, is removed once it is complete. Full states from
+// several members may be under way at once, each with its own Reset and Complete.
+func (s *sessionCache) apply(src any, m *ctrlproto.SessionState) {
 	var goneAPI, goneSess []string
 	var changedAPI []ctrlproto.APISession
 	s.mu.Lock()
 	if m.Reset {
-		s.loading, s.seen = true, map[string]bool{}
+		s.loads[src] = map[string]bool{}
 	}
 	for _, id := range m.RemovedAPISessions {
 		goneAPI = s.dropAPISession(id, goneAPI)
@@ -139,8 +142,8 @@ func (s *sessionCache) apply(m *ctrlproto.SessionState) {
 			changedAPI = append(changedAPI, a)
 		}
 		s.apiSessions[a.Token], s.apiByID[a.ID] = a, a.Token
-		if s.loading {
-			s.seen["a/"+a.ID] = true
+		for _, seen := range s.loads {
+			seen["a/"+a.ID] = true
 		}
 	}
 	for _, se := range m.Sessions {
@@ -148,22 +151,22 @@ func (s *sessionCache) apply(m *ctrlproto.SessionState) {
 			goneSess = s.dropSession(se.ID, goneSess)
 		}
 		s.sessions[se.Token], s.sessByID[se.ID] = se, se.Token
-		if s.loading {
-			s.seen["s/"+se.ID] = true
+		for _, seen := range s.loads {
+			seen["s/"+se.ID] = true
 		}
 	}
-	if m.Complete && s.loading {
+	if seen, loading := s.loads[src]; m.Complete && loading {
 		for id := range s.apiByID {
-			if !s.seen["a/"+id] {
+			if !seen["a/"+id] {
 				goneAPI = s.dropAPISession(id, goneAPI)
 			}
 		}
 		for id := range s.sessByID {
-			if !s.seen["s/"+id] {
+			if !seen["s/"+id] {
 				goneSess = s.dropSession(id, goneSess)
 			}
 		}
-		s.loading, s.seen = false, nil
+		delete(s.loads, src)
 	}
 	s.changed = true
 	close(s.applied)
@@ -316,4 +319,11 @@ func (s *sessionCache) saveLoop(ctx context.Context, path string, interval time.
 			return
 		}
 	}
+}
+
+// forget drops the full state src was sending, if any: its channel closed before Complete.
+func (s *sessionCache) forget(src any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.loads, src)
 }

@@ -18,7 +18,7 @@ func TestSessionCacheReportsCertChanges(t *testing.T) {
 		}
 	})
 	legacy := ctrlproto.APISession{ID: "a1", Token: "t1", IdentityID: "i1"}
-	c.apply(&ctrlproto.SessionState{APISessions: []ctrlproto.APISession{legacy}})
+	c.apply(nil, &ctrlproto.SessionState{APISessions: []ctrlproto.APISession{legacy}})
 	if len(updated) != 0 {
 		t.Fatalf("a new API session reported as changed: %v", updated)
 	}
@@ -39,7 +39,7 @@ func TestSessionCacheReportsCertChanges(t *testing.T) {
 		{admits("f2"), true},       // one fewer
 	} {
 		updated = nil
-		c.apply(&ctrlproto.SessionState{APISessions: []ctrlproto.APISession{step.entry}})
+		c.apply(nil, &ctrlproto.SessionState{APISessions: []ctrlproto.APISession{step.entry}})
 		if got := len(updated) == 1; got != step.want || (got && !slices.Equal(updated[0], step.entry.CertFingerprints)) {
 			t.Fatalf("entry admitting %v: reported %v, want reported %v", step.entry.CertFingerprints, updated, step.want)
 		}
@@ -55,5 +55,37 @@ func TestSessionCacheReportsCertChanges(t *testing.T) {
 	}
 	if !legacy.AdmitsCert("anything") {
 		t.Fatal("an entry without the list refuses a certificate")
+	}
+}
+
+// Full states from two members, interleaved, remove nothing that either holds; a full state
+// that lacks a session still removes it.
+func TestSessionCacheFullStatesFromTwoMembers(t *testing.T) {
+	var removed []string
+	c := newSessionCache(func(_, sess []string) { removed = append(removed, sess...) }, nil)
+	s1 := ctrlproto.Session{ID: "s1", Token: "t1"}
+	s2 := ctrlproto.Session{ID: "s2", Token: "t2"}
+	x, y := "member x", "member y"
+	c.apply(x, &ctrlproto.SessionState{Reset: true, Sessions: []ctrlproto.Session{s1}})
+	c.apply(y, &ctrlproto.SessionState{Reset: true, Sessions: []ctrlproto.Session{s1}})
+	c.apply(x, &ctrlproto.SessionState{Sessions: []ctrlproto.Session{s2}, Complete: true})
+	c.apply(y, &ctrlproto.SessionState{Sessions: []ctrlproto.Session{s2}, Complete: true})
+	if len(removed) != 0 {
+		t.Fatalf("interleaved full states removed %v", removed)
+	}
+	for _, tok := range []string{"t1", "t2"} {
+		if _, ok := c.session(tok); !ok {
+			t.Fatalf("session %s missing", tok)
+		}
+	}
+	// x's channel closes in the middle of a full state: y's completes alone.
+	c.apply(x, &ctrlproto.SessionState{Reset: true})
+	c.forget(x)
+	c.apply(y, &ctrlproto.SessionState{Reset: true, Sessions: []ctrlproto.Session{s1}, Complete: true})
+	if !slices.Equal(removed, []string{"t2"}) {
+		t.Fatalf("a full state without s2 removed %v, want t2", removed)
+	}
+	if len(c.loads) != 0 {
+		t.Fatalf("full states still loading: %v", c.loads)
 	}
 }

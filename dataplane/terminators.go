@@ -133,11 +133,10 @@ func (r *Router) runOp(ctx context.Context, op *ctrlOp) error {
 	defer cancel()
 	stop := context.AfterFunc(op.ctx, cancel)
 	defer stop()
-	ch, err := r.ctrl.channel(ctx)
-	if err != nil {
-		return err
-	}
-	ctx, cancelT := context.WithTimeout(ctx, r.requestTimeout())
-	defer cancelT()
-	return op.call(ctx, ch)
+	// The timeout starts once a member is connected.
+	return r.ctrl.do(ctx, func(ctx context.Context, ch *ctrlproto.Channel) error {
+		ctx, cancelT := context.WithTimeout(ctx, r.requestTimeout())
+		defer cancelT()
+		return op.call(ctx, ch)
+	})
 }

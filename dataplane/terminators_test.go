@@ -118,9 +118,7 @@ func TestRateLimitedQueueFull(t *testing.T) {
 	h := n.routers["H"].r
 	n.stopController()
 	testutil.Eventually(t, "the router to see the controller gone", func() bool {
-		h.ctrl.mu.Lock()
-		defer h.ctrl.mu.Unlock()
-		return h.ctrl.ch == nil
+		return !h.ctrl.isConnected()
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
