@@ -119,7 +119,9 @@ func StartWith(t testing.TB, opts Options) *Controller {
 func (c *Controller) Restart(t testing.TB) *Controller {
 	t.Helper()
 	c.Stop()
-	return start(t, c.cfg, c.APIAddr, c.CtrlAddr, c.Logs)
+	// A copy: the stopped controller's goroutines may still read the one it was opened on.
+	cfg := *c.cfg
+	return start(t, &cfg, c.APIAddr, c.CtrlAddr, c.Logs)
 }
 
 func start(t testing.TB, cfg *config.Controller, apiAddr, ctrlAddr string, logs *LogBuffer) *Controller {
