@@ -24,39 +24,37 @@ import (
 	"github.com/zmesh/zmesh/xgress"
 )
 
-// startCluster starts three controllers with cluster sections, ids a, b and c, b and c with
-// a's CA imported, and makes them a cluster: init on a, then add b and c.
-func startCluster(t *testing.T) map[string]*ctrltest.Controller {
+// startMember starts a controller with a cluster section, with id; caDir, when not "", is
+// the data directory of the member whose CA it imports first.
+func startMember(t *testing.T, id, caDir string) (*ctrltest.Controller, string) {
 	t.Helper()
-	members := map[string]*ctrltest.Controller{}
-	dirs := map[string]string{}
-	for _, id := range []string{"a", "b", "c"} {
-		cfg := ctrltest.Config(t)
-		raft := freePort(t)
-		cfg.Cluster = &config.ControllerCluster{
-			ID: id, DataDir: filepath.Join(cfg.DataDir, "raft"), Listen: raft, Advertise: raft,
-			HeartbeatTimeout: 500 * time.Millisecond, ElectionTimeout: 500 * time.Millisecond, LeaderLeaseTimeout: 500 * time.Millisecond,
-			ApplyTimeout: 5 * time.Second, SnapshotInterval: time.Minute, SnapshotThreshold: 8192, TrailingLogs: 10240,
-		}
-		if a := members["a"]; a != nil {
-			caDir := filepath.Join(dirs["a"], "pki")
-			if err := controlplane.ImportCA(filepath.Join(cfg.DataDir, "pki"), filepath.Join(caDir, pki.CACertFile), filepath.Join(caDir, pki.CAKeyFile)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		dirs[id] = cfg.DataDir
-		members[id] = ctrltest.StartWith(t, ctrltest.Options{Config: cfg})
+	cfg := ctrltest.Config(t)
+	raft := freePort(t)
+	cfg.Cluster = &config.ControllerCluster{
+		ID: id, DataDir: filepath.Join(cfg.DataDir, "raft"), Listen: raft, Advertise: raft,
+		HeartbeatTimeout: 500 * time.Millisecond, ElectionTimeout: 500 * time.Millisecond, LeaderLeaseTimeout: 500 * time.Millisecond,
+		ApplyTimeout: 5 * time.Second, SnapshotInterval: time.Minute, SnapshotThreshold: 8192, TrailingLogs: 10240,
 	}
-	ctx := t.Context()
-	if _, err := controlplane.RunClusterCommand(ctx, dirs["a"], controlplane.ClusterRequest{Op: "init"}); err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"b", "c"} {
-		if _, err := controlplane.RunClusterCommand(ctx, dirs["a"], controlplane.ClusterRequest{Op: "add", Arg: members[id].APIAddr}); err != nil {
+	if caDir != "" {
+		pkiDir := filepath.Join(caDir, "pki")
+		if err := controlplane.ImportCA(filepath.Join(cfg.DataDir, "pki"), filepath.Join(pkiDir, pki.CACertFile), filepath.Join(pkiDir, pki.CAKeyFile)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return members
+	return ctrltest.StartWith(t, ctrltest.Options{Config: cfg}), cfg.DataDir
+}
+
+// clusterCommand runs a cluster command on the member whose data directory is dir, again
+// while the member knows no leader (a cluster of two that just grew may hold an election).
+func clusterCommand(t *testing.T, dir, op, arg string) {
+	t.Helper()
+	testutil.EventuallyNil(t, "cluster "+op+" "+arg, func() error {
+		_, err := controlplane.RunClusterCommand(t.Context(), dir, controlplane.ClusterRequest{Op: op, Arg: arg})
+		if err != nil && !strings.Contains(err.Error(), "knows of none") {
+			t.Fatalf("cluster %s %s: %v", op, arg, err)
+		}
+		return err
+	})
 }
 
 func freePort(t *testing.T) string {
@@ -113,8 +111,12 @@ func gathered(t *testing.T, tr *testRouter) map[string]*dto.MetricFamily {
 // other two, the circuit keeps forwarding and new circuits are made by the others.
 func TestRoutersConnectToEveryMember(t *testing.T) {
 	t.Parallel()
-	members := startCluster(t)
-	a := members["a"]
+	// The first member, a cluster of one, with the routers and the service; b and c join
+	// after. (A member's read caches see only the writes made on it: b and c build theirs
+	// from what they receive when they join.)
+	a, dirA := startMember(t, "a", "")
+	clusterCommand(t, dirA, "init", "")
+	members := map[string]*ctrltest.Controller{"a": a}
 	n := &testNet{t: t, dir: t.TempDir(), routers: map[string]*testRouter{}, ctl: a, ctrl: a.Ctrl, m: a.Model, ctrlAdr: a.CtrlAddr, apiAddr: a.APIAddr}
 	t.Cleanup(n.stop) // before the members stop
 	n.addRouter("B", false, `link:
@@ -134,6 +136,11 @@ listeners:
       mode: proxy
       services: [echo:{{port}}]
 `)
+	n.service("echo", "B", echoServer(t))
+	for _, id := range []string{"b", "c"} {
+		members[id], _ = startMember(t, id, dirA)
+		clusterCommand(t, dirA, "add", members[id].APIAddr)
+	}
 	all := []string{"a", "b", "c"}
 	for _, name := range []string{"A", "B"} {
 		tr := n.routers[name]
@@ -183,7 +190,6 @@ listeners:
 	for _, id := range all {
 		testutil.Eventually(t, "member "+id+" routing over the link A–B", func() bool { return routesOver(members[id]) })
 	}
-	n.service("echo", "B", echoServer(t))
 	proxy := n.routers["A"].r.ProxyAddress("echo")
 	conn, err := net.Dial("tcp", proxy)
 	if err != nil {
@@ -212,6 +218,7 @@ listeners:
 	if creator == "" {
 		t.Fatal("no member knows the circuit")
 	}
+	t.Logf("member %s made the circuit; it stops", creator)
 	valid, ok := n.routers["A"].r.validCircuits(t.Context(), ids)
 	if !ok || !valid[ids[0]] {
 		t.Fatalf("validCircuits: %v, %v; want the circuit valid", valid, ok)
