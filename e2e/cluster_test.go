@@ -1,18 +1,25 @@
 package e2e
 
 import (
+	"bytes"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netns"
 
 	"github.com/zmesh/zmesh/internal/apiclient"
 	"github.com/zmesh/zmesh/internal/netnstest"
@@ -26,9 +33,12 @@ type clusterMember struct {
 }
 
 // TestControllerCluster runs three controller processes as a cluster on loopback in a
-// namespace of its own: while four clients create 1,000 identities through all three
-// members, the leader is killed (SIGKILL); a new leader is elected, every identity answered
-// 201 is on both survivors, and the killed member, started again, catches up. A member
+// namespace of its own, and two routers told of one member: while four clients create 1,000
+// identities through all three members and a circuit through the two routers carries 256
+// MiB, the leader is killed (SIGKILL); a new leader is elected, every identity answered 201
+// is on both survivors, the 256 MiB come back byte-identical, the routers make new circuits
+// with the survivors and their endpoints files list every member, and the killed member,
+// started again, catches up. A member
 // stopped with SIGSTOP while writes go on leaves the others taking writes and catches up when
 // continued. A member removed, emptied and added again catches up from a snapshot. The CLI
 // keeps working with one member down.
@@ -146,6 +156,114 @@ cluster:
 		return ""
 	}
 
+	// Two routers, A and B, linked, enrolled through the cluster and told of member a only;
+	// B hosts the service "echo" (a server in the namespace), A proxies it on a local port.
+	admin := client(a)
+	create := func(path string, body any) string {
+		t.Helper()
+		var out struct {
+			ID string `json:"id"`
+		}
+		if _, err := admin.Do(ctx, "POST", apiclient.ManagementAPI+path, body, &out); err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		return out.ID
+	}
+	echoAddr := serveEcho(t, ns)
+	routerIDs := map[string]string{}
+	routerFiles := map[string]string{}
+	for _, r := range []struct{ name, extra string }{
+		{"A", `link:
+  listeners:
+    - binding: transport
+      bind: tls:127.0.0.1:16000
+      advertise: tls:127.0.0.1:16000
+listeners:
+  - binding: tunnel
+    options:
+      mode: proxy
+      services: [echo:18080]
+`},
+		{"B", `link:
+  dialers:
+    - binding: transport
+listeners:
+  - binding: tunnel
+    options:
+      mode: host
+`},
+	} {
+		id := create("/edge-routers", map[string]any{"name": r.name, "isTunnelerEnabled": true})
+		var detail struct {
+			EnrollmentJWT string `json:"enrollmentJwt"`
+		}
+		if _, err := admin.Do(ctx, "GET", apiclient.ManagementAPI+"/edge-routers/"+id, nil, &detail); err != nil {
+			t.Fatal(err)
+		}
+		rdir := filepath.Join(dir, "router-"+r.name)
+		file := writeFile(t, filepath.Join(rdir, "router.yml"), fmt.Sprintf(`v: 3
+identity:
+  cert: certs/client.cert
+  server_cert: certs/server.cert
+  key: certs/router.key
+  ca: certs/ca.cert
+ctrl:
+  endpoint: tls:127.0.0.1:16262
+edge:
+  csr:
+    sans:
+      ip: [127.0.0.1]
+%s`, r.extra))
+		jwt := writeFile(t, filepath.Join(rdir, "router.jwt"), detail.EnrollmentJWT)
+		run(t, ns, time.Minute, bin, "router", "enroll", file, "--jwt", jwt)
+		routerIDs[r.name], routerFiles[r.name] = id, file
+	}
+	create("/edge-router-policies", map[string]any{"name": "all", "semantic": "AnyOf", "identityRoles": []string{"#all"}, "edgeRouterRoles": []string{"#all"}})
+	create("/service-edge-router-policies", map[string]any{"name": "all", "semantic": "AnyOf", "serviceRoles": []string{"#all"}, "edgeRouterRoles": []string{"#all"}})
+	echoHost, echoPort, _ := strings.Cut(echoAddr, ":")
+	port, _ := strconv.Atoi(echoPort)
+	hc := create("/configs", map[string]any{"name": "echo-host", "configTypeId": "host.v1", "data": map[string]any{"protocol": "tcp", "address": echoHost, "port": port}})
+	create("/services", map[string]any{"name": "echo", "configs": []string{hc}})
+	create("/service-policies", map[string]any{"name": "A-dials", "type": "Dial", "semantic": "AnyOf", "identityRoles": []string{"@" + routerIDs["A"]}, "serviceRoles": []string{"#all"}})
+	create("/service-policies", map[string]any{"name": "B-binds", "type": "Bind", "semantic": "AnyOf", "identityRoles": []string{"@" + routerIDs["B"]}, "serviceRoles": []string{"#all"}})
+	routerB := start(t, ns, "router B", procOptions{}, bin, "router", "run", routerFiles["B"])
+	routerA := start(t, ns, "router A", procOptions{}, bin, "router", "run", routerFiles["A"])
+	routerA.waitOutput(t, "link up")
+	routerB.waitOutput(t, "link up")
+	// echoOnce makes a circuit through A and B and checks the echo.
+	echoOnce := func() error {
+		var conn net.Conn
+		err := netnstest.Run(ns, func() (err error) {
+			conn, err = net.DialTimeout("tcp", "127.0.0.1:18080", 10*time.Second)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := conn.Write([]byte("ping")); err != nil {
+			return err
+		}
+		got := make([]byte, 4)
+		if _, err := io.ReadFull(conn, got); err != nil {
+			return err
+		}
+		if string(got) != "ping" {
+			return fmt.Errorf("echo %q", got)
+		}
+		return nil
+	}
+	testutil.EventuallyNil(t, "a circuit through routers A and B", echoOnce)
+
+	// 256 MiB through one circuit, paused after 64 MiB until the leader has been killed.
+	const transferSize, pauseAt = 256 << 20, 64 << 20
+	transferPaused, leaderKilled := make(chan struct{}), make(chan struct{})
+	transferDone := make(chan error, 1)
+	go func() {
+		transferDone <- carry(ns, "127.0.0.1:18080", transferSize, pauseAt, transferPaused, leaderKilled)
+	}()
+
 	// 1,000 identities from four clients, one per member and one more on a; the leader is
 	// killed after the first 200 answers.
 	const total, writers = 1000, 4
@@ -188,11 +306,17 @@ cluster:
 		})
 	}
 	<-killNow
+	select {
+	case <-transferPaused:
+	case err := <-transferDone:
+		t.Fatalf("the transfer ended before its pause: %v", err)
+	}
 	if err := killed.proc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	<-killed.proc.done
 	killedAt := time.Now()
+	close(leaderKilled)
 	var survivors []*clusterMember
 	for _, m := range members {
 		if m != killed {
@@ -209,6 +333,21 @@ cluster:
 	})
 	election := time.Since(killedAt)
 	wg.Wait()
+	if err := <-transferDone; err != nil {
+		t.Errorf("256 MiB through routers A and B across the leader's death: %v", err)
+	}
+	// The routers go on with the survivors: a new circuit, and the members in their
+	// endpoints files.
+	testutil.EventuallyNil(t, "a new circuit after the leader's death", echoOnce)
+	for name, file := range routerFiles {
+		eps := string(readFile(t, filepath.Join(filepath.Dir(file), "endpoints")))
+		for i := range members {
+			if want := fmt.Sprintf("127.0.0.1:%d", 16262+i); !strings.Contains(eps, want) {
+				t.Errorf("router %s's endpoints file lacks %s:\n%s", name, want, eps)
+			}
+		}
+	}
+
 	t.Logf("leader %s killed after 200 answers; %s leads %v later (an upper bound: the list is read by a command); %d created, %d refused",
 		killed.id, newLeader, election.Round(time.Millisecond), len(created), len(failed))
 	if election > 5*time.Second {
@@ -331,4 +470,67 @@ cluster:
 	if out := cli("edge", "list", "identities", "name contains \"cli-with-a-down\""); !strings.Contains(out, "cli-with-a-down") {
 		t.Errorf("list with a down: %s", out)
 	}
+}
+
+// serveEcho serves, on a loopback port of namespace ns, a TCP echo, and returns its address.
+func serveEcho(t *testing.T, ns netns.NsHandle) string {
+	t.Helper()
+	var ln net.Listener
+	if err := netnstest.Run(ns, func() (err error) {
+		ln, err = net.Listen("tcp4", "127.0.0.1:0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// carry sends size pseudo-random bytes through an echo at addr (dialed in ns) and checks
+// that the same bytes come back; after pauseAt bytes came back it closes paused and waits
+// for resume before it goes on.
+func carry(ns netns.NsHandle, addr string, size, pauseAt int, paused, resume chan struct{}) error {
+	var conn net.Conn
+	if err := netnstest.Run(ns, func() (err error) {
+		conn, err = net.DialTimeout("tcp", addr, 10*time.Second)
+		return err
+	}); err != nil {
+		return err
+	}
+	defer conn.Close()
+	data := make([]byte, size)
+	rand.NewChaCha8([32]byte{1}).Read(data)
+	sent := make(chan error, 1)
+	go func() {
+		_, err := conn.Write(data)
+		sent <- err
+	}()
+	got := make([]byte, size)
+	if _, err := io.ReadFull(conn, got[:pauseAt]); err != nil {
+		return fmt.Errorf("after %d bytes: %w", pauseAt, err)
+	}
+	close(paused)
+	<-resume
+	if _, err := io.ReadFull(conn, got[pauseAt:]); err != nil {
+		return fmt.Errorf("after the pause: %w", err)
+	}
+	if err := <-sent; err != nil {
+		return err
+	}
+	if !bytes.Equal(got, data) {
+		return errors.New("the bytes that came back differ from those sent")
+	}
+	return nil
 }
