@@ -16,11 +16,13 @@ import (
 
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane"
+	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/paths"
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
 	"github.com/zmesh/zmesh/internal/ctrltest"
 	"github.com/zmesh/zmesh/internal/testutil"
+	"github.com/zmesh/zmesh/sdk"
 	"github.com/zmesh/zmesh/xgress"
 )
 
@@ -107,8 +109,10 @@ func gathered(t *testing.T, tr *testRouter) map[string]*dto.MetricFamily {
 // TestRoutersConnectToEveryMember: two routers configured with one member's endpoint of a
 // cluster of three connect to all three (the metrics and the controllerPing check say so,
 // the endpoints file lists them), every member routes over their link, and a circuit A→B
-// carries data. The member that made the circuit stops: both routers stay connected to the
-// other two, the circuit keeps forwarding and new circuits are made by the others.
+// carries data, and so does an SDK client's through A's edge listener. The member that made
+// the circuit (the SDK client's first controller) stops: both routers stay connected to the
+// other two, the circuit keeps forwarding, new circuits are made by the others, and the SDK
+// client lists its services through another member and dials again.
 func TestRoutersConnectToEveryMember(t *testing.T) {
 	t.Parallel()
 	// The first member, a cluster of one, with the routers and the service; b and c join
@@ -131,12 +135,32 @@ func TestRoutersConnectToEveryMember(t *testing.T) {
     - binding: transport
       groups: [ab]
 listeners:
+  - binding: edge
+    bind: tls:127.0.0.1:{{port}}
+    advertise: tls:127.0.0.1:{{same}}
   - binding: tunnel
     options:
       mode: proxy
       services: [echo:{{port}}]
 `)
 	n.service("echo", "B", echoServer(t))
+	// An SDK client may dial echo through router A's edge listener.
+	caPEM, err := os.ReadFile(filepath.Join(n.dir, "A", "ca.cert"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.dir, "ca.pem"), caPEM, 0o600); err != nil { // identityFile's CA
+		t.Fatal(err)
+	}
+	sdkCert, _ := n.enrolled("sdk-client")
+	if err := n.m.CreateEdgeRouterPolicy(&model.EdgeRouterPolicy{Name: "all", Semantic: model.SemanticAny,
+		IdentityRoles: []string{"#all"}, EdgeRouterRoles: []string{"@" + n.routers["A"].id}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.m.CreateServiceEdgeRouterPolicy(&model.ServiceEdgeRouterPolicy{Name: "all", Semantic: model.SemanticAny,
+		ServiceRoles: []string{"#all"}, EdgeRouterRoles: []string{"#all"}}); err != nil {
+		t.Fatal(err)
+	}
 	for _, id := range []string{"b", "c"} {
 		members[id], _ = startMember(t, id, dirA)
 		clusterCommand(t, dirA, "add", members[id].APIAddr)
@@ -219,6 +243,36 @@ listeners:
 		t.Fatal("no member knows the circuit")
 	}
 	t.Logf("member %s made the circuit; it stops", creator)
+	// An SDK client whose identity file lists the three members, the one that stops first,
+	// dials through router A.
+	idFile := n.identityFile(sdkCert)
+	idFile.ZtAPIs = []string{"https://" + members[creator].APIAddr}
+	for _, id := range all {
+		if id != creator {
+			idFile.ZtAPIs = append(idFile.ZtAPIs, "https://"+members[id].APIAddr)
+		}
+	}
+	sdkClient, err := sdk.New(sdkIdentity(t, idFile), sdk.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sdkClient.Close()
+	sdkEcho := func(line string) error {
+		c, err := sdkClient.Dial(t.Context(), "echo")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := fmt.Fprintln(c, line); err != nil {
+			return err
+		}
+		if got, err := bufio.NewReader(c).ReadString('\n'); err != nil || got != line+"\n" {
+			return fmt.Errorf("echo: %q, %v", got, err)
+		}
+		return nil
+	}
+	testutil.EventuallyNil(t, "an SDK circuit through the cluster", func() error { return sdkEcho("sdk") })
 	valid, ok := n.routers["A"].r.validCircuits(t.Context(), ids)
 	if !ok || !valid[ids[0]] {
 		t.Fatalf("validCircuits: %v, %v; want the circuit valid", valid, ok)
@@ -233,6 +287,11 @@ listeners:
 		}
 	}
 	echo(t, conn, rd, "after the member stopped")
+	// The SDK client lists its services through another member and dials again.
+	if svcs, err := sdkClient.Services(t.Context()); err != nil || len(svcs) != 1 {
+		t.Fatalf("the SDK's services with member %s stopped: %v, %v", creator, svcs, err)
+	}
+	testutil.EventuallyNil(t, "an SDK circuit after the member stopped", func() error { return sdkEcho("sdk again") })
 
 	// A new circuit is made by one of the others.
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
