@@ -12,7 +12,6 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/api"
@@ -506,12 +505,10 @@ func (c *Controller) refreshOwnRecord(n *cluster.Node) error {
 	return c.store.Update(func(tx *store.Tx) error { return c.members.Put(tx, &self) })
 }
 
-// clusterStats are the node's figures for health and metrics, read from raft's statistics.
+// clusterStats are the node's figures for health and metrics (Node.Health).
 type clusterStats struct {
-	ID, State, Leader               string
-	Term, CommitIndex, AppliedIndex uint64
-	Members                         int
-	Member                          bool
+	cluster.Health
+	Member bool // this controller is in the cluster's configuration
 }
 
 func (c *Controller) clusterStats() (clusterStats, bool) {
@@ -519,16 +516,12 @@ func (c *Controller) clusterStats() (clusterStats, bool) {
 	if n == nil {
 		return clusterStats{}, false
 	}
-	s := n.Stats()
-	num := func(k string) uint64 { v, _ := strconv.ParseUint(s[k], 10, 64); return v }
-	leader, _ := n.Leader()
-	st := clusterStats{ID: n.ID(), State: n.State(), Leader: leader,
-		Term: num("term"), CommitIndex: num("commit_index"), AppliedIndex: num("applied_index")}
-	if ms, err := n.Members(); err == nil {
-		st.Members = len(ms)
-		st.Member = slices.ContainsFunc(ms, func(m cluster.Member) bool { return m.ID == n.ID() })
+	h, err := n.Health()
+	if err != nil {
+		c.log.Warn("read the cluster's health", "err", err)
 	}
-	return st, true
+	member := slices.ContainsFunc(h.Members, func(m cluster.MemberHealth) bool { return m.ID == n.ID() })
+	return clusterStats{Health: h, Member: member}, true
 }
 
 // clusterMetrics are the figures of the metrics; none without a cluster section.
@@ -537,22 +530,30 @@ func (c *Controller) clusterMetrics() (metrics.Cluster, bool) {
 	if !ok {
 		return metrics.Cluster{}, false
 	}
-	return metrics.Cluster{Leader: st.State == "Leader", Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Members: st.Members}, true
+	return metrics.Cluster{Leader: st.State == "Leader", Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Members: len(st.Members)}, true
 }
 
 // checkCluster is the cluster health check: healthy when this member belongs to a cluster
-// whose leader it knows, which takes the writes.
+// and can take writes now (a leader with a quorum in contact, or a follower that knows its
+// leader).
 func (c *Controller) checkCluster(context.Context) (any, error) {
 	st, _ := c.clusterStats()
-	details := map[string]any{"id": st.ID, "state": st.State, "leader": st.Leader, "term": st.Term,
-		"commitIndex": st.CommitIndex, "appliedIndex": st.AppliedIndex, "members": st.Members}
+	details := map[string]any{"id": st.ID, "state": st.State, "leader": st.LeaderID, "term": st.Term,
+		"commitIndex": st.CommitIndex, "appliedIndex": st.AppliedIndex, "members": len(st.Members)}
+	var problem string
 	switch {
+	case st.Failure != "":
+		problem = "this member stopped following the log: " + st.Failure
 	case !st.Member:
-		details["error"] = "not in a cluster yet: run zmesh controller cluster init on it, or add it from a member"
-		return details, errors.New(details["error"].(string))
-	case st.Leader == "":
-		details["error"] = "the cluster has no leader: an election is under way or there is no quorum; writes are refused"
-		return details, errors.New(details["error"].(string))
+		problem = "not in a cluster yet: run zmesh controller cluster init on it, or add it from a member"
+	case st.LeaderID == "":
+		problem = "the cluster has no leader: an election is under way or there is no quorum; writes are refused"
+	case !st.Writable:
+		problem = "this member leads but hears from no quorum of the members; writes are refused"
+	}
+	if problem != "" {
+		details["error"] = problem
+		return details, errors.New(problem)
 	}
 	return details, nil
 }
