@@ -476,6 +476,11 @@ func (c *Controller) followMembers(ctx context.Context, every time.Duration) {
 				c.log.Warn("update this controller's record in the cluster", "err", err)
 			}
 		}
+		if n.State() == "Leader" {
+			if err := c.pruneRecords(n); err != nil {
+				c.log.Warn("delete the records of controllers no longer in the cluster", "err", err)
+			}
+		}
 		c.membershipChanged()
 	}
 }
@@ -503,6 +508,51 @@ func (c *Controller) refreshOwnRecord(n *cluster.Node) error {
 		self.JoinedAt = time.Now().UTC()
 	}
 	return c.store.Update(func(tx *store.Tx) error { return c.members.Put(tx, &self) })
+}
+
+// pruneRecords deletes the records of controllers that are not in the cluster's
+// configuration: those of the members a recovery left out (RecoverMember), or one whose
+// removal was not followed by its record's deletion. A member's record is written after it
+// joined the configuration, so the configuration read after the records includes every
+// member whose record was read.
+func (c *Controller) pruneRecords(n *cluster.Node) error {
+	stale := func(tx *store.Tx) ([]string, error) {
+		var recs []string
+		if err := c.members.Each(tx, func(r *ControllerRecord) error { recs = append(recs, r.ID); return nil }); err != nil {
+			return nil, err
+		}
+		ms, err := n.Members()
+		if err != nil {
+			return nil, err
+		}
+		return slices.DeleteFunc(recs, func(id string) bool {
+			return slices.ContainsFunc(ms, func(m cluster.Member) bool { return m.ID == id })
+		}), nil
+	}
+	var found []string
+	if err := c.store.View(func(tx *store.Tx) (err error) { found, err = stale(tx); return err }); err != nil || len(found) == 0 {
+		return err
+	}
+	var deleted []string
+	if err := c.store.Update(func(tx *store.Tx) error {
+		ids, err := stale(tx)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if err := c.members.Delete(tx, id); err != nil {
+				return err
+			}
+		}
+		deleted = ids
+		return nil
+	}); err != nil {
+		return err
+	}
+	if len(deleted) > 0 {
+		c.log.Info("deleted the records of controllers no longer in the cluster", "controllers", deleted)
+	}
+	return nil
 }
 
 // clusterStats are the node's figures for health and metrics (Node.Health).

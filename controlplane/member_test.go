@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/zmesh/zmesh/controlplane/store"
 	"io"
 	"log/slog"
 	"net"
@@ -443,5 +444,33 @@ func TestMemberStopsWhenItsStoreFails(t *testing.T) {
 	err := <-b.done
 	if err == nil || !strings.Contains(err.Error(), "cluster member b") {
 		t.Fatalf("b stopped with %v, want an error naming the member", err)
+	}
+}
+
+// TestLeaderPrunesRecords: the leader deletes the record of a controller that is not in the
+// cluster's configuration (one a recovery left out) and keeps the members'.
+func TestLeaderPrunesRecords(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	a := startMember(t, dir, "a", "")
+	if _, err := RunClusterCommand(ctx, dir, ClusterRequest{Op: "init"}); err != nil {
+		t.Fatal(err)
+	}
+	c := a.ctrl
+	ghost := ControllerRecord{ID: "lost", RaftAddress: "127.0.0.1:1", APIAddress: "127.0.0.1:2", CtrlAddress: "tls:127.0.0.1:3"}
+	if err := c.store.Update(func(tx *store.Tx) error { return c.members.Put(tx, &ghost) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.pruneRecords(c.Node()); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	if err := c.store.View(func(tx *store.Tx) error {
+		return c.members.Each(tx, func(r *ControllerRecord) error { ids = append(ids, r.ID); return nil })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 1 || ids[0] != "a" {
+		t.Fatalf("records after pruning: %v, want a's alone", ids)
 	}
 }

@@ -41,7 +41,9 @@ type clusterMember struct {
 // started again, catches up. A member
 // stopped with SIGSTOP while writes go on leaves the others taking writes and catches up when
 // continued. A member removed, emptied and added again catches up from a snapshot. The CLI
-// keeps working with one member down.
+// keeps working with one member down. A second member lost for good leaves the third
+// without a quorum; recovered as a cluster of itself alone, it leads with every record, the
+// routers follow it, and a member added afresh catches up.
 func TestControllerCluster(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: runs the controllers in a network namespace of its own")
@@ -469,6 +471,72 @@ edge:
 	}
 	if out := cli("edge", "list", "identities", "name contains \"cli-with-a-down\""); !strings.Contains(out, "cli-with-a-down") {
 		t.Errorf("list with a down: %s", out)
+	}
+
+	// Disaster: b is lost too, for good, and c alone has no quorum: it takes no write.
+	// Stopped, recovered as a cluster of itself alone and started again, it leads with every
+	// record, takes writes, the routers make circuits through it and learn that the
+	// cluster is c alone, and a member added from an empty directory catches up from its
+	// snapshot.
+	if err := b.proc.stop(syscall.SIGKILL, time.Minute); err == nil {
+		t.Log("b ended with status 0 on SIGKILL")
+	}
+	env := []string{"env", "HOME=" + home, bin}
+	if out, err := runErr(t, ns, time.Minute, append(env, "edge", "create", "identity", "without-quorum")...); err == nil || !strings.Contains(out, "503") {
+		t.Errorf("a write on c alone, without a quorum: %v\n%s", err, out)
+	}
+	if out := cli("edge", "list", "identities", "name contains \"cli-with-a-down\""); !strings.Contains(out, "cli-with-a-down") {
+		t.Errorf("a list on c alone, without a quorum: %s", out)
+	}
+	if err := c.proc.stop(syscall.SIGTERM, time.Minute); err != nil {
+		t.Fatalf("stop c: %v", err)
+	}
+	if out := cluster(c, "recover", "--dry-run"); !strings.Contains(out, "configuration found:") || strings.Count(out, " at 127.0.0.1:") != 3 {
+		t.Errorf("recover --dry-run on c:\n%s", out)
+	}
+	if out := cluster(c, "recover"); !strings.Contains(out, "recovered: c is a cluster of itself alone") {
+		t.Errorf("recover on c:\n%s", out)
+	}
+	startMember(c)
+	testutil.EventuallyNil(t, "c leads after its recovery", func() error {
+		if l := leaderOf(c); l != c.id {
+			return fmt.Errorf("leader %q", l)
+		}
+		return nil
+	})
+	if got := names(c, "kill-"); len(got) < len(created) {
+		t.Errorf("c holds %d of the %d identities answered 201 after its recovery", len(got), len(created))
+	}
+	if out := cli("edge", "create", "identity", "after-recovery"); !strings.Contains(out, "created identity") {
+		t.Errorf("create after the recovery: %s", out)
+	}
+	testutil.EventuallyNil(t, "a new circuit through the recovered cluster", echoOnce)
+	for name, file := range routerFiles {
+		testutil.EventuallyNil(t, "router "+name+"'s endpoints file lists c alone", func() error {
+			eps := string(readFile(t, filepath.Join(filepath.Dir(file), "endpoints")))
+			if !strings.Contains(eps, "127.0.0.1:16264") || strings.Contains(eps, "127.0.0.1:16262") || strings.Contains(eps, "127.0.0.1:16263") {
+				return fmt.Errorf("endpoints file:\n%s", eps)
+			}
+			return nil
+		})
+	}
+	if err := os.RemoveAll(a.dataDir); err != nil {
+		t.Fatal(err)
+	}
+	cluster(a, "import-ca", caCert, caKey)
+	startMember(a)
+	cluster(c, "add", a.api)
+	testutil.EventuallyNil(t, "a, added afresh, catches up", func() error {
+		if got := names(a, "after-recovery"); len(got) != 1 {
+			return fmt.Errorf("%d of 1", len(got))
+		}
+		return nil
+	})
+	if !strings.Contains(a.proc.out.String(), "Installed remote snapshot") {
+		t.Errorf("a caught up without installing a snapshot")
+	}
+	if out := cluster(c, "list"); strings.Count(out, "\n") != 3 || strings.Contains(out, "\nb ") {
+		t.Errorf("cluster list after the recovery and a's addition, want a and c:\n%s", out)
 	}
 }
 

@@ -144,6 +144,16 @@ func (p *proc) waitOutput(t *testing.T, s string) {
 // does not exit with status 0 within timeout.
 func run(t *testing.T, ns netns.NsHandle, timeout time.Duration, argv ...string) string {
 	t.Helper()
+	out, err := runErr(t, ns, timeout, argv...)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+	return out
+}
+
+// runErr is run for a command that may fail: its output and its error.
+func runErr(t *testing.T, ns netns.NsHandle, timeout time.Duration, argv ...string) (string, error) {
+	t.Helper()
 	p := start(t, ns, filepath.Base(argv[0])+" "+strings.Join(argv[1:min(3, len(argv))], " "), procOptions{}, argv...)
 	select {
 	case <-p.done:
@@ -151,8 +161,5 @@ func run(t *testing.T, ns netns.NsHandle, timeout time.Duration, argv ...string)
 		p.cmd.Process.Kill()
 		<-p.done
 	}
-	if p.err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), p.err, p.out)
-	}
-	return p.out.String()
+	return p.out.String(), p.err
 }

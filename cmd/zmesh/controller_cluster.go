@@ -84,7 +84,7 @@ func newControllerClusterCommand(lookupEnv env) *cobra.Command {
 		sub.MarkFlagRequired("config")
 		cmd.AddCommand(sub)
 	}
-	cmd.AddCommand(newControllerImportCACommand(lookupEnv))
+	cmd.AddCommand(newControllerImportCACommand(lookupEnv), newControllerRecoverCommand(lookupEnv))
 	return cmd
 }
 
@@ -133,6 +133,58 @@ func newControllerImportCACommand(lookupEnv env) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&file, "config", "c", "", "the new member's configuration file")
+	cmd.MarkFlagRequired("config")
+	return cmd
+}
+
+func newControllerRecoverCommand(lookupEnv env) *cobra.Command {
+	var file string
+	var dryRun bool
+	var lf logFlags
+	cmd := &cobra.Command{
+		Use:   "recover --config FILE",
+		Short: "Make the one survivor of a cluster that lost its quorum a cluster of itself alone",
+		Long: "When a majority of the members is lost for good, the cluster has no leader and takes no\n" +
+			"write. Run this on the stopped controller FILE describes, one survivor: every entry of\n" +
+			"its raft log is applied to its store and its raft configuration is rewritten to hold it\n" +
+			"alone. Started again, it leads; add new members to it from empty data directories. Do\n" +
+			"not start the other old members again. Writes only the lost members held are lost, and\n" +
+			"entries this member held that the cluster had not committed are kept. With several\n" +
+			"survivors, run it with --dry-run on each and recover the one whose last entry has the\n" +
+			"highest term, then index. The raft directory is copied aside first.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log, err := newLogger(cmd.ErrOrStderr(), lf, lookupEnv)
+			if err != nil {
+				return err
+			}
+			cfg, err := loadClusterConfig(cmd, file, lookupEnv)
+			if err != nil {
+				return err
+			}
+			r, err := controlplane.RecoverMember(cfg, log, dryRun)
+			out := cmd.OutOrStdout()
+			if len(r.Members) > 0 || r.LastIndex > 0 {
+				fmt.Fprintf(out, "member %s: last log entry %d (term %d), store applied up to %d\n", cfg.Cluster.ID, r.LastIndex, r.LastTerm, r.AppliedIndex)
+				fmt.Fprintln(out, "configuration found:")
+				for _, m := range r.Members {
+					fmt.Fprintf(out, "  %s at %s (voter: %t)\n", m.ID, m.Address, m.Voter)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if dryRun {
+				return nil
+			}
+			fmt.Fprintf(out, "recovered: %s is a cluster of itself alone; the raft state as it was is in %s\n", cfg.Cluster.ID, r.Aside)
+			fmt.Fprintln(out, "start the controller, then add new members from empty data directories (zmesh controller cluster add)")
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "config", "c", "", "the controller's configuration file")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only show the member's raft state: its last entry and configuration")
+	lf.register(cmd.Flags())
 	cmd.MarkFlagRequired("config")
 	return cmd
 }
