@@ -19,12 +19,15 @@ import (
 
 // running is a controller serving on loopback for a test.
 type running struct {
-	cfg   *config.Controller
-	url   string
-	stop  context.CancelFunc
-	done  chan error
-	roots *x509.CertPool
-	admin *apiclient.Client
+	cfg  *config.Controller
+	ctrl *Controller
+	url  string
+	// ctrlAddr is the control channel's host:port, "" when it is not served.
+	ctrlAddr string
+	stop     context.CancelFunc
+	done     chan error
+	roots    *x509.CertPool
+	admin    *apiclient.Client
 }
 
 func testConfig(dir, addr string) *config.Controller {
@@ -37,8 +40,21 @@ func testConfig(dir, addr string) *config.Controller {
 	}
 }
 
-// start runs a controller on dir; addr "" picks a free loopback port.
+// start runs a controller on dir, without the control channel; addr "" picks a free
+// loopback port.
 func start(t *testing.T, dir, addr string) *running {
+	t.Helper()
+	return serve(t, dir, addr, false)
+}
+
+// startWithCtrl runs a controller on dir that serves the routers' control channel too, both
+// on free loopback ports.
+func startWithCtrl(t *testing.T, dir string) *running {
+	t.Helper()
+	return serve(t, dir, "", true)
+}
+
+func serve(t *testing.T, dir, addr string, withCtrl bool) *running {
 	t.Helper()
 	if addr == "" {
 		addr = "127.0.0.1:0"
@@ -54,10 +70,21 @@ func start(t *testing.T, dir, addr string) *running {
 		ln.Close()
 		t.Fatal(err)
 	}
+	var ctrlLn net.Listener
+	if withCtrl {
+		if ctrlLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			ln.Close()
+			ctrl.Close()
+			t.Fatal(err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{cfg: cfg, url: "https://" + cfg.API.Advertise, stop: cancel, done: make(chan error, 1), roots: ctrl.CA().Pool()}
+	r := &running{cfg: cfg, ctrl: ctrl, url: "https://" + cfg.API.Advertise, stop: cancel, done: make(chan error, 1), roots: ctrl.CA().Pool()}
+	if ctrlLn != nil {
+		r.ctrlAddr = ctrlLn.Addr().String()
+	}
 	ready := make(chan struct{})
-	go func() { r.done <- ctrl.Serve(ctx, ln, func(net.Addr) { close(ready) }) }()
+	go func() { r.done <- ctrl.ServeWithCtrl(ctx, ln, ctrlLn, func(net.Addr) { close(ready) }) }()
 	<-ready
 	r.admin = apiclient.New(r.url, r.roots, nil)
 	if _, err := r.admin.AuthenticatePassword(ctx, "admin", "admin-pass"); err != nil {

@@ -2,13 +2,9 @@ package controlplane_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
-	"io"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,6 +18,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/zmesh/zmesh/controlplane"
 	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/internal/apiclient"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
@@ -75,10 +72,10 @@ func TestScaleController(t *testing.T) {
 
 	// The data set.
 	start := time.Now()
-	routers := make([]*simRouter, sz.routers)
+	routers := make([]*controlplane.SimRouter, sz.routers)
 	for i := range routers {
 		r := ctrltest.EnrollRouter(t, m, fmt.Sprintf("scale-router-%03d", i), "127.0.0.1")
-		routers[i] = &simRouter{id: r.ID, cert: r.Client}
+		routers[i] = &controlplane.SimRouter{ID: r.ID, Cert: r.Client}
 	}
 	lay := newScaleLayout(sz)
 	pairs, err := lay.build(ctx, t, m, routers)
@@ -113,8 +110,8 @@ func TestScaleController(t *testing.T) {
 	t.Logf("session state: %d API sessions, %d sessions", len(apis), len(sessions))
 	apis, sessions = nil, nil
 
-	dial := func(r *simRouter) error {
-		return r.connect(ctx, c.CtrlAddr, c.Ctrl.CA().Pool())
+	dial := func(r *controlplane.SimRouter) error {
+		return r.Connect(ctx, c.CtrlAddr, c.Ctrl.CA().Pool())
 	}
 
 	// One router alone, then every router at once.
@@ -122,11 +119,11 @@ func TestScaleController(t *testing.T) {
 	if err := dial(one); err != nil {
 		t.Fatal(err)
 	}
-	if err := one.waitSnapshot(ctx, wantEntries); err != nil {
+	if err := one.WaitSnapshot(ctx, wantEntries); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("snapshot, one router: %v (%d entries, %d messages)", one.snapshotTime().Round(time.Microsecond), wantEntries, one.messages.Load())
-	one.close()
+	t.Logf("snapshot, one router: %v (%d entries, %d messages)", one.SnapshotTime().Round(time.Microsecond), wantEntries, one.Messages.Load())
+	one.Close()
 	testutil.Eventually(t, "the first router gone", func() bool { return c.Ctrl.Routers().Connected() == 0 })
 
 	burst := time.Now()
@@ -135,7 +132,7 @@ func TestScaleController(t *testing.T) {
 	for i, r := range routers {
 		wg.Go(func() {
 			if errs[i] = dial(r); errs[i] == nil {
-				errs[i] = r.waitSnapshot(ctx, wantEntries)
+				errs[i] = r.WaitSnapshot(ctx, wantEntries)
 			}
 		})
 	}
@@ -146,7 +143,7 @@ func TestScaleController(t *testing.T) {
 	burstWall := time.Since(burst)
 	times := make([]time.Duration, len(routers))
 	for i, r := range routers {
-		times[i] = r.snapshotTime()
+		times[i] = r.SnapshotTime()
 	}
 	slices.Sort(times)
 	t.Logf("snapshot, %d routers at once: p50 %v, p99 %v, max %v; all done %v after the first dial",
@@ -165,11 +162,11 @@ func TestScaleController(t *testing.T) {
 	// The routers' links: the ingress (router 0) to each of the others, reported by both ends.
 	ingress := routers[0]
 	for _, r := range routers[1:] {
-		link := "scale-link-" + r.id
-		if err := ingress.ch.Send(ctx, &ctrlproto.LinkState{LinkID: link, PeerRouterID: r.id, Up: true, Latency: time.Millisecond}); err != nil {
+		link := "scale-link-" + r.ID
+		if err := ingress.Ch.Send(ctx, &ctrlproto.LinkState{LinkID: link, PeerRouterID: r.ID, Up: true, Latency: time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.ch.Send(ctx, &ctrlproto.LinkState{LinkID: link, PeerRouterID: ingress.id, Up: true, Latency: time.Millisecond}); err != nil {
+		if err := r.Ch.Send(ctx, &ctrlproto.LinkState{LinkID: link, PeerRouterID: ingress.ID, Up: true, Latency: time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -186,21 +183,21 @@ func TestScaleController(t *testing.T) {
 		wantServices, sz.services, listPage, first.Round(time.Microsecond), len(lists), pct(lists, 50), pct(lists, 99), pct(pages, 50), pct(pages, 99))
 
 	// Circuit setup, closed loop.
-	res := setupCircuits(ctx, ingress, pairs, sz.circuitWorkers, sz.circuitDuration)
-	if res.err != nil {
-		t.Fatalf("circuit setup: %d circuits, %d failed, the first: %v", len(res.latencies), res.failed, res.err)
+	res := controlplane.SetupCircuits(ctx, []*controlplane.SimRouter{ingress}, pairs, sz.circuitWorkers, sz.circuitDuration)
+	if res.Err != nil {
+		t.Fatalf("circuit setup: %d circuits, %d failed, the first: %v", len(res.Latencies), res.Failed, res.Err)
 	}
-	slices.Sort(res.latencies)
+	slices.Sort(res.Latencies)
 	var routed int64
 	for _, r := range routers[1:] {
-		routed += r.routes.Load()
+		routed += r.Routes.Load()
 	}
-	if routed != int64(len(res.latencies)) {
-		t.Errorf("%d circuits made but the egress routers were sent %d routes", len(res.latencies), routed)
+	if routed != int64(len(res.Latencies)) {
+		t.Errorf("%d circuits made but the egress routers were sent %d routes", len(res.Latencies), routed)
 	}
 	t.Logf("circuit setup: %d circuits in %v with %d workers, %.0f/s, p50 %v, p99 %v",
-		len(res.latencies), res.elapsed.Round(time.Millisecond), sz.circuitWorkers,
-		float64(len(res.latencies))/res.elapsed.Seconds(), pct(res.latencies, 50), pct(res.latencies, 99))
+		len(res.Latencies), res.Elapsed.Round(time.Millisecond), sz.circuitWorkers,
+		float64(len(res.Latencies))/res.Elapsed.Seconds(), pct(res.Latencies, 50), pct(res.Latencies, 99))
 }
 
 // sizes is what TestScaleController builds and measures.
@@ -298,15 +295,12 @@ func (l scaleLayout) dialService(i int) int {
 	return g + l.groups*((i/l.teams)%perGroup)
 }
 
-// circuitPair is what a circuit request names: a Dial session's token and its service.
-type circuitPair struct{ token, serviceID string }
-
 // maxPairs bounds the Dial sessions the circuit setup cycles through (and the test keeps).
 const maxPairs = 1000
 
 // build writes the data set through the model and returns Dial sessions to make circuits
 // with. Routers are enrolled already.
-func (l scaleLayout) build(ctx context.Context, t *testing.T, m *model.Model, routers []*simRouter) ([]circuitPair, error) {
+func (l scaleLayout) build(ctx context.Context, t *testing.T, m *model.Model, routers []*controlplane.SimRouter) ([]controlplane.CircuitPair, error) {
 	step := func(what string, n int, f func(i int) error) error {
 		start := time.Now()
 		if err := parallel(n, f); err != nil {
@@ -358,7 +352,7 @@ func (l scaleLayout) build(ctx context.Context, t *testing.T, m *model.Model, ro
 		return nil, err
 	}
 	if err := step("terminators", sz.services, func(i int) error {
-		return m.CreateTerminator(&model.Terminator{ServiceID: serviceIDs[i], RouterID: routers[1+i%(len(routers)-1)].id,
+		return m.CreateTerminator(&model.Terminator{ServiceID: serviceIDs[i], RouterID: routers[1+i%(len(routers)-1)].ID,
 			Binding: "proxy", Address: fmt.Sprintf("service-%05d.internal:443", i)})
 	}); err != nil {
 		return nil, err
@@ -371,7 +365,7 @@ func (l scaleLayout) build(ctx context.Context, t *testing.T, m *model.Model, ro
 		CertPEM: string(idp.PEM()), Kid: kid}); err != nil {
 		return nil, err
 	}
-	pairs := make([]circuitPair, min(sz.logins, maxPairs))
+	pairs := make([]controlplane.CircuitPair, min(sz.logins, maxPairs))
 	exp := time.Now().Add(time.Hour).Unix()
 	err := step("logins with a Dial session each", sz.logins, func(i int) error {
 		tok := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{"iss": issuer, "aud": audience, "sub": identityIDs[i], "exp": exp})
@@ -390,7 +384,7 @@ func (l scaleLayout) build(ctx context.Context, t *testing.T, m *model.Model, ro
 			return fmt.Errorf("identity %d, service %s: %w", i, svc, err)
 		}
 		if i < len(pairs) {
-			pairs[i] = circuitPair{token: s.Token, serviceID: svc}
+			pairs[i] = controlplane.CircuitPair{Token: s.Token, ServiceID: svc}
 		}
 		return nil
 	})
@@ -425,107 +419,6 @@ func parallel(n int, f func(i int) error) error {
 	}
 	wg.Wait()
 	return first
-}
-
-// simRouter is a simulated edge router: a control channel client with the router's enrolled
-// certificate that says Hello, takes the session state (counting its entries) and answers
-// every Route at once.
-type simRouter struct {
-	id   string
-	cert tls.Certificate
-	ch   *ctrlproto.Channel
-
-	helloAt  time.Time     // when the Hello was sent
-	complete chan struct{} // closed on the snapshot's Complete
-	doneAt   time.Time     // when it arrived; read after complete is closed
-
-	// entries and messages count the snapshot in progress (on the channel's reader).
-	entries, messages atomic.Int64
-	counting          bool
-	routes            atomic.Int64 // Routes answered
-}
-
-// connect dials the controller's control channel, says Hello and checks the answer; the
-// snapshot follows on its own.
-func (r *simRouter) connect(ctx context.Context, addr string, roots *x509.CertPool) error {
-	conn, err := tls.Dial("tcp", addr, &tls.Config{Certificates: []tls.Certificate{r.cert}, RootCAs: roots,
-		ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13})
-	if err != nil {
-		return fmt.Errorf("router %s: dial the control channel: %w", r.id, err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	// A request waits as long as the controller takes under the load of the burst.
-	ch := ctrlproto.New(context.Background(), conn, log, ctrlproto.Options{RequestTimeout: time.Minute})
-	r.ch = ch
-	r.complete = make(chan struct{})
-	r.entries.Store(0)
-	r.messages.Store(0)
-	r.counting = false
-	ch.Handle(ctrlproto.TypeSessionState, func(_ context.Context, msg ctrlproto.Message) (ctrlproto.Message, error) {
-		st := msg.(*ctrlproto.SessionState)
-		if st.Reset {
-			r.counting = true
-			r.entries.Store(0)
-			r.messages.Store(0)
-		}
-		if !r.counting {
-			return nil, nil // an update after the snapshot
-		}
-		r.entries.Add(int64(len(st.APISessions) + len(st.Sessions)))
-		r.messages.Add(1)
-		if st.Complete {
-			r.counting = false
-			r.doneAt = time.Now()
-			close(r.complete)
-		}
-		return nil, nil
-	})
-	ch.Handle(ctrlproto.TypeRoute, func(_ context.Context, msg ctrlproto.Message) (ctrlproto.Message, error) {
-		r.routes.Add(1)
-		return &ctrlproto.RouteReply{CircuitID: msg.(*ctrlproto.Route).CircuitID}, nil
-	})
-	ignore := func(context.Context, ctrlproto.Message) (ctrlproto.Message, error) { return nil, nil }
-	for _, typ := range []ctrlproto.Type{ctrlproto.TypePeerState, ctrlproto.TypeLinkDial, ctrlproto.TypeUnroute, ctrlproto.TypeEndpointsUpdate} {
-		ch.Handle(typ, ignore)
-	}
-	ch.Start()
-	r.helloAt = time.Now()
-	reply, err := ctrlproto.Call[*ctrlproto.HelloReply](ctx, ch, &ctrlproto.Hello{
-		RouterID: r.id, Version: "scale", Protocol: ctrlproto.ProtocolVersion, Hostname: r.id + ".scale.test",
-		Listeners: []ctrlproto.Listener{{Binding: "edge", Address: "tls:" + r.id + ".scale.test:3022"}},
-	})
-	if err != nil {
-		ch.Close()
-		return fmt.Errorf("router %s: Hello: %w", r.id, err)
-	}
-	if !reply.Accepted {
-		ch.Close()
-		return fmt.Errorf("router %s: Hello refused: %s", r.id, reply.Reason)
-	}
-	return nil
-}
-
-// waitSnapshot waits for the snapshot's Complete and checks that it held want entries.
-func (r *simRouter) waitSnapshot(ctx context.Context, want int64) error {
-	select {
-	case <-r.complete:
-	case <-r.ch.Done():
-		return fmt.Errorf("router %s: the channel closed before the snapshot was complete: %v", r.id, r.ch.Err())
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if got := r.entries.Load(); got != want {
-		return fmt.Errorf("router %s: a snapshot of %d entries; the store holds %d", r.id, got, want)
-	}
-	return nil
-}
-
-// snapshotTime is the time from the Hello to the snapshot's Complete.
-func (r *simRouter) snapshotTime() time.Duration { return r.doneAt.Sub(r.helloAt) }
-
-func (r *simRouter) close() {
-	r.ch.Close()
-	<-r.ch.Done()
 }
 
 // listPage is the page size of the service lists, OpenZiti's SDKs' own.
@@ -566,67 +459,6 @@ func listServices(ctx context.Context, client *apiclient.Client, want, n int) (f
 		}
 	}
 	return first, pages, lists, nil
-}
-
-// circuitResult is what a closed loop of circuit setups did.
-type circuitResult struct {
-	latencies []time.Duration // of the circuits made
-	failed    int
-	err       error // the first failure
-	elapsed   time.Duration
-}
-
-// setupCircuits has workers request circuits on the ingress router's channel for d, each
-// waiting for its answer before the next, cycling through pairs; each circuit made is ended
-// at once with the clean fault a router sends when the circuit's ends are done.
-func setupCircuits(ctx context.Context, ingress *simRouter, pairs []circuitPair, workers int, d time.Duration) circuitResult {
-	var mu sync.Mutex
-	var res circuitResult
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	deadline := start.Add(d)
-	for range workers {
-		wg.Go(func() {
-			var mine []time.Duration
-			defer func() {
-				mu.Lock()
-				res.latencies = append(res.latencies, mine...)
-				mu.Unlock()
-			}()
-			for time.Now().Before(deadline) && ctx.Err() == nil {
-				n := next.Add(1)
-				p := pairs[int(n)%len(pairs)]
-				t0 := time.Now()
-				reply, err := ctrlproto.Call[*ctrlproto.CircuitReply](ctx, ingress.ch, &ctrlproto.CircuitRequest{
-					RequestID: strconv.FormatInt(n, 10), SessionToken: p.token, ServiceID: p.serviceID})
-				if err == nil {
-					err = reply.Err()
-				}
-				if err != nil {
-					mu.Lock()
-					res.failed++
-					if res.err == nil {
-						res.err = err
-					}
-					mu.Unlock()
-					continue
-				}
-				mine = append(mine, time.Since(t0))
-				if err := ingress.ch.Send(ctx, &ctrlproto.Fault{CircuitID: reply.CircuitID, Reason: "finished", Clean: true}); err != nil {
-					mu.Lock()
-					res.failed++
-					if res.err == nil {
-						res.err = err
-					}
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	wg.Wait()
-	res.elapsed = time.Since(start)
-	return res
 }
 
 // pct is the p-th percentile of sorted durations.
