@@ -486,10 +486,13 @@ func (r *reader) version(top *mapping, want int) bool {
 	return true
 }
 
-// filePath reads a file path; relative paths are taken relative to dir.
+// filePath reads a file path, cleaned; relative paths are taken relative to dir.
 func (m *mapping) filePath(key, def, dir string) string {
 	p := m.str(key, def)
 	if p == "" || filepath.IsAbs(p) {
+		if p != "" {
+			p = filepath.Clean(p)
+		}
 		return p
 	}
 	return filepath.Join(dir, p)

@@ -248,9 +248,17 @@ func (c *Controller) ClusterAdd(ctx context.Context, apiAddress string) (Control
 	if !isMember(n) {
 		return ControllerRecord{}, notMemberYet(n)
 	}
-	rec, err := c.fetchSelf(ctx, apiAddress)
+	ans, err := c.fetchSelf(ctx, apiAddress)
 	if err != nil {
 		return ControllerRecord{}, err
+	}
+	rec := ans.ControllerRecord
+	history, err := c.store.History()
+	if err != nil {
+		return ControllerRecord{}, err
+	}
+	if err := cluster.NeedsFreshStore(ans.AppliedIndex, ans.LogHistory, history); err != nil {
+		return ControllerRecord{}, fmt.Errorf("controller %s at %s cannot join: %w; stop it, delete its store (<dataDir>/db) and its raft directory (cluster.dataDir), keep pki/, start it and add it again", rec.ID, apiAddress, err)
 	}
 	if err := n.AddVoter(ctx, rec.ID, rec.RaftAddress); err != nil {
 		return ControllerRecord{}, err
@@ -268,8 +276,8 @@ func notMemberYet(n *cluster.Node) error {
 }
 
 // fetchSelf reads the record of the controller whose API is at apiAddress.
-func (c *Controller) fetchSelf(ctx context.Context, apiAddress string) (ControllerRecord, error) {
-	var rec ControllerRecord
+func (c *Controller) fetchSelf(ctx context.Context, apiAddress string) (selfAnswer, error) {
+	var rec selfAnswer
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		RootCAs:    c.ca.Pool(),
@@ -323,8 +331,25 @@ func (c *Controller) serveSelf(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "a controller certificate of this network's CA is required", http.StatusForbidden)
 		return
 	}
+	ans := selfAnswer{ControllerRecord: c.selfRecord(n)}
+	var err error
+	if ans.AppliedIndex, _, err = c.store.AppliedIndex(); err == nil {
+		ans.LogHistory, err = c.store.History()
+	}
+	if err != nil {
+		http.Error(w, "read this controller's store: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(c.selfRecord(n))
+	json.NewEncoder(w).Encode(ans)
+}
+
+// selfAnswer is a member's record as it serves it to a leader adding it, with where its
+// store stands: the leader refuses a store of another log history (cluster.NeedsFreshStore).
+type selfAnswer struct {
+	ControllerRecord
+	AppliedIndex uint64 `json:"appliedIndex"`
+	LogHistory   string `json:"logHistory"`
 }
 
 // ClusterRemove removes the member id from the cluster and its record. On the leader.

@@ -474,3 +474,49 @@ func TestLeaderPrunesRecords(t *testing.T) {
 		t.Fatalf("records after pruning: %v, want a's alone", ids)
 	}
 }
+
+// TestRecoverMember: recovery refuses a running controller and another member's id, changing
+// nothing; it copies the store and the raft directory aside, and the controller started
+// again takes writes.
+func TestRecoverMember(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	a := startMember(t, dir, "a", "")
+	if _, err := RunClusterCommand(ctx, dir, ClusterRequest{Op: "init"}); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if _, err := RecoverMember(a.cfg, log, false); !errors.Is(err, ErrDataDirInUse) {
+		t.Fatalf("recover a running controller: %v", err)
+	}
+	a.shutdown(t)
+	asides := func() []string {
+		m, _ := filepath.Glob(filepath.Join(dir, "before-recover-*"))
+		return m
+	}
+	found, err := RecoverMember(a.cfg, log, true)
+	if err != nil || !found.Includes("a") || found.LastIndex == 0 || found.Aside != "" || len(asides()) != 0 {
+		t.Fatalf("dry run: %+v (%v), copies %v", found, err, asides())
+	}
+	other := *a.cfg
+	cc := *a.cfg.Cluster
+	cc.ID = "z"
+	other.Cluster = &cc
+	if _, err := RecoverMember(&other, log, false); err == nil || !strings.Contains(err.Error(), "not in the configuration") || len(asides()) != 0 {
+		t.Fatalf("recover as another member: %v, copies %v", err, asides())
+	}
+	r, err := RecoverMember(a.cfg, log, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"db", filepath.Join("raft", "raft.db")} {
+		if _, err := os.Stat(filepath.Join(r.Aside, f)); err != nil {
+			t.Errorf("the copy aside lacks %s: %v", f, err)
+		}
+	}
+	again := runMember(t, dir, "a", "", a.cfg)
+	eventually(t, "a login on the recovered controller", func() bool {
+		_, err := again.api.AuthenticatePassword(ctx, "admin", "admin-pass")
+		return err == nil
+	})
+}

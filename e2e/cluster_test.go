@@ -43,7 +43,8 @@ type clusterMember struct {
 // continued. A member removed, emptied and added again catches up from a snapshot. The CLI
 // keeps working with one member down. A second member lost for good leaves the third
 // without a quorum; recovered as a cluster of itself alone, it leads with every record, the
-// routers follow it, and a member added afresh catches up.
+// routers follow it, the lost member on its old directory is refused, and a member added
+// afresh catches up.
 func TestControllerCluster(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: runs the controllers in a network namespace of its own")
@@ -519,6 +520,15 @@ edge:
 			}
 			return nil
 		})
+	}
+	// b, lost, comes back on its old directory: its store holds entries under indexes the
+	// recovered cluster gives to others, so c refuses to add it.
+	startMember(b)
+	if out, err := runErr(t, ns, time.Minute, bin, "controller", "cluster", "add", b.api, "--config", c.file); err == nil || !strings.Contains(out, "another log history") {
+		t.Errorf("add b, lost before the recovery, on its old directory: %v\n%s", err, out)
+	}
+	if err := b.proc.stop(syscall.SIGTERM, time.Minute); err != nil {
+		t.Fatalf("stop b: %v", err)
 	}
 	if err := os.RemoveAll(a.dataDir); err != nil {
 		t.Fatal(err)

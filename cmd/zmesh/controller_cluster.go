@@ -151,7 +151,9 @@ func newControllerRecoverCommand(lookupEnv env) *cobra.Command {
 			"not start the other old members again. Writes only the lost members held are lost, and\n" +
 			"entries this member held that the cluster had not committed are kept. With several\n" +
 			"survivors, run it with --dry-run on each and recover the one whose last entry has the\n" +
-			"highest term, then index. The raft directory is copied aside first.",
+			"highest term, then index. The store and the raft directory are copied aside first, to\n" +
+			"<dataDir>/before-recover-<time>-<random>. A lost member must not come back on its old\n" +
+			"directories: add it again from empty ones.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log, err := newLogger(cmd.ErrOrStderr(), lf, lookupEnv)
@@ -177,7 +179,7 @@ func newControllerRecoverCommand(lookupEnv env) *cobra.Command {
 			if dryRun {
 				return nil
 			}
-			fmt.Fprintf(out, "recovered: %s is a cluster of itself alone; the raft state as it was is in %s\n", cfg.Cluster.ID, r.Aside)
+			fmt.Fprintf(out, "recovered: %s is a cluster of itself alone; the store and the raft state as they were are in %s\n", cfg.Cluster.ID, r.Aside)
 			fmt.Fprintln(out, "start the controller, then add new members from empty data directories (zmesh controller cluster add)")
 			return nil
 		},

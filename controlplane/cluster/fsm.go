@@ -200,13 +200,14 @@ func (f *fsm) outcomeOf(id entryID, after uint64) (o outcome, found, known bool)
 }
 
 // restored notes that a snapshot covering the log up to index was installed: the entries
-// it covers are not replayed, and their outcomes are not known here.
-func (f *fsm) restored(index uint64) {
+// it covers are not replayed, and their outcomes are not known here. A store replaced by a
+// snapshot of another log history may go back: replaced sets last to index whatever it was.
+func (f *fsm) restored(index uint64, replaced bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	clear(f.outcomes)
 	f.order = nil
-	if index > f.last {
+	if index > f.last || replaced && index != f.last {
 		f.advance(index)
 	}
 	f.from = f.last + 1
@@ -270,12 +271,17 @@ func decodeEntry(b []byte) (entryID, uint64, *store.WriteSet, error) {
 
 // snapshotMagic starts a snapshot, followed by the store's applied index at the snapshot
 // and the raft index of the last entry the member had processed then (8 bytes big-endian
-// each), and a store backup (store.Backup). A snapshot of the first version
-// (snapshotMagicV1) holds only the store's index.
+// each), the store's log history (store.History: a length byte and the bytes), and a store
+// backup (store.Backup). A snapshot of the second version (snapshotMagicV2) has no history
+// (the first, ""), one of the first version (snapshotMagicV1) holds only the store's index.
 const (
-	snapshotMagic   = "zmesh-raft-snapshot 2\n"
+	snapshotMagic   = "zmesh-raft-snapshot 3\n"
+	snapshotMagicV2 = "zmesh-raft-snapshot 2\n"
 	snapshotMagicV1 = "zmesh-raft-snapshot 1\n"
 )
+
+// maxHistory bounds a history's name, written after a length byte.
+const maxHistory = 255
 
 // Snapshot notes the applied index; Persist then writes a backup. The backup is taken
 // later than the index, while writes go on, so it may hold later write sets too: Badger's
@@ -294,12 +300,20 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	if restoring {
 		return nil, fmt.Errorf("cluster: snapshot: %w", store.ErrRestoring)
 	}
-	return &snapshot{st: f.st, index: idx, last: f.lastIndex()}, nil
+	history, err := f.st.History()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: snapshot: %w", err)
+	}
+	if len(history) > maxHistory {
+		return nil, fmt.Errorf("cluster: snapshot: the store's log history %q is longer than %d bytes", history, maxHistory)
+	}
+	return &snapshot{st: f.st, index: idx, last: f.lastIndex(), history: history}, nil
 }
 
 type snapshot struct {
 	st          *store.Store
 	index, last uint64
+	history     string
 }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
@@ -308,7 +322,9 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 		if _, err := io.WriteString(w, snapshotMagic); err != nil {
 			return err
 		}
-		if _, err := w.Write(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, s.index), s.last)); err != nil {
+		head := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, s.index), s.last)
+		head = append(append(head, byte(len(s.history))), s.history...)
+		if _, err := w.Write(head); err != nil {
 			return err
 		}
 		if err := s.st.Backup(w); err != nil {
@@ -327,9 +343,9 @@ func (s *snapshot) Release() {}
 
 // Restore installs a snapshot: raft calls it for a snapshot a leader sends a member that
 // is too far behind for the log, and at every start for the latest local snapshot. A store
-// that holds the snapshot's state already (its applied index is at least the snapshot's: a
-// restart) is kept as it is; otherwise the snapshot is written to a file, checked, and
-// replaces the live store's content (store.ReplaceFromBackup).
+// that holds the snapshot's state already (its applied index is at least the snapshot's, in
+// the same log history: a restart) is kept as it is; otherwise the snapshot is written to a
+// file, checked, and replaces the live store's content (store.ReplaceFromBackup).
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	if err := f.faulted(); err != nil { // the node is stopping; the next start restores
@@ -341,14 +357,25 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("cluster: restore: read the snapshot's header: %w", err)
 	}
 	idx := binary.BigEndian.Uint64(head[len(snapshotMagic):])
-	last := idx
+	last, history := idx, ""
 	switch got := string(head[:len(snapshotMagic)]); got {
-	case snapshotMagic:
-		var b [8]byte
-		if _, err := io.ReadFull(r, b[:]); err != nil {
+	case snapshotMagic, snapshotMagicV2:
+		var b [9]byte
+		n := 8
+		if got == snapshotMagic {
+			n = 9
+		}
+		if _, err := io.ReadFull(r, b[:n]); err != nil {
 			return fmt.Errorf("cluster: restore: read the snapshot's header: %w", err)
 		}
-		last = binary.BigEndian.Uint64(b[:])
+		last = binary.BigEndian.Uint64(b[:8])
+		if got == snapshotMagic {
+			h := make([]byte, b[8])
+			if _, err := io.ReadFull(r, h); err != nil {
+				return fmt.Errorf("cluster: restore: read the snapshot's header: %w", err)
+			}
+			history = string(h)
+		}
 	case snapshotMagicV1:
 	default:
 		return fmt.Errorf("cluster: restore: not a zmesh snapshot: it starts with %q, not %q", got, snapshotMagic)
@@ -357,10 +384,18 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return fmt.Errorf("cluster: restore: %w", err)
 	}
-	if !restoring && idx > 0 && local >= idx {
+	localHistory, err := f.st.History()
+	if err != nil {
+		return fmt.Errorf("cluster: restore: %w", err)
+	}
+	if !restoring && idx > 0 && local >= idx && localHistory == history {
 		f.log.Info("the store holds the snapshot's state already; keeping it", "snapshot_index", idx, "applied_index", local)
-		f.restored(max(last, local))
+		f.restored(max(last, local), false)
 		return nil
+	}
+	if localHistory != history && local > 0 {
+		f.log.Warn("the store followed another log history than the snapshot's (a cluster recovered from the loss of a majority); replacing it",
+			"store_history", localHistory, "snapshot_history", history, "applied_index", local)
 	}
 	tmp, err := os.CreateTemp(f.dir, "install-*.backup")
 	if err != nil {
@@ -381,6 +416,6 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if local, _, err = f.st.AppliedIndex(); err != nil {
 		return fmt.Errorf("cluster: restore: %w", err)
 	}
-	f.restored(max(last, local))
+	f.restored(max(last, local), true)
 	return nil
 }

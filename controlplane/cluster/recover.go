@@ -1,9 +1,13 @@
 package cluster
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,6 +31,11 @@ type State struct {
 	AppliedIndex uint64
 }
 
+// Includes tells whether the member id is in the configuration.
+func (st State) Includes(id string) bool {
+	return slices.ContainsFunc(st.Members, func(m Member) bool { return m.ID == id })
+}
+
 // ReadState reads the raft state of the stopped member c describes (c.Dir, and c.Store
 // for the applied index), changing nothing.
 func ReadState(c Config) (State, error) {
@@ -45,8 +54,10 @@ func ReadState(c Config) (State, error) {
 // member alone, at c.Advertise (c.Bind when empty). Started again (New), it elects itself
 // and takes writes; other members are added afresh, from empty directories. What only the
 // lost members had is lost; what this member had that the cluster had not yet committed is
-// committed now. The member must be in the configuration its raft state holds (not a
-// removed member, nor another member's directory). It returns the state found before.
+// committed now. The store starts a new log history (store.SetHistory), so that a store of
+// a lost member, whose indexes may name other entries, is told apart (see NeedsFreshStore).
+// The member must be in the configuration its raft state holds (not a removed member, nor
+// another member's directory). It returns the state found before.
 func Recover(c Config) (State, error) {
 	addr := c.Advertise
 	if addr == "" {
@@ -55,13 +66,18 @@ func Recover(c Config) (State, error) {
 	if addr == "" {
 		return State{}, errors.New("cluster: recover: Config.Advertise and Config.Bind are empty: the member's raft address is needed")
 	}
+	tcp, err := net.ResolveTCPAddr("tcp", addr) // as the transport advertises it
+	if err != nil {
+		return State{}, fmt.Errorf("cluster: recover: the member's raft address %q: %w", addr, err)
+	}
+	addr = tcp.String()
 	var before State
-	err := withRaftState(c, func(logs *raftboltdb.BoltStore, snaps *raft.FileSnapshotStore) error {
+	err = withRaftState(c, func(logs *raftboltdb.BoltStore, snaps *raft.FileSnapshotStore) error {
 		var err error
 		if before, err = readState(c, logs, snaps); err != nil {
 			return err
 		}
-		if !slices.ContainsFunc(before.Members, func(m Member) bool { return m.ID == c.ID }) {
+		if !before.Includes(c.ID) {
 			return fmt.Errorf("cluster: recover: member %s is not in the configuration its raft state in %s holds (%s): it was removed from the cluster, or the directory is another member's",
 				c.ID, c.Dir, memberList(before.Members))
 		}
@@ -70,11 +86,14 @@ func Recover(c Config) (State, error) {
 		conf.Logger = newHCLogger(c.Log.With("member", c.ID))
 		_, trans := raft.NewInmemTransport(raft.ServerAddress(addr)) // for the snapshot's peers only
 		defer trans.Close()
-		f := newFSM(c.Store, c.Log.With("member", c.ID), c.Dir)
+		f := &recoveryFSM{fsm: newFSM(c.Store, c.Log.With("member", c.ID), c.Dir)}
 		alone := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(c.ID), Address: raft.ServerAddress(addr)}}}
 		if err := raft.RecoverCluster(conf, f, logs, logs, snaps, trans, alone); err != nil {
 			if fault := f.faulted(); fault != nil {
 				return fmt.Errorf("cluster: recover %s: %w", c.ID, fault)
+			}
+			if f.restoreErr != nil {
+				err = fmt.Errorf("%w: %w", err, f.restoreErr)
 			}
 			return fmt.Errorf("cluster: recover %s: %w", c.ID, err)
 		}
@@ -89,6 +108,42 @@ func Recover(c Config) (State, error) {
 	}
 	before.AppliedIndex = idx
 	return before, nil
+}
+
+// recoveryFSM is the fsm of a recovery: its snapshot, taken once the log is replayed, starts
+// a new log history; it keeps the last snapshot's restore error, which raft does not report.
+type recoveryFSM struct {
+	*fsm
+	restoreErr error
+}
+
+func (f *recoveryFSM) Restore(rc io.ReadCloser) error {
+	err := f.fsm.Restore(rc)
+	if err != nil {
+		f.restoreErr = err
+	}
+	return err
+}
+
+func (f *recoveryFSM) Snapshot() (raft.FSMSnapshot, error) {
+	var b [16]byte
+	rand.Read(b[:])
+	if err := f.st.SetHistory(hex.EncodeToString(b[:])); err != nil {
+		return nil, fmt.Errorf("cluster: recover: start a new log history: %w", err)
+	}
+	return f.fsm.Snapshot()
+}
+
+// NeedsFreshStore tells why a controller whose store applied the log up to index joiner in
+// history joinerHistory cannot join a cluster whose store follows history (nil when it
+// can): a store of another history (a member lost before a recovery, come back on its old
+// directory) holds entries under indexes the cluster gave to others, and would skip the
+// cluster's. A store that applied nothing joins any cluster.
+func NeedsFreshStore(joiner uint64, joinerHistory, history string) error {
+	if joiner == 0 || joinerHistory == history {
+		return nil
+	}
+	return fmt.Errorf("its store applied up to index %d of another log history than the cluster's (it was a member before the cluster was recovered from the loss of a majority)", joiner)
 }
 
 // withRaftState opens the raft log and snapshots of c.Dir for fn, refusing a directory
@@ -124,13 +179,13 @@ func withRaftState(c Config, fn func(*raftboltdb.BoltStore, *raft.FileSnapshotSt
 func readState(c Config, logs *raftboltdb.BoltStore, snaps *raft.FileSnapshotStore) (State, error) {
 	var st State
 	var conf raft.Configuration
-	var confIndex uint64
+	var snapIndex uint64
 	metas, err := snaps.List()
 	if err != nil {
 		return st, fmt.Errorf("cluster: list the snapshots in %s: %w", c.Dir, err)
 	}
-	if len(metas) > 0 {
-		conf, confIndex = metas[0].Configuration, metas[0].ConfigurationIndex
+	if len(metas) > 0 { // raft reads configuration entries after the snapshot's index
+		conf, snapIndex = metas[0].Configuration, metas[0].Index
 		st.LastIndex, st.LastTerm = metas[0].Index, metas[0].Term
 	}
 	first, err := logs.FirstIndex()
@@ -142,7 +197,7 @@ func readState(c Config, logs *raftboltdb.BoltStore, snaps *raft.FileSnapshotSto
 		return st, fmt.Errorf("cluster: read the raft log in %s: %w", c.Dir, err)
 	}
 	if first > 0 {
-		for i := max(first, confIndex+1); i <= last; i++ {
+		for i := max(first, snapIndex+1); i <= last; i++ {
 			var e raft.Log
 			if err := logs.GetLog(i, &e); err != nil {
 				return st, fmt.Errorf("cluster: read raft log entry %d in %s: %w", i, c.Dir, err)

@@ -1,11 +1,16 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/zmesh/zmesh/controlplane/store"
 	"github.com/zmesh/zmesh/internal/testutil"
 )
 
@@ -81,6 +86,15 @@ func TestRecoverFromOneSurvivor(t *testing.T) {
 	if after, err := ReadState(cfg); err != nil || len(after.Members) != 1 || after.Members[0].ID != survivor.id || after.Members[0].Address != addr {
 		t.Fatalf("the state after recovery: %+v (%v), want %s at %s alone", after, err, survivor.id, addr)
 	}
+	// A new log history: the stores of the lost members, which applied as far under the
+	// old one, may not join.
+	history, err := survivor.st.History()
+	if err != nil || history == "" {
+		t.Fatalf("the store's history after recovery: %q (%v), want a new one", history, err)
+	}
+	if err := NeedsFreshStore(st.AppliedIndex, "", history); err == nil {
+		t.Fatal("a lost member's store may join the recovered cluster")
+	}
 
 	// Started again, it leads alone with everything it held and takes writes.
 	n, err := New(ctx, Config{ID: survivor.id, Dir: cfg.Dir, Bind: addr, Certificate: controllerCert(t, ca), Roots: ca.Pool(),
@@ -105,7 +119,106 @@ func TestRecoverFromOneSurvivor(t *testing.T) {
 	onLeader(t, "add "+fresh.id, alone, func(l *member) error { return l.node.AddVoter(ctx, fresh.id, fresh.node.Addr()) })
 	two := []*member{survivor, fresh}
 	holds(t, want(0, 40), fresh)
+	if h, err := fresh.st.History(); err != nil || h != history {
+		t.Fatalf("the new member's history %q (%v), want the cluster's %q", h, err, history)
+	}
 	put(t, two, 40, 45)
 	holds(t, want(0, 45), two...)
 
+}
+
+// memSink is a snapshot sink in memory.
+type memSink struct{ bytes.Buffer }
+
+func (*memSink) ID() string    { return "mem" }
+func (*memSink) Cancel() error { return nil }
+func (*memSink) Close() error  { return nil }
+
+// TestRestoreOfAnotherHistory: a store ahead of a snapshot is kept only when it follows the
+// snapshot's log history; one of another history (a member lost before a recovery) is
+// replaced, though its applied index is higher.
+func TestRestoreOfAnotherHistory(t *testing.T) {
+	t.Parallel()
+	open := func() *store.Store {
+		st, err := store.Open(filepath.Join(t.TempDir(), "store"), quiet, store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	c := items()
+	fill := func(st *store.Store, f *fsm, prefix string, n int) {
+		t.Helper()
+		st.SetReplicator(&applyAt{f: f, next: 1})
+		for i := range n {
+			id := fmt.Sprintf("%s%d", prefix, i)
+			if err := st.Update(func(tx *store.Tx) error { return c.Put(tx, &item{ID: id, Name: id}) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	src := open()
+	f := newFSM(src, quiet, t.TempDir())
+	fill(src, f, "new-", 3)
+	if err := src.SetHistory("recovered"); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	image := sink.Bytes()
+
+	names := func(st *store.Store) (out []string) {
+		t.Helper()
+		if err := st.View(func(tx *store.Tx) error {
+			return c.Each(tx, func(i *item) error { out = append(out, i.Name); return nil })
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		history string
+		want    []string
+	}{
+		{"", []string{"new-0", "new-1", "new-2"}},                            // another history: replaced
+		{"recovered", []string{"old-0", "old-1", "old-2", "old-3", "old-4"}}, // the same, ahead: kept
+	} {
+		dst := open()
+		g := newFSM(dst, quiet, t.TempDir())
+		fill(dst, g, "old-", 5)
+		if tc.history != "" {
+			if err := dst.SetHistory(tc.history); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := g.Restore(io.NopCloser(bytes.NewReader(image))); err != nil {
+			t.Fatal(err)
+		}
+		if got := names(dst); !slices.Equal(got, tc.want) {
+			t.Errorf("a store at index 5 of history %q after the restore of a snapshot at 3 of history %q: %v, want %v", tc.history, "recovered", got, tc.want)
+		}
+		idx, _, _ := dst.AppliedIndex()
+		h, _ := dst.History()
+		if want := uint64(len(tc.want)); idx != want || g.lastIndex() != want || h != "recovered" {
+			t.Errorf("history %q: applied index %d, fsm at %d, history %q after the restore; want %d and %q", tc.history, idx, g.lastIndex(), h, want, "recovered")
+		}
+	}
+	if err := NeedsFreshStore(5, "", "recovered"); err == nil {
+		t.Error("a store of another history may join")
+	}
+	for _, ok := range []struct {
+		index   uint64
+		history string
+	}{{0, ""}, {0, "x"}, {5, "recovered"}} {
+		if err := NeedsFreshStore(ok.index, ok.history, "recovered"); err != nil {
+			t.Errorf("store at %d of history %q: %v", ok.index, ok.history, err)
+		}
+	}
 }

@@ -72,6 +72,8 @@ var (
 	appliedKey = []byte("meta/applied-index")
 	// restoringKey is present while ReplaceFromBackup loads a backup: the content is partial.
 	restoringKey = []byte("meta/restoring")
+	// historyKey names the log history whose entries the store applied (SetHistory).
+	historyKey = []byte("meta/log-history")
 )
 
 // Write is one change of a write set: Value stored under Key, or Key deleted.
@@ -528,6 +530,39 @@ func (s *Store) AppliedIndex() (index uint64, restoring bool, err error) {
 		return err
 	})
 	return index, restoring, s.noteErr(err)
+}
+
+// History returns the name of the log history the store follows, "" for a cluster's first.
+// A recovery from the loss of a majority starts another history (SetHistory), whose indexes
+// may name other entries than those the lost members applied under the same indexes: a
+// store of another history cannot be told apart by its applied index alone.
+func (s *Store) History() (string, error) {
+	if err := s.enter(); err != nil {
+		return "", err
+	}
+	defer s.leave()
+	var h string
+	err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(historyKey)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", historyKey, err)
+		}
+		return item.Value(func(b []byte) error { h = string(b); return nil })
+	})
+	return h, s.noteErr(err)
+}
+
+// SetHistory records that the store follows the log history named h from now on; backups
+// carry it. Only a recovery calls it, on a store no replicator writes to.
+func (s *Store) SetHistory(h string) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	return s.noteErr(s.db.Update(func(txn *badger.Txn) error { return txn.Set(historyKey, []byte(h)) }))
 }
 
 // ApplyWrites applies ws, the entry of the replicated log at index, in one transaction,
