@@ -79,6 +79,17 @@ func start(ctx context.Context, t *testing.T, ca *testutil.CA, id, dir, bind str
 	return m
 }
 
+// openStore opens a store in a new directory, closed at the test's end.
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), "store"), quiet, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 func (m *member) stop() {
 	m.node.Shutdown()
 	m.st.Close()
@@ -280,17 +291,7 @@ func TestThreeMembers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ca := testutil.NewCA(t)
-	m1, m2, m3 := start(ctx, t, ca, "c1", "", ""), start(ctx, t, ca, "c2", "", ""), start(ctx, t, ca, "c3", "", "")
-	if err := m1.node.Bootstrap(); err != nil {
-		t.Fatal(err)
-	}
-	if leaderOf(t, m1) != m1 {
-		t.Fatal("the bootstrapped member is not the leader")
-	}
-	all := []*member{m1, m2, m3}
-	for _, m := range []*member{m2, m3} {
-		onLeader(t, "add "+m.id, all[:1], func(l *member) error { return l.node.AddVoter(ctx, m.id, m.node.Addr()) })
-	}
+	all := threeMembers(ctx, t, ca)
 	leader := leaderOf(t, all...)
 	if members, err := leader.node.Members(); err != nil || len(members) != 3 {
 		t.Fatalf("members %v (%v), want three", members, err)

@@ -21,7 +21,7 @@ func TestApplyFaultStopsTheMember(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	all := threeMembers(ctx, t)
+	all := threeMembers(ctx, t, testutil.NewCA(t))
 	put(t, all, 0, 1)
 	holds(t, want(0, 1), all...)
 	leader := leaderOf(t, all...)

@@ -23,16 +23,17 @@ import (
 	"github.com/zmesh/zmesh/internal/testutil"
 )
 
-// threeMembers starts a cluster of three on loopback and returns its members once they all
-// know one leader.
-func threeMembers(ctx context.Context, t *testing.T) []*member {
+// threeMembers starts a cluster of three on loopback, with certificates of ca, and returns
+// its members once they all know one leader: c1 bootstrapped it and leads at first.
+func threeMembers(ctx context.Context, t *testing.T, ca *testutil.CA) []*member {
 	t.Helper()
-	ca := testutil.NewCA(t)
 	all := []*member{start(ctx, t, ca, "c1", "", ""), start(ctx, t, ca, "c2", "", ""), start(ctx, t, ca, "c3", "", "")}
 	if err := all[0].node.Bootstrap(); err != nil {
 		t.Fatal(err)
 	}
-	leaderOf(t, all[0])
+	if leaderOf(t, all[0]) != all[0] {
+		t.Fatal("the bootstrapped member is not the leader")
+	}
 	for _, m := range all[1:] {
 		onLeader(t, "add "+m.id, all[:1], func(l *member) error { return l.node.AddVoter(ctx, m.id, m.node.Addr()) })
 	}
@@ -47,7 +48,7 @@ func TestForwardedWrites(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	all := threeMembers(ctx, t)
+	all := threeMembers(ctx, t, testutil.NewCA(t))
 	term := func() uint64 {
 		h, err := all[0].node.Health()
 		if err != nil {
@@ -72,7 +73,7 @@ func TestWriteWhileTheLeaderStops(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	all := threeMembers(ctx, t)
+	all := threeMembers(ctx, t, testutil.NewCA(t))
 	type outcome struct {
 		via *member
 		id  string
@@ -162,7 +163,7 @@ func TestRefusalNamesTheCause(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	all := threeMembers(ctx, t)
+	all := threeMembers(ctx, t, testutil.NewCA(t))
 	put(t, all, 0, 1)
 	holds(t, want(0, 1), all...)
 	// The other follower stops first, then the leader: the last member cannot have been
@@ -225,7 +226,7 @@ func TestForwardedAheadOfTheLeader(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	all := threeMembers(ctx, t)
+	all := threeMembers(ctx, t, testutil.NewCA(t))
 	put(t, all, 0, 1)
 	c := items()
 	ws := writeSetOf(t, func(tx *store.Tx) error { return c.Put(tx, &item{ID: "ahead", Name: "ahead"}) })

@@ -66,16 +66,8 @@ func (r *applyAt) Replicate(ws *store.WriteSet) error {
 // snapshot's index and claims no knowledge of the ids before it.
 func TestFSMOutcomesAndRestore(t *testing.T) {
 	t.Parallel()
-	open := func() *store.Store {
-		st, err := store.Open(filepath.Join(t.TempDir(), "store"), quiet, store.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
 	c := items()
-	src := open()
+	src := openStore(t)
 	f := newFSM(src, quiet, t.TempDir())
 	rep := &applyAt{f: f, next: 3}
 	src.SetReplicator(rep)
@@ -111,7 +103,7 @@ func TestFSMOutcomesAndRestore(t *testing.T) {
 	if err := src.Backup(&snap); err != nil {
 		t.Fatal(err)
 	}
-	dst := open()
+	dst := openStore(t)
 	g := newFSM(dst, quiet, t.TempDir())
 	if err := g.Restore(io.NopCloser(&snap)); err != nil {
 		t.Fatal(err)

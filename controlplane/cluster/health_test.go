@@ -16,7 +16,7 @@ func TestHealth(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	all := threeMembers(ctx, t)
+	all := threeMembers(ctx, t, testutil.NewCA(t))
 	put(t, all, 0, 3)
 	holds(t, want(0, 3), all...)
 

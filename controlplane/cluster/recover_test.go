@@ -22,16 +22,8 @@ func TestRecoverFromOneSurvivor(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ca := testutil.NewCA(t)
-	m1, m2, m3 := start(ctx, t, ca, "c1", "", ""), start(ctx, t, ca, "c2", "", ""), start(ctx, t, ca, "c3", "", "")
-	if err := m1.node.Bootstrap(); err != nil {
-		t.Fatal(err)
-	}
-	leaderOf(t, m1)
-	all := []*member{m1, m2, m3}
-	for _, m := range []*member{m2, m3} {
-		onLeader(t, "add "+m.id, all[:1], func(l *member) error { return l.node.AddVoter(ctx, m.id, m.node.Addr()) })
-	}
-	leaderOf(t, all...)
+	all := threeMembers(ctx, t, ca)
+	m1, m2, m3 := all[0], all[1], all[2]
 	// A snapshot with log entries after it: recovery replays both.
 	put(t, all, 0, 20)
 	holds(t, want(0, 20), all...)
@@ -139,14 +131,6 @@ func (*memSink) Close() error  { return nil }
 // replaced, though its applied index is higher.
 func TestRestoreOfAnotherHistory(t *testing.T) {
 	t.Parallel()
-	open := func() *store.Store {
-		st, err := store.Open(filepath.Join(t.TempDir(), "store"), quiet, store.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
 	c := items()
 	fill := func(st *store.Store, f *fsm, prefix string, n int) {
 		t.Helper()
@@ -158,7 +142,7 @@ func TestRestoreOfAnotherHistory(t *testing.T) {
 			}
 		}
 	}
-	src := open()
+	src := openStore(t)
 	f := newFSM(src, quiet, t.TempDir())
 	fill(src, f, "new-", 3)
 	if err := src.SetHistory("recovered"); err != nil {
@@ -190,7 +174,7 @@ func TestRestoreOfAnotherHistory(t *testing.T) {
 		{"", []string{"new-0", "new-1", "new-2"}},                            // another history: replaced
 		{"recovered", []string{"old-0", "old-1", "old-2", "old-3", "old-4"}}, // the same, ahead: kept
 	} {
-		dst := open()
+		dst := openStore(t)
 		g := newFSM(dst, quiet, t.TempDir())
 		fill(dst, g, "old-", 5)
 		if tc.history != "" {
