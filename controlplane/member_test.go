@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/zmesh/zmesh/controlplane/model"
 	"github.com/zmesh/zmesh/controlplane/store"
+	"github.com/zmesh/zmesh/internal/testutil"
 	"io"
 	"log/slog"
 	"net"
@@ -518,5 +520,53 @@ func TestRecoverMember(t *testing.T) {
 	eventually(t, "a login on the recovered controller", func() bool {
 		_, err := again.api.AuthenticatePassword(ctx, "admin", "admin-pass")
 		return err == nil
+	})
+}
+
+// TestSnapshotWithoutRouterDisconnectsIt: a store replaced by a snapshot in which a
+// connected router does not exist (a member installing its leader's snapshot) closes the
+// router's control channel, as the router's deletion does.
+func TestSnapshotWithoutRouterDisconnectsIt(t *testing.T) {
+	r := startWithCtrl(t, t.TempDir())
+	c := r.ctrl
+	before := filepath.Join(t.TempDir(), "before.backup")
+	f, err := os.Create(before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.store.Backup(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	er := &model.EdgeRouter{Name: "er"}
+	if err := c.model.CreateEdgeRouter(er); err != nil {
+		t.Fatal(err)
+	}
+	enr, err := c.model.RouterEnrollment(er.ID)
+	if err != nil || enr == nil {
+		t.Fatalf("the router's enrollment: %v", err)
+	}
+	key := testutil.NewKey(t)
+	certs, err := c.model.EnrollErOtt(enr.Token, testutil.CSR(t, key), testutil.CSR(t, key, "127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr := &SimRouter{ID: er.ID, Cert: testutil.TLSCert(t, certs.Cert, key)}
+	if err := sr.Connect(context.Background(), r.ctrlAddr, r.roots); err != nil {
+		t.Fatal(err)
+	}
+	defer sr.Close()
+	if err := c.store.ReplaceFromBackup(before); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the router's channel closed", func() bool {
+		select {
+		case <-sr.Ch.Done():
+			return true
+		default:
+			return false
+		}
 	})
 }

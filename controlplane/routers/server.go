@@ -92,7 +92,22 @@ func New(cfg Config) *Server {
 		reports: reports{latest: make(map[string]*ctrlproto.Metrics)},
 	}
 	cfg.Model.OnEdgeRouterChange(s.routerChanged)
+	cfg.Model.OnContentReplaced(s.recheckAll)
 	return s
+}
+
+// recheckAll decides on every connected router again once the store's whole content was
+// replaced (a cluster member installing a snapshot), which reports no record's change: a
+// router deleted, re-enrolled or extended in the snapshot is handled as routerChanged
+// handles its record's change.
+func (s *Server) recheckAll() {
+	for _, rt := range s.All() {
+		change := model.RouterChange{}
+		if r, err := s.cfg.Model.EdgeRouter(rt.ID); err == nil && r.PreviousFingerprint != "" {
+			change = model.RouterChange{Extended: true, Previous: r.PreviousFingerprint, Current: [2]string{r.Fingerprint, r.ServerFingerprint}}
+		}
+		s.routerChanged(rt.ID, change)
+	}
 }
 
 // Serve accepts control connections on ln until ctx ends, then closes ln and every
