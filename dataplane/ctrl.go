@@ -45,11 +45,10 @@ const (
 
 // ctrlMember is an open channel to one controller (one cluster member).
 type ctrlMember struct {
-	id          string // the ControllerID of its Hello reply
-	addr        string // the address it was reached at, or inProcess
-	fingerprint string // of the member's TLS certificate; "" in process
-	clientAPI   string // the member's client API, <host>:<port>
-	ch          *ctrlproto.Channel
+	id        string // the ControllerID of its Hello reply
+	addr      string // the address it was reached at, or inProcess
+	clientAPI string // the member's client API, <host>:<port>
+	ch        *ctrlproto.Channel
 }
 
 // ctrlClient keeps the control channels.
@@ -133,18 +132,14 @@ func (c *ctrlClient) connectLoop(ctx context.Context) {
 // startLoops starts a loop for every known address that has none, and stops those of
 // announced addresses no longer announced (a member removed from the cluster).
 func (c *ctrlClient) startLoops() {
-	configured := map[string]bool{}
-	for _, a := range c.cfg.Addresses() {
-		configured[a.HostPort()] = true
-	}
-	addrs := c.addresses()
+	addrs := c.addresses() // the configured addresses first, then those announced
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ctx == nil || c.ctx.Err() != nil {
 		return
 	}
 	for addr, cancel := range c.loops {
-		if !configured[addr] && !contains(addrs, addr) {
+		if !slices.Contains(addrs, addr) {
 			cancel()
 			delete(c.loops, addr)
 		}
@@ -249,21 +244,12 @@ func (c *ctrlClient) addresses() []string {
 	}
 	c.mu.Lock()
 	for _, e := range c.endpoints {
-		if _, hp, ok := strings.Cut(e, ":"); ok && !contains(out, hp) {
+		if _, hp, ok := strings.Cut(e, ":"); ok && !slices.Contains(out, hp) {
 			out = append(out, hp)
 		}
 	}
 	c.mu.Unlock()
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // inProcess names the co-located controller's channel in logs and traces.
@@ -301,16 +287,17 @@ func (c *ctrlClient) open(ctx context.Context, addr string, dial func(context.Co
 		return nil, err
 	}
 	m := &ctrlMember{addr: addr}
+	fingerprint := "" // of the member's TLS certificate; "" in process
 	if tc, ok := conn.(*tls.Conn); ok {
 		if peers := tc.ConnectionState().PeerCertificates; len(peers) > 0 {
-			m.fingerprint = certid.Fingerprint(peers[0])
+			fingerprint = certid.Fingerprint(peers[0])
 		}
 	}
 	c.helloMu.Lock()
 	defer c.helloMu.Unlock()
-	if m.fingerprint != "" {
+	if fingerprint != "" {
 		c.mu.Lock()
-		id := c.certs[m.fingerprint]
+		id := c.certs[fingerprint]
 		open := c.members[id] != nil
 		if open {
 			c.aliases[addr] = id
@@ -360,8 +347,8 @@ func (c *ctrlClient) open(ctx context.Context, addr string, dial func(context.Co
 	}
 	c.members[m.id] = m
 	c.aliases[addr] = m.id
-	if m.fingerprint != "" {
-		c.certs[m.fingerprint] = m.id
+	if fingerprint != "" {
+		c.certs[fingerprint] = m.id
 	}
 	if len(reply.Endpoints) > 0 {
 		// A member names its own endpoint first.
@@ -472,6 +459,11 @@ func (c *ctrlClient) member(ctx context.Context) (*ctrlMember, error) {
 	for {
 		c.mu.Lock()
 		m, wait := c.preferredLocked(), c.connected
+		if len(c.members) > 0 {
+			// Closed channels not dropped yet: connected stays closed until their loops
+			// drop them, so the timer paces the next look.
+			wait = nil
+		}
 		c.mu.Unlock()
 		if m != nil {
 			return m, nil
@@ -481,7 +473,6 @@ func (c *ctrlClient) member(ctx context.Context) (*ctrlMember, error) {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: %w", ErrNoController, ctx.Err())
 		case <-time.After(ctrlMinBackoff):
-			// A closed channel not dropped yet: its loop drops it in a moment.
 		}
 	}
 }

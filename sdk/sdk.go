@@ -81,7 +81,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -248,13 +247,11 @@ func New(id *Identity, opts Options) (*Client, error) {
 	if id.Controller != "" {
 		ctrls = append(ctrls, id.Controller)
 	}
-	for _, u := range id.Controllers {
+	for i, u := range id.Controllers { // apiclient.NewMulti drops repeated ones
 		if u == "" {
-			return nil, errors.New("sdk: identity: a controller's URL in Controllers is empty")
+			return nil, fmt.Errorf("sdk: identity: Controllers[%d] is empty; give a controller's base URL, https://host:port", i)
 		}
-		if !slices.Contains(ctrls, u) {
-			ctrls = append(ctrls, u)
-		}
+		ctrls = append(ctrls, u)
 	}
 	if len(id.Certificate.Certificate) == 0 || id.Certificate.PrivateKey == nil {
 		return nil, errors.New("sdk: the identity has no certificate; the SDK authenticates with the identity's certificate")

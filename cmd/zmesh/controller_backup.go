@@ -46,10 +46,10 @@ func newControllerBackupCommand() *cobra.Command {
 				err = cerr
 			}
 			if err != nil {
-				return fmt.Errorf("back up the controller at %s: %w", c.URL, err)
+				return fmt.Errorf("back up the controller at %s: %w", c.Current(), err)
 			}
 			if err := store.CheckBackup(tmp.Name()); err != nil {
-				return fmt.Errorf("the backup received from %s (%d bytes) is incomplete, %s not written: %w", c.URL, n, file, err)
+				return fmt.Errorf("the backup received from %s (%d bytes) is incomplete, %s not written: %w", c.Current(), n, file, err)
 			}
 			if err := os.Rename(tmp.Name(), file); err != nil {
 				return err
@@ -58,7 +58,7 @@ func newControllerBackupCommand() *cobra.Command {
 				d.Sync()
 				d.Close()
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "backup of %s (%d bytes) written to %s\n", c.URL, n, file)
+			fmt.Fprintf(cmd.OutOrStdout(), "backup of %s (%d bytes) written to %s\n", c.Current(), n, file)
 			return nil
 		},
 	}

@@ -125,12 +125,6 @@ func newEdgeLoginCommand(f *edgeFlags) *cobra.Command {
 			if err := passMFA(cmd, client, sess, mfaCode); err != nil {
 				return err
 			}
-			if sess.NeedsMFA() {
-				// Authentication learns the members only of a session that needs nothing more.
-				if _, err := client.LearnMembers(cmd.Context()); err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "the members of the cluster are not known: %v\n", err)
-				}
-			}
 			logins, err := loadLogins(f.sessionFile)
 			if err != nil {
 				return err

@@ -35,8 +35,8 @@ type Client struct {
 	HTTP  *http.Client
 	Token string // the API session token, once authenticated; valid on every member
 
-	ctrls *controllers // nil: URL alone
-	tls   *tls.Config  // the transport's, without a client certificate
+	ctrls *controllers
+	tls   *tls.Config // the transport's, without a client certificate
 }
 
 // Timeouts of one attempt to connect to a controller: past them the next one is tried.
@@ -69,11 +69,7 @@ func NewMulti(urls []string, roots *x509.CertPool, cert *tls.Certificate) *Clien
 // WithCertificate returns a client of the same controllers (sharing their list and which
 // answered last) that presents cert instead, with its own connections; its Token is empty.
 func (c *Client) WithCertificate(cert *tls.Certificate) *Client {
-	tc := c.tls
-	if tc == nil {
-		tc = &tls.Config{MinVersion: tls.VersionTLS12, VerifyConnection: certid.VerifyController}
-	}
-	return &Client{URL: c.URL, ctrls: c.ctrls, tls: tc, HTTP: newHTTP(tc, cert)}
+	return &Client{URL: c.URL, ctrls: c.ctrls, tls: c.tls, HTTP: newHTTP(c.tls, cert)}
 }
 
 func newHTTP(base *tls.Config, cert *tls.Certificate) *http.Client {

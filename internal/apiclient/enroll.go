@@ -297,10 +297,8 @@ func pinnedClient(baseURL string, leaf *x509.Certificate, cert *tls.Certificate)
 			return nil
 		},
 	}
-	if cert != nil {
-		tc.Certificates = []tls.Certificate{*cert}
-	}
-	return &Client{URL: strings.TrimSuffix(baseURL, "/"), HTTP: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}}
+	ctrls := newControllers([]string{baseURL})
+	return &Client{URL: ctrls.first(), ctrls: ctrls, tls: tc, HTTP: newHTTP(tc, cert)}
 }
 
 // FetchCAs reads the controller's CA store from /.well-known/est/cacerts.

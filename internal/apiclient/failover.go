@@ -117,18 +117,10 @@ func (c *controllers) tell() {
 	}
 }
 
-// list returns the controllers a client knows, in their order.
-func (c *Client) list() *controllers {
-	if c.ctrls == nil {
-		return newControllers([]string{c.URL})
-	}
-	return c.ctrls
-}
-
 // URLs returns the base URLs of the controllers the client knows: those it was given, then
 // those it learned.
 func (c *Client) URLs() []string {
-	l := c.list()
+	l := c.ctrls
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.urls)
@@ -137,7 +129,7 @@ func (c *Client) URLs() []string {
 // Current returns the base URL of the controller that answered last (the first one before
 // any call).
 func (c *Client) Current() string {
-	l := c.list()
+	l := c.ctrls
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.urls[l.last]
@@ -146,7 +138,7 @@ func (c *Client) Current() string {
 // Prefer makes u, a controller the client knows, the first one the next call tries, as
 // if it had answered last.
 func (c *Client) Prefer(u string) {
-	l := c.list()
+	l := c.ctrls
 	u = strings.TrimSuffix(u, "/")
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -159,9 +151,6 @@ func (c *Client) Prefer(u string) {
 // controller than the previous one, or members were learned, with the controller that
 // answered last and the list: to keep them (the CLI keeps them with its login).
 func (c *Client) OnChange(fn func(current string, urls []string)) {
-	if c.ctrls == nil {
-		c.ctrls = newControllers([]string{c.URL})
-	}
 	c.ctrls.mu.Lock()
 	defer c.ctrls.mu.Unlock()
 	c.ctrls.changed = fn
@@ -223,13 +212,13 @@ func replayable(method string) bool {
 // do sends r to the controllers in turn, as the package's failover says, and returns the
 // first answer that is not a 503 (or, with one controller, any answer).
 func (c *Client) do(ctx context.Context, r request) (*http.Response, error) {
-	urls := c.list().order()
+	urls := c.ctrls.order()
 	if len(urls) == 1 {
 		resp, _, err := c.attempt(ctx, urls[0], r)
 		if err != nil {
 			return nil, c.single(ctx, urls[0], r, err)
 		}
-		c.list().answered(urls[0])
+		c.ctrls.answered(urls[0])
 		return resp, nil
 	}
 	var failed []Attempt
@@ -256,7 +245,7 @@ func (c *Client) do(ctx context.Context, r request) (*http.Response, error) {
 			failed = append(failed, Attempt{base, decodeError(resp.StatusCode, data)})
 			continue
 		}
-		c.list().answered(base)
+		c.ctrls.answered(base)
 		if i > 0 {
 			// A failover: the cluster may have changed; learn its members now.
 			c.learn(ctx)
@@ -366,16 +355,13 @@ func (c *Client) LearnMembers(ctx context.Context) ([]string, error) {
 			found = append(found, "https://"+u.Host)
 		}
 	}
-	if c.ctrls == nil {
-		c.ctrls = newControllers([]string{c.URL})
-	}
 	return c.ctrls.add(found), nil
 }
 
 // learn runs LearnMembers once at a time for all copies of the client, when it has an API
 // session, and ignores its failure: the call it follows succeeded, and the list is a help.
 func (c *Client) learn(ctx context.Context) {
-	if c.Token == "" || c.ctrls == nil || !c.ctrls.learning.CompareAndSwap(false, true) {
+	if c.Token == "" || !c.ctrls.learning.CompareAndSwap(false, true) {
 		return
 	}
 	defer c.ctrls.learning.Store(false)

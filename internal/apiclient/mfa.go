@@ -27,10 +27,15 @@ func codeHeader(code string) http.Header {
 	return h
 }
 
-// AuthenticateMFA passes the MFA step of the API session with a TOTP or recovery code.
+// AuthenticateMFA passes the MFA step of the API session with a TOTP or recovery code;
+// the session then needing nothing more, the client learns the cluster's members, as the
+// other authentications do.
 func (c *Client) AuthenticateMFA(ctx context.Context, code string) error {
-	_, err := c.Do(ctx, "POST", ClientAPI+"/authenticate/mfa", codeBody(code), nil)
-	return err
+	if _, err := c.Do(ctx, "POST", ClientAPI+"/authenticate/mfa", codeBody(code), nil); err != nil {
+		return err
+	}
+	c.learn(ctx)
+	return nil
 }
 
 // EnrollMFA starts MFA enrollment of the current identity and returns it, with the
