@@ -78,18 +78,6 @@ func checkAttrs(t *testing.T, where string, event map[string]any, want map[strin
 	}
 }
 
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // A circuit from A's proxy tunnel to a service behind C, over their link: each router logs
 // its end created and ended, with the bytes each way the client and the server counted, and
 // counts the circuit and its bytes under the service's name. A service whose terminator
@@ -120,7 +108,7 @@ listeners:
 	testutil.Eventually(t, "link A–C", func() bool { return n.linked("A", "C") })
 	srv := newStreamServer(t)
 	n.service("data", "C", srv.addr())
-	n.service("down", "C", closedAddr(t))
+	n.service("down", "C", testutil.ClosedAddr(t))
 	data, err := n.m.CachedServiceByName("data")
 	if err != nil {
 		t.Fatal(err)

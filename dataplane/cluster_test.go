@@ -31,7 +31,7 @@ import (
 func startMember(t *testing.T, id, caDir string) (*ctrltest.Controller, string) {
 	t.Helper()
 	cfg := ctrltest.Config(t)
-	raft := freePort(t)
+	raft := testutil.ClosedAddr(t)
 	cfg.Cluster = &config.ControllerCluster{
 		ID: id, DataDir: filepath.Join(cfg.DataDir, "raft"), Listen: raft, Advertise: raft,
 		HeartbeatTimeout: 500 * time.Millisecond, ElectionTimeout: 500 * time.Millisecond, LeaderLeaseTimeout: 500 * time.Millisecond,
@@ -57,16 +57,6 @@ func clusterCommand(t *testing.T, dir, op, arg string) {
 		}
 		return err
 	})
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // echo writes a line on c and reads it back.

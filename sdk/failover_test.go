@@ -13,6 +13,7 @@ import (
 
 	"github.com/zmesh/zmesh/internal/apiclient"
 	"github.com/zmesh/zmesh/internal/ctrltest"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // serveAPI serves the API of the test's controller on one more loopback HTTPS listener, as
@@ -37,10 +38,7 @@ func TestLoadZtAPIsDeadFirst(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.service("svc", false)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	check(t, err)
-	dead := "https://" + ln.Addr().String()
-	ln.Close()
+	dead := "https://" + testutil.ClosedAddr(t)
 	f := e.identity("app")
 	f.ZtAPI, f.ZtAPIs = "", []string{dead + apiclient.ClientAPI, e.ctl.URL + apiclient.ClientAPI}
 	data, err := json.Marshal(f)

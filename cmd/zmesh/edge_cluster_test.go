@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/zmesh/zmesh/internal/ctrltest"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // serveMemberAPI serves c's API on one more loopback HTTPS listener, as another member of a
@@ -36,15 +37,7 @@ func serveMemberAPI(t *testing.T, c *ctrltest.Controller) (string, *http.Server)
 func TestEdgeLoginCluster(t *testing.T) {
 	t.Parallel()
 	c := ctrltest.Start(t)
-	deadURL := func() string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		return "https://" + ln.Addr().String()
-	}
-	dead, dead2 := deadURL(), deadURL()
+	dead, dead2 := "https://"+testutil.ClosedAddr(t), "https://"+testutil.ClosedAddr(t)
 	a, srvA := serveMemberAPI(t, c)
 	b, srvB := serveMemberAPI(t, c)
 	session := filepath.Join(t.TempDir(), "session.json")

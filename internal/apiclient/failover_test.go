@@ -15,6 +15,7 @@ import (
 
 	"github.com/zmesh/zmesh/internal/apiclient"
 	"github.com/zmesh/zmesh/internal/ctrltest"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // member serves the API of c on one more loopback HTTPS listener, as another member of a
@@ -56,16 +57,7 @@ func serveMember(t *testing.T, c *ctrltest.Controller, h func(next http.Handler)
 }
 
 // deadURL returns the URL of a loopback port nothing listens on.
-func deadURL(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return "https://" + addr
-}
+func deadURL(t *testing.T) string { return "https://" + testutil.ClosedAddr(t) }
 
 // unavailable answers every request 503 with the API's error envelope, having read its body.
 func unavailable(bodies *[]string, mu *sync.Mutex) func(http.Handler) http.Handler {
