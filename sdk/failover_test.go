@@ -3,12 +3,10 @@ package sdk
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/zmesh/zmesh/internal/apiclient"
@@ -20,16 +18,8 @@ import (
 // another member of a cluster sharing its store would, and returns its URL and server.
 func serveAPI(t *testing.T, c *ctrltest.Controller) (string, *http.Server) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	check(t, err)
-	srv := &http.Server{Handler: c.Ctrl.Handler(), TLSConfig: c.Ctrl.TLSConfig()}
-	var wg sync.WaitGroup
-	wg.Go(func() { srv.ServeTLS(ln, "", "") })
-	t.Cleanup(func() {
-		srv.Close()
-		wg.Wait()
-	})
-	return "https://" + ln.Addr().String(), srv
+	srv := &http.Server{}
+	return c.ServeAPI(t, srv), srv
 }
 
 // An identity file whose ztAPIs starts with a dead controller loads, authenticates at the

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/zmesh/zmesh/internal/ctrltest"
@@ -17,18 +15,8 @@ import (
 // cluster sharing its store would, and returns its URL and server.
 func serveMemberAPI(t *testing.T, c *ctrltest.Controller) (string, *http.Server) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: c.Ctrl.Handler(), TLSConfig: c.Ctrl.TLSConfig()}
-	var wg sync.WaitGroup
-	wg.Go(func() { srv.ServeTLS(ln, "", "") })
-	t.Cleanup(func() {
-		srv.Close()
-		wg.Wait()
-	})
-	return "https://" + ln.Addr().String(), srv
+	srv := &http.Server{}
+	return c.ServeAPI(t, srv), srv
 }
 
 // TestEdgeLoginCluster logs in with several controller URLs, the first dead, learns the

@@ -29,11 +29,7 @@ type member struct {
 
 func serveMember(t *testing.T, c *ctrltest.Controller, h func(next http.Handler) http.Handler) *member {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &member{URL: "https://" + ln.Addr().String()}
+	m := &member{}
 	next := c.Ctrl.Handler()
 	if h != nil {
 		next = h(next)
@@ -43,16 +39,10 @@ func serveMember(t *testing.T, c *ctrltest.Controller, h func(next http.Handler)
 			m.requests.Add(1)
 			next.ServeHTTP(w, r)
 		}),
-		TLSConfig: c.Ctrl.TLSConfig(),
 		// HTTP/1.1 alone, so that a handler may break the connection (ErrAbortHandler).
 		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { m.srv.ServeTLS(ln, "", "") })
-	t.Cleanup(func() {
-		m.srv.Close()
-		wg.Wait()
-	})
+	m.URL = c.ServeAPI(t, m.srv)
 	return m
 }
 

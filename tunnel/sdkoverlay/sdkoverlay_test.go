@@ -3,7 +3,6 @@ package sdkoverlay
 import (
 	"context"
 	"log/slog"
-	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -91,10 +90,6 @@ func TestWatchServicesFollowsControllers(t *testing.T) {
 // sharing its store would, but for the list of controllers.
 func serveAPI(t *testing.T, c *ctrltest.Controller) (string, *http.Server) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	api := c.Ctrl.Handler()
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == apiclient.ClientAPI+"/controllers" {
@@ -103,12 +98,6 @@ func serveAPI(t *testing.T, c *ctrltest.Controller) (string, *http.Server) {
 		}
 		api.ServeHTTP(w, r)
 	})
-	srv := &http.Server{Handler: h, TLSConfig: c.Ctrl.TLSConfig()}
-	var wg sync.WaitGroup
-	wg.Go(func() { srv.ServeTLS(ln, "", "") })
-	t.Cleanup(func() {
-		srv.Close()
-		wg.Wait()
-	})
-	return "https://" + ln.Addr().String(), srv
+	srv := &http.Server{Handler: h}
+	return c.ServeAPI(t, srv), srv
 }
