@@ -750,7 +750,11 @@ const writeSetVersion = 3
 // each write as a kind byte (0 set, 1 delete), the key and, for a set, the value, each as a
 // uvarint length and the bytes; then the number of reads and each read as a kind byte (0 a
 // key, 1 a prefix) and the key.
-func (ws *WriteSet) MarshalBinary() ([]byte, error) {
+func (ws *WriteSet) MarshalBinary() ([]byte, error) { return ws.AppendBinary(nil) }
+
+// AppendBinary appends ws's encoding (see MarshalBinary) to b, growing it at most once, so
+// that a caller framing the set (a log entry, a request) copies it no second time.
+func (ws *WriteSet) AppendBinary(b []byte) ([]byte, error) {
 	n := 1 + 5*binary.MaxVarintLen64 + len(ws.Origin)
 	for _, w := range ws.Writes {
 		n += 1 + 2*binary.MaxVarintLen64 + len(w.Key) + len(w.Value)
@@ -758,7 +762,7 @@ func (ws *WriteSet) MarshalBinary() ([]byte, error) {
 	for _, r := range ws.Reads {
 		n += 1 + binary.MaxVarintLen64 + len(r.Key)
 	}
-	b := make([]byte, 0, n)
+	b = slices.Grow(b, n)
 	b = append(b, writeSetVersion)
 	b = binary.AppendUvarint(b, ws.Base)
 	b = binary.AppendUvarint(b, uint64(len(ws.Origin)))
