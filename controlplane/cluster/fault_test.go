@@ -86,7 +86,7 @@ func TestFSMFault(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newFSM(st, quiet, t.TempDir())
-	if res, _ := f.Apply(&raft.Log{Index: 1, Data: []byte{entryWithID, 1}}).(error); !errors.Is(res, store.ErrBadWriteSet) || f.faulted() != nil || f.lastIndex() != 1 {
+	if res, _ := f.Apply(&raft.Log{Index: 1, Data: []byte{entryKind, 1}}).(error); !errors.Is(res, store.ErrBadWriteSet) || f.faulted() != nil || f.lastIndex() != 1 {
 		t.Fatalf("an entry that does not decode: %v, fault %v, last %d", res, f.faulted(), f.lastIndex())
 	}
 	st.Close()

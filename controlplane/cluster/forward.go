@@ -387,12 +387,9 @@ func (n *Node) settle(ctx context.Context, id entryID) reply {
 // call sends one request to the leader at addr and reads its reply. A request that could
 // not be sent is stAbsent (ErrLeaderUnreachable); one sent without a reply, stUnknown.
 func (n *Node) call(ctx context.Context, addr string, op byte, id entryID, term uint64, ws *store.WriteSet) reply {
-	var payload []byte
-	if ws != nil {
-		var err error
-		if payload, err = ws.MarshalBinary(); err != nil {
-			return reply{status: stAbsent, msg: err.Error(), cause: err}
-		}
+	req, err := encodeRequest(op, id, term, ws)
+	if err != nil {
+		return reply{status: stAbsent, msg: err.Error(), cause: err}
 	}
 	conn, err := n.stream.dial(ctx, addr, kindForward)
 	if err != nil {
@@ -401,7 +398,7 @@ func (n *Node) call(ctx context.Context, addr string, op byte, id entryID, term 
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
-	if _, err := conn.Write(appendRequest(nil, op, id, term, payload)); err != nil {
+	if _, err := conn.Write(req); err != nil {
 		unknown := fmt.Errorf("%w: the request to %s broke off: %w", ErrOutcomeUnknown, addr, err)
 		if op == opResolve {
 			return reply{status: stAbsent, msg: err.Error(), cause: fmt.Errorf("%w: %w", ErrLeaderUnreachable, err)}
@@ -493,15 +490,34 @@ func (n *Node) fromMember(conn net.Conn) error {
 		leaf.Subject.CommonName, certid.Fingerprint(leaf))
 }
 
-// appendRequest encodes a forwarding request: op, the entry's id, the sender's raft term
-// (0 for opResolve) and the payload's length as uvarints, the payload (an encoded write
-// set, empty for opResolve).
-func appendRequest(b []byte, op byte, id entryID, term uint64, payload []byte) []byte {
+// encodeRequest encodes a forwarding request: its head (appendRequestHead), then the
+// payload, ws's encoding (none for opResolve: ws nil). The set is encoded after room for
+// the longest head, and the head written right before it, so that the request is one
+// buffer and the set is not copied a second time.
+func encodeRequest(op byte, id entryID, term uint64, ws *store.WriteSet) ([]byte, error) {
+	if ws == nil {
+		return appendRequestHead(nil, op, id, term, 0), nil
+	}
+	b, err := ws.AppendBinary(make([]byte, maxRequestHead))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: encode a write set: %w", err)
+	}
+	var head [maxRequestHead]byte
+	start := maxRequestHead - len(appendRequestHead(head[:0], op, id, term, len(b)-maxRequestHead))
+	copy(b[start:], head[:maxRequestHead-start])
+	return b[start:], nil
+}
+
+// maxRequestHead bounds a request's head: op, the id and two uvarints.
+const maxRequestHead = 1 + len(entryID{}) + 2*binary.MaxVarintLen64
+
+// appendRequestHead encodes what comes before a request's payload of size bytes: op, the
+// entry's id, the sender's raft term (0 for opResolve) and size as uvarints.
+func appendRequestHead(b []byte, op byte, id entryID, term uint64, size int) []byte {
 	b = append(b, op)
 	b = append(b, id[:]...)
 	b = binary.AppendUvarint(b, term)
-	b = binary.AppendUvarint(b, uint64(len(payload)))
-	return append(b, payload...)
+	return binary.AppendUvarint(b, uint64(size))
 }
 
 // readRequest reads what appendRequest encoded. The payload is read as it arrives, so that
@@ -523,7 +539,10 @@ func readRequest(br *bufio.Reader) (op byte, id entryID, term uint64, payload []
 	if size > maxForwardedSet {
 		return op, id, term, nil, fmt.Errorf("a write set of %d bytes, more than %d", size, maxForwardedSet)
 	}
+	// Grown to the announced size up to 1 MiB: a set of that size is read in one buffer,
+	// and a peer announcing more and sending less holds no more than it sent (and 1 MiB).
 	var buf bytes.Buffer
+	buf.Grow(int(min(size, 1<<20)))
 	if _, err := io.CopyN(&buf, br, int64(size)); err != nil {
 		return op, id, term, nil, fmt.Errorf("a write set of %d bytes cut short at %d: %w", size, buf.Len(), err)
 	}

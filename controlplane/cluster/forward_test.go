@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -307,7 +306,11 @@ func TestForwardingOnlyFromMembers(t *testing.T) {
 		}
 		defer conn.Close()
 		conn.SetDeadline(time.Now().Add(testutil.Patience))
-		if _, err := conn.Write(appendRequest(nil, opResolve, newEntryID(), 0, nil)); err != nil {
+		req, err := encodeRequest(opResolve, newEntryID(), 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Write(req); err != nil {
 			t.Fatal(err)
 		}
 		r, err := readReply(bufio.NewReader(conn))
@@ -339,11 +342,11 @@ func TestForwardingOnlyFromMembers(t *testing.T) {
 }
 
 // TestForwardedBodyReadAsItArrives checks that a request announcing the largest write set
-// and sending a few bytes of it costs the reader far less than the size announced.
+// and sending a few bytes of it costs the reader far less than the size announced, and
+// that a whole request reads back as it was encoded.
 func TestForwardedBodyReadAsItArrives(t *testing.T) {
 	// not parallel: it counts the process's allocations
-	req := appendRequest(nil, opWrite, newEntryID(), 1, nil)
-	req = binary.AppendUvarint(req[:len(req)-1], maxForwardedSet)
+	req := appendRequestHead(nil, opWrite, newEntryID(), 1, maxForwardedSet)
 	req = append(req, "a few bytes"...)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -355,9 +358,19 @@ func TestForwardedBodyReadAsItArrives(t *testing.T) {
 	if got := after.TotalAlloc - before.TotalAlloc; got > maxForwardedSet/8 {
 		t.Fatalf("reading a request cut short allocated %d bytes", got)
 	}
-	op, _, term, payload, err := readRequest(bufio.NewReader(bytes.NewReader(appendRequest(nil, opWrite, newEntryID(), 7, []byte("set")))))
-	if err != nil || op != opWrite || term != 7 || string(payload) != "set" {
-		t.Fatalf("a whole request: op %d term %d payload %q (%v)", op, term, payload, err)
+	ws := &store.WriteSet{Base: 3, Writes: []store.Write{{Key: []byte("k"), Value: bytes.Repeat([]byte("v"), 300)}}}
+	set, err := ws.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := newEntryID()
+	whole, err := encodeRequest(opWrite, id, 7, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, gotID, term, payload, err := readRequest(bufio.NewReader(bytes.NewReader(whole)))
+	if err != nil || op != opWrite || gotID != id || term != 7 || !bytes.Equal(payload, set) {
+		t.Fatalf("a whole request: op %d id %x term %d payload %x (%v), want the set %x", op, gotID, term, payload, err, set)
 	}
 }
 

@@ -216,52 +216,40 @@ func (f *fsm) restored(index uint64, replaced bool) {
 // entryID names a write set in the log, so that its writer can find it there.
 type entryID [16]byte
 
-// entryWithID starts an entry holding an id and a write set, entryWithTerm one holding an
-// id, the raft term in which the leader accepted the write set from the member that
-// forwarded it, and the write set; an entry starting otherwise is a bare write set
-// (store.WriteSet's encoding, whose version byte differs).
-const (
-	entryWithID   byte = 0x81
-	entryWithTerm byte = 0x82
-)
+// entryKind starts a log entry of the store: then come the entry's id, the raft term in
+// which the leader accepted a forwarded write set (0 for the leader's own writes), and the
+// write set.
+const entryKind byte = 0x82
 
-// encodeEntry encodes id, term and ws as a log entry: entryWithID and the id when term is
-// 0, else entryWithTerm, the id and the term (8 bytes big-endian); then ws's encoding.
+// entryHead is the length of an entry before its write set: the kind, the id and the term.
+const entryHead = 1 + len(entryID{}) + 8
+
+// encodeEntry encodes id, term and ws as a log entry: entryKind, the id, the term (8 bytes
+// big-endian), then ws's encoding, appended to the header in one buffer.
 func encodeEntry(id entryID, term uint64, ws *store.WriteSet) ([]byte, error) {
-	b, err := ws.MarshalBinary()
+	out := make([]byte, 0, entryHead)
+	out = append(out, entryKind)
+	out = append(out, id[:]...)
+	out = binary.BigEndian.AppendUint64(out, term)
+	out, err := ws.AppendBinary(out)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: encode a write set: %w", err)
 	}
-	out := make([]byte, 0, 1+len(id)+8+len(b))
-	if term == 0 {
-		out = append(out, entryWithID)
-		out = append(out, id[:]...)
-	} else {
-		out = append(out, entryWithTerm)
-		out = append(out, id[:]...)
-		out = binary.BigEndian.AppendUint64(out, term)
-	}
-	return append(out, b...), nil
+	return out, nil
 }
 
-// decodeEntry decodes what encodeEntry encoded, or a bare write set (a zero id and term).
+// decodeEntry decodes what encodeEntry encoded.
 func decodeEntry(b []byte) (entryID, uint64, *store.WriteSet, error) {
 	var id entryID
-	var term uint64
-	if len(b) > 0 && (b[0] == entryWithID || b[0] == entryWithTerm) {
-		head := 1 + len(id)
-		if b[0] == entryWithTerm {
-			head += 8
-		}
-		if len(b) < head {
-			return id, 0, nil, fmt.Errorf("%w: an entry cut short in its id or term", store.ErrBadWriteSet)
-		}
-		copy(id[:], b[1:])
-		if b[0] == entryWithTerm {
-			term = binary.BigEndian.Uint64(b[1+len(id):])
-		}
-		b = b[head:]
+	if len(b) == 0 || b[0] != entryKind {
+		return id, 0, nil, fmt.Errorf("%w: not a log entry of the store", store.ErrBadWriteSet)
 	}
+	if len(b) < entryHead {
+		return id, 0, nil, fmt.Errorf("%w: an entry cut short in its id or term", store.ErrBadWriteSet)
+	}
+	copy(id[:], b[1:])
+	term := binary.BigEndian.Uint64(b[1+len(id):])
+	b = b[entryHead:]
 	ws := new(store.WriteSet)
 	if err := ws.UnmarshalBinary(b); err != nil {
 		return id, term, nil, err
@@ -272,13 +260,8 @@ func decodeEntry(b []byte) (entryID, uint64, *store.WriteSet, error) {
 // snapshotMagic starts a snapshot, followed by the store's applied index at the snapshot
 // and the raft index of the last entry the member had processed then (8 bytes big-endian
 // each), the store's log history (store.History: a length byte and the bytes), and a store
-// backup (store.Backup). A snapshot of the second version (snapshotMagicV2) has no history
-// (the first, ""), one of the first version (snapshotMagicV1) holds only the store's index.
-const (
-	snapshotMagic   = "zmesh-raft-snapshot 3\n"
-	snapshotMagicV2 = "zmesh-raft-snapshot 2\n"
-	snapshotMagicV1 = "zmesh-raft-snapshot 1\n"
-)
+// backup (store.Backup).
+const snapshotMagic = "zmesh-raft-snapshot 3\n"
 
 // maxHistory bounds a history's name, written after a length byte.
 const maxHistory = 255
@@ -352,34 +335,20 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("cluster: restore: %w", err)
 	}
 	r := bufio.NewReaderSize(rc, 256<<10)
-	head := make([]byte, len(snapshotMagic)+8)
+	head := make([]byte, len(snapshotMagic)+8+8+1)
 	if _, err := io.ReadFull(r, head); err != nil {
 		return fmt.Errorf("cluster: restore: read the snapshot's header: %w", err)
 	}
-	idx := binary.BigEndian.Uint64(head[len(snapshotMagic):])
-	last, history := idx, ""
-	switch got := string(head[:len(snapshotMagic)]); got {
-	case snapshotMagic, snapshotMagicV2:
-		var b [9]byte
-		n := 8
-		if got == snapshotMagic {
-			n = 9
-		}
-		if _, err := io.ReadFull(r, b[:n]); err != nil {
-			return fmt.Errorf("cluster: restore: read the snapshot's header: %w", err)
-		}
-		last = binary.BigEndian.Uint64(b[:8])
-		if got == snapshotMagic {
-			h := make([]byte, b[8])
-			if _, err := io.ReadFull(r, h); err != nil {
-				return fmt.Errorf("cluster: restore: read the snapshot's header: %w", err)
-			}
-			history = string(h)
-		}
-	case snapshotMagicV1:
-	default:
+	if got := string(head[:len(snapshotMagic)]); got != snapshotMagic {
 		return fmt.Errorf("cluster: restore: not a zmesh snapshot: it starts with %q, not %q", got, snapshotMagic)
 	}
+	idx := binary.BigEndian.Uint64(head[len(snapshotMagic):])
+	last := binary.BigEndian.Uint64(head[len(snapshotMagic)+8:])
+	h := make([]byte, head[len(head)-1])
+	if _, err := io.ReadFull(r, h); err != nil {
+		return fmt.Errorf("cluster: restore: read the snapshot's header: %w", err)
+	}
+	history := string(h)
 	local, restoring, err := f.st.AppliedIndex()
 	if err != nil {
 		return fmt.Errorf("cluster: restore: %w", err)

@@ -13,9 +13,9 @@ import (
 	"github.com/zmesh/zmesh/controlplane/store"
 )
 
-// TestEntryEncoding checks that an entry carries its id and write set, that a bare write set
-// (an entry of a log written before entries had ids) still decodes, and that an entry cut
-// short in its id is refused.
+// TestEntryEncoding checks that an entry carries its id, its term (0 for the leader's own
+// write) and its write set, encoded after the entry's head; that a bare write set, with no
+// entry head, is refused; and that an entry cut short in its id is refused.
 func TestEntryEncoding(t *testing.T) {
 	t.Parallel()
 	ws := &store.WriteSet{Base: 7, Writes: []store.Write{{Key: []byte("k"), Value: []byte("v")}, {Key: []byte("d"), Delete: true}}}
@@ -24,16 +24,19 @@ func TestEntryEncoding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gotID, _, got, err := decodeEntry(b)
-	if err != nil || gotID != id || got.Base != 7 || len(got.Writes) != 2 || string(got.Writes[0].Value) != "v" || !got.Writes[1].Delete {
-		t.Fatalf("decoded %x %+v (%v), want %x %+v", gotID, got, err, id, ws)
+	gotID, term, got, err := decodeEntry(b)
+	if err != nil || gotID != id || term != 0 || got.Base != 7 || len(got.Writes) != 2 || string(got.Writes[0].Value) != "v" || !got.Writes[1].Delete {
+		t.Fatalf("decoded %x term %d %+v (%v), want %x term 0 %+v", gotID, term, got, err, id, ws)
 	}
 	bare, err := ws.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gotID, _, got, err := decodeEntry(bare); err != nil || gotID != (entryID{}) || got.Base != 7 {
-		t.Fatalf("a bare write set decoded as %x %+v (%v)", gotID, got, err)
+	if !bytes.Equal(b[entryHead:], bare) {
+		t.Fatalf("the entry's write set %x, want its encoding %x", b[entryHead:], bare)
+	}
+	if _, _, _, err := decodeEntry(bare); !errors.Is(err, store.ErrBadWriteSet) {
+		t.Fatalf("a bare write set: %v, want a refusal", err)
 	}
 	if _, _, _, err := decodeEntry(b[:9]); !errors.Is(err, store.ErrBadWriteSet) {
 		t.Fatalf("an entry cut short: %v", err)
@@ -61,9 +64,9 @@ func (r *applyAt) Replicate(ws *store.WriteSet) error {
 }
 
 // TestFSMOutcomesAndRestore applies entries to an fsm, reads their outcomes by id, then
-// installs a snapshot of the first version (no raft index of its own) into another member's
-// fsm: the store takes its content, the fsm counts the log as processed up to the
-// snapshot's index and claims no knowledge of the ids before it.
+// installs a snapshot at index 3 (of no log history) into another member's fsm: the store
+// takes its content, the fsm counts the log as processed up to the snapshot's index and
+// claims no knowledge of the ids before it.
 func TestFSMOutcomesAndRestore(t *testing.T) {
 	t.Parallel()
 	c := items()
@@ -98,8 +101,9 @@ func TestFSMOutcomesAndRestore(t *testing.T) {
 	}
 
 	var snap bytes.Buffer
-	snap.WriteString(snapshotMagicV1)
-	snap.Write(binary.BigEndian.AppendUint64(nil, 3))
+	snap.WriteString(snapshotMagic)
+	snap.Write(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, 3), 3))
+	snap.WriteByte(0) // the history's length: none
 	if err := src.Backup(&snap); err != nil {
 		t.Fatal(err)
 	}
