@@ -93,7 +93,6 @@ type Node struct {
 	stream       *streamLayer
 	logs         *raftboltdb.BoltStore
 	fsm          *fsm
-	st           *store.Store
 	log          *slog.Logger
 	applyTimeout time.Duration
 	// retry is how long a write waits for a leader change before trying again.
@@ -185,7 +184,7 @@ func New(ctx context.Context, c Config) (*Node, error) {
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	n := &Node{
-		id: c.ID, raft: r, trans: trans, stream: stream, logs: logs, fsm: f, st: c.Store,
+		id: c.ID, raft: r, trans: trans, stream: stream, logs: logs, fsm: f,
 		log: c.Log.With("member", c.ID), applyTimeout: c.ApplyTimeout, retry: conf.HeartbeatTimeout / 10,
 		heartbeat:     conf.HeartbeatTimeout,
 		fwd:           forwards{inflight: map[entryID]chan struct{}{}, abandoned: map[entryID]time.Time{}},
@@ -305,11 +304,16 @@ func (n *Node) Members() ([]Member, error) {
 	if err := f.Error(); err != nil {
 		return nil, fmt.Errorf("cluster: read the configuration: %w", err)
 	}
+	return membersOf(f.Configuration().Servers), nil
+}
+
+// membersOf returns the members of a raft configuration's servers.
+func membersOf(servers []raft.Server) []Member {
 	var out []Member
-	for _, s := range f.Configuration().Servers {
+	for _, s := range servers {
 		out = append(out, Member{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter})
 	}
-	return out, nil
+	return out
 }
 
 // Leader returns the ID and address of the leader this member knows, empty when none.

@@ -104,7 +104,7 @@ func (n *Node) replicate(ctx context.Context, ws *store.WriteSet) error {
 		return fmt.Errorf("cluster: controller %s cannot take a write: %w (%w)", n.id, store.ErrUnavailable, err)
 	}
 	if n.raft.State() == raft.Shutdown {
-		return fmt.Errorf("cluster: controller %s has left the cluster: %w", n.id, raft.ErrRaftShutdown)
+		return fmt.Errorf("cluster: controller %s has left the cluster: %w (%w)", n.id, store.ErrUnavailable, raft.ErrRaftShutdown)
 	}
 	id := newEntryID()
 	after := n.fsm.lastIndex() // the entry, if appended, lands after this
@@ -325,7 +325,7 @@ func (n *Node) acceptForwarded(ctx context.Context, id entryID, term uint64, ws 
 		r        reply
 		appended bool
 	)
-	err := n.st.ReplicateForwarded(replicatorFunc(func(ws *store.WriteSet) error {
+	err := n.fsm.st.ReplicateForwarded(replicatorFunc(func(ws *store.WriteSet) error {
 		r, appended = n.appendEntry(ctx, id, term, ws), true
 		if r.status != stApplied {
 			return errNotApplied

@@ -22,7 +22,7 @@ import (
 // while the entry was in flight) can learn it from its own log, and the raft index of the
 // last entry it processed, which the writes wait for. An entry the store fails to apply for
 // a reason of this member's own (a disk error, a closed store), not one every member meets
-// alike (see refusal), is a fault: the fsm processes no entry from then on, so that the
+// alike (see Apply), is a fault: the fsm processes no entry from then on, so that the
 // store's applied index stays where its content is, and the node stops; a restart replays
 // the log from there.
 type fsm struct {
@@ -67,15 +67,6 @@ func newFSM(st *store.Store, log *slog.Logger, dir string) *fsm {
 // may run again, as for a stale write set.
 var errLateAppend = fmt.Errorf("a forwarded write set appended in another term than the one it was accepted in: %w", store.ErrStaleWrite)
 
-// refusal reports whether err, the store's answer to a write set, is a refusal that every
-// member gives alike for the same entry (so the log's outcome for it), rather than a fault
-// of this member. Both the stale write sets and the sets that are no valid write set
-// (store.ErrBadWriteSet, also the error of an entry that does not decode) are refused on
-// every member; any other error is a fault.
-func refusal(err error) bool {
-	return errors.Is(err, store.ErrStaleWrite) || errors.Is(err, store.ErrBadWriteSet)
-}
-
 // Apply applies one write set. Its result (nil or the error) is the response the member that
 // made the entry waits for; every member gets the same, since the outcome depends only on
 // the log.
@@ -99,12 +90,16 @@ func (f *fsm) Apply(l *raft.Log) any {
 		f.processed(l.Index, id, err)
 		return err
 	}
+	// The store's refusals that every member gives alike for the same entry are the log's
+	// outcome of it, not a fault of this member: a write set computed on an older state
+	// (store.ErrStaleWrite) and one that is no valid write set (store.ErrBadWriteSet, also
+	// the error of an entry that does not decode, above). Any other error is a fault.
 	err = f.st.ApplyWrites(ws, l.Index)
 	switch {
 	case err == nil:
 	case errors.Is(err, store.ErrStaleWrite):
 		f.log.Debug("write set refused: computed on an older state", "index", l.Index, "err", err)
-	case refusal(err):
+	case errors.Is(err, store.ErrBadWriteSet):
 		f.log.Warn("write set refused by the store on every member", "index", l.Index, "err", err)
 	default:
 		return f.fail(l.Index, err)

@@ -39,12 +39,14 @@ type MemberHealth struct {
 	LastContact time.Time
 }
 
-// Health returns the member's figures now.
+// Health returns the member's figures now. The raft state is read once, so that State and
+// Writable agree.
 func (n *Node) Health() (Health, error) {
+	state := n.raft.State()
 	addr, leader := n.raft.LeaderWithID()
 	applied := n.raft.AppliedIndex() // before the commit index, which is never behind it
 	h := Health{
-		ID: n.id, State: n.raft.State().String(), LeaderID: string(leader), LeaderAddress: string(addr),
+		ID: n.id, State: state.String(), LeaderID: string(leader), LeaderAddress: string(addr),
 		Term: n.raft.CurrentTerm(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: applied,
 		LastIndex: n.raft.LastIndex(),
 	}
@@ -56,7 +58,7 @@ func (n *Node) Health() (Health, error) {
 		return h, fmt.Errorf("cluster: health of %s: %w", n.id, err)
 	}
 	now := time.Now()
-	isLeader := n.raft.State() == raft.Leader
+	isLeader := state == raft.Leader
 	if !isLeader && leader != "" {
 		h.LeaderContact = n.raft.LastContact()
 	}
@@ -83,7 +85,7 @@ func (n *Node) Health() (Health, error) {
 		h.Failure = err.Error()
 		return h, nil // Writable stays false
 	}
-	switch n.raft.State() {
+	switch state {
 	case raft.Leader:
 		h.Writable = voters > 0 && inContact > voters/2
 	case raft.Follower:

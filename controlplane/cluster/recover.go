@@ -68,7 +68,7 @@ func Recover(c Config) (State, error) {
 	}
 	tcp, err := net.ResolveTCPAddr("tcp", addr) // as the transport advertises it
 	if err != nil {
-		return State{}, fmt.Errorf("cluster: recover: the member's raft address %q: %w", addr, err)
+		return State{}, fmt.Errorf("cluster: recover: the member's raft address %q (check cluster.advertise, or cluster.listen without it): %w", addr, err)
 	}
 	addr = tcp.String()
 	var before State
@@ -154,7 +154,7 @@ func withRaftState(c Config, fn func(*raftboltdb.BoltStore, *raft.FileSnapshotSt
 	}
 	path := filepath.Join(c.Dir, "raft.db")
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("cluster: no raft state in %s (no raft.db): this controller was never a member of a cluster", c.Dir)
+		return fmt.Errorf("cluster: no raft state in %s (no raft.db): this controller was never a member of a cluster, or cluster.dataDir names another directory than the one it used", c.Dir)
 	} else if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
@@ -215,9 +215,7 @@ func readState(c Config, logs *raftboltdb.BoltStore, snaps *raft.FileSnapshotSto
 	if len(metas) == 0 && first == 0 {
 		return st, fmt.Errorf("cluster: the raft state in %s holds no log and no snapshot: this controller never joined a cluster", c.Dir)
 	}
-	for _, s := range conf.Servers {
-		st.Members = append(st.Members, Member{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter})
-	}
+	st.Members = membersOf(conf.Servers)
 	if st.AppliedIndex, _, err = c.Store.AppliedIndex(); err != nil {
 		return st, fmt.Errorf("cluster: %w", err)
 	}

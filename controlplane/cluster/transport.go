@@ -66,7 +66,7 @@ func newStreamLayer(bind, advertise string, cert func() (*tls.Certificate, error
 		MinVersion:       tls.VersionTLS13,
 		GetCertificate:   func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert() },
 		ClientAuth:       tls.RequireAnyClientCert, // verified below: controller server certificates
-		VerifyConnection: verifyMember(roots),
+		VerifyConnection: VerifyMember(roots),
 	}
 	client := &tls.Config{
 		MinVersion:           tls.VersionTLS13,
@@ -282,20 +282,23 @@ func (c *contactConn) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// verifyMember checks, on the accepting end, that the dialing member's certificate chains to
-// the network's CA for server authentication (members present their controller server
-// certificate in both directions) and carries the controller's certificate policy.
-func verifyMember(roots *x509.CertPool) func(tls.ConnectionState) error {
+// VerifyMember returns the check of a connection accepted from a peer controller (a member
+// dialing the raft port, or one asking another controller about itself): the peer's
+// certificate must chain to roots, the network's CA, for server authentication (members
+// present their controller server certificate in both directions) and carry the
+// controller's certificate policy. It fits tls.Config.VerifyConnection.
+func VerifyMember(roots *x509.CertPool) func(tls.ConnectionState) error {
 	return func(cs tls.ConnectionState) error {
 		if len(cs.PeerCertificates) == 0 {
-			return errors.New("cluster: the dialing member presented no certificate")
+			return fmt.Errorf("cluster: the peer controller presented no certificate: %w", certid.ErrNotController)
 		}
 		leaf := cs.PeerCertificates[0]
 		if err := pki.VerifyChain(leaf, cs.PeerCertificates[1:], roots, time.Now(), x509.ExtKeyUsageServerAuth); err != nil {
-			return fmt.Errorf("cluster: the dialing member's certificate: %w", err)
+			return fmt.Errorf("cluster: the peer controller's certificate %q (fingerprint %s): %w",
+				leaf.Subject.CommonName, certid.Fingerprint(leaf), err)
 		}
 		if !certid.IsController(leaf) {
-			return fmt.Errorf("cluster: the dialing member's certificate %q (fingerprint %s) is not a controller's: %w",
+			return fmt.Errorf("cluster: the peer controller's certificate %q (fingerprint %s) is not a controller's: %w",
 				leaf.Subject.CommonName, certid.Fingerprint(leaf), certid.ErrNotController)
 		}
 		return nil
