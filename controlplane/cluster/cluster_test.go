@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -79,6 +80,18 @@ func start(ctx context.Context, t *testing.T, ca *testutil.CA, id, dir, bind str
 	return m
 }
 
+// listen starts a stream layer on a loopback port presenting cert and trusting ca's
+// certificates, its handshakes bounded by handshake; it is closed at the test's end.
+func listen(t *testing.T, cert func() (*tls.Certificate, error), ca *testutil.CA, handshake time.Duration) *streamLayer {
+	t.Helper()
+	s, err := newStreamLayer("127.0.0.1:0", "", cert, ca.Pool(), handshake, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // openStore opens a store in a new directory, closed at the test's end.
 func openStore(t *testing.T) *store.Store {
 	t.Helper()
@@ -123,6 +136,38 @@ func leaderOf(t *testing.T, ms ...*member) *member {
 		return leader != nil
 	})
 	return leader
+}
+
+// others returns the members of all other than leader, in their order.
+func others(all []*member, leader *member) []*member {
+	var out []*member
+	for _, m := range all {
+		if m != leader {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// putOnFollower writes it through a member of ms that is not the leader of the moment,
+// again until it succeeds (the leadership may move meanwhile), and returns that member:
+// the write goes through the leader, and the member answers once it has applied it.
+func putOnFollower(t *testing.T, ms []*member, it *item) *member {
+	t.Helper()
+	c := items()
+	var follower *member
+	testutil.EventuallyNil(t, "write "+it.Name+" through a member that is not the leader", func() error {
+		l := agreedLeader(ms)
+		if l == nil {
+			return errors.New("no agreed leader")
+		}
+		follower = others(ms, l)[0]
+		if err := follower.st.Update(func(tx *store.Tx) error { return c.Put(tx, it) }); err != nil {
+			return fmt.Errorf("a write on %s: %w", follower.id, err)
+		}
+		return nil
+	})
+	return follower
 }
 
 // onLeader runs f on the leader of ms until it succeeds: on a loaded machine the leadership
@@ -307,38 +352,19 @@ func TestThreeMembers(t *testing.T) {
 	counted(t, all, []*member{l, l, l, l}, 10)
 
 	// A follower's write goes through the leader, and the follower reads it at once.
-	c := items()
-	testutil.EventuallyNil(t, "a write through a follower", func() error {
-		leader := agreedLeader(all)
-		if leader == nil {
-			return errors.New("no agreed leader")
-		}
-		follower := all[0]
-		if follower == leader {
-			follower = all[1]
-		}
-		if err := follower.st.Update(func(tx *store.Tx) error { return c.Put(tx, &item{ID: "0010", Name: "item-10"}) }); err != nil {
-			return fmt.Errorf("a write on follower %s: %w", follower.id, err)
-		}
-		if got := follower.names(t); !slices.Equal(got, want(0, 11)) {
-			t.Fatalf("follower %s reads %v after its write, want %v", follower.id, got, want(0, 11))
-		}
-		return nil
-	})
+	follower := putOnFollower(t, all, &item{ID: "0010", Name: "item-10"})
+	if got := follower.names(t); !slices.Equal(got, want(0, 11)) {
+		t.Fatalf("follower %s reads %v after its write, want %v", follower.id, got, want(0, 11))
+	}
 	holds(t, want(0, 11), all...)
 
 	// The leader stops: one of the other two leads and writes go on.
 	leader = leaderOf(t, all...)
 	leader.stop()
-	var rest []*member
-	for _, m := range all {
-		if m != leader {
-			rest = append(rest, m)
-		}
-	}
+	rest := others(all, leader)
 	put(t, rest, 11, 20)
 	holds(t, want(0, 20), rest...)
-	if err := leader.st.Update(func(tx *store.Tx) error { return c.Put(tx, &item{ID: "y", Name: "on-stopped"}) }); !errors.Is(err, raft.ErrRaftShutdown) && !errors.Is(err, store.ErrClosed) {
+	if err := leader.st.Update(func(tx *store.Tx) error { return items().Put(tx, &item{ID: "y", Name: "on-stopped"}) }); !errors.Is(err, raft.ErrRaftShutdown) && !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("a write on the stopped member: %v", err)
 	}
 
@@ -405,23 +431,11 @@ func TestOnlyControllersJoin(t *testing.T) {
 	router := ca.Cert(t, "router", pki.ClientServer, "127.0.0.1")
 	routerCert := func() (*tls.Certificate, error) { return &router, nil }
 
-	member, err := newStreamLayer("127.0.0.1:0", "", ctrl, ca.Pool(), testutil.Patience, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer member.Close()
-	impostor, err := newStreamLayer("127.0.0.1:0", "", routerCert, ca.Pool(), testutil.Patience, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer impostor.Close()
-	peer, err := newStreamLayer("127.0.0.1:0", "", controllerCert(t, ca), ca.Pool(), testutil.Patience, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	member := listen(t, ctrl, ca, testutil.Patience)
+	impostor := listen(t, routerCert, ca, testutil.Patience)
+	peer := listen(t, controllerCert(t, ca), ca, testutil.Patience)
 	for _, ln := range []*streamLayer{member, impostor, peer} {
-		go func() { // complete the handshakes on the accepting side
+		go func() { // serve raft's connections, handshake done, until the dialer closes
 			for {
 				conn, err := ln.Accept()
 				if err != nil {
@@ -429,7 +443,6 @@ func TestOnlyControllersJoin(t *testing.T) {
 				}
 				go func() {
 					defer conn.Close()
-					conn.(*tls.Conn).Handshake()
 					io.Copy(io.Discard, conn)
 				}()
 			}

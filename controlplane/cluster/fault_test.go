@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -24,16 +23,8 @@ func TestApplyFaultStopsTheMember(t *testing.T) {
 	all := threeMembers(ctx, t, testutil.NewCA(t))
 	put(t, all, 0, 1)
 	holds(t, want(0, 1), all...)
-	leader := leaderOf(t, all...)
-	var bad *member
-	var rest []*member
-	for _, m := range all {
-		if m != leader && bad == nil {
-			bad = m
-			continue
-		}
-		rest = append(rest, m)
-	}
+	bad := others(all, leaderOf(t, all...))[0]
+	rest := others(all, bad)
 	if err := bad.st.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -58,21 +49,7 @@ func TestApplyFaultStopsTheMember(t *testing.T) {
 	}
 
 	holds(t, want(0, 5), rest...)
-	c := items()
-	testutil.EventuallyNil(t, "a write through the other survivor", func() error {
-		l := agreedLeader(rest)
-		if l == nil {
-			return errors.New("no agreed leader")
-		}
-		other := rest[0]
-		if other == l {
-			other = rest[1]
-		}
-		if err := other.st.Update(func(tx *store.Tx) error { return c.Put(tx, &item{ID: "0005", Name: "item-5"}) }); err != nil {
-			return fmt.Errorf("a write on %s: %w", other.id, err)
-		}
-		return nil
-	})
+	putOnFollower(t, rest, &item{ID: "0005", Name: "item-5"})
 	holds(t, want(0, 6), rest...)
 }
 

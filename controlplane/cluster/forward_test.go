@@ -40,6 +40,33 @@ func threeMembers(ctx context.Context, t *testing.T, ca *testutil.CA) []*member 
 	return all
 }
 
+// oneMember starts a cluster of one on loopback, with a certificate of ca, and returns its
+// member once it leads.
+func oneMember(ctx context.Context, t *testing.T, ca *testutil.CA) *member {
+	t.Helper()
+	m := start(ctx, t, ca, "c1", "", "")
+	if err := m.node.Bootstrap(); err != nil {
+		t.Fatal(err)
+	}
+	leaderOf(t, m)
+	return m
+}
+
+// TestWriteAfterShutdown checks that a write on a member that has left the cluster is
+// refused as an unavailability, naming raft's shutdown.
+func TestWriteAfterShutdown(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := oneMember(ctx, t, testutil.NewCA(t))
+	if err := m.node.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.node.Replicate(&store.WriteSet{}); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, raft.ErrRaftShutdown) {
+		t.Fatalf("a write after the shutdown: %v, want store.ErrUnavailable and raft.ErrRaftShutdown", err)
+	}
+}
+
 // TestForwardedWrites has writers on every member, followers and leader alike, increment
 // one counter concurrently: no increment is lost, and each writer reads its own write on
 // its own member as soon as its Update returns.
@@ -107,12 +134,7 @@ func TestWriteWhileTheLeaderStops(t *testing.T) {
 	leader.stop()
 	wg.Wait()
 	close(outcomes)
-	var rest []*member
-	for _, m := range all {
-		if m != leader {
-			rest = append(rest, m)
-		}
-	}
+	rest := others(all, leader)
 
 	// The survivors settle on a leader and on one content.
 	put(t, rest, 100, 101)
@@ -168,12 +190,7 @@ func TestRefusalNamesTheCause(t *testing.T) {
 	// The other follower stops first, then the leader: the last member cannot have been
 	// elected meanwhile, and cannot be after (one vote of three).
 	leader := leaderOf(t, all...)
-	var followers []*member
-	for _, m := range all {
-		if m != leader {
-			followers = append(followers, m)
-		}
-	}
+	followers := others(all, leader)
 	last := followers[1]
 	followers[0].stop()
 	leader.stop()
@@ -276,18 +293,9 @@ func TestForwardingOnlyFromMembers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ca := testutil.NewCA(t)
-	l := start(ctx, t, ca, "c1", "", "")
-	if err := l.node.Bootstrap(); err != nil {
-		t.Fatal(err)
-	}
-	leaderOf(t, l)
+	l := oneMember(ctx, t, ca)
 	dialer := func(cert func() (*tls.Certificate, error)) *streamLayer {
-		s, err := newStreamLayer("127.0.0.1:0", "", cert, ca.Pool(), testutil.Patience, quiet)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
+		return listen(t, cert, ca, testutil.Patience)
 	}
 	dir := t.TempDir()
 	otherHost, err := ca.ServerCertAt(filepath.Join(dir, "c"), filepath.Join(dir, "k"), []string{"elsewhere.example"})
@@ -380,12 +388,7 @@ func TestForwardedInAnotherTerm(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ca := testutil.NewCA(t)
-	l := start(ctx, t, ca, "c1", "", "")
-	if err := l.node.Bootstrap(); err != nil {
-		t.Fatal(err)
-	}
-	leaderOf(t, l)
+	l := oneMember(ctx, t, testutil.NewCA(t))
 	c := items()
 	ws := writeSetOf(t, func(tx *store.Tx) error { return c.Put(tx, &item{ID: "x", Name: "x"}) })
 	actx, stop := context.WithTimeout(ctx, testutil.Patience)

@@ -39,10 +39,7 @@ func TestHealth(t *testing.T) {
 				return fmt.Errorf("the leader's view of %s: %+v", m.ID, m)
 			}
 		}
-		for _, m := range all {
-			if m == leader {
-				continue
-			}
+		for _, m := range others(all, leader) {
 			h, err := m.node.Health()
 			if err != nil {
 				return err
@@ -56,10 +53,8 @@ func TestHealth(t *testing.T) {
 	})
 
 	leader := leaderOf(t, all...)
-	for _, m := range all {
-		if m != leader {
-			m.stop()
-		}
+	for _, m := range others(all, leader) {
+		m.stop()
 	}
 	testutil.EventuallyNil(t, "a leader without its followers cannot take writes", func() error {
 		h, err := leader.node.Health()

@@ -2,14 +2,60 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/zmesh/zmesh/controlplane/pki"
+	"github.com/zmesh/zmesh/internal/certid"
 	"github.com/zmesh/zmesh/internal/testutil"
 )
+
+// TestVerifyMember checks the check of a peer controller's certificate: a controller's of
+// the network's CA passes; a router's of that CA, a controller's of another CA and none at
+// all are refused, each refusal of a certificate naming it by name and fingerprint.
+func TestVerifyMember(t *testing.T) {
+	t.Parallel()
+	ca := testutil.NewCA(t)
+	verify := VerifyMember(ca.Pool())
+	leafOf := func(cert func() (*tls.Certificate, error)) *x509.Certificate {
+		t.Helper()
+		c, err := cert()
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, err := x509.ParseCertificate(c.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return leaf
+	}
+	peer := func(leaf *x509.Certificate) tls.ConnectionState {
+		return tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}
+	}
+	if err := verify(peer(leafOf(controllerCert(t, ca)))); err != nil {
+		t.Fatalf("a controller of the network's CA: %v", err)
+	}
+	names := func(err error, leaf *x509.Certificate) bool {
+		return err != nil && strings.Contains(err.Error(), leaf.Subject.CommonName) && strings.Contains(err.Error(), certid.Fingerprint(leaf))
+	}
+	router := ca.Cert(t, "router-7", pki.ClientServer, "127.0.0.1").Leaf
+	if err := verify(peer(router)); !errors.Is(err, certid.ErrNotController) || !names(err, router) {
+		t.Fatalf("a router's certificate: %v, want a refusal naming %q", err, router.Subject.CommonName)
+	}
+	foreign := leafOf(controllerCert(t, testutil.NewCA(t)))
+	if err := verify(peer(foreign)); !names(err, foreign) {
+		t.Fatalf("a controller of another CA: %v, want a refusal naming %q", err, foreign.Subject.CommonName)
+	}
+	if err := verify(tls.ConnectionState{}); err == nil {
+		t.Fatal("no certificate was accepted")
+	}
+}
 
 // TestSilentPeerDropped checks that a peer that connects to the raft port and sends
 // nothing is dropped at the handshake deadline, and holds up no other connection meanwhile.
@@ -17,16 +63,8 @@ func TestSilentPeerDropped(t *testing.T) {
 	t.Parallel()
 	ca := testutil.NewCA(t)
 	const deadline = 200 * time.Millisecond
-	ln, err := newStreamLayer("127.0.0.1:0", "", controllerCert(t, ca), ca.Pool(), deadline, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	peer, err := newStreamLayer("127.0.0.1:0", "", controllerCert(t, ca), ca.Pool(), deadline, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	ln := listen(t, controllerCert(t, ca), ca, deadline)
+	peer := listen(t, controllerCert(t, ca), ca, deadline)
 
 	began := time.Now() // before the listener can have accepted the connection
 	silent, err := net.Dial("tcp", ln.Addr().String())
@@ -66,17 +104,9 @@ func TestSilentPeerDropped(t *testing.T) {
 func TestConnectionBounds(t *testing.T) {
 	t.Parallel()
 	ca := testutil.NewCA(t)
-	ln, err := newStreamLayer("127.0.0.1:0", "", controllerCert(t, ca), ca.Pool(), testutil.Patience, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := listen(t, controllerCert(t, ca), ca, testutil.Patience)
 	ln.serveForwarded(func(c net.Conn) { c.Write([]byte("k")); c.Close() })
-	peer, err := newStreamLayer("127.0.0.1:0", "", controllerCert(t, ca), ca.Pool(), testutil.Patience, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	peer := listen(t, controllerCert(t, ca), ca, testutil.Patience)
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Patience)
 	defer cancel()
 	// closedAtOnce reports whether the listener closed c rather than leave it waiting.
