@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -231,11 +232,7 @@ func TestForwardedWriteConflicts(t *testing.T) {
 // this member's Update computes its own: the Update's write set is rebased, not run again.
 func TestOwnUpdateRebases(t *testing.T) {
 	t.Parallel()
-	origin, other := open(t, t.TempDir()), open(t, t.TempDir())
-	defer origin.Close()
-	defer other.Close()
-	rep := &logReplicator{members: []*Store{origin, other}}
-	origin.SetReplicator(rep)
+	origin, other, rep := twoMembers(t)
 	c := people()
 	runs := 0
 	if err := origin.Update(func(tx *Tx) error {
@@ -361,5 +358,54 @@ func TestRebaseWorkBounded(t *testing.T) {
 		Writes: []Write{{Key: c.recordKey("c"), Value: []byte(`{"id":"c"}`)}}}
 	if err := leader.ReplicateForwarded(log, ws); err != nil {
 		t.Fatalf("reads beside r/people/5: %v", err)
+	}
+}
+
+// TestCompactReads drops the reads under another read's prefix, keeping the order of the
+// others.
+func TestCompactReads(t *testing.T) {
+	t.Parallel()
+	k := func(s string) Read { return Read{Key: []byte(s)} }
+	p := func(s string) Read { return Read{Key: []byte(s), Prefix: true} }
+	for _, tc := range []struct {
+		name     string
+		in, want []Read
+	}{
+		{"keys only", []Read{k("r/a/1"), k("r/b/2")}, []Read{k("r/a/1"), k("r/b/2")}},
+		{"key under a prefix", []Read{k("r/a/1"), p("r/a/"), k("r/b/2")}, []Read{p("r/a/"), k("r/b/2")}},
+		{"prefix under a prefix", []Read{p("m/a/x/"), k("r/a"), p("m/a/")}, []Read{k("r/a"), p("m/a/")}},
+		{"nested three deep", []Read{p("u/a/n/v"), p("u/a/n/"), p("u/a/"), k("u/a/n/v1"), k("u/b/1")}, []Read{p("u/a/"), k("u/b/1")}},
+		{"disjoint prefixes", []Read{p("r/b/"), k("r/ab"), p("r/a/"), k("r/b")}, []Read{p("r/b/"), k("r/ab"), p("r/a/"), k("r/b")}},
+	} {
+		got := compactReads(slices.Clone(tc.in))
+		if !slices.EqualFunc(got, tc.want, func(a, b Read) bool { return bytes.Equal(a.Key, b.Key) && a.Prefix == b.Prefix }) {
+			t.Errorf("%s: compactReads = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestSplitKey takes apart the keys a Collection writes and refuses any other.
+func TestSplitKey(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		key, collection, rest string
+		ok                    bool
+	}{
+		{"r/people/1", "people", "1", true},
+		{"u/people/name/ann", "people", "name/ann", true},
+		{"m/people/team/red/1", "people", "team/red/1", true},
+		{"r/people/", "people", "", true},
+		{"r//1", "", "", false},
+		{"r/people", "", "", false},
+		{"meta/schema-version", "", "", false},
+		{"x/people/1", "", "", false},
+	} {
+		c, rest, ok := splitKey([]byte(tc.key))
+		if ok != tc.ok || ok && (string(c) != tc.collection || string(rest) != tc.rest) {
+			t.Errorf("splitKey(%q) = %q, %q, %v; want %q, %q, %v", tc.key, c, rest, ok, tc.collection, tc.rest, tc.ok)
+		}
+		if validKey([]byte(tc.key)) != tc.ok {
+			t.Errorf("validKey(%q) = %v, want %v", tc.key, !tc.ok, tc.ok)
+		}
 	}
 }

@@ -27,11 +27,7 @@ type replayed struct {
 // its own hooks once, as without replication. A hook in the transaction may view the store.
 func TestReplayedHooks(t *testing.T) {
 	t.Parallel()
-	origin, other := open(t, t.TempDir()), open(t, t.TempDir())
-	defer origin.Close()
-	defer other.Close()
-	rep := &logReplicator{members: []*Store{origin, other}}
-	origin.SetReplicator(rep)
+	origin, other, rep := twoMembers(t)
 	other.SetReplicator(&forwarder{leader: origin, log: rep})
 
 	mine, theirs := people(), people()
@@ -121,11 +117,7 @@ func TestReplayedHooks(t *testing.T) {
 // write set's commit, on their own goroutine, so none of these waits for itself.
 func TestReplayedHookUpdates(t *testing.T) {
 	t.Parallel()
-	leader, follower := open(t, t.TempDir()), open(t, t.TempDir())
-	defer leader.Close()
-	defer follower.Close()
-	rep := &logReplicator{members: []*Store{leader, follower}}
-	leader.SetReplicator(rep)
+	leader, follower, rep := twoMembers(t)
 	follower.SetReplicator(&forwarder{leader: leader, log: rep})
 
 	type counter struct {

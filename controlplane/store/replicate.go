@@ -46,15 +46,23 @@ var (
 // entries. A write set writes nothing else; the meta keys are the store's own.
 var keyspaces = [][]byte{[]byte(recordsPrefix), []byte("u/"), []byte("m/")}
 
-// validKey tells whether key is one a Collection writes: a keyspace's prefix, a collection
-// name (not empty, no slash) and a slash, then the rest.
-func validKey(key []byte) bool {
+// splitKey splits a key a Collection writes, a keyspace's prefix, a collection name (not
+// empty, no slash) and a slash, then the rest (a record's id, an index's name and value):
+// ok is false for any other key.
+func splitKey(key []byte) (collection, rest []byte, ok bool) {
 	for _, ks := range keyspaces {
-		if rest, ok := bytes.CutPrefix(key, ks); ok {
-			return bytes.IndexByte(rest, '/') > 0
+		if after, found := bytes.CutPrefix(key, ks); found {
+			collection, rest, ok = bytes.Cut(after, []byte("/"))
+			return collection, rest, ok && len(collection) > 0
 		}
 	}
-	return false
+	return nil, nil, false
+}
+
+// validKey tells whether key is one a Collection writes (see splitKey).
+func validKey(key []byte) bool {
+	_, _, ok := splitKey(key)
+	return ok
 }
 
 // checkKeys fails with an error wrapping ErrBadWriteSet unless ws writes valid keys only.
@@ -104,7 +112,8 @@ type WriteSet struct {
 	Seq    uint64
 }
 
-// compactReads drops the reads another read's prefix covers.
+// compactReads drops the reads another read's prefix covers (reads holds each key or prefix
+// once).
 func compactReads(reads []Read) []Read {
 	var prefixes [][]byte
 	for _, r := range reads {
@@ -115,14 +124,15 @@ func compactReads(reads []Read) []Read {
 	if len(prefixes) == 0 {
 		return reads
 	}
+	prefixes = outermost(prefixes)
 	out := reads[:0:0]
 	for _, r := range reads {
-		covered := false
-		for _, p := range prefixes {
-			if bytes.HasPrefix(r.Key, p) && (!r.Prefix || len(r.Key) > len(p)) {
-				covered = true
-				break
-			}
+		var covered bool
+		if r.Prefix { // kept when it is one of the outermost
+			_, outer := slices.BinarySearchFunc(prefixes, r.Key, bytes.Compare)
+			covered = !outer
+		} else {
+			covered = underAny(r.Key, prefixes)
 		}
 		if !covered {
 			out = append(out, r)
@@ -601,13 +611,11 @@ func (s *Store) applyWrites(ws *WriteSet, index uint64) ([]func(), error) {
 	done := false
 	var tx *Tx
 	own, ownAfter := s.awaited(ws)
-	if !own {
-		if ids := s.watchedRecords(ws); len(ids) > 0 {
-			before := s.db.NewTransaction(false) // the state the write set replaces
-			defer before.Discard()
-			tx = &Tx{replayed: true, before: before, changed: ids}
+	defer func() {
+		if tx != nil {
+			tx.before.Discard()
 		}
-	}
+	}()
 	err := s.db.Update(func(txn *badger.Txn) error {
 		applied, restoring, err := readApplied(txn)
 		if err != nil {
@@ -625,6 +633,13 @@ func (s *Store) applyWrites(ws *WriteSet, index uint64) ([]func(), error) {
 		}
 		if err := checkKeys(ws); err != nil {
 			return err
+		}
+		if !own {
+			if ids := s.watchedRecords(ws); len(ids) > 0 {
+				// The state the write set replaces: no write set commits while the window's
+				// lock is held, and txn has written nothing yet.
+				tx = &Tx{replayed: true, before: s.db.NewTransaction(false), changed: ids}
+			}
 		}
 		for _, w := range ws.Writes {
 			if w.Delete {

@@ -48,6 +48,20 @@ func (r *logReplicator) Replicate(ws *WriteSet) error {
 	return originErr
 }
 
+// twoMembers opens two stores, origin and other, replicated through one logReplicator that
+// origin's Updates go through; both are closed when the test ends.
+func twoMembers(t *testing.T) (origin, other *Store, rep *logReplicator) {
+	t.Helper()
+	origin, other = open(t, t.TempDir()), open(t, t.TempDir())
+	t.Cleanup(func() {
+		other.Close()
+		origin.Close()
+	})
+	rep = &logReplicator{members: []*Store{origin, other}}
+	origin.SetReplicator(rep)
+	return origin, other, rep
+}
+
 // withoutSchema drops the keys a member writes for itself (the schema version at open).
 func withoutSchema(m map[string]string) map[string]string {
 	delete(m, string(schemaKey))
@@ -56,11 +70,7 @@ func withoutSchema(m map[string]string) map[string]string {
 
 func TestReplicatedUpdate(t *testing.T) {
 	t.Parallel()
-	origin, other := open(t, t.TempDir()), open(t, t.TempDir())
-	defer origin.Close()
-	defer other.Close()
-	rep := &logReplicator{members: []*Store{origin, other}}
-	origin.SetReplicator(rep)
+	origin, other, rep := twoMembers(t)
 	c := people()
 	var committed []string
 	c.OnChange = func(tx *Tx, id string) { tx.OnCommit(func() { committed = append(committed, id) }) }
@@ -134,16 +144,12 @@ func TestReplicatedUpdate(t *testing.T) {
 // runs again on the new state, so neither increment is lost.
 func TestStaleWriteSetRunsAgain(t *testing.T) {
 	t.Parallel()
-	origin, other := open(t, t.TempDir()), open(t, t.TempDir())
-	defer origin.Close()
-	defer other.Close()
+	origin, other, rep := twoMembers(t)
 	type counter struct {
 		ID string `json:"id"`
 		N  int    `json:"n"`
 	}
 	c := NewCollection("counters", func(c *counter) string { return c.ID })
-	rep := &logReplicator{members: []*Store{origin, other}}
-	origin.SetReplicator(rep)
 	once := sync.Once{}
 	rep.before = func() {
 		once.Do(func() { // the other member's increment, computed on the same state

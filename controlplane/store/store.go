@@ -214,11 +214,10 @@ func (s *Store) watchedRecords(ws *WriteSet) []watchedRecord {
 	var out []watchedRecord
 	var seen map[string]bool
 	for _, w := range ws.Writes {
-		rest, ok := bytes.CutPrefix(w.Key, []byte(recordsPrefix))
-		if !ok {
+		if !bytes.HasPrefix(w.Key, []byte(recordsPrefix)) {
 			continue
 		}
-		name, id, ok := bytes.Cut(rest, []byte("/")) // collection names hold no slash
+		name, id, ok := splitKey(w.Key)
 		if !ok {
 			continue
 		}
@@ -720,10 +719,8 @@ func (s *Store) Counts() (map[string]int, error) {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(recordsPrefix)})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			// r/<collection>/<id>: collection names hold no slash.
-			rest := it.Item().Key()[len(recordsPrefix):]
-			if i := bytes.IndexByte(rest, '/'); i > 0 {
-				out[string(rest[:i])]++
+			if name, _, ok := splitKey(it.Item().Key()); ok {
+				out[string(name)]++
 			}
 		}
 		return nil
