@@ -81,6 +81,8 @@ type Service struct {
 func New(m *model.Model, graph *paths.Graph, routers Routers, log *slog.Logger) *Service {
 	s := &Service{m: m, graph: graph, routers: routers, log: log, circuits: map[uint64]*Circuit{}, ended: map[uint64]struct{}{}, epoch: time.Now()}
 	m.OnCredentialsChange(func(identityID string) { go s.endRevoked(identityID) })
+	// A snapshot installed tells no identity's change: every certificate is checked again.
+	m.OnContentReplaced(func() { go s.endRevokedAll() })
 	return s
 }
 
@@ -217,10 +219,20 @@ func checkOffer(svc *model.Service, o *ctrlproto.E2EEOffer) (*ctrlproto.E2EEOffe
 // identity: its authenticator deleted or replaced, its CA no longer trusted, the identity
 // disabled or deleted.
 func (s *Service) endRevoked(identityID string) {
+	s.endRevokedOf(func(c *Circuit) bool { return c.Initiator == identityID })
+}
+
+// endRevokedAll is endRevoked for every identity: the store's whole content was replaced (a
+// cluster member installing a snapshot).
+func (s *Service) endRevokedAll() { s.endRevokedOf(func(*Circuit) bool { return true }) }
+
+// endRevokedOf ends the circuits that of selects, dialed with a client certificate that no
+// longer authenticates their initiator.
+func (s *Service) endRevokedOf(of func(c *Circuit) bool) {
 	var held []*Circuit
 	s.mu.Lock()
 	for _, c := range s.circuits {
-		if c.Initiator == identityID && len(c.clientCert) > 0 {
+		if len(c.clientCert) > 0 && of(c) {
 			held = append(held, c)
 		}
 	}
@@ -228,7 +240,7 @@ func (s *Service) endRevoked(identityID string) {
 	for _, c := range held {
 		if !s.certStillAuthenticates(c) {
 			s.Remove(c.ID, "the client certificate was revoked")
-			s.log.Info("circuit ended: its client certificate no longer authenticates its identity", "circuit", c.ID, "identity", identityID)
+			s.log.Info("circuit ended: its client certificate no longer authenticates its identity", "circuit", c.ID, "identity", c.Initiator)
 		}
 	}
 }

@@ -3,10 +3,13 @@ package circuits
 import (
 	"bytes"
 	"context"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +19,7 @@ import (
 	"github.com/zmesh/zmesh/controlplane/model/modeltest"
 	"github.com/zmesh/zmesh/controlplane/paths"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
+	"github.com/zmesh/zmesh/internal/testutil"
 )
 
 // noRouters: no router is connected.
@@ -462,5 +466,72 @@ func TestUpdateTerminator(t *testing.T) {
 	}
 	if got, _ := m.Terminator(term.ID); got.Cost != 9 || got.Precedence != "failed" {
 		t.Fatalf("after the refused updates: cost %d, precedence %q", got.Cost, got.Precedence)
+	}
+}
+
+// TestSnapshotRechecksClientCerts: a store whose whole content is replaced (a cluster
+// member installing a snapshot) reports no identity's change, yet the circuits dialed with
+// a client certificate that the new content no longer knows end, and the others stay.
+func TestSnapshotRechecksClientCerts(t *testing.T) {
+	t.Parallel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, ca := modeltest.Store(t)
+	key := testutil.NewKey(t)
+	m := model.New(st, ca, log, model.Options{SessionTimeout: time.Hour, Issuer: "https://ctrl.test", SigningKey: key, SigningKID: "k"})
+	s := New(m, paths.NewGraph(), noRouters{}, log)
+
+	enroll := func(name string) (string, []byte) {
+		t.Helper()
+		id, err := m.CreateIdentity(model.IdentityCreate{Name: name, Type: "Device"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := m.CreateEnrollment(id.ID, model.EnrollmentRequest{OTT: true}, time.Now().Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		certPEM, err := m.EnrollOTT(e.Token, testutil.CSR(t, testutil.NewKey(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, _ := pem.Decode(certPEM)
+		if block == nil {
+			t.Fatalf("enrolling %s returned no PEM certificate", name)
+		}
+		return id.ID, block.Bytes
+	}
+	kept, keptCert := enroll("kept")
+	snap := filepath.Join(t.TempDir(), "snap")
+	f, err := os.Create(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Backup(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	gone, goneCert := enroll("gone")
+
+	s.mu.Lock()
+	s.circuits[1] = &Circuit{ID: 1, Initiator: kept, clientCert: keptCert}
+	s.circuits[2] = &Circuit{ID: 2, Initiator: gone, clientCert: goneCert}
+	s.mu.Unlock()
+	for _, c := range s.Circuits() {
+		if !s.certStillAuthenticates(&c) {
+			t.Fatalf("circuit %d: its certificate does not authenticate %s before the replacement", c.ID, c.Initiator)
+		}
+	}
+
+	if err := st.ReplaceFromBackup(snap); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the circuit of the certificate the snapshot lacks ends", func() bool {
+		return !slices.ContainsFunc(s.Circuits(), func(c Circuit) bool { return c.ID == 2 })
+	})
+	got := s.Circuits()
+	if len(got) != 1 || got[0].ID != 1 || !s.certStillAuthenticates(&got[0]) {
+		t.Fatalf("circuits after the replacement %+v; want circuit 1, whose certificate the snapshot holds", got)
 	}
 }

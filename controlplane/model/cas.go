@@ -183,9 +183,8 @@ func (m *Model) UpdateCA(id string, change func(*CA) error) (*CA, error) {
 		if err := m.c.cas.Put(tx, &next); err != nil {
 			return conflict(err)
 		}
-		claimRemoved := cur.ExternalIDClaim != nil && next.ExternalIDClaim == nil
-		if next.IsAuthEnabled != cur.IsAuthEnabled || claimRemoved {
-			revoked = !next.IsAuthEnabled || claimRemoved
+		if caTrustMoved(cur, &next) {
+			revoked = !next.IsAuthEnabled || caClaimRemoved(cur, &next)
 			return m.caTrustChanged(tx, &next)
 		}
 		return nil
@@ -264,3 +263,13 @@ func (m *Model) CAJWT(id string) (string, error) {
 
 // EnrollmentAudience is the audience of a CA's enrollment token, as the reference names it.
 const EnrollmentAudience = "openziti-enroller"
+
+// caTrustMoved tells whether a CA's change from old to cur changes what stands on it, which
+// caTrustChanged follows: whether it allows authentication, or its external id claim removed.
+func caTrustMoved(old, cur *CA) bool {
+	return old.IsAuthEnabled != cur.IsAuthEnabled || caClaimRemoved(old, cur)
+}
+
+func caClaimRemoved(old, cur *CA) bool {
+	return old.ExternalIDClaim != nil && cur.ExternalIDClaim == nil
+}

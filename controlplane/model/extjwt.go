@@ -226,15 +226,12 @@ func (m *Model) UpdateExtJWTSigner(id string, change func(*ExtJWTSigner) error) 
 		out = cur
 		return nil
 	})
-	if err == nil {
-		m.auth.jwks.forget(id)
-	}
 	return out, err
 }
 
 // DeleteExtJWTSigner removes a signer no authentication policy names.
 func (m *Model) DeleteExtJWTSigner(id string) error {
-	err := m.st.Update(func(tx *store.Tx) error {
+	return m.st.Update(func(tx *store.Tx) error {
 		if ok, err := m.auth.signers.Has(tx, id); err != nil {
 			return err
 		} else if !ok {
@@ -250,10 +247,6 @@ func (m *Model) DeleteExtJWTSigner(id string) error {
 		}
 		return m.auth.signers.Delete(tx, id)
 	})
-	if err == nil {
-		m.auth.jwks.forget(id)
-	}
-	return err
 }
 
 // jwtLeeway is the clock skew allowed on exp, nbf and iat.

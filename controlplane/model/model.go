@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -81,11 +80,6 @@ type Model struct {
 	// credentialHooks are told of committed changes of what an identity may authenticate
 	// with (identityID): its certificates, its CAs' trust, disabling, deletion.
 	credentialHooks changeHooks
-	// replacedHooks are told that the store's whole content was replaced.
-	replacedHooks struct {
-		mu  sync.Mutex
-		fns []func()
-	}
 }
 
 // New returns the model over an open store and the controller's CA.

@@ -158,11 +158,10 @@ func (m *Model) added(tx *store.Tx) { m.changedTx(tx, false) }
 
 // changedTx is changed or added. The revocation writes: it runs only on the member that
 // made the change (see replay.go); the other members bump their index from the records
-// replayed (policyDataReplayed).
+// replayed (policyDataChanged).
 func (m *Model) changedTx(tx *store.Tx, revoke bool) {
 	tx.OnCommit(func() {
-		m.cache.gen.Add(1)
-		m.bumpLastChange()
+		m.policyDataChanged()
 		if !revoke {
 			return
 		}
@@ -172,6 +171,13 @@ func (m *Model) changedTx(tx *store.Tx, revoke bool) {
 			m.log.Info("ended sessions no policy allows any more", "count", n)
 		}
 	})
+}
+
+// policyDataChanged moves the policy index's generation and the time clients refetch their
+// services after: what every member does after a change of policy-relevant data.
+func (m *Model) policyDataChanged() {
+	m.cache.gen.Add(1)
+	m.bumpLastChange()
 }
 
 // clientDataChanged records, on commit, a change of what clients see of their services that

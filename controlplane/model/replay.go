@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/store"
@@ -44,14 +45,14 @@ func (m *Model) watchReplays() {
 	c := &m.c
 	// The policy index reads these; a change through the API also bumps the time clients
 	// refetch their services after.
-	policy := func(tx *store.Tx, _ string) { tx.OnCommit(m.policyDataReplayed) }
+	policy := func(tx *store.Tx, _ string) { tx.OnCommit(m.policyDataChanged) }
 	c.services.OnChange = replayedOnly(policy)
 	c.servicePolicies.OnChange = replayedOnly(policy)
 	c.edgeRouterPolicies.OnChange = replayedOnly(policy)
 	c.serviceEdgeRouterPolicies.OnChange = replayedOnly(policy)
 	c.postureChecks.OnChange = replayedOnly(policy)
 	// What clients see of their services, beside the policy index.
-	clientData := func(tx *store.Tx, _ string) { tx.OnCommit(m.bumpLastChange) }
+	clientData := func(tx *store.Tx, _ string) { m.clientDataChanged(tx) }
 	c.configs.OnChange = replayedOnly(clientData)
 	c.configTypes.OnChange = replayedOnly(clientData)
 	c.identityServiceConfigs.OnChange = replayedOnly(clientData)
@@ -80,15 +81,24 @@ func (m *Model) watchReplays() {
 		// with the certificate an extension replaced stays the router's while the record
 		// names it as the previous one, as it does on the member that made the extension.
 		change := RouterChange{}
-		if r, err := c.edgeRouters.Get(tx, id); err == nil && r.PreviousFingerprint != "" {
-			change = RouterChange{Extended: true, Previous: r.PreviousFingerprint, Current: [2]string{r.Fingerprint, r.ServerFingerprint}}
+		if r, err := c.edgeRouters.Get(tx, id); err == nil {
+			change = r.RecordedChange()
 		}
 		m.routerChanged(tx, id, change)
 	})
 	c.authenticators.OnChange = replayedOnly(func(tx *store.Tx, id string) {
-		if a := replayedRecord(tx, c.authenticators, id); a != nil && a.Method == MethodCert {
-			m.identityCertsReplayed(tx, a.IdentityID)
+		// A certificate added, replaced or deleted; a password changed or a certificate
+		// authenticator's other fields rewritten change no certificate admitted.
+		cur, curErr := c.authenticators.Get(tx, id)
+		old, oldErr := c.authenticators.Before(tx, id)
+		a := cur
+		if curErr != nil {
+			a = old
 		}
+		if a == nil || a.Method != MethodCert || curErr == nil && oldErr == nil && sameCerts(old, cur) {
+			return
+		}
+		m.identityCertsReplayed(tx, a.IdentityID)
 	})
 	c.apiSessionCerts.OnChange = replayedOnly(func(tx *store.Tx, id string) {
 		// Routers learn which ephemeral certificates an API session's clients may present.
@@ -97,20 +107,34 @@ func (m *Model) watchReplays() {
 		}
 	})
 	c.cas.OnChange = replayedOnly(func(tx *store.Tx, id string) {
-		if ca := replayedRecord(tx, c.cas, id); ca != nil {
-			m.caCertsReplayed(tx, ca.Fingerprint)
+		// What caTrustChanged follows on the member that made the change: a CA created, or
+		// changed otherwise, changes no certificate admitted.
+		old, err := c.cas.Before(tx, id)
+		if err != nil {
+			if !errors.Is(err, store.ErrNotFound) {
+				m.log.Error("read a CA changed on another controller", "ca", id, "err", err)
+			}
+			return
 		}
+		cur, err := c.cas.Get(tx, id)
+		if err == nil && !caTrustMoved(old, cur) {
+			return
+		}
+		fp := old.Fingerprint
+		tx.OnCommit(func() { m.caCertsReplayed(fp) })
 	})
-	m.auth.signers.OnChange = replayedOnly(func(tx *store.Tx, id string) {
+	// The key sets of a signer changed here or on another member, once the change is
+	// applied, whether or not its Update still waits for it.
+	m.auth.signers.OnChange = func(tx *store.Tx, id string) {
 		tx.OnCommit(func() { m.auth.jwks.forget(id) })
-	})
+	}
 
 	m.st.OnReplaced(m.contentReplaced)
 	for _, w := range []interface{ Watch(*store.Store) }{
-		c.identities, c.authenticators, c.enrollments, c.apiSessions, c.apiSessionCerts, c.cas,
+		c.identities, c.authenticators, c.apiSessions, c.apiSessionCerts, c.cas,
 		c.services, c.servicePolicies, c.edgeRouters, c.edgeRouterPolicies, c.serviceEdgeRouterPolicies,
 		c.sessions, c.postureChecks, c.configTypes, c.configs, c.terminators, c.identityServiceConfigs,
-		m.auth.mfa, m.auth.signers, m.auth.policies,
+		m.auth.signers,
 	} {
 		w.Watch(m.st)
 	}
@@ -118,7 +142,8 @@ func (m *Model) watchReplays() {
 
 // contentReplaced follows a replacement of the store's whole content: every read cache's
 // generation and the policy index's move, clients refetch their services, the key sets of
-// external JWT signers are fetched again, and the hooks of OnContentReplaced run.
+// external JWT signers are fetched again. The store runs the hooks of OnContentReplaced
+// after it (New registers it first).
 func (m *Model) contentReplaced() {
 	m.cache.gen.Add(1)
 	m.reads.terminators.bump()
@@ -128,30 +153,13 @@ func (m *Model) contentReplaced() {
 	m.schemas.mu.Lock()
 	clear(m.schemas.m)
 	m.schemas.mu.Unlock()
-	m.replacedHooks.mu.Lock()
-	fns := m.replacedHooks.fns
-	m.replacedHooks.mu.Unlock()
-	for _, f := range fns {
-		f()
-	}
 }
 
 // OnContentReplaced registers f to be called after the store's whole content was replaced
 // (a cluster member installing a snapshot): no change of a record is reported for it, so
 // what is kept of the content outside the model must be read again (the routers' session
 // state is sent in full again). f runs on the store's hook goroutine and must not block.
-func (m *Model) OnContentReplaced(f func()) {
-	m.replacedHooks.mu.Lock()
-	m.replacedHooks.fns = append(m.replacedHooks.fns, f)
-	m.replacedHooks.mu.Unlock()
-}
-
-// policyDataReplayed is changedTx's memory part for another member's change: its
-// revocation ran there.
-func (m *Model) policyDataReplayed() {
-	m.cache.gen.Add(1)
-	m.bumpLastChange()
-}
+func (m *Model) OnContentReplaced(f func()) { m.st.OnReplaced(f) }
 
 // clientInfoOnly tells whether an identity's record changed in what its clients reported
 // alone.
@@ -163,6 +171,12 @@ func clientInfoOnly(old, cur *Identity) bool {
 
 func sameTime(a, b *time.Time) bool {
 	return a == nil && b == nil || a != nil && b != nil && a.Equal(*b)
+}
+
+// sameCerts tells whether two versions of an authenticator admit the same certificates.
+func sameCerts(a, b *Authenticator) bool {
+	return a.Fingerprint == b.Fingerprint && a.UnverifiedFingerprint == b.UnverifiedFingerprint &&
+		a.PreviousFingerprint == b.PreviousFingerprint && a.CAFingerprint == b.CAFingerprint
 }
 
 // replayedRecord returns the record with id as the replayed write set left it or, deleted,
@@ -194,30 +208,48 @@ func (m *Model) identityCertsReplayed(tx *store.Tx, identityID string) {
 	}
 }
 
-// caCertsReplayed is caTrustChanged's memory part for another member's change of a
-// third-party CA: the identities with certificates of it, or with API sessions opened
-// through its external id claim.
-func (m *Model) caCertsReplayed(tx *store.Tx, fingerprint string) {
-	idents := map[string]bool{}
-	err := m.c.authenticators.Each(tx, func(a *Authenticator) error {
-		if a.Method == MethodCert && a.CAFingerprint == fingerprint {
-			idents[a.IdentityID] = true
-		}
-		return nil
-	})
-	if err == nil {
-		err = m.c.apiSessions.Each(tx, func(a *APISession) error {
-			if a.ExternalIDCert && a.ClaimCA == fingerprint {
-				idents[a.IdentityID] = true
+// caCertsReplayed is caTrustChanged's memory part for another member's deletion of a
+// third-party CA or change of its trust: the identities with certificates of it, or with API
+// sessions opened through its external id claim, and their API sessions. It runs after the
+// commit, in a read transaction of its own: the log's apply does not wait for the scan of
+// every authenticator.
+func (m *Model) caCertsReplayed(fingerprint string) {
+	var idents, sessions []string
+	err := m.st.View(func(tx *store.Tx) error {
+		idents, sessions = nil, nil
+		err := m.c.authenticators.Each(tx, func(a *Authenticator) error {
+			if a.Method == MethodCert && a.CAFingerprint == fingerprint {
+				idents = append(idents, a.IdentityID)
 			}
 			return nil
 		})
-	}
+		if err != nil {
+			return err
+		}
+		claimed, err := m.identitiesClaimedThrough(tx, fingerprint)
+		if err != nil {
+			return err
+		}
+		idents = append(idents, claimed...)
+		slices.Sort(idents)
+		idents = slices.Compact(idents)
+		for _, id := range idents {
+			ids, err := m.c.apiSessions.IDsWith(tx, "identityId", id)
+			if err != nil {
+				return err
+			}
+			sessions = append(sessions, ids...)
+		}
+		return nil
+	})
 	if err != nil {
 		m.log.Error("read the identities of a CA changed on another controller", "ca", fingerprint, "err", err)
 		return
 	}
-	for id := range idents {
-		m.identityCertsReplayed(tx, id)
+	for _, id := range idents {
+		m.credentialHooks.tell(id)
+	}
+	for _, id := range sessions {
+		m.apiSessionHooks.tell(id)
 	}
 }

@@ -340,3 +340,75 @@ func TestContentReplaced(t *testing.T) {
 		t.Fatalf("OnContentReplaced hooks ran %d times, want 2", n)
 	}
 }
+
+// TestReplayedCAChanges: a third-party CA renamed through the first model tells the
+// second's credential hooks nothing; its authentication turned off, then its deletion, tell
+// them of the identity enrolled with it. A certificate authenticator rewritten without a
+// change of its certificates tells nothing either.
+func TestReplayedCAChanges(t *testing.T) {
+	t.Parallel()
+	f1, f2 := newFixture(t), newFixture(t)
+	m1, m2 := f1.m, f2.m
+	l := &sliceLog{members: []*store.Store{m1.st, m2.st}}
+	m1.st.SetReplicator(l)
+	m2.st.SetReplicator(l)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var creds []string
+	m2.OnCredentialsChange(func(id string) { mu.Lock(); creds = append(creds, id); mu.Unlock() })
+	// told returns what the second's credential hooks were told since the last call, once
+	// the write sets applied so far have run their hooks there.
+	told := func() []string {
+		m2.st.WaitReplayed()
+		mu.Lock()
+		defer mu.Unlock()
+		out := creds
+		creds = nil
+		return out
+	}
+
+	corp := testutil.NewAuthority(t, "corp CA")
+	ca, err := m1.CreateCA(CACreate{Name: "corp", CertPEM: certPEM(corp.Cert), IsAutoCaEnrollmentEnabled: true, IsAuthEnabled: true})
+	must(err)
+	must(m1.VerifyCA(ca.ID, certPEM(corp.Issue(t, ca.VerificationToken, nil))))
+	dev, err := m1.EnrollCA([]*x509.Certificate{corp.Issue(t, "dev1", nil)})
+	must(err)
+	told()
+
+	_, err = m1.UpdateCA(ca.ID, func(c *CA) error { c.Name = "corporate"; return nil })
+	must(err)
+	if got := told(); len(got) != 0 {
+		t.Fatalf("renaming the CA told the second of %v, want nothing", got)
+	}
+	auths, err := m1.AuthenticatorsOf(dev.ID)
+	must(err)
+	must(m1.st.Update(func(tx *store.Tx) error {
+		a, err := m1.c.authenticators.Get(tx, auths[0].ID)
+		if err != nil {
+			return err
+		}
+		a.UpdatedAt = a.UpdatedAt.Add(time.Second)
+		return m1.c.authenticators.Put(tx, a)
+	}))
+	if got := told(); len(got) != 0 {
+		t.Fatalf("rewriting the authenticator's time told the second of %v, want nothing", got)
+	}
+
+	_, err = m1.UpdateCA(ca.ID, func(c *CA) error { c.IsAuthEnabled = false; return nil })
+	must(err)
+	if got := told(); !slices.Contains(got, dev.ID) {
+		t.Fatalf("turning the CA's authentication off told the second of %v, want %s", got, dev.ID)
+	}
+	_, err = m1.UpdateCA(ca.ID, func(c *CA) error { c.IsAuthEnabled = true; return nil })
+	must(err)
+	told()
+	must(m1.DeleteCA(ca.ID))
+	if got := told(); !slices.Contains(got, dev.ID) {
+		t.Fatalf("deleting the CA told the second of %v, want %s", got, dev.ID)
+	}
+}

@@ -285,15 +285,11 @@ func (m *Model) caTrustChanged(tx *store.Tx, ca *CA) error {
 	}
 	// Identities whose API sessions stand on the CA's external id claim hold no authenticator
 	// of it.
-	err = m.c.apiSessions.Each(tx, func(a *APISession) error {
-		if a.ExternalIDCert && a.ClaimCA == ca.Fingerprint {
-			idents = append(idents, a.IdentityID)
-		}
-		return nil
-	})
+	claimed, err := m.identitiesClaimedThrough(tx, ca.Fingerprint)
 	if err != nil {
 		return err
 	}
+	idents = append(idents, claimed...)
 	slices.Sort(idents)
 	for _, id := range slices.Compact(idents) {
 		m.certsChanged(tx, id)
@@ -305,4 +301,17 @@ func (m *Model) caTrustChanged(tx *store.Tx, ca *CA) error {
 func signedBy(certPEM string, root *x509.Certificate) bool {
 	cert, err := pki.ParsePEMCert([]byte(certPEM))
 	return err == nil && cert.CheckSignatureFrom(root) == nil
+}
+
+// identitiesClaimedThrough returns the identities of the API sessions opened through the
+// external id claim of the CA of fingerprint fp (an identity once per session).
+func (m *Model) identitiesClaimedThrough(tx *store.Tx, fp string) ([]string, error) {
+	var idents []string
+	err := m.c.apiSessions.Each(tx, func(a *APISession) error {
+		if a.ExternalIDCert && a.ClaimCA == fp {
+			idents = append(idents, a.IdentityID)
+		}
+		return nil
+	})
+	return idents, err
 }

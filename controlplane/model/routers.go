@@ -277,6 +277,16 @@ type RouterChange struct {
 	Current  [2]string
 }
 
+// RecordedChange is the RouterChange that r's record alone tells, for a member that decides
+// on the record as it is (a replayed change, a replaced store's content): an extension
+// while the record names the certificate it replaced, a change of any other kind otherwise.
+func (r *EdgeRouter) RecordedChange() RouterChange {
+	if r.PreviousFingerprint == "" {
+		return RouterChange{}
+	}
+	return RouterChange{Extended: true, Previous: r.PreviousFingerprint, Current: [2]string{r.Fingerprint, r.ServerFingerprint}}
+}
+
 // routerHooks are the functions OnEdgeRouterChange registered.
 type routerHooks struct {
 	mu  sync.Mutex

@@ -35,6 +35,16 @@ func (h *changeHooks) watch(tx *store.Tx, id string) {
 	})
 }
 
+// tell reports id to the hooks now: a change committed already.
+func (h *changeHooks) tell(id string) {
+	h.mu.Lock()
+	fns := h.fns
+	h.mu.Unlock()
+	for _, f := range fns {
+		f(id)
+	}
+}
+
 // OnAPISessionChange registers f to be called with an API session's id after a committed
 // transaction created, rewrote (activity, MFA) or deleted it, whatever the path: login,
 // logout, expiry, identity deletion. f runs on the goroutine that made the change, after the

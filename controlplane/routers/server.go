@@ -103,8 +103,8 @@ func New(cfg Config) *Server {
 func (s *Server) recheckAll() {
 	for _, rt := range s.All() {
 		change := model.RouterChange{}
-		if r, err := s.cfg.Model.EdgeRouter(rt.ID); err == nil && r.PreviousFingerprint != "" {
-			change = model.RouterChange{Extended: true, Previous: r.PreviousFingerprint, Current: [2]string{r.Fingerprint, r.ServerFingerprint}}
+		if r, err := s.cfg.Model.EdgeRouter(rt.ID); err == nil {
+			change = r.RecordedChange()
 		}
 		s.routerChanged(rt.ID, change)
 	}

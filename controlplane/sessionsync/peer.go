@@ -70,7 +70,7 @@ func (p *peer) queue(u *update, limit int) (overflowed bool) {
 		p.sessions[c.id] = c.entry
 	}
 	if len(p.apis)+len(p.sessions) > limit {
-		p.needSnapshot, p.snapshot, p.apis, p.sessions = true, nil, nil, nil
+		p.oweLocked()
 		overflowed = true
 	}
 	p.mu.Unlock()
@@ -81,9 +81,14 @@ func (p *peer) queue(u *update, limit int) (overflowed bool) {
 // owe drops what is pending for the router and has its sender send it a fresh snapshot.
 func (p *peer) owe() {
 	p.mu.Lock()
-	p.needSnapshot, p.snapshot, p.apis, p.sessions = true, nil, nil, nil
+	p.oweLocked()
 	p.mu.Unlock()
 	p.signal()
+}
+
+// oweLocked is owe under p.mu, without the signal.
+func (p *peer) oweLocked() {
+	p.needSnapshot, p.snapshot, p.apis, p.sessions = true, nil, nil, nil
 }
 
 func (p *peer) waitingForSnapshot() bool {
