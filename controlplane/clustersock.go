@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/zmesh/zmesh/controlplane/cluster"
 )
 
 // The cluster commands reach the running controller through a Unix socket in its data
@@ -93,7 +95,13 @@ func (c *Controller) clusterCommand(w http.ResponseWriter, r *http.Request) {
 		err = fmt.Errorf("unknown cluster command %q; allowed: init, add, remove, list, transfer-leadership", req.Op)
 	}
 	if err != nil {
-		reply(http.StatusConflict, ClusterReply{Error: err.Error()})
+		msg := err.Error()
+		// The command line talks to the controller of the data directory it was given.
+		var nl *cluster.NotLeaderError
+		if errors.As(err, &nl) && nl.LeaderID != "" {
+			msg += "; run the command on " + nl.LeaderID + "'s host, with its configuration file"
+		}
+		reply(http.StatusConflict, ClusterReply{Error: msg})
 		return
 	}
 	ms, err := c.ClusterMembers()

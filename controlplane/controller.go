@@ -75,15 +75,12 @@ type Controller struct {
 	closed  bool
 	// snapshotMu makes snapshots one at a time, so that their files stay bounded.
 	snapshotMu sync.Mutex
-	// node is the raft node with a cluster section (nil without); init replaces it, under
-	// initMu.
-	nodeMu sync.Mutex
-	node   *cluster.Node
-	// nodeSwapped is closed, and replaced, each time node is.
-	nodeSwapped chan struct{}
+	// node is the raft node with a cluster section (nil without), set once by Open.
+	node *cluster.Node
 	// members is the replicated collection of the cluster members' records.
 	members *store.Collection[ControllerRecord]
-	initMu  sync.Mutex
+	// initMu makes cluster inits one at a time, and Close wait for the one under way.
+	initMu sync.Mutex
 	// endpointsSent is the list of the members' endpoints the routers were last told.
 	endpointsMu   sync.Mutex
 	endpointsSent []string
@@ -182,8 +179,7 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 	})
 	c.api = api.New(c.model, log, api.Info{
 		Version: build.Version, Revision: build.Revision, BuildDate: build.BuildDate,
-		Advertise: cfg.API.Advertise, CtrlAddress: cfg.Ctrl.Listen.String(),
-		ServerCert: c.cert.Leaf, Started: time.Now(), Routers: c.routers, Observer: c.metrics,
+		Advertise: cfg.API.Advertise, ServerCert: c.cert.Leaf, Started: c.started, Routers: c.routers, Observer: c.metrics,
 		Backup: c.store.Backup, Verify: c.store.Verify, Snapshot: c.snapshot, Fabric: fabricView{c},
 		Controllers: c.controllerList,
 	})
@@ -399,7 +395,7 @@ func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, r
 		defer func() { stop(); <-ctrlErr }()
 	}
 	memberErr := make(chan error, 1)
-	if c.Node() != nil {
+	if c.node != nil {
 		stopSock, err := c.serveClusterSocket(bg)
 		if err != nil {
 			ln.Close()
@@ -413,9 +409,9 @@ func (c *Controller) ServeWithCtrl(ctx context.Context, ln, ctrl net.Listener, r
 				memberErr <- err
 			}
 		}()
-		if n := c.Node(); !isMember(n) {
+		if _, _, err := c.joined(); errors.Is(err, ErrNotMember) {
 			c.log.Warn("not in a cluster yet: writes are refused until zmesh controller cluster init runs on this controller, or a member adds it with zmesh controller cluster add",
-				"member", n.ID(), "api", c.cfg.API.Advertise)
+				"member", c.node.ID(), "api", c.cfg.API.Advertise)
 		}
 		// It reads the store: it ends before the store closes.
 		defer func() { stop(); <-followDone }()
@@ -504,7 +500,7 @@ func (c *Controller) expireLoop(ctx context.Context) {
 
 // Close closes the store and releases the data directory. It is safe to call twice.
 func (c *Controller) Close() error {
-	// A cluster init under way restarts the raft node: it ends first.
+	// A cluster init under way ends first: it writes to the store.
 	c.initMu.Lock()
 	defer c.initMu.Unlock()
 	if c.closed {
@@ -513,8 +509,8 @@ func (c *Controller) Close() error {
 	c.closed = true
 	var err error
 	// The raft node stops before the store it applies to closes.
-	if n := c.Node(); n != nil {
-		err = n.Shutdown()
+	if c.node != nil {
+		err = c.node.Shutdown()
 	}
 	if c.store != nil {
 		if cerr := c.store.Close(); err == nil {

@@ -57,12 +57,6 @@ func (c *Controller) startNode() error {
 	if cc == nil {
 		return nil
 	}
-	return c.openNode(uint64(cc.TrailingLogs))
-}
-
-// openNode starts the raft node with trailing logs kept after a snapshot.
-func (c *Controller) openNode(trailing uint64) error {
-	cc := c.cfg.Cluster
 	n, err := cluster.New(context.Background(), cluster.Config{
 		ID: cc.ID, Dir: cc.DataDir, Bind: cc.Listen, Advertise: cc.Advertise,
 		Certificate: func() (*tls.Certificate, error) {
@@ -74,60 +68,53 @@ func (c *Controller) openNode(trailing uint64) error {
 		Log:   c.log.With("component", "cluster"),
 
 		HeartbeatTimeout: cc.HeartbeatTimeout, ElectionTimeout: cc.ElectionTimeout, LeaderLeaseTimeout: cc.LeaderLeaseTimeout,
-		SnapshotInterval: cc.SnapshotInterval, SnapshotThreshold: uint64(cc.SnapshotThreshold), TrailingLogs: trailing,
+		SnapshotInterval: cc.SnapshotInterval, SnapshotThreshold: uint64(cc.SnapshotThreshold), TrailingLogs: uint64(cc.TrailingLogs),
 		ApplyTimeout: cc.ApplyTimeout,
 	})
 	if err != nil {
 		return err
 	}
-	c.nodeMu.Lock()
 	c.node = n
-	if c.nodeSwapped != nil {
-		close(c.nodeSwapped)
-	}
-	c.nodeSwapped = make(chan struct{})
-	c.nodeMu.Unlock()
 	return nil
 }
 
 // watchNode returns an error once the raft node fails (its store could not apply a log
-// entry: see cluster.Node.Failed), nil when ctx ends first; it follows the node init
-// replaces.
+// entry: see cluster.Node.Failed), nil when ctx ends first.
 func (c *Controller) watchNode(ctx context.Context) error {
-	for {
-		c.nodeMu.Lock()
-		n, swapped := c.node, c.nodeSwapped
-		c.nodeMu.Unlock()
-		select {
-		case <-n.Failed():
-			c.log.Error("this controller stopped following the cluster's log; stopping it", "member", n.ID(), "err", n.Err())
-			return fmt.Errorf("cluster member %s: %w", n.ID(), n.Err())
-		case <-swapped:
-		case <-ctx.Done():
-			return nil
-		}
+	n := c.node
+	select {
+	case <-n.Failed():
+		c.log.Error("this controller stopped following the cluster's log; stopping it", "member", n.ID(), "err", n.Err())
+		return fmt.Errorf("cluster member %s: %w", n.ID(), n.Err())
+	case <-ctx.Done():
+		return nil
 	}
 }
 
 // Node returns the controller's raft node; nil without a cluster section.
-func (c *Controller) Node() *cluster.Node {
-	c.nodeMu.Lock()
-	defer c.nodeMu.Unlock()
-	return c.node
+func (c *Controller) Node() *cluster.Node { return c.node }
+
+// noCluster is the error of a cluster operation on a controller without a cluster section.
+func (c *Controller) noCluster() error {
+	return fmt.Errorf("controller %s has no cluster section in its configuration: %w", c.cfg.API.Advertise, ErrNotMember)
 }
 
-func (c *Controller) member() (*cluster.Node, error) {
-	n := c.Node()
+// joined returns the raft node and the cluster's configuration, which includes this
+// member; an error wrapping ErrNotMember when the controller has no cluster section or is
+// not in a cluster yet (neither bootstrapped nor added).
+func (c *Controller) joined() (*cluster.Node, []cluster.Member, error) {
+	n := c.node
 	if n == nil {
-		return nil, fmt.Errorf("controller %s has no cluster section in its configuration: %w", c.cfg.API.Advertise, ErrNotMember)
+		return nil, nil, c.noCluster()
 	}
-	return n, nil
-}
-
-// isMember tells whether the node belongs to a cluster configuration (bootstrapped or added).
-func isMember(n *cluster.Node) bool {
 	ms, err := n.Members()
-	return err == nil && slices.ContainsFunc(ms, func(m cluster.Member) bool { return m.ID == n.ID() })
+	if err != nil {
+		return nil, nil, err
+	}
+	if !slices.ContainsFunc(ms, func(m cluster.Member) bool { return m.ID == n.ID() }) {
+		return nil, nil, fmt.Errorf("controller %s is not in a cluster yet: run zmesh controller cluster init on it to start one, or add it from a member with zmesh controller cluster add: %w", n.ID(), ErrNotMember)
+	}
+	return n, ms, nil
 }
 
 // waitLeader waits until this member leads, or ctx ends.
@@ -159,17 +146,19 @@ func (c *Controller) selfRecord(n *cluster.Node) ControllerRecord {
 // through a snapshot taken now, with the log before it compacted, so that a joining member
 // is sent the snapshot rather than the log.
 func (c *Controller) ClusterInit(ctx context.Context) error {
-	n, err := c.member()
-	if err != nil {
-		return err
+	n := c.node
+	if n == nil {
+		return c.noCluster()
 	}
 	c.initMu.Lock()
 	defer c.initMu.Unlock()
 	if c.closed {
 		return fmt.Errorf("controller %s is stopping", n.ID())
 	}
-	if n = c.Node(); isMember(n) {
+	if _, _, err := c.joined(); err == nil {
 		return fmt.Errorf("controller %s is a member of a cluster already: nothing to initialise", n.ID())
+	} else if !errors.Is(err, ErrNotMember) {
+		return err
 	}
 	// A store that applied a cluster's log (a removed member, a backup of a member) would
 	// skip the new log's first entries, whose indexes it has passed already.
@@ -178,25 +167,6 @@ func (c *Controller) ClusterInit(ctx context.Context) error {
 	} else if idx > 0 {
 		return fmt.Errorf("the store of controller %s has applied a cluster's log up to index %d: a new cluster cannot start from it; start this controller on an empty data directory (with the network's CA imported) and add it from a member", n.ID(), idx)
 	}
-	// Restarted with one trailing log so that the snapshot compacts everything before it.
-	if err := n.Shutdown(); err != nil {
-		return err
-	}
-	if err := c.openNode(1); err != nil {
-		return err
-	}
-	n = c.Node()
-	trailing := uint64(c.cfg.Cluster.TrailingLogs)
-	restarted := false
-	defer func() {
-		// A failure leaves the node running with the configured retention all the same.
-		if !restarted {
-			n.Shutdown()
-			if err := c.openNode(trailing); err != nil {
-				c.log.Error("restart the raft node after a failed init", "err", err)
-			}
-		}
-	}()
 	if err := n.Bootstrap(); err != nil {
 		return err
 	}
@@ -218,18 +188,7 @@ func (c *Controller) ClusterInit(ctx context.Context) error {
 	if err := c.store.Update(func(tx *store.Tx) error { return c.members.Put(tx, &rec) }); err != nil {
 		return fmt.Errorf("record controller %s: %w", n.ID(), err)
 	}
-	if err := n.Snapshot(); err != nil {
-		return err
-	}
-	// Back to the configured retention.
-	if err := n.Shutdown(); err != nil {
-		return err
-	}
-	restarted = true
-	if err := c.openNode(trailing); err != nil {
-		return err
-	}
-	if err := waitLeader(ctx, c.Node()); err != nil {
+	if err := n.SnapshotCompacted(); err != nil {
 		return err
 	}
 	c.membershipChanged()
@@ -241,12 +200,9 @@ func (c *Controller) ClusterInit(ctx context.Context) error {
 // (both ends present a controller certificate of the network's CA), adds it as a voter and
 // records it.
 func (c *Controller) ClusterAdd(ctx context.Context, apiAddress string) (ControllerRecord, error) {
-	n, err := c.member()
+	n, _, err := c.joined()
 	if err != nil {
 		return ControllerRecord{}, err
-	}
-	if !isMember(n) {
-		return ControllerRecord{}, notMemberYet(n)
 	}
 	ans, err := c.fetchSelf(ctx, apiAddress)
 	if err != nil {
@@ -269,10 +225,6 @@ func (c *Controller) ClusterAdd(ctx context.Context, apiAddress string) (Control
 	}
 	c.membershipChanged()
 	return rec, nil
-}
-
-func notMemberYet(n *cluster.Node) error {
-	return fmt.Errorf("controller %s is not in a cluster yet: run zmesh controller cluster init on it to start one, or add it from a member with zmesh controller cluster add: %w", n.ID(), ErrNotMember)
 }
 
 // fetchSelf reads the record of the controller whose API is at apiAddress.
@@ -354,14 +306,7 @@ type selfAnswer struct {
 
 // ClusterRemove removes the member id from the cluster and its record. On the leader.
 func (c *Controller) ClusterRemove(ctx context.Context, id string) error {
-	n, err := c.member()
-	if err != nil {
-		return err
-	}
-	if !isMember(n) {
-		return notMemberYet(n)
-	}
-	ms, err := n.Members()
+	n, ms, err := c.joined()
 	if err != nil {
 		return err
 	}
@@ -388,12 +333,9 @@ func (c *Controller) ClusterRemove(ctx context.Context, id string) error {
 // ClusterTransfer hands the leadership to the member id, or to the readiest follower when
 // id is empty.
 func (c *Controller) ClusterTransfer(ctx context.Context, id string) error {
-	n, err := c.member()
+	n, _, err := c.joined()
 	if err != nil {
 		return err
-	}
-	if !isMember(n) {
-		return notMemberYet(n)
 	}
 	return n.TransferLeadership(id)
 }
@@ -409,14 +351,7 @@ type MemberStatus struct {
 
 // ClusterMembers lists the cluster's configuration with the members' records.
 func (c *Controller) ClusterMembers() ([]MemberStatus, error) {
-	n, err := c.member()
-	if err != nil {
-		return nil, err
-	}
-	if !isMember(n) {
-		return nil, notMemberYet(n)
-	}
-	ms, err := n.Members()
+	n, ms, err := c.joined()
 	if err != nil {
 		return nil, err
 	}
@@ -444,7 +379,7 @@ func (c *Controller) ClusterMembers() ([]MemberStatus, error) {
 func (c *Controller) ctrlEndpoints() []string {
 	own := ctrlEndpoint(c.cfg)
 	out := []string{own}
-	if c.Node() == nil {
+	if c.node == nil {
 		return out
 	}
 	ms, err := c.ClusterMembers()
@@ -492,8 +427,8 @@ func (c *Controller) followMembers(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		n := c.Node()
-		if n == nil || !isMember(n) {
+		n, _, err := c.joined()
+		if err != nil {
 			continue
 		}
 		if leader, _ := n.Leader(); leader != "" { // a follower's write goes to the leader
@@ -599,13 +534,15 @@ func (c *Controller) clusterStats() (clusterStats, bool) {
 	return clusterStats{Health: h, Member: member}, true
 }
 
-// clusterMetrics are the figures of the metrics; none without a cluster section.
+// clusterMetrics are the figures of the metrics; none without a cluster section, nor
+// while this controller is not in the cluster's configuration.
 func (c *Controller) clusterMetrics() (metrics.Cluster, bool) {
 	st, ok := c.clusterStats()
-	if !ok {
+	if !ok || !st.Member {
 		return metrics.Cluster{}, false
 	}
-	return metrics.Cluster{Leader: st.State == "Leader", Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Members: len(st.Members)}, true
+	return metrics.Cluster{Leader: st.State == "Leader", Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex,
+		ApplyLag: st.ApplyLag, Members: len(st.Members)}, true
 }
 
 // checkCluster is the cluster health check: healthy when this member belongs to a cluster
@@ -637,16 +574,14 @@ func (c *Controller) checkCluster(context.Context) (any, error) {
 func (c *Controller) controllerList() ([]api.Controller, error) {
 	self := api.Controller{ID: controllerID, APIAddress: c.cfg.API.Advertise, CtrlAddress: ctrlEndpoint(c.cfg),
 		Cert: c.cert.Leaf, Online: true, Leader: true, JoinedAt: c.started}
-	n := c.Node()
-	if n == nil {
-		return []api.Controller{self}, nil
-	}
-	self.ID, self.Leader = n.ID(), false
-	if !isMember(n) {
+	if c.node == nil {
 		return []api.Controller{self}, nil
 	}
 	ms, err := c.ClusterMembers()
-	if err != nil {
+	if errors.Is(err, ErrNotMember) {
+		self.ID, self.Leader = c.node.ID(), false
+		return []api.Controller{self}, nil
+	} else if err != nil {
 		return nil, err
 	}
 	out := make([]api.Controller, 0, len(ms))

@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/zmesh/zmesh/config"
 	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/internal/apiclient"
@@ -211,6 +213,12 @@ func TestClusterOfThree(t *testing.T) {
 	if status, d := a.clusterHealth(t); status != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(d["error"]), "not in a cluster yet") {
 		t.Fatalf("health before init: %d %v", status, d)
 	}
+	// Not a member: no cluster figure is exported.
+	if mfs, err := a.ctrl.Metrics().Gatherer().Gather(); err != nil {
+		t.Fatal(err)
+	} else if i := slices.IndexFunc(mfs, func(mf *dto.MetricFamily) bool { return strings.HasPrefix(mf.GetName(), "zmesh_cluster_") }); i >= 0 {
+		t.Errorf("before init the metrics export %s", mfs[i].GetName())
+	}
 	ms, err := RunClusterCommand(ctx, dirs[0], ClusterRequest{Op: "init"})
 	if err != nil {
 		t.Fatal(err)
@@ -357,6 +365,10 @@ func TestClusterOfThree(t *testing.T) {
 			status, d := m.clusterHealth(t)
 			return status == http.StatusOK && d["leader"] == "b" && d["members"] == float64(3)
 		})
+	}
+	// A change asked of a follower names the leader's host.
+	if _, err := RunClusterCommand(ctx, dirs[0], ClusterRequest{Op: "remove", Arg: "c"}); err == nil || !strings.Contains(err.Error(), "run the command on b's host") {
+		t.Errorf("remove on a follower: %v, want an error sending the command to b's host", err)
 	}
 
 	// c is removed by the leader.

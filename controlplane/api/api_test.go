@@ -45,7 +45,12 @@ func newFixture(t *testing.T) *fixture {
 	if _, err := m.EnsureDefaultAdmin(t.Context(), "admin", "admin-pass"); err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{m: m, s: New(m, log, Info{Advertise: "ctrl.test:1280", ServerCert: ca.Certificate(), Started: time.Now()})}
+	started := time.Now()
+	f := &fixture{m: m, s: New(m, log, Info{Advertise: "ctrl.test:1280", ServerCert: ca.Certificate(), Started: started,
+		Controllers: func() ([]Controller, error) {
+			return []Controller{{ID: "ctrl1", APIAddress: "ctrl.test:1280", CtrlAddress: "ctrl.test:6262", Cert: ca.Certificate(),
+				Online: true, Leader: true, JoinedAt: started}}, nil
+		}})}
 	f.admin = f.login(t, "admin", "admin-pass")
 	id, err := m.CreateIdentity(model.IdentityCreate{Name: "user", Enrollment: &model.EnrollmentRequest{Updb: "user"}})
 	if err != nil {

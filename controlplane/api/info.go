@@ -115,8 +115,7 @@ func (s *Server) cacerts(c *call) error {
 }
 
 func (s *Server) controllers(c *call) error {
-	list := []Controller{{ID: "ctrl1", APIAddress: s.info.Advertise, CtrlAddress: s.info.CtrlAddress, Cert: s.info.ServerCert,
-		Online: true, Leader: true, JoinedAt: s.info.Started}}
+	var list []Controller
 	if s.info.Controllers != nil {
 		var err error
 		if list, err = s.info.Controllers(); err != nil {

@@ -31,8 +31,6 @@ type Info struct {
 	BuildDate string
 	// Advertise is the host:port clients use to reach the API.
 	Advertise string
-	// CtrlAddress is where routers connect their control channel.
-	CtrlAddress string
 	// ServerCert is the API's server certificate.
 	ServerCert *x509.Certificate
 	// Started is when the controller started.
@@ -52,8 +50,8 @@ type Info struct {
 	// Fabric, when not nil, is the live mesh the fabric API shows; nil: no router, link or
 	// circuit is known.
 	Fabric Fabric
-	// Controllers, when not nil, lists the members of the controller's cluster; nil: this
-	// controller alone.
+	// Controllers lists the controllers /controllers shows: the members of the
+	// controller's cluster, or the controller alone; nil: none.
 	Controllers func() ([]Controller, error)
 }
 

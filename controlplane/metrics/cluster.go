@@ -4,9 +4,10 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Cluster is a cluster member's raft figures at one moment.
 type Cluster struct {
-	Leader                          bool
-	Term, CommitIndex, AppliedIndex uint64
-	Members                         int
+	Leader bool
+	// ApplyLag is the count of entries committed and not yet applied by this member.
+	Term, CommitIndex, AppliedIndex, ApplyLag uint64
+	Members                                   int
 }
 
 // clusterCollector reads the raft node's figures when Prometheus scrapes.
@@ -39,18 +40,15 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	if !ok {
 		return
 	}
-	leader, lag := 0.0, 0.0
+	leader := 0.0
 	if f.Leader {
 		leader = 1
-	}
-	if f.CommitIndex > f.AppliedIndex {
-		lag = float64(f.CommitIndex - f.AppliedIndex)
 	}
 	for _, m := range []struct {
 		d *prometheus.Desc
 		v float64
 	}{{c.leader, leader}, {c.term, float64(f.Term)}, {c.commit, float64(f.CommitIndex)}, {c.applied, float64(f.AppliedIndex)},
-		{c.applyLag, lag}, {c.members, float64(f.Members)}} {
+		{c.applyLag, float64(f.ApplyLag)}, {c.members, float64(f.Members)}} {
 		ch <- prometheus.MustNewConstMetric(m.d, prometheus.GaugeValue, m.v)
 	}
 }

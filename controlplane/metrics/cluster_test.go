@@ -31,7 +31,7 @@ func TestClusterGauges(t *testing.T) {
 	if got := read(); len(got) != 0 {
 		t.Fatalf("not a member: %v, want no cluster gauge", got)
 	}
-	figures, member = Cluster{Leader: true, Term: 4, CommitIndex: 120, AppliedIndex: 117, Members: 3}, true
+	figures, member = Cluster{Leader: true, Term: 4, CommitIndex: 120, AppliedIndex: 117, ApplyLag: 3, Members: 3}, true
 	want := map[string]float64{"zmesh_cluster_leader": 1, "zmesh_cluster_term": 4, "zmesh_cluster_commit_index": 120,
 		"zmesh_cluster_applied_index": 117, "zmesh_cluster_apply_lag": 3, "zmesh_cluster_members": 3}
 	got := read()
