@@ -75,7 +75,7 @@ func Open(dir string, now func() time.Time) (*CA, error) {
 	}
 	switch {
 	case keyExists && certExists:
-		return load(keyPath, certPath, now)
+		return LoadCA(certPath, keyPath, now)
 	case keyExists:
 		return nil, fmt.Errorf("pki: %s exists but %s is missing; restore it, or remove both files to create a new CA", keyPath, certPath)
 	case certExists:
@@ -105,7 +105,13 @@ func exists(path string) (bool, error) {
 	}
 }
 
-func load(keyPath, certPath string, now func() time.Time) (*CA, error) {
+// LoadCA loads the CA of the certificate file certPath and the key file keyPath, refusing
+// a file that is not one CA certificate, one that has expired, and a key that is not the
+// certificate's. now is the clock used for issuing and verifying; nil means time.Now.
+func LoadCA(certPath, keyPath string, now func() time.Time) (*CA, error) {
+	if now == nil {
+		now = time.Now
+	}
 	certPEM, err := os.ReadFile(certPath)
 	if err != nil {
 		return nil, fmt.Errorf("pki: read CA certificate: %w", err)
