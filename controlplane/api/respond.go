@@ -166,24 +166,26 @@ func writeError(w http.ResponseWriter, log *slog.Logger, requestID string, err e
 	var me *model.Error
 	var ae2 *apiErr
 	switch {
-	case errors.Is(err, cluster.ErrNotCaughtUp):
-		ae.Code, ae.Message, status = codeClusterWriteNotApplied, err.Error(), http.StatusServiceUnavailable
-		w.Header().Set("Retry-After", "1")
-	case errors.Is(err, cluster.ErrOutcomeUnknown):
-		ae.Code, ae.Message, status = codeClusterOutcomeUnknown, err.Error(), http.StatusServiceUnavailable
-		w.Header().Set("Retry-After", "1")
-	case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrLeaderUnreachable):
-		ae.Code, ae.Message, status = codeClusterHasNoLeader, err.Error(), http.StatusServiceUnavailable
-		w.Header().Set("Retry-After", "1")
-	case errors.Is(err, cluster.ErrNotLeader):
-		ae.Code, ae.Message, status = codeClusterHasNoLeader, err.Error(), http.StatusServiceUnavailable
+	case errors.Is(err, cluster.ErrNotCaughtUp), errors.Is(err, cluster.ErrOutcomeUnknown),
+		errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrLeaderUnreachable), errors.Is(err, cluster.ErrNotLeader),
+		errors.Is(err, store.ErrUnavailable), errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrLeadershipLost):
+		// The cluster cannot take the write now: the client may retry in a second.
 		var nl *cluster.NotLeaderError
-		if errors.As(err, &nl) && nl.LeaderID != "" {
+		switch {
+		case errors.Is(err, cluster.ErrNotCaughtUp):
+			ae.Code = codeClusterWriteNotApplied
+		case errors.Is(err, cluster.ErrOutcomeUnknown):
+			ae.Code = codeClusterOutcomeUnknown
+		case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrLeaderUnreachable):
+			ae.Code = codeClusterHasNoLeader
+		case errors.As(err, &nl) && nl.LeaderID != "":
 			ae.Code = codeClusterNotLeader
+		case errors.Is(err, cluster.ErrNotLeader):
+			ae.Code = codeClusterHasNoLeader
+		default:
+			ae.Code = codeClusterUnavailable
 		}
-		w.Header().Set("Retry-After", "1")
-	case errors.Is(err, store.ErrUnavailable), errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrLeadershipLost):
-		ae.Code, ae.Message, status = codeClusterUnavailable, err.Error(), http.StatusServiceUnavailable
+		ae.Message, status = err.Error(), http.StatusServiceUnavailable
 		w.Header().Set("Retry-After", "1")
 	case errors.As(err, &ae2):
 		ae.Code, ae.Message, status = ae2.code, ae2.message, ae2.status
