@@ -159,7 +159,7 @@ func Open(cfg *config.Controller, log *slog.Logger, build Build) (_ *Controller,
 	}
 	c.routers = routers.New(routers.Config{
 		Model: c.model, CA: c.ca, Cert: ctrlCert,
-		ControllerID: memberID(cfg), Endpoints: []string{ctrlEndpoint(cfg)}, CurrentEndpoints: c.ctrlEndpoints, ClientAPI: cfg.API.Advertise, Log: log,
+		ControllerID: memberID(cfg), Endpoints: c.ctrlEndpoints, ClientAPI: cfg.API.Advertise, Log: log,
 		Handlers: func(id string, ch *ctrlproto.Channel) { c.circuits.Register(id, ch, c.mesh) },
 		OnConnect: func(rt *routers.Router) {
 			c.sessions.Connected(rt.ID, rt.Channel) // does not block: the state is sent by its own goroutine

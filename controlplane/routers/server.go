@@ -32,12 +32,11 @@ type Config struct {
 	CA    *pki.CA
 	// Cert is the listener's server certificate, issued by CA for the ctrl address.
 	Cert tls.Certificate
-	// ControllerID, Endpoints and ClientAPI are sent in every HelloReply; CurrentEndpoints,
-	// when set, in place of Endpoints (a cluster's members, which change).
-	ControllerID     string
-	Endpoints        []string
-	CurrentEndpoints func() []string
-	ClientAPI        string
+	// ControllerID, Endpoints and ClientAPI are sent in every HelloReply; Endpoints is
+	// called at each (a cluster's members change).
+	ControllerID string
+	Endpoints    func() []string
+	ClientAPI    string
 	// Channel tunes each router's channel (request timeout, heartbeats).
 	Channel ctrlproto.Options
 	// HandshakeTimeout: DefaultHandshakeTimeout when zero.
@@ -266,11 +265,7 @@ func (s *Server) hello(rt *Router, h *ctrlproto.Hello, log *slog.Logger) ctrlpro
 		// that it never outlives the controller's store.
 		s.wg.Go(func() { s.cfg.OnConnect(rt) })
 	}
-	endpoints := s.cfg.Endpoints
-	if s.cfg.CurrentEndpoints != nil {
-		endpoints = s.cfg.CurrentEndpoints()
-	}
-	return &ctrlproto.HelloReply{Accepted: true, ControllerID: s.cfg.ControllerID, Endpoints: endpoints, ClientAPI: s.cfg.ClientAPI}
+	return &ctrlproto.HelloReply{Accepted: true, ControllerID: s.cfg.ControllerID, Endpoints: s.cfg.Endpoints(), ClientAPI: s.cfg.ClientAPI}
 }
 
 // refuse answers a Hello with a refusal and closes the channel once it is sent.

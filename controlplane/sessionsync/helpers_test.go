@@ -64,7 +64,7 @@ func newEnv(t *testing.T, opts sessionsync.Options) *env {
 	}
 	s := sessionsync.New(m, log, opts)
 	srv := routers.New(routers.Config{
-		Model: m, CA: ca, Cert: cert, ControllerID: "ctrl1", Endpoints: []string{"tls:127.0.0.1:1"}, Log: quiet,
+		Model: m, CA: ca, Cert: cert, ControllerID: "ctrl1", Endpoints: func() []string { return []string{"tls:127.0.0.1:1"} }, Log: quiet,
 		OnConnect: func(rt *routers.Router) { s.Connected(rt.ID, rt.Channel) },
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
