@@ -77,7 +77,8 @@ func newControllerRestoreCommand(lookupEnv env) *cobra.Command {
 			"described by FILE. The controller must be stopped: the command takes the data\n" +
 			"directory's lock and refuses while a controller holds it. The backup is checked whole\n" +
 			"first, restored into a new directory, and only then is the old store moved aside to\n" +
-			"db.before-restore-<time> in the data directory (nothing is deleted).",
+			"db.before-restore-<time> in the data directory (nothing is deleted). A cluster member's\n" +
+			"store comes from the cluster: the command refuses a FILE with a cluster section.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log, err := newLogger(cmd.ErrOrStderr(), lf, lookupEnv)
@@ -88,6 +89,9 @@ func newControllerRestoreCommand(lookupEnv env) *cobra.Command {
 			logWarnings(log, "controller", file, warnings)
 			if err != nil {
 				return err
+			}
+			if cfg.Cluster != nil {
+				return fmt.Errorf("%s has a cluster section: a member's store comes from the cluster; restore the backup into a single controller (no cluster section), or recover from a surviving member (zmesh controller cluster recover)", file)
 			}
 			aside, err := controlplane.Restore(cfg.DataDir, args[0], log)
 			if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"text/tabwriter"
 
@@ -68,7 +69,11 @@ func newControllerClusterCommand(lookupEnv env) *cobra.Command {
 		sub := &cobra.Command{
 			Use: o.use, Short: o.short, Long: o.long, Args: o.args,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				cfg, err := loadClusterConfig(cmd, file, lookupEnv)
+				log, err := newLogger(cmd.ErrOrStderr(), logFlags{}, lookupEnv)
+				if err != nil {
+					return err
+				}
+				cfg, err := loadClusterConfig(file, lookupEnv, log)
 				if err != nil {
 					return err
 				}
@@ -88,8 +93,11 @@ func newControllerClusterCommand(lookupEnv env) *cobra.Command {
 	return cmd
 }
 
-func loadClusterConfig(cmd *cobra.Command, file string, lookupEnv env) (*config.Controller, error) {
-	cfg, _, err := config.LoadController(file, lookupEnv)
+// loadClusterConfig loads the controller configuration file, logging its warnings, and
+// refuses one without a cluster section.
+func loadClusterConfig(file string, lookupEnv env, log *slog.Logger) (*config.Controller, error) {
+	cfg, warnings, err := config.LoadController(file, lookupEnv)
+	logWarnings(log, "controller", file, warnings)
 	if err != nil {
 		return nil, err
 	}
@@ -116,11 +124,16 @@ func newControllerImportCACommand(lookupEnv env) *cobra.Command {
 		Long: "Copy the network's CA (ca.cert and ca.key of the first member's <dataDir>/pki) into the\n" +
 			"pki directory of the controller FILE describes, before its first start: the members\n" +
 			"share the CA. The key is written 0600; the command refuses a data directory that has a\n" +
-			"CA already and a key that is not the certificate's. Copy the key between hosts over a\n" +
-			"channel you trust (scp), and delete the copy afterwards.",
+			"CA already, and a CA the controller would not open: not one CA certificate, expired, or\n" +
+			"a key that is not the certificate's. Copy the key between hosts over a channel you\n" +
+			"trust (scp), and delete the copy afterwards.",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := loadClusterConfig(cmd, file, lookupEnv)
+			log, err := newLogger(cmd.ErrOrStderr(), logFlags{}, lookupEnv)
+			if err != nil {
+				return err
+			}
+			cfg, err := loadClusterConfig(file, lookupEnv, log)
 			if err != nil {
 				return err
 			}
@@ -160,7 +173,7 @@ func newControllerRecoverCommand(lookupEnv env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg, err := loadClusterConfig(cmd, file, lookupEnv)
+			cfg, err := loadClusterConfig(file, lookupEnv, log)
 			if err != nil {
 				return err
 			}

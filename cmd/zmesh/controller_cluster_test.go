@@ -86,3 +86,31 @@ func TestControllerClusterCommands(t *testing.T) {
 		t.Fatalf("import-ca without a cluster section: %v", err)
 	}
 }
+
+// A member's file is refused by restore, which names the ways to do it; the cluster commands
+// log the file's warnings as the others do.
+func TestControllerClusterFileChecks(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	dataDir := filepath.Join(dir, "data")
+	file := writeFile(t, "member.yml", "v: 1\ndataDir: "+dataDir+"\nadmin: {password: admin-pass}\n"+
+		"cluster: {id: a, listen: '127.0.0.1:6363'}\nunknownTopKey: 1\n")
+	backup := filepath.Join(dir, "store.backup")
+	if err := os.WriteFile(backup, []byte("not read"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, err := run(t, nil, "controller", "restore", "-c", file, backup)
+	if err == nil || !strings.Contains(err.Error(), "has a cluster section") || !strings.Contains(err.Error(), "zmesh controller cluster recover") {
+		t.Errorf("restore of a member's file: %v, want a refusal naming recover", err)
+	}
+	if !strings.Contains(errOut, "unknownTopKey") {
+		t.Errorf("restore did not log the unknown key:\n%s", errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "db")); !os.IsNotExist(err) {
+		t.Errorf("restore refused and wrote %s (%v)", filepath.Join(dataDir, "db"), err)
+	}
+	_, errOut, err = run(t, nil, "controller", "cluster", "list", "-c", file)
+	if err == nil || !strings.Contains(errOut, "unknownTopKey") {
+		t.Errorf("cluster list with no controller running: %v, want an error and the unknown key logged:\n%s", err, errOut)
+	}
+}
