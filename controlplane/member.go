@@ -17,7 +17,6 @@ import (
 	"github.com/zmesh/zmesh/controlplane/api"
 	"github.com/zmesh/zmesh/controlplane/cluster"
 	"github.com/zmesh/zmesh/controlplane/metrics"
-	"github.com/zmesh/zmesh/controlplane/pki"
 	"github.com/zmesh/zmesh/controlplane/store"
 	"github.com/zmesh/zmesh/internal/certid"
 	"github.com/zmesh/zmesh/internal/ctrlproto"
@@ -278,9 +277,8 @@ func (c *Controller) serveSelf(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "a controller certificate is required", http.StatusUnauthorized)
 		return
 	}
-	leaf := r.TLS.PeerCertificates[0]
-	if err := pki.VerifyChain(leaf, r.TLS.PeerCertificates[1:], c.ca.Pool(), time.Now(), x509.ExtKeyUsageServerAuth); err != nil || !certid.IsController(leaf) {
-		http.Error(w, "a controller certificate of this network's CA is required", http.StatusForbidden)
+	if err := cluster.VerifyMember(c.ca.Pool())(*r.TLS); err != nil {
+		http.Error(w, "a controller certificate of this network's CA is required: "+err.Error(), http.StatusForbidden)
 		return
 	}
 	ans := selfAnswer{ControllerRecord: c.selfRecord(n)}
