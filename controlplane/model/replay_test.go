@@ -68,16 +68,22 @@ func (s *seen) has(l *changeLog, api, ses string) bool {
 	return (api == "" || slices.Contains(s.api, api)) && (ses == "" || slices.Contains(s.ses, ses))
 }
 
+// sharedLog returns two models over two stores that share one log, as two members do.
+func sharedLog(t *testing.T) (m1, m2 *Model) {
+	t.Helper()
+	m1, m2 = newFixture(t).m, newFixture(t).m
+	l := &sliceLog{members: []*store.Store{m1.st, m2.st}}
+	m1.st.SetReplicator(l)
+	m2.st.SetReplicator(l)
+	return m1, m2
+}
+
 // TestReplayedChangesReachAnotherModel has two models over two stores that share one log:
 // what is changed through the first reaches the second's policy index, read caches and
 // session change hooks (the routers' session sync), and the first's hooks run once.
 func TestReplayedChangesReachAnotherModel(t *testing.T) {
 	t.Parallel()
-	f1, f2 := newFixture(t), newFixture(t)
-	m1, m2 := f1.m, f2.m
-	l := &sliceLog{members: []*store.Store{m1.st, m2.st}}
-	m1.st.SetReplicator(l)
-	m2.st.SetReplicator(l)
+	m1, m2 := sharedLog(t)
 	log1, log2 := watchChanges(t, m1), watchChanges(t, m2)
 	must := func(err error) {
 		t.Helper()
@@ -188,11 +194,7 @@ func countOf(list []string, s string) int {
 // control channel); a client's report of its platform moves nothing.
 func TestReplayedCredentialChanges(t *testing.T) {
 	t.Parallel()
-	f1, f2 := newFixture(t), newFixture(t)
-	m1, m2 := f1.m, f2.m
-	l := &sliceLog{members: []*store.Store{m1.st, m2.st}}
-	m1.st.SetReplicator(l)
-	m2.st.SetReplicator(l)
+	m1, m2 := sharedLog(t)
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -347,11 +349,7 @@ func TestContentReplaced(t *testing.T) {
 // change of its certificates tells nothing either.
 func TestReplayedCAChanges(t *testing.T) {
 	t.Parallel()
-	f1, f2 := newFixture(t), newFixture(t)
-	m1, m2 := f1.m, f2.m
-	l := &sliceLog{members: []*store.Store{m1.st, m2.st}}
-	m1.st.SetReplicator(l)
-	m2.st.SetReplicator(l)
+	m1, m2 := sharedLog(t)
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
