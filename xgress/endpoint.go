@@ -423,8 +423,8 @@ func (e *Endpoint) Receive(f *Frame) {
 
 // Small payloads that find no writer running are written at once by Receive's caller,
 // without waiting, so that an interactive round trip does not wait for a writer goroutine to
-// wake up at each end. Their acknowledgement waits until ackAfter bytes are owed, or the
-// writer's next batch: the sender's window, at least MinWindow, has room for that many
+// wake up at each end. Their acknowledgement waits until ackAfter bytes are owed, or the other
+// end's EOF (owesAck), as the writer's does: the sender's window, at least MinWindow, has room for that many
 // unacknowledged bytes, so the sender never waits for it. Datagrams are left to the writer:
 // a datagram sender waits for the acknowledgement of every byte.
 const (
@@ -463,7 +463,7 @@ func (e *Endpoint) writeNow(f *Frame) {
 	} else {
 		f.Release()
 	}
-	start := len(e.queue) > 0 || e.delivered-e.ackedTo >= ackAfter
+	start := len(e.queue) > 0 || e.owesAck(false)
 	if !start {
 		e.state.stopWriter()
 	}
@@ -478,13 +478,13 @@ func (e *Endpoint) writeNow(f *Frame) {
 // datagrams may hold thousands.
 const maxKeptQueue = 256
 
-// writeLoop writes queued payloads to the connection in order and acknowledges them, one ack
-// per batch that carried data, until the queue is empty; it acknowledges what writeNow owes
-// too.
+// writeLoop writes queued payloads to the connection in order until the queue is empty. It
+// acknowledges them as writeNow does, once ackAfter bytes are owed, and at the other end's
+// EOF; datagrams at every batch.
 func (e *Endpoint) writeLoop() {
 	for {
 		e.mu.Lock()
-		if len(e.queue) == 0 && e.delivered > e.ackedTo && !e.state.closed() {
+		if len(e.queue) == 0 && e.owesAck(false) && !e.state.closed() {
 			delivered := e.delivered
 			e.ackedTo = delivered
 			e.mu.Unlock()
@@ -549,8 +549,10 @@ func (e *Endpoint) writeLoop() {
 		e.expect += written
 		e.delivered += written
 		delivered := e.delivered
-		ack := delivered > e.ackedTo
-		e.ackedTo = delivered
+		ack := e.owesAck(eof)
+		if ack {
+			e.ackedTo = delivered
+		}
 		if eof {
 			e.state.wroteEOF()
 		}
@@ -567,6 +569,14 @@ func (e *Endpoint) writeLoop() {
 			e.finishIfDone()
 		}
 	}
+}
+
+// owesAck reports whether the bytes written and not yet acknowledged are due for an
+// acknowledgement: ackAfter of them, any at the other end's EOF (its end finishes once all it
+// sent is acknowledged), any for datagrams. Called with mu held.
+func (e *Endpoint) owesAck(eof bool) bool {
+	owed := e.delivered - e.ackedTo
+	return owed > 0 && (owed >= ackAfter || eof || e.datagram)
 }
 
 func (e *Endpoint) sendAck(seq uint64) {

@@ -104,7 +104,7 @@ func TestSmallPayloadWrittenByReceive(t *testing.T) {
 
 // TestWriteNowLeavesTheRestToTheWriter: a small payload whose connection takes none of it
 // (the socket is full) or a part of it at once is finished by the writer, in order, and
-// acknowledged.
+// acknowledged at the other end's EOF, not before (fewer than ackAfter bytes are owed).
 func TestWriteNowLeavesTheRestToTheWriter(t *testing.T) {
 	t.Parallel()
 	for _, how := range []string{"full", "half"} {
@@ -152,9 +152,57 @@ func TestWriteNowLeavesTheRestToTheWriter(t *testing.T) {
 			if !bytes.Equal(got[filler:], msg) {
 				t.Fatalf("the service read %q after the filler, want the payload", got[filler:])
 			}
-			testutil.Eventually(t, "the writer acknowledges the payload", func() bool {
+			testutil.Eventually(t, "the writer stops", func() bool {
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				return !e.state.writing()
+			})
+			if acks := rec.acks(); len(acks) > 0 {
+				t.Fatalf("acks %v for %d bytes, want none before %d are owed or the EOF", acks, len(msg), ackAfter)
+			}
+			payload(e, uint64(len(msg)), nil, FlagEOF)
+			testutil.Eventually(t, "the writer acknowledges the payload at the EOF", func() bool {
 				return slices.Equal(rec.acks(), []uint64{uint64(len(msg))})
 			})
 		})
 	}
+}
+
+// TestWriterAcksOnceAckAfterOwed: over a connection that cannot write without waiting (the
+// router's SDK streams), small payloads go through the writer, whose acknowledgement waits,
+// as writeNow's does, until ackAfter bytes are owed; the rest is acknowledged at the EOF.
+func TestWriterAcksOnceAckAfterOwed(t *testing.T) {
+	t.Parallel()
+	conn, service := unixPair(t)
+	rec := &recorder{}
+	e := NewEndpoint(7, Terminator, struct{ net.Conn }{conn}, rec, NewPool(), nil) // hides the socket
+	t.Cleanup(func() { e.Close("") })
+	e.Start()
+
+	buf := make([]byte, maxWriteNow)
+	var seq uint64
+	for seq < ackAfter+maxWriteNow {
+		msg := bytes.Repeat([]byte{byte(seq)}, maxWriteNow)
+		payload(e, seq, msg, 0)
+		seq += uint64(len(msg))
+		if _, err := io.ReadFull(service, buf); err != nil || !bytes.Equal(buf, msg) {
+			t.Fatalf("the service read %q, %v; want payload %d", buf[:8], err, seq)
+		}
+		if seq == ackAfter {
+			testutil.Eventually(t, "the ack of the owed bytes", func() bool { return slices.Equal(rec.acks(), []uint64{ackAfter}) })
+		}
+		testutil.Eventually(t, "the writer stops", func() bool {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			return !e.state.writing()
+		})
+		if acks := rec.acks(); seq < ackAfter && len(acks) > 0 {
+			t.Fatalf("acks %v after %d bytes, want none before %d", acks, seq, ackAfter)
+		}
+	}
+	if acks := rec.acks(); !slices.Equal(acks, []uint64{ackAfter}) {
+		t.Fatalf("acks %v after %d bytes, want one, at %d", acks, seq, ackAfter)
+	}
+	payload(e, seq, nil, FlagEOF)
+	testutil.Eventually(t, "the ack of the rest at the EOF", func() bool { return slices.Equal(rec.acks(), []uint64{ackAfter, seq}) })
 }
