@@ -84,7 +84,9 @@
 // # Profiles
 //
 // With Options.ProfileDir set, the processes on the forwarding path (Command.Relay: the
-// baselines' relays and the scenarios' routers) are started with ProfileEnv and HeapEnv, and
+// baselines' relays and the scenarios' routers; Command.Profiled: a load generator with the
+// SDK embedded, one profile per measurement, loadgen-throughput, loadgen-echo and
+// loadgen-setup) are started with ProfileEnv and HeapEnv, and
 // with Options.Trace TraceEnv, naming files in that directory (<scenario>.<process>.cpu.pprof,
 // <scenario>.<process>.heap.pprof, <scenario>.<process>.trace); a process that calls
 // StartProfiling writes a CPU profile of its life, heap profiles while it runs and at its end,

@@ -264,7 +264,7 @@ func (o Options) measure(ctx context.Context, root string, round int, sc Scenari
 func (o Options) throughput(ctx context.Context, env *Env, target Target) (*Throughput, *float64, error) {
 	cpuBefore, hasRelays, cpuErr := env.relayCPU()
 	var m message
-	err := o.loadgen(ctx, env, &m, target, "--mode", "throughput",
+	err := o.loadgen(ctx, env, &m, target, "throughput",
 		"--streams", strconv.Itoa(o.Streams), "--duration", o.Duration.String(),
 		"--write-size", strconv.Itoa(o.WriteSize))
 	if err != nil {
@@ -293,7 +293,7 @@ func (o Options) throughput(ctx context.Context, env *Env, target Target) (*Thro
 // echo runs the load generator in echo mode.
 func (o Options) echo(ctx context.Context, env *Env, target Target) (*Latency, error) {
 	var m message
-	err := o.loadgen(ctx, env, &m, target, "--mode", "echo",
+	err := o.loadgen(ctx, env, &m, target, "echo",
 		"--conns", strconv.Itoa(o.RTTConns), "--samples", strconv.Itoa(o.RTTSamples),
 		"--duration", o.Duration.String(), "--size", strconv.Itoa(echoSize))
 	if err != nil {
@@ -320,7 +320,7 @@ func (o Options) circuitSetup(ctx context.Context, env *Env, target Target, rate
 	if rate > 0 {
 		conns = pacedInFlight
 	}
-	err := o.loadgen(ctx, env, &m, target, "--mode", "setup", "--rate", strconv.FormatFloat(rate, 'f', -1, 64),
+	err := o.loadgen(ctx, env, &m, target, "setup", "--rate", strconv.FormatFloat(rate, 'f', -1, 64),
 		"--conns", strconv.Itoa(conns), "--duration", o.SetupDuration.String())
 	if err != nil {
 		return nil, fmt.Errorf("circuit setup: %w", err)
@@ -419,9 +419,13 @@ func (e *Env) waitQuiet(ctx context.Context) {
 }
 
 // loadgen runs one load generator process on target with args and decodes its result into m.
-func (o Options) loadgen(ctx context.Context, env *Env, m *message, target Target, args ...string) error {
-	args = append(append([]string{"loadgen"}, target.loadgenArgs()...), args...)
-	p, err := env.start(ctx, Command{Name: "loadgen", Worker: true, Args: args}, false)
+func (o Options) loadgen(ctx context.Context, env *Env, m *message, target Target, mode string, args ...string) error {
+	args = append(append(append([]string{"loadgen"}, target.loadgenArgs()...), "--mode", mode), args...)
+	c := Command{Name: "loadgen", Worker: true, Args: args}
+	if target.embedsSDK() { // its profile is named by its measurement: each overwrites its own
+		c.Name, c.Profiled = "loadgen-"+mode, true
+	}
+	p, err := env.start(ctx, c, false)
 	if err != nil {
 		return err
 	}

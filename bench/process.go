@@ -41,6 +41,9 @@ type Command struct {
 	// Relay marks a process on the forwarding path: its CPU time counts in CPU seconds per
 	// GiB, and it is profiled when Options.ProfileDir is set.
 	Relay bool
+	// Profiled has the process profiled as Relay processes are, its CPU time not counted: a
+	// load generator with the SDK embedded, whose process is on the path.
+	Profiled bool
 
 	// env is added to the child's environment (profiling).
 	env []string

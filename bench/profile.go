@@ -12,7 +12,7 @@ import (
 
 // Profiling the processes of a run. With Options.ProfileDir set, the harness gives every
 // process on the forwarding path (Command.Relay: the baselines' relays, the scenarios'
-// routers) environment variables naming files in that directory: ProfileEnv, for a CPU
+// routers; Command.Profiled: a load generator with the SDK embedded) environment variables naming files in that directory: ProfileEnv, for a CPU
 // profile of the process's life, HeapEnv, for heap profiles every second and at its end, and,
 // with Options.Trace, TraceEnv, for an execution trace.
 // A process honours them by calling StartProfiling first thing and its stop function last:

@@ -18,11 +18,12 @@ import (
 // TestProfileZmesh is not a test but a tool, skipped unless ZMESH_BENCH_PROFILE_DIR names a
 // directory: it runs the scenarios of ZMESH_BENCH_SCENARIOS (default zmesh-2routers-tls)
 // with their baselines, ZMESH_BENCH_STREAMS streams (default 16) for ZMESH_BENCH_DURATION
-// (default 5s), without circuit setup (unless ZMESH_BENCH_SETUP=1) and idle circuits, every
-// router and relay its own process (the test binary acting as `zmesh router run`), and
-// leaves a CPU profile of each router and relay in that directory (and execution traces
-// with ZMESH_BENCH_TRACES=1; not ZMESH_BENCH_TRACE, which names the trace file of the
-// process it is set for):
+// (default 5s), without circuit setup (unless ZMESH_BENCH_SETUP=1: then 5 s of closed-loop
+// setup, without the open-loop rate measurement) and idle circuits, every router and relay its
+// own process (the test binary acting as `zmesh router run`), and leaves a CPU profile of each
+// router and relay in that directory, and of the load generator when the SDK is embedded in
+// it (and execution traces with ZMESH_BENCH_TRACES=1; not ZMESH_BENCH_TRACE, which names the
+// trace file of the process it is set for):
 //
 //	ZMESH_BENCH_PROFILE_DIR=/tmp/prof go test -run TestProfileZmesh -v ./bench
 //	go tool pprof -top /tmp/prof/zmesh-2routers-tls.router-a.cpu.pprof
@@ -56,16 +57,18 @@ func TestProfileZmesh(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep, err := Run(t.Context(), Options{
-		Exec:       testExec(t),
-		Scenarios:  append(Baselines(), Zmesh()...),
-		Only:       only,
-		Duration:   duration,
-		Streams:    streams,
-		RTTSamples: 1000,
-		SkipSetup:  os.Getenv("ZMESH_BENCH_SETUP") != "1",
-		SkipIdle:   true,
-		ProfileDir: dir,
-		Trace:      os.Getenv("ZMESH_BENCH_TRACES") == "1",
+		Exec:          testExec(t),
+		Scenarios:     append(Baselines(), Zmesh()...),
+		Only:          only,
+		Duration:      duration,
+		Streams:       streams,
+		RTTSamples:    1000,
+		SkipSetup:     os.Getenv("ZMESH_BENCH_SETUP") != "1",
+		SkipIdle:      true,
+		SkipSetupRate: true,
+		SetupDuration: 5 * time.Second,
+		ProfileDir:    dir,
+		Trace:         os.Getenv("ZMESH_BENCH_TRACES") == "1",
 	})
 	if err != nil {
 		t.Fatalf("Run: %v", err)

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,6 +56,13 @@ type Target struct {
 	IdleRouters []Router
 }
 
+// embedsSDK reports whether the load generator reaches t through an SDK client in its own
+// process (ViaSDK), which puts that process on the path.
+func (t Target) embedsSDK() bool {
+	i := slices.Index(t.Via, "--via")
+	return i >= 0 && i+1 < len(t.Via) && t.Via[i+1] == ViaSDK
+}
+
 // loadgenArgs are the load generator's flags that say how it connects to t.
 func (t Target) loadgenArgs() []string {
 	var args []string
@@ -100,7 +108,8 @@ type Env struct {
 
 	exec    Exec
 	started func(name string, pid int)
-	// profile, when set, is the file name prefix of the profiles of the Relay processes.
+	// profile, when set, is the file name prefix of the profiles of the Relay and Profiled
+	// processes.
 	profile string
 	trace   bool
 	mu      sync.Mutex
@@ -114,7 +123,7 @@ func (e *Env) Start(ctx context.Context, c Command) (*Process, error) {
 }
 
 func (e *Env) start(ctx context.Context, c Command, waitReady bool) (*Process, error) {
-	if e.profile != "" && c.Relay {
+	if e.profile != "" && (c.Relay || c.Profiled) {
 		c.env = append(c.env, ProfileEnv+"="+e.profile+c.Name+".cpu.pprof",
 			HeapEnv+"="+e.profile+c.Name+".heap.pprof")
 		if e.trace {

@@ -274,3 +274,20 @@ func TestRunZmeshSDKEncrypted(t *testing.T) {
 		}
 	}
 }
+
+// TestEmbedsSDK: only a target reached with --via sdk has the load generator on the path.
+func TestEmbedsSDK(t *testing.T) {
+	for _, c := range []struct {
+		via  []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"--via", ViaTLSE2E, "--cert", "sdk"}, false},
+		{[]string{"--via", ViaSDK, "--identity", "id.json", "--service", "s"}, true},
+		{[]string{"--via"}, false},
+	} {
+		if got := (Target{Via: c.via}).embedsSDK(); got != c.want {
+			t.Errorf("Target{Via: %q}.embedsSDK() = %v, want %v", c.via, got, c.want)
+		}
+	}
+}
