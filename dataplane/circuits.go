@@ -183,7 +183,9 @@ func (r *Router) dial(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64
 		return r.sdk.connect(ctx, x, circuitID)
 	}
 	if x.Binding == BindingTunnel {
-		return r.overlay.connect(x, circuitID)
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return r.overlay.connect(ctx, x, circuitID)
 	}
 	// The route's timeout bounds the whole: the wait for a turn, the dwell and the dial.
 	ctx, cancel := context.WithTimeout(ctx, timeout)

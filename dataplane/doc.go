@@ -17,7 +17,10 @@
 //     dataplane/ziticlients.go), and A asks the controller for a circuit
 //     (Router.requestCircuit, dataplane/circuits.go).
 //   - On B, the controller's Route reaches Router.route (dataplane/circuits.go): it dials the
-//     service, makes the terminator's xgress.Endpoint, routes the circuit with Forwarder.Route
+//     service (Router.dial: the dial pool, or, for a service the tunnel hosts with end-to-end
+//     encryption, routerOverlay.connectSealed in dataplane/overlay.go, whose sealedTarget in
+//     dataplane/sealed.go is the target's connection with the records and the key exchange's
+//     end layered over it), makes the terminator's xgress.Endpoint, routes the circuit with Forwarder.Route
 //     (dataplane/forwarder.go) and starts the end with Endpoint.StartWithin
 //     (xgress/endpoint.go), which reads the service only once the opening payload arrives.
 //   - On A, the reply reaches Router.attachIngress (dataplane/circuits.go): it makes the
@@ -63,11 +66,12 @@
 //
 // The ack, back to the client's side:
 //
-//  9. Endpoint.writeLoop on B, once a batch is written, hands an Ack (every byte below its
-//     Seq was written) to the forwarder with Endpoint.sendAck; it takes steps 2 to 6 toward
-//     the initiator, where Link.SendNow puts it on the link's ack connection when the link
-//     is split. The bytes Endpoint.writeNow wrote are acknowledged with the writer's next
-//     batch, or by a writer started for it once ackAfter bytes are owed.
+//  9. Endpoint.writeLoop on B, once ackAfter bytes are written and not yet acknowledged
+//     (Endpoint.owesAck), or at the other end's EOF, hands an Ack (every byte below its Seq
+//     was written) to the forwarder with Endpoint.sendAck; it takes steps 2 to 6 toward the
+//     initiator, where Link.SendNow puts it on the link's ack connection when the link is
+//     split. The bytes Endpoint.writeNow wrote are acknowledged by the same rule, by a writer
+//     started for it once ackAfter bytes are owed.
 //  10. On A, EndpointHop.Forward hands it to Endpoint.Receive, whose window.ack
 //     (xgress/window.go) frees window and wakes Endpoint.readLoop in window.acquire (step 1).
 //

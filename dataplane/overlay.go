@@ -53,6 +53,9 @@ type routerOverlay struct {
 	// pipes joins the tunnel to its circuits: each circuit's endpoint has one end of an
 	// in-process pair, the tunnel the other; their buffers are shared through this pool.
 	pipes memconn.Pool
+	// sealBufs are the plaintext buffers of the encrypted circuits joined to their targets
+	// (sealedTarget), lent for each read and write.
+	sealBufs sync.Pool
 
 	// tamper, set by tests only, makes the router tamper with end-to-end offers and answers
 	// as a hostile router would.
@@ -387,7 +390,12 @@ type tunnelBind struct {
 	incoming     chan accepted
 	done         chan struct{}
 	once         sync.Once
+	reach        atomic.Pointer[tunnel.Reach] // the host's, once it gave it (SetReach)
 }
+
+// SetReach takes the host's Reach: connect then joins the circuits it encrypts end to end
+// straight to their targets (sealedTarget).
+func (b *tunnelBind) SetReach(r tunnel.Reach) { b.reach.Store(&r) }
 
 type accepted struct {
 	c   net.Conn
@@ -457,7 +465,7 @@ func (b *tunnelBind) Close() error {
 // offered it or made no offer (answering the offer's ClientHello with the ServerHello it
 // returns, else running the key exchange in-band), else OpenZiti's, whose public key it
 // returns, when the router identity's service list says the service allows it.
-func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn, ctrlproto.HostAnswer, error) {
+func (o *routerOverlay) connect(ctx context.Context, x *ctrlproto.Xgress, circuitID uint64) (net.Conn, ctrlproto.HostAnswer, error) {
 	o.mu.Lock()
 	b := o.binds[x.Address]
 	o.mu.Unlock()
@@ -480,6 +488,12 @@ func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn
 		}
 		if !o.openZiti(b.svc.ID) {
 			return nil, ctrlproto.HostAnswer{}, fmt.Errorf("openZitiEncryption is false: OpenZiti's end-to-end encryption is not allowed on service %q", b.svc.Name)
+		}
+	}
+	if reach := b.reach.Load(); reach != nil && b.svc.EncryptionRequired && offer.Zmesh && len(offer.ZmeshHello) > 0 {
+		c, host, err := o.connectSealed(ctx, *reach, b, x, circuitID, app, offer.ZmeshHello)
+		if !errors.Is(err, tunnel.ErrDatagramTarget) {
+			return c, host, err
 		}
 	}
 	circuitEnd, tunnelEnd := o.pipes.Pipe()
@@ -537,4 +551,40 @@ func (o *routerOverlay) connect(x *ctrlproto.Xgress, circuitID uint64) (net.Conn
 		hand(c)
 	}()
 	return circuitEnd, host, nil
+}
+
+// connectSealed is connect for a circuit of zmesh's scheme whose ClientHello came with the
+// route, to a service of a host that carries circuits through reach: the host connects to
+// the target now, and the circuit's endpoint gets the target's connection with the end of
+// the key exchange and the records layered over it (sealedTarget), rather than one end of an
+// in-process pair with the tunnel's relay goroutines behind it. A UDP target is refused with
+// tunnel.ErrDatagramTarget, before the ClientHello is answered, for connect's other way.
+func (o *routerOverlay) connectSealed(ctx context.Context, reach tunnel.Reach, b *tunnelBind, x *ctrlproto.Xgress, circuitID uint64, app tunnel.AppData, hello []byte) (net.Conn, ctrlproto.HostAnswer, error) {
+	cfg, err := o.e2ee(x.InitiatorID, edgeproto.E2EEContext(circuitID, b.svc.ID))
+	if err != nil {
+		return nil, ctrlproto.HostAnswer{}, err
+	}
+	conn, done, err := reach(ctx, app)
+	if err != nil {
+		return nil, ctrlproto.HostAnswer{}, err
+	}
+	tcp, ok := conn.(*net.TCPConn)
+	if !ok {
+		conn.Close()
+		done()
+		return nil, ctrlproto.HostAnswer{}, fmt.Errorf("the target's connection is a %T, not TCP", conn)
+	}
+	st, err := newSealedTarget(tcp, &o.sealBufs, done)
+	if err != nil {
+		tcp.Close()
+		done()
+		return nil, ctrlproto.HostAnswer{}, err
+	}
+	start, serverHello, err := e2ee.AcceptHello(st.cipher(), cfg, hello)
+	if err != nil {
+		st.Close()
+		return nil, ctrlproto.HostAnswer{}, fmt.Errorf("end-to-end key exchange with %s: %w", x.InitiatorID, err)
+	}
+	st.handshake(start)
+	return st, ctrlproto.HostAnswer{HostHello: serverHello}, nil
 }

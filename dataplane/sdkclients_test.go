@@ -173,6 +173,7 @@ type edgeNetOptions struct {
 	svc      model.Service // the service to create
 	pinned   bool          // the dialer may use router E only, the host router H only
 	tunneler bool          // router H is a tunneler, and may host svc too
+	hostMode bool          // router H runs a tunnel in host mode (with tunneler)
 }
 
 // linkedEdgeNet is routers E and H linked, each with an edge listener, and o.svc that
@@ -185,12 +186,19 @@ func linkedEdgeNet(t *testing.T, o edgeNetOptions) (n *testNet, svc *model.Servi
     bind: tls:127.0.0.1:{{port}}
     advertise: tls:127.0.0.1:{{same}}
 `
+	hListeners := edgeListener
+	if o.hostMode {
+		hListeners += `  - binding: tunnel
+    options:
+      mode: host
+`
+	}
 	n.addRouter("H", o.tunneler, `link:
   listeners:
     - binding: transport
       bind: tls:127.0.0.1:{{port}}
       advertise: tls:127.0.0.1:{{same}}
-`+edgeListener)
+`+hListeners)
 	n.addRouter("E", false, `link:
   dialers:
     - binding: transport

@@ -130,6 +130,31 @@ type fakeListener struct {
 	incoming chan accepted
 	done     chan struct{}
 	once     sync.Once
+
+	mu    sync.Mutex
+	reach Reach // given by the host (Reacher)
+}
+
+// SetReach makes the fake listener a Reacher: the test then reaches targets through
+// reacher.
+func (l *fakeListener) SetReach(r Reach) {
+	l.mu.Lock()
+	l.reach = r
+	l.mu.Unlock()
+}
+
+// reacher returns the Reach the host gave, or nil.
+func (l *fakeListener) reacher() Reach {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.reach
+}
+
+// listener returns the listener of the bound service id, or nil.
+func (f *fakeOverlay) listener(id string) *fakeListener {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.binds[id]
 }
 
 func (l *fakeListener) Accept() (net.Conn, AppData, error) {

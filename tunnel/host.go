@@ -260,6 +260,11 @@ func (r *hostRun) serve(ctx context.Context, b *binding) {
 			sleep(ctx, wait)
 			continue
 		}
+		if rc, ok := ln.(Reacher); ok {
+			rc.SetReach(func(dialCtx context.Context, app AppData) (net.Conn, func(), error) {
+				return r.reach(ctx, b, dialCtx, app)
+			})
+		}
 		r.h.bound.Add(1)
 		began := time.Now()
 		stop := context.AfterFunc(ctx, func() { ln.Close() })
@@ -300,9 +305,51 @@ func (r *hostRun) carry(ctx context.Context, b *binding, c net.Conn, app AppData
 	defer c.Close()
 	r.h.active.Add(1)
 	defer r.h.active.Add(-1)
+	conn, tg, log, err := r.target(ctx, b, app, false)
+	if err != nil {
+		return
+	}
+	if tg.Protocol == intercept.UDP {
+		r.relayUDP(ctx, c, conn, log)
+	} else {
+		r.h.relay.Join(ctx, c, conn)
+	}
+}
+
+// reach connects to the target of a circuit with app for the overlay, which carries the
+// circuit itself (Reacher): a TCP target only. The connection is closed when ctx, the
+// binding's, ends; the function returned is called once the circuit has ended.
+func (r *hostRun) reach(ctx context.Context, b *binding, dialCtx context.Context, app AppData) (net.Conn, func(), error) {
+	conn, _, _, err := r.target(dialCtx, b, app, true)
+	if errors.Is(err, ErrDatagramTarget) {
+		return nil, nil, err // the circuit comes to Accept, counted there
+	}
+	r.h.circuits.Add(1)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.h.active.Add(1)
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	var once sync.Once
+	return conn, func() {
+		once.Do(func() {
+			stop()
+			r.h.active.Add(-1)
+		})
+	}, nil
+}
+
+// target connects to the target of a circuit with app: the first terminator of b's config
+// that accepts app and answers; it logs and counts a circuit that reaches none. streamOnly
+// refuses a circuit that a UDP terminator accepts, with ErrDatagramTarget, before dialing.
+func (r *hostRun) target(ctx context.Context, b *binding, app AppData, streamOnly bool) (net.Conn, Target, *slog.Logger, error) {
 	cfg := b.cfg.Load()
 	log := r.log.With("service", b.svc.Name)
-
+	for i, t := range cfg.Terminators {
+		if tg, err := t.Target(app); streamOnly && err == nil && tg.Protocol == intercept.UDP {
+			return nil, tg, log, fmt.Errorf("terminator %d: %w", i, ErrDatagramTarget)
+		}
+	}
 	var refusal error
 	var failed []string
 	for i, t := range cfg.Terminators {
@@ -316,27 +363,23 @@ func (r *hostRun) carry(ctx context.Context, b *binding, c net.Conn, app AppData
 		conn, err := r.dial(ctx, tg, t.ConnectTimeout)
 		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return nil, tg, log, ctx.Err()
 			}
 			log.Warn("tunnel host: cannot reach target", "target", tg, "error", err)
 			failed = append(failed, tg.String())
 			continue
 		}
 		log.Debug("tunnel host: carrying circuit", "target", tg, "src", app.SrcIP+":"+app.SrcPort)
-		if tg.Protocol == intercept.UDP {
-			r.relayUDP(ctx, c, conn, log.With("target", tg))
-		} else {
-			r.h.relay.Join(ctx, c, conn)
-		}
-		return
+		return conn, tg, log.With("target", tg), nil
 	}
 	if len(failed) > 0 {
 		r.h.dialFailures.Add(1)
 		log.Warn("tunnel host: circuit closed: no target reachable", "targets", failed)
-		return
+		return nil, Target{}, log, fmt.Errorf("no target reachable: %v", failed)
 	}
 	r.h.refused.Add(1)
 	log.Warn("tunnel host: circuit refused", "requested", requested(app), "error", refusal)
+	return nil, Target{}, log, fmt.Errorf("circuit refused: %w", refusal)
 }
 
 // requested describes what a circuit's dialing end asked for.

@@ -163,6 +163,84 @@ func TestHostDialFailure(t *testing.T) {
 	testutil.Eventually(t, "a dial failure", func() bool { return h.Stats().DialFailures == 1 })
 }
 
+// TestHostReach: a listener that is a Reacher gets the host's Reach, which connects to the
+// target a circuit's app data selects and counts the circuit active until its done function
+// is called; the service's unbinding closes the connection; a UDP target is refused with
+// ErrDatagramTarget and not counted; a target that does not answer is a dial failure.
+func TestHostReach(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcpEcho(t, ln)
+	port := ln.Addr().(*net.TCPAddr).Port
+	gone, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gonePort := gone.Addr().(*net.TCPAddr).Port
+	gone.Close()
+
+	f := newFakeOverlay()
+	h := runHost(t, f, HostOptions{})
+	f.setServices(
+		service("echo", false, true, map[string]string{HostV1: fmt.Sprintf(
+			`{"forwardProtocol":true,"allowedProtocols":["tcp","udp"],"address":"127.0.0.1","port":%d}`, port)}),
+		service("gone", false, true, map[string]string{HostV1: fmt.Sprintf(`{"protocol":"tcp","address":"127.0.0.1","port":%d}`, gonePort)}))
+	var reach, reachGone Reach
+	testutil.Eventually(t, "the host's Reach for both services", func() bool {
+		if l := f.listener("echo"); l != nil {
+			reach = l.reacher()
+		}
+		if l := f.listener("gone"); l != nil {
+			reachGone = l.reacher()
+		}
+		return reach != nil && reachGone != nil
+	})
+
+	c, done, err := reach(t.Context(), AppData{Protocol: "tcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := h.Stats(); s.Circuits != 1 || s.Active != 1 {
+		t.Fatalf("stats %+v after a reach, want a circuit, active", s)
+	}
+	msg := []byte("reached")
+	c.Write(msg)
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("echo %q (%v)", got, err)
+	}
+	done()
+	done() // once only
+	if s := h.Stats(); s.Active != 0 {
+		t.Fatalf("stats %+v after done, want none active", s)
+	}
+	c.Close()
+
+	if _, _, err := reach(t.Context(), AppData{Protocol: "udp"}); !errors.Is(err, ErrDatagramTarget) {
+		t.Fatalf("reach of a UDP target: %v, want ErrDatagramTarget", err)
+	}
+	if _, _, err := reachGone(t.Context(), AppData{}); err == nil {
+		t.Fatal("reach of a target that does not answer succeeded")
+	}
+	if s := h.Stats(); s.Circuits != 2 || s.DialFailures != 1 || s.Active != 0 {
+		t.Fatalf("stats %+v, want two circuits (the UDP one is not counted), a dial failure", s)
+	}
+
+	// Unbinding the service closes what was reached and not yet done.
+	c, _, err = reach(t.Context(), AppData{Protocol: "tcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.setServices()
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a reached connection of an unbound service: read %v, want it closed", err)
+	}
+}
+
 // TestHostUDP: datagrams framed on the circuit reach a UDP target and come back with their
 // boundaries, and an idle flow is closed after the idle timeout.
 func TestHostUDP(t *testing.T) {

@@ -3,6 +3,7 @@ package tunnel
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 )
 
@@ -52,3 +53,22 @@ type Listener interface {
 	Accept() (net.Conn, AppData, error)
 	Close() error
 }
+
+// Reacher is a Listener whose overlay can carry a circuit without the host: given Reach
+// (by the host, right after Bind), it has the host connect to the circuit's target while the
+// circuit is set up, and joins the circuit to that connection itself (the router's overlay
+// does, for end-to-end encrypted circuits, with no goroutine of its own per circuit). The
+// circuits it does not carry that way still come out of Accept.
+type Reacher interface {
+	SetReach(Reach)
+}
+
+// Reach connects to the target of a circuit that carries app, as the host would: the first
+// terminator of the service's host config that accepts app and answers, within ctx. It
+// returns the connection, closed by the host when the service is unbound or the host stops,
+// and the function to call once the circuit has ended. A circuit that a UDP terminator
+// accepts is refused with ErrDatagramTarget: it must come out of Accept.
+type Reach func(ctx context.Context, app AppData) (net.Conn, func(), error)
+
+// ErrDatagramTarget is Reach's refusal of a circuit whose target is a UDP socket.
+var ErrDatagramTarget = errors.New("the target is UDP: the host carries its datagrams")

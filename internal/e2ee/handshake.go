@@ -212,6 +212,19 @@ func (s *ServerStart) Finish() (*Conn, error) {
 	return s.h.complete(s.h.serverAfterHello, false)
 }
 
+// CanFinish reports whether Finish, over a conn whose next bytes are buffered, reads no more
+// than them: they hold the whole ClientAuth message, or enough of it for Finish to refuse it
+// (a header of another type or over the bound). An end that is fed the circuit's bytes as
+// they come, and cannot wait for more inside Finish, calls Finish once it holds that much.
+// Stream mode only.
+func (s *ServerStart) CanFinish(buffered []byte) bool {
+	if len(buffered) < headerLen {
+		return false
+	}
+	length, err := checkHeader(msgClientAuth, buffered[:headerLen])
+	return err != nil || len(buffered) >= headerLen+length
+}
+
 func newHandshake(conn net.Conn, cfg *Config) *handshakeState {
 	h := &handshakeState{conn: conn, cfg: cfg, transcript: sha256.New()}
 	h.transcript.Write([]byte(protocolLabel))

@@ -210,3 +210,28 @@ func TestFoldedHandshakeMatchesInBand(t *testing.T) {
 		t.Fatalf("Finish with another cipher: %v", err)
 	}
 }
+
+// TestCanFinish: Finish may run once the buffered bytes hold the whole ClientAuth, or a
+// header Finish refuses without reading on.
+func TestCanFinish(t *testing.T) {
+	var s ServerStart
+	auth := frame(msgClientAuth, make([]byte, 100))
+	for _, c := range []struct {
+		name string
+		buf  []byte
+		want bool
+	}{
+		{"nothing", nil, false},
+		{"part of the header", auth[:3], false},
+		{"the header", auth[:headerLen], false},
+		{"all but a byte", auth[:len(auth)-1], false},
+		{"the whole message", auth, true},
+		{"the message and records after it", append(append([]byte{}, auth...), 1, 2, 3), true},
+		{"another message's header", frame(msgServerFinished, nil)[:headerLen], true},
+		{"a header over the bound", []byte{msgClientAuth, 0xff, 0xff, 0xff}, true},
+	} {
+		if got := s.CanFinish(c.buf); got != c.want {
+			t.Errorf("%s: CanFinish = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
