@@ -554,17 +554,27 @@ func (o *routerOverlay) connect(ctx context.Context, x *ctrlproto.Xgress, circui
 }
 
 // connectSealed is connect for a circuit of zmesh's scheme whose ClientHello came with the
-// route, to a service of a host that carries circuits through reach: the host connects to
-// the target now, and the circuit's endpoint gets the target's connection with the end of
-// the key exchange and the records layered over it (sealedTarget), rather than one end of an
-// in-process pair with the tunnel's relay goroutines behind it. A UDP target is refused with
-// tunnel.ErrDatagramTarget, before the ClientHello is answered, for connect's other way.
+// route, to a service of a host that carries circuits through reach: once the hello is
+// answered, the host connects to the target, and the circuit's endpoint gets the target's
+// connection with the end of the key exchange and the records layered over it
+// (sealedTarget), rather than one end of an in-process pair with the tunnel's relay
+// goroutines behind it. A UDP target is refused with tunnel.ErrDatagramTarget, before the
+// ClientHello is answered (a resumption ticket is spent then), for connect's other way.
 func (o *routerOverlay) connectSealed(ctx context.Context, reach tunnel.Reach, b *tunnelBind, x *ctrlproto.Xgress, circuitID uint64, app tunnel.AppData, hello []byte) (net.Conn, ctrlproto.HostAnswer, error) {
+	connect, err := reach(app)
+	if err != nil {
+		return nil, ctrlproto.HostAnswer{}, err
+	}
 	cfg, err := o.e2ee(x.InitiatorID, edgeproto.E2EEContext(circuitID, b.svc.ID))
 	if err != nil {
 		return nil, ctrlproto.HostAnswer{}, err
 	}
-	conn, done, err := reach(ctx, app)
+	st := newSealedTarget(&o.sealBufs, o.r.log.With("service", b.svc.Name, "circuit", circuitID, "initiator", x.InitiatorID))
+	start, serverHello, err := e2ee.AcceptHello(st.cipher(), cfg, hello)
+	if err != nil {
+		return nil, ctrlproto.HostAnswer{}, fmt.Errorf("end-to-end key exchange with %s: %w", x.InitiatorID, err)
+	}
+	conn, done, err := connect(ctx)
 	if err != nil {
 		return nil, ctrlproto.HostAnswer{}, err
 	}
@@ -574,17 +584,14 @@ func (o *routerOverlay) connectSealed(ctx context.Context, reach tunnel.Reach, b
 		done()
 		return nil, ctrlproto.HostAnswer{}, fmt.Errorf("the target's connection is a %T, not TCP", conn)
 	}
-	st, err := newSealedTarget(tcp, &o.sealBufs, done)
-	if err != nil {
+	timeout := cfg.HandshakeTimeout
+	if timeout == 0 {
+		timeout = e2ee.DefaultHandshakeTimeout
+	}
+	if err := st.join(tcp, done, start, timeout); err != nil {
 		tcp.Close()
 		done()
 		return nil, ctrlproto.HostAnswer{}, err
 	}
-	start, serverHello, err := e2ee.AcceptHello(st.cipher(), cfg, hello)
-	if err != nil {
-		st.Close()
-		return nil, ctrlproto.HostAnswer{}, fmt.Errorf("end-to-end key exchange with %s: %w", x.InitiatorID, err)
-	}
-	st.handshake(start)
 	return st, ctrlproto.HostAnswer{HostHello: serverHello}, nil
 }

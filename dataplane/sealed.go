@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,9 +31,13 @@ type sealedTarget struct {
 	raw  syscall.RawConn
 	done func()     // the host's, once the circuit has ended
 	bufs *sync.Pool // of *[]byte of sealBufferSize, lent to a Read or Write
+	log  *slog.Logger
 
-	// handshook is closed once the key exchange finished (ec set) or failed (hsErr set).
+	// handshook is closed once the key exchange finished (ec set) or failed (hsErr set);
+	// expiry closes the end if it has not by the key exchange's timeout.
 	handshook chan struct{}
+	expiry    *time.Timer
+	expired   atomic.Bool
 	closed    chan struct{}
 	closeOnce sync.Once
 	start     *e2ee.ServerStart // until the key exchange finished; the writer's
@@ -67,20 +73,28 @@ func (s *sealedTarget) borrow() *[]byte {
 	return &b
 }
 
-// newSealedTarget returns the hosting end over tcp, the target's connection, with its
-// plaintext buffers from bufs; done is called once it is closed. Its key exchange is begun
-// over s.cipher() and handed over with handshake.
-func newSealedTarget(tcp *net.TCPConn, bufs *sync.Pool, done func()) (*sealedTarget, error) {
-	raw, err := tcp.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	return &sealedTarget{tcp: tcp, raw: raw, done: done, bufs: bufs, handshook: make(chan struct{}), closed: make(chan struct{})}, nil
+// newSealedTarget returns a hosting end whose plaintext buffers come from bufs. Its key
+// exchange is begun over s.cipher() (e2ee.AcceptHello), then the target's connection is
+// attached and the key exchange handed over (join).
+func newSealedTarget(bufs *sync.Pool, log *slog.Logger) *sealedTarget {
+	return &sealedTarget{bufs: bufs, log: log, handshook: make(chan struct{}), closed: make(chan struct{})}
 }
 
-// handshake hands over the key exchange that e2ee.AcceptHello began over s.cipher(): the
-// first Writes finish it.
-func (s *sealedTarget) handshake(start *e2ee.ServerStart) { s.start = start }
+// join attaches tcp, the target's connection, whose done is called once the end is closed,
+// and hands over the key exchange that e2ee.AcceptHello began: the first Writes finish it,
+// and the end is closed unless they have within timeout.
+func (s *sealedTarget) join(tcp *net.TCPConn, done func(), start *e2ee.ServerStart, timeout time.Duration) error {
+	raw, err := tcp.SyscallConn()
+	if err != nil {
+		return err
+	}
+	s.tcp, s.raw, s.done, s.start = tcp, raw, done, start
+	s.expiry = time.AfterFunc(timeout, func() {
+		s.expired.Store(true)
+		s.Close()
+	})
+	return nil
+}
 
 // cipher returns the buffer the e2ee handshake and Conn run over, as a net.Conn: what is
 // written to it goes to out, what is read from it comes from in.
@@ -104,14 +118,11 @@ func (s *sealedTarget) Write(p []byte) (int, error) {
 			return len(p), nil
 		}
 		ec, err := s.start.Finish() // reads ClientAuth from in, puts ServerFinished in out
-		s.start = nil
 		if err != nil {
-			s.hsErr = fmt.Errorf("end-to-end key exchange: %w", err)
-			close(s.handshook)
-			return 0, s.hsErr
+			s.log.Info("tunnel: end-to-end key exchange failed", "err", err)
+			return 0, s.endHandshake(nil, fmt.Errorf("end-to-end key exchange: %w", err))
 		}
-		s.ec = ec
-		close(s.handshook)
+		s.endHandshake(ec, nil)
 	}
 	if s.peerClosed {
 		return 0, errors.New("e2ee: data after the close-write record")
@@ -138,10 +149,22 @@ func (s *sealedTarget) Write(p []byte) (int, error) {
 	}
 }
 
+// endHandshake ends the key exchange, with ec or with err, which it returns; the writer's.
+func (s *sealedTarget) endHandshake(ec *e2ee.Conn, err error) error {
+	s.expiry.Stop()
+	s.start, s.ec, s.hsErr = nil, ec, err
+	close(s.handshook)
+	return err
+}
+
 // CloseWrite is called once the initiator's end of the circuit finished: its close-write
 // record came first (Write half-closed the target), or the stream was cut short, and the
-// target's connection is closed rather than half-closed, as the relay did.
+// target's connection is closed rather than half-closed, as the relay did; or it ended
+// before the key exchange did, which fails.
 func (s *sealedTarget) CloseWrite() error {
+	if s.start != nil {
+		s.endHandshake(nil, errors.New("end-to-end key exchange: the initiator ended its side before its ClientAuth"))
+	}
 	if s.peerClosed {
 		return nil
 	}
@@ -238,6 +261,9 @@ func (s *sealedTarget) waitHandshake() error {
 	case <-s.handshook:
 		return s.hsErr
 	case <-s.closed:
+		if s.expired.Load() {
+			return errors.New("end-to-end key exchange: the initiator's ClientAuth did not come in time")
+		}
 		return net.ErrClosed
 	}
 }
@@ -323,8 +349,8 @@ func (c cipherConn) Write(p []byte) (int, error) {
 }
 
 func (c cipherConn) Close() error                     { return nil }
-func (c cipherConn) LocalAddr() net.Addr              { return c.s.tcp.LocalAddr() }
-func (c cipherConn) RemoteAddr() net.Addr             { return c.s.tcp.RemoteAddr() }
+func (c cipherConn) LocalAddr() net.Addr              { return nil }
+func (c cipherConn) RemoteAddr() net.Addr             { return nil }
 func (c cipherConn) SetDeadline(time.Time) error      { return nil }
 func (c cipherConn) SetReadDeadline(time.Time) error  { return nil }
 func (c cipherConn) SetWriteDeadline(time.Time) error { return nil }

@@ -3,13 +3,18 @@ package dataplane
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/x509"
 	"io"
 	"net"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/zmesh/zmesh/controlplane/model"
+	"github.com/zmesh/zmesh/internal/e2ee"
 	"github.com/zmesh/zmesh/internal/testutil"
 	"github.com/zmesh/zmesh/sdk"
 )
@@ -26,21 +31,7 @@ func TestTunnelHostJoinsEncryptedCircuitToTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer target.Close()
-	go func() { // reads everything, then answers it upper-cased and closes
-		for {
-			c, err := target.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				b, err := io.ReadAll(c)
-				if err == nil {
-					c.Write(bytes.ToUpper(b))
-				}
-			}()
-		}
-	}()
+	got := echoHost(target.Accept) // reads everything, then answers it upper-cased
 	n, svc, dialerCert, _, _ := linkedEdgeNet(t, edgeNetOptions{svc: model.Service{Name: "svc", EncryptionRequired: true}, tunneler: true, hostMode: true})
 	host, port, _ := net.SplitHostPort(target.Addr().String())
 	portNum, _ := strconv.Atoi(port)
@@ -85,6 +76,9 @@ func TestTunnelHostJoinsEncryptedCircuitToTarget(t *testing.T) {
 		if err != nil || !bytes.Equal(back, bytes.ToUpper(msg)) {
 			t.Fatalf("circuit %d: read %d bytes (%v), want the %d sent, upper-cased", i, len(back), err, len(msg))
 		}
+		if h := <-got; h.err != nil || !bytes.Equal(h.data, msg) {
+			t.Fatalf("circuit %d: the target read %d bytes (%v), want the %d sent", i, len(h.data), h.err, len(msg))
+		}
 	}
 	testutil.Eventually(t, "no active circuit at the host", func() bool {
 		s := h.tunnelHost.Stats()
@@ -99,4 +93,75 @@ func TestTunnelHostJoinsEncryptedCircuitToTarget(t *testing.T) {
 	if s := h.tunnelHost.Stats(); s.DialFailures == 0 || s.Circuits != 3+s.DialFailures || s.Active != 0 {
 		t.Fatalf("host stats %+v, want dial failures (the SDK may retry), each a circuit, and no active circuit", s)
 	}
+}
+
+// A sealedTarget whose key exchange does not finish ends: at the initiator's EOF before its
+// ClientAuth, and when no ClientAuth came within the key exchange's timeout; the host is told
+// once either way.
+func TestSealedTargetUnfinishedKeyExchange(t *testing.T) {
+	t.Parallel()
+	ca := testutil.NewAuthority(t, "test CA")
+	key := testutil.NewKey(t)
+	cfg := e2ee.Config{Certificates: []*x509.Certificate{ca.Issue(t, "host", key)}, PrivateKey: key, Context: "circuit 1",
+		VerifyPeer: func([]*x509.Certificate) error { return nil }}
+	for _, c := range []struct {
+		name    string
+		timeout time.Duration
+		act     func(s *sealedTarget)
+		want    string
+	}{
+		{"the initiator's EOF", time.Hour, func(s *sealedTarget) {
+			s.Write([]byte{3, 0}) // two bytes of ClientAuth's header
+			s.CloseWrite()
+		}, "before its ClientAuth"},
+		{"no ClientAuth in time", time.Millisecond, func(*sealedTarget) {}, "did not come in time"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			tcp, _ := tcpPair(t)
+			var bufs sync.Pool
+			s := newSealedTarget(&bufs, testLogger(t))
+			client, err := e2ee.StartClient(e2ee.CipherAuto)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start, _, err := e2ee.AcceptHello(s.cipher(), cfg, client.Hello())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var done atomic.Int32
+			if err := s.join(tcp.(*net.TCPConn), func() { done.Add(1) }, start, c.timeout); err != nil {
+				t.Fatal(err)
+			}
+			c.act(s)
+			if err := s.WaitReadable(); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("WaitReadable: %v, want an error saying %q", err, c.want)
+			}
+			s.Close()
+			s.Close()
+			if n := done.Load(); n != 1 {
+				t.Fatalf("the host was told %d times, want once", n)
+			}
+		})
+	}
+}
+
+// tcpPair returns the two ends of a TCP connection on loopback.
+func tcpPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	a, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
 }

@@ -261,9 +261,7 @@ func (r *hostRun) serve(ctx context.Context, b *binding) {
 			continue
 		}
 		if rc, ok := ln.(Reacher); ok {
-			rc.SetReach(func(dialCtx context.Context, app AppData) (net.Conn, func(), error) {
-				return r.reach(ctx, b, dialCtx, app)
-			})
+			rc.SetReach(func(app AppData) (Connect, error) { return r.reach(ctx, b, app) })
 		}
 		r.h.bound.Add(1)
 		began := time.Now()
@@ -305,7 +303,7 @@ func (r *hostRun) carry(ctx context.Context, b *binding, c net.Conn, app AppData
 	defer c.Close()
 	r.h.active.Add(1)
 	defer r.h.active.Add(-1)
-	conn, tg, log, err := r.target(ctx, b, app, false)
+	conn, tg, log, err := r.target(ctx, ctx, b, app)
 	if err != nil {
 		return
 	}
@@ -316,40 +314,43 @@ func (r *hostRun) carry(ctx context.Context, b *binding, c net.Conn, app AppData
 	}
 }
 
-// reach connects to the target of a circuit with app for the overlay, which carries the
-// circuit itself (Reacher): a TCP target only. The connection is closed when ctx, the
-// binding's, ends; the function returned is called once the circuit has ended.
-func (r *hostRun) reach(ctx context.Context, b *binding, dialCtx context.Context, app AppData) (net.Conn, func(), error) {
-	conn, _, _, err := r.target(dialCtx, b, app, true)
-	if errors.Is(err, ErrDatagramTarget) {
-		return nil, nil, err // the circuit comes to Accept, counted there
+// reach is the Reach of binding b, whose context is ctx: the Connect of a circuit with app to
+// its TCP target, for the overlay, which carries the circuit itself (Reacher). The
+// connection is closed when ctx ends; the function Connect returns is called once the circuit
+// has ended.
+func (r *hostRun) reach(ctx context.Context, b *binding, app AppData) (Connect, error) {
+	for i, t := range b.cfg.Load().Terminators {
+		if tg, err := t.Target(app); err == nil && tg.Protocol == intercept.UDP {
+			return nil, fmt.Errorf("terminator %d: %w", i, ErrDatagramTarget) // for Accept, counted there
+		}
 	}
-	r.h.circuits.Add(1)
-	if err != nil {
-		return nil, nil, err
-	}
-	r.h.active.Add(1)
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	var once sync.Once
-	return conn, func() {
-		once.Do(func() {
-			stop()
-			r.h.active.Add(-1)
-		})
+	return func(dialCtx context.Context) (net.Conn, func(), error) {
+		dialCtx, cancel := context.WithCancel(dialCtx)
+		defer cancel()
+		defer context.AfterFunc(ctx, cancel)()
+		r.h.circuits.Add(1)
+		conn, _, _, err := r.target(ctx, dialCtx, b, app)
+		if err != nil {
+			return nil, nil, err
+		}
+		r.h.active.Add(1)
+		stop := context.AfterFunc(ctx, func() { conn.Close() })
+		var once sync.Once
+		return conn, func() {
+			once.Do(func() {
+				stop()
+				r.h.active.Add(-1)
+			})
+		}, nil
 	}, nil
 }
 
-// target connects to the target of a circuit with app: the first terminator of b's config
-// that accepts app and answers; it logs and counts a circuit that reaches none. streamOnly
-// refuses a circuit that a UDP terminator accepts, with ErrDatagramTarget, before dialing.
-func (r *hostRun) target(ctx context.Context, b *binding, app AppData, streamOnly bool) (net.Conn, Target, *slog.Logger, error) {
+// target connects, within dialCtx, to the target of a circuit with app: the first terminator
+// of b's config that accepts app and answers; it logs and counts a circuit that reaches none,
+// unless ctx, the binding's, ended.
+func (r *hostRun) target(ctx, dialCtx context.Context, b *binding, app AppData) (net.Conn, Target, *slog.Logger, error) {
 	cfg := b.cfg.Load()
 	log := r.log.With("service", b.svc.Name)
-	for i, t := range cfg.Terminators {
-		if tg, err := t.Target(app); streamOnly && err == nil && tg.Protocol == intercept.UDP {
-			return nil, tg, log, fmt.Errorf("terminator %d: %w", i, ErrDatagramTarget)
-		}
-	}
 	var refusal error
 	var failed []string
 	for i, t := range cfg.Terminators {
@@ -360,7 +361,7 @@ func (r *hostRun) target(ctx context.Context, b *binding, app AppData, streamOnl
 			}
 			continue
 		}
-		conn, err := r.dial(ctx, tg, t.ConnectTimeout)
+		conn, err := r.dial(dialCtx, tg, t.ConnectTimeout)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, tg, log, ctx.Err()

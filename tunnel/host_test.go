@@ -35,6 +35,16 @@ func tcpEcho(t *testing.T, ln net.Listener) {
 	}()
 }
 
+// tcpEchoPort serves TCP echo (tcpEcho) on a port of 127.0.0.1 it returns.
+func tcpEchoPort(t *testing.T) int {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcpEcho(t, ln)
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
 // udpEcho serves UDP echo on pc.
 func udpEcho(t *testing.T, pc net.PacketConn) {
 	t.Cleanup(func() { pc.Close() })
@@ -78,12 +88,7 @@ func runHost(t *testing.T, overlay Overlay, opts HostOptions) *Host {
 // crosses both ways with half-close, and a port outside the ranges is refused.
 func TestHostTCP(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tcpEcho(t, ln)
-	port := ln.Addr().(*net.TCPAddr).Port
+	port := tcpEchoPort(t)
 
 	f := newFakeOverlay()
 	h := runHost(t, f, HostOptions{})
@@ -169,25 +174,15 @@ func TestHostDialFailure(t *testing.T) {
 // ErrDatagramTarget and not counted; a target that does not answer is a dial failure.
 func TestHostReach(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tcpEcho(t, ln)
-	port := ln.Addr().(*net.TCPAddr).Port
-	gone, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gonePort := gone.Addr().(*net.TCPAddr).Port
-	gone.Close()
+	port := tcpEchoPort(t)
+	_, gonePort, _ := net.SplitHostPort(testutil.ClosedAddr(t))
 
 	f := newFakeOverlay()
 	h := runHost(t, f, HostOptions{})
 	f.setServices(
 		service("echo", false, true, map[string]string{HostV1: fmt.Sprintf(
 			`{"forwardProtocol":true,"allowedProtocols":["tcp","udp"],"address":"127.0.0.1","port":%d}`, port)}),
-		service("gone", false, true, map[string]string{HostV1: fmt.Sprintf(`{"protocol":"tcp","address":"127.0.0.1","port":%d}`, gonePort)}))
+		service("gone", false, true, map[string]string{HostV1: fmt.Sprintf(`{"protocol":"tcp","address":"127.0.0.1","port":%s}`, gonePort)}))
 	var reach, reachGone Reach
 	testutil.Eventually(t, "the host's Reach for both services", func() bool {
 		if l := f.listener("echo"); l != nil {
@@ -199,7 +194,14 @@ func TestHostReach(t *testing.T) {
 		return reach != nil && reachGone != nil
 	})
 
-	c, done, err := reach(t.Context(), AppData{Protocol: "tcp"})
+	connect := func(reach Reach, app AppData) (net.Conn, func(), error) {
+		c, err := reach(app)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c(t.Context())
+	}
+	c, done, err := connect(reach, AppData{Protocol: "tcp"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,18 +221,32 @@ func TestHostReach(t *testing.T) {
 	}
 	c.Close()
 
-	if _, _, err := reach(t.Context(), AppData{Protocol: "udp"}); !errors.Is(err, ErrDatagramTarget) {
+	if _, err := reach(AppData{Protocol: "udp"}); !errors.Is(err, ErrDatagramTarget) {
 		t.Fatalf("reach of a UDP target: %v, want ErrDatagramTarget", err)
 	}
-	if _, _, err := reachGone(t.Context(), AppData{}); err == nil {
+	if _, _, err := connect(reachGone, AppData{}); err == nil {
 		t.Fatal("reach of a target that does not answer succeeded")
 	}
 	if s := h.Stats(); s.Circuits != 2 || s.DialFailures != 1 || s.Active != 0 {
 		t.Fatalf("stats %+v, want two circuits (the UDP one is not counted), a dial failure", s)
 	}
 
+	// A connect whose context ends (the route's timeout) is a dial failure too.
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	gc, err := reachGone(AppData{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := gc(ended); err == nil {
+		t.Fatal("a connect whose context ended succeeded")
+	}
+	if s := h.Stats(); s.Circuits != 3 || s.DialFailures != 2 {
+		t.Fatalf("stats %+v, want the connect past its context counted as a dial failure", s)
+	}
+
 	// Unbinding the service closes what was reached and not yet done.
-	c, _, err = reach(t.Context(), AppData{Protocol: "tcp"})
+	c, _, err = connect(reach, AppData{Protocol: "tcp"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,13 +332,7 @@ func TestHostUDP(t *testing.T) {
 // end; one that comes back is bound again; the end of Run unbinds everything.
 func TestHostUnbind(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tcpEcho(t, ln)
-	cfg := map[string]string{HostV1: fmt.Sprintf(`{"protocol":"tcp","address":"127.0.0.1","port":%d}`,
-		ln.Addr().(*net.TCPAddr).Port)}
+	cfg := map[string]string{HostV1: fmt.Sprintf(`{"protocol":"tcp","address":"127.0.0.1","port":%d}`, tcpEchoPort(t))}
 
 	f := newFakeOverlay()
 	h := &Host{}

@@ -63,12 +63,16 @@ type Reacher interface {
 	SetReach(Reach)
 }
 
-// Reach connects to the target of a circuit that carries app, as the host would: the first
-// terminator of the service's host config that accepts app and answers, within ctx. It
-// returns the connection, closed by the host when the service is unbound or the host stops,
-// and the function to call once the circuit has ended. A circuit that a UDP terminator
-// accepts is refused with ErrDatagramTarget: it must come out of Accept.
-type Reach func(ctx context.Context, app AppData) (net.Conn, func(), error)
+// Reach says how the host reaches the target of a circuit that carries app: the Connect
+// that connects to it, or ErrDatagramTarget when a UDP terminator of the service's host
+// config accepts the circuit, which must then come out of Accept.
+type Reach func(app AppData) (Connect, error)
+
+// Connect connects to a circuit's target as the host would (the first terminator of the
+// service's host config that accepts the circuit's app data and answers, within ctx). It
+// returns the connection, which the host closes when the service is unbound or the host
+// stops, and the function to call once the circuit has ended.
+type Connect func(ctx context.Context) (net.Conn, func(), error)
 
 // ErrDatagramTarget is Reach's refusal of a circuit whose target is a UDP socket.
 var ErrDatagramTarget = errors.New("the target is UDP: the host carries its datagrams")
