@@ -259,12 +259,21 @@ func (s *Server) hello(rt *Router, h *ctrlproto.Hello, log *slog.Logger) ctrlpro
 		s.reg.remove(rt)
 		return s.refuse(log, "the certificate stopped identifying the router while it connected")
 	}
-	log.Info("router connected", "version", h.Version, "hostname", h.Hostname)
 	if s.cfg.OnConnect != nil {
 		// After the reply, since it may send the router messages; Serve waits for it, so
-		// that it never outlives the controller's store.
+		// that it never outlives the controller's store. The channel's reader, which runs
+		// this, may outlive serveRouter once Serve is ending: then the router is refused, as
+		// ServeLocal refuses, rather than counted after Serve's Wait began.
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			s.reg.remove(rt)
+			return s.refuse(log, "the controller is stopping")
+		}
 		s.wg.Go(func() { s.cfg.OnConnect(rt) })
+		s.mu.Unlock()
 	}
+	log.Info("router connected", "version", h.Version, "hostname", h.Hostname)
 	return &ctrlproto.HelloReply{Accepted: true, ControllerID: s.cfg.ControllerID, Endpoints: s.cfg.Endpoints(), ClientAPI: s.cfg.ClientAPI}
 }
 
