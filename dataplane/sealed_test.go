@@ -147,7 +147,7 @@ func TestSealedTargetUnfinishedKeyExchange(t *testing.T) {
 }
 
 // tcpPair returns the two ends of a TCP connection on loopback.
-func tcpPair(t *testing.T) (net.Conn, net.Conn) {
+func tcpPair(t testing.TB) (net.Conn, net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -79,21 +79,7 @@ func BenchmarkZitiData(b *testing.B) {
 			name = "tcp-framed"
 		}
 		b.Run(name, func(b *testing.B) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer ln.Close()
-			client, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				b.Fatal(err)
-			}
-			server, err := ln.Accept()
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer client.Close()
-			defer server.Close()
+			client, server := tcpPair(b)
 			benchZitiData(b, server, client, framed)
 		})
 	}

@@ -338,12 +338,7 @@ func waitHealthy(t *testing.T, caFile, addr string) {
 // through it.
 func clientProxy(t *testing.T, identity string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testutil.ClosedAddr(t)
 	_, port, _ := net.SplitHostPort(addr)
 	p := startCLI(t, "tunnel", "proxy", "--identity", identity, "--service", "echo:"+port)
 	p.waitLine("service echo on", time.Minute)
